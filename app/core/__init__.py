@@ -1,0 +1,1 @@
+"""Pure domain core: stdlib only, frozen dataclasses, units in names."""

@@ -1,0 +1,72 @@
+"""Domain exception tree.
+
+::
+
+    ChunkwiseError
+     ├── InvalidParameterError      a value is outside its allowed range (names field + range)
+     ├── UnknownNameError           a catalog/policy name is not known (lists valid names)
+     │    ├── UnknownModelError
+     │    └── UnknownDeviceError
+     ├── UnsupportedError           a well-formed request the model cannot handle
+     ├── SimulationError            the scheduler made no progress or broke an invariant
+     ├── SearchLimitError           a search would exceed its configured bounds
+     └── DeadlineExceededError      a computation ran past its deadline
+
+The API maps each class once (``app/api/errors.py``); the CLI prints ``str(err)`` and exits 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class ChunkwiseError(Exception):
+    """Base of every error the core raises on purpose."""
+
+
+class InvalidParameterError(ChunkwiseError, ValueError):
+    """A parameter is outside its allowed range."""
+
+    def __init__(self, field: str, value: object, allowed: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{field}={value!r} is invalid: must be {allowed}")
+
+
+class UnknownNameError(ChunkwiseError, LookupError):
+    """A name is not in its catalog."""
+
+    kind = "name"
+
+    def __init__(self, name: str, valid: Iterable[str]) -> None:
+        self.name = name
+        self.valid = sorted(valid)
+        super().__init__(f"unknown {self.kind} {name!r}; valid: {', '.join(self.valid)}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class UnknownModelError(UnknownNameError):
+    kind = "model"
+
+
+class UnknownDeviceError(UnknownNameError):
+    kind = "device"
+
+
+class UnsupportedError(ChunkwiseError):
+    """A well-formed input the latency model cannot represent."""
+
+
+class SimulationError(ChunkwiseError, RuntimeError):
+    """The simulation cannot make progress (for example a scheduler returned an empty step)."""
+
+
+class SearchLimitError(ChunkwiseError):
+    """A requested search exceeds its bounds."""
+
+
+class DeadlineExceededError(ChunkwiseError, TimeoutError):
+    """A computation ran past its deadline."""

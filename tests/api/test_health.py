@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+
+
+def test_healthz_answers_ok() -> None:
+    with TestClient(create_app(Settings())) as client:
+        response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
