@@ -1,0 +1,43 @@
+"""Parallel layouts of one deployment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.errors import InvalidParameterError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class ParallelLayout:
+    """Tensor, data, expert and pipeline parallel sizes.
+
+    ``tp * dp * pp`` devices serve; ``ep`` splits MoE experts over ``ep`` of those devices
+    (``ep <= tp * dp``). Each data-parallel replica runs its own engine instance.
+    """
+
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "dp", "ep", "pp"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidParameterError(name, value, "an integer >= 1")
+        if self.ep > self.num_devices:
+            raise InvalidParameterError("ep", self.ep, f"<= tp * dp * pp = {self.num_devices}")
+
+    @property
+    def num_devices(self) -> int:
+        return self.tp * self.dp * self.pp
+
+    @property
+    def label(self) -> str:
+        """Human-readable label, e.g. ``TP4 DP2`` or ``TP8 DP1 EP8``."""
+        parts = [f"TP{self.tp}", f"DP{self.dp}"]
+        if self.pp > 1:
+            parts.insert(1, f"PP{self.pp}")
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}")
+        return " ".join(parts)
