@@ -2,20 +2,49 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TypedDict
+
+import anyio
 from fastapi import FastAPI
 
 from app import __version__
+from app.api import health
+from app.api.errors import install_error_handlers
+from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
+from app.services import ServiceContext, create_context
 from app.settings import Settings, get_settings
+
+
+class LifespanState(TypedDict):
+    context: ServiceContext
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="Chunkwise", version=__version__)
+    configure_logging(settings.log_level)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[LifespanState]:
+        context = create_context(settings)
+        app.state.context = context
+        try:
+            yield {"context": context}
+        finally:
+            app.state.context = None
+            await anyio.to_thread.run_sync(context.close)
+
+    app = FastAPI(
+        title="Chunkwise",
+        version=__version__,
+        summary="LLM serving performance with chunked prefill",
+        lifespan=lifespan,
+    )
     app.state.settings = settings
-
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
-        """Liveness: the process answers."""
-        return {"status": "ok"}
-
+    app.state.context = None
+    app.state.metrics = Metrics(lambda: app.state.context)
+    app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
+    install_error_handlers(app)
+    app.include_router(health.router)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -13,8 +14,22 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="APP_", extra="ignore")
 
+    # Latency cache: "memory" is an in-process LRU (one worker); "redis" is shared by workers.
     cache_backend: Literal["memory", "redis"] = "memory"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    cache_max_entries: int = Field(default=200_000, ge=1)
+    cache_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+    # Short socket timeouts: a sick Redis must cost milliseconds, not the request.
+    redis_connect_timeout_s: float = Field(default=0.25, gt=0)
+    redis_socket_timeout_s: float = Field(default=0.5, gt=0)
+    # After a Redis failure, requests skip Redis for this long before trying to reconnect.
+    redis_retry_interval_s: float = Field(default=1.0, ge=0)
+
+    # Identical optimize requests are answered from a per-process response cache.
+    response_cache_entries: int = Field(default=256, ge=0)
+    # Wall-clock budget of one optimize/simulate computation.
+    request_deadline_s: float = Field(default=30.0, gt=0)
+
     log_level: str = "info"
 
 

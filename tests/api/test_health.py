@@ -11,3 +11,56 @@ def test_healthz_answers_ok() -> None:
         response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+def test_readyz_with_the_memory_cache_is_ready(client: TestClient) -> None:
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ready"
+    assert response.json()["cache"]["backend"] == "memory"
+
+
+def test_readyz_is_503_problem_when_redis_is_unreachable() -> None:
+    # Port 1 on loopback: nothing listens there, the connect fails at once.
+    settings = Settings(cache_backend="redis", redis_url="redis://127.0.0.1:1/0", log_level="error")
+    with TestClient(create_app(settings)) as client:
+        response = client.get("/readyz")
+        assert client.get("/healthz").status_code == 200
+    assert response.status_code == 503
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == 503
+    assert body["cache"] == {
+        "backend": "redis",
+        "reachable": False,
+        "detail": body["cache"]["detail"],
+    }
+    assert "Connection" in body["cache"]["detail"]
+
+
+def test_metrics_exposes_requests_and_cache_counters(client: TestClient) -> None:
+    client.get("/healthz")
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert 'chunkwise_http_requests_total{method="GET",route="/healthz",status="200"} 1.0' in text
+    assert 'chunkwise_cache_hits_total{backend="memory"}' in text
+    assert 'chunkwise_cache_errors_total{backend="memory"} 0.0' in text
+    assert "chunkwise_forward_evaluations_total" in text
+    assert "chunkwise_http_request_duration_seconds_bucket" in text
+
+
+def test_request_id_is_echoed_or_generated(client: TestClient) -> None:
+    echoed = client.get("/healthz", headers={"X-Request-ID": "abc-123"})
+    assert echoed.headers["x-request-id"] == "abc-123"
+    generated = client.get("/healthz")
+    assert len(generated.headers["x-request-id"]) == 32
+    # An unsafe id (spaces, too long) is replaced rather than reflected.
+    replaced = client.get("/healthz", headers={"X-Request-ID": "x" * 200})
+    assert replaced.headers["x-request-id"] != "x" * 200
+
+
+def test_openapi_and_docs_are_served(client: TestClient) -> None:
+    assert client.get("/openapi.json").status_code == 200
+    assert client.get("/docs").status_code == 200

@@ -1,0 +1,174 @@
+"""Every error leaves the service as RFC 9457 ``application/problem+json``, mapped here once.
+
+================================  ======  =========================================
+exception                          status  notes
+================================  ======  =========================================
+RequestValidationError             422     ``errors``: one entry per invalid field
+  (body is not JSON at all)        400
+InvalidParameterError              422     ``errors``: the field and its allowed range
+UnknownModelError/UnknownDevice    422     ``valid``: the names that exist
+UnsupportedError                   422     well-formed but not representable
+SearchLimitError                   422     the search bounds (see README)
+SimulationError                    422     the configuration cannot make progress
+DeadlineExceededError              503     ``Retry-After``
+other ChunkwiseError               400
+HTTPException                      its own status (404 unknown route, 405, ...)
+anything else                      500     logged with the request id; a bug
+================================  ======  =========================================
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.status import HTTP_500_INTERNAL_SERVER_ERROR
+
+from app.core.errors import (
+    ChunkwiseError,
+    DeadlineExceededError,
+    InvalidParameterError,
+    SearchLimitError,
+    SimulationError,
+    UnknownNameError,
+    UnsupportedError,
+)
+from app.models.common import ProblemFieldError, problem_dict
+
+logger = logging.getLogger("chunkwise.api")
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_BASE = "urn:chunkwise:problem:"
+
+
+class ProblemResponse(JSONResponse):
+    media_type = PROBLEM_JSON
+
+
+def problem_response(
+    request: Request,
+    status: int,
+    title: str,
+    detail: str = "",
+    *,
+    kind: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> ProblemResponse:
+    body = problem_dict(
+        type=f"{PROBLEM_BASE}{kind}" if kind else "about:blank",
+        title=title,
+        status=status,
+        detail=detail,
+        instance=request.url.path,
+        request_id=getattr(request.state, "request_id", None),
+        **extra,
+    )
+    return ProblemResponse(body, status_code=status, headers=headers)
+
+
+def _loc(loc: Any) -> list[str | int]:
+    return [part if isinstance(part, int) else str(part) for part in loc]
+
+
+async def _validation(request: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, RequestValidationError)
+    raw = list(exc.errors())
+    if any(err.get("type") == "json_invalid" for err in raw):
+        return problem_response(
+            request, 400, "Malformed request body", "the body is not valid JSON", kind="bad-json"
+        )
+    errors = [
+        ProblemFieldError(
+            loc=_loc(err.get("loc", ())), msg=str(err.get("msg", "")), type=str(err.get("type"))
+        )
+        for err in raw
+    ]
+    detail = "; ".join(
+        f"{'.'.join(str(p) for p in e.loc if p != 'body') or 'body'}: {e.msg}" for e in errors
+    )
+    return problem_response(
+        request,
+        422,
+        "Request validation failed",
+        detail,
+        kind="validation",
+        errors=[e.model_dump() for e in errors],
+    )
+
+
+async def _domain(request: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, ChunkwiseError)
+    detail = str(exc)
+    if isinstance(exc, InvalidParameterError):
+        return problem_response(
+            request,
+            422,
+            "Invalid parameter",
+            detail,
+            kind="invalid-parameter",
+            errors=[ProblemFieldError(loc=["body", exc.field], msg=detail).model_dump()],
+        )
+    if isinstance(exc, UnknownNameError):
+        return problem_response(
+            request,
+            422,
+            f"Unknown {exc.kind}",
+            detail,
+            kind=f"unknown-{exc.kind}",
+            valid=exc.valid,
+            errors=[
+                ProblemFieldError(
+                    loc=["body", exc.kind], msg=f"unknown {exc.kind} {exc.name!r}"
+                ).model_dump()
+            ],
+        )
+    if isinstance(exc, UnsupportedError):
+        return problem_response(
+            request, 422, "Unsupported configuration", detail, kind="unsupported"
+        )
+    if isinstance(exc, SearchLimitError):
+        return problem_response(request, 422, "Search too large", detail, kind="search-limit")
+    if isinstance(exc, SimulationError):
+        return problem_response(request, 422, "Simulation failed", detail, kind="simulation")
+    if isinstance(exc, DeadlineExceededError):
+        return problem_response(
+            request,
+            503,
+            "Computation deadline exceeded",
+            detail,
+            kind="deadline",
+            headers={"Retry-After": "1"},
+        )
+    return problem_response(request, 400, "Bad request", detail, kind="domain")
+
+
+async def _http(request: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
+    detail = exc.detail if isinstance(exc.detail, str) else ""
+    headers = dict(exc.headers) if exc.headers else None
+    return problem_response(request, exc.status_code, title, detail, headers=headers)
+
+
+async def _unhandled(request: Request, exc: Exception) -> ProblemResponse:
+    logger.exception(
+        "unhandled error on %s %s (request_id=%s)",
+        request.method,
+        request.url.path,
+        getattr(request.state, "request_id", "-"),
+    )
+    return problem_response(
+        request, HTTP_500_INTERNAL_SERVER_ERROR, "Internal server error", kind="internal"
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(ChunkwiseError, _domain)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _unhandled)

@@ -1,0 +1,152 @@
+"""Request ids, structured access logs and Prometheus metrics.
+
+Metrics live in a registry owned by the app (no process globals, so tests can build many apps).
+With several workers each process exports its own counters; scrape every worker or aggregate.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.services import ServiceContext
+
+logger = logging.getLogger("chunkwise.access")
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+
+class RequestIdLogFilter(logging.Filter):
+    """Adds ``request_id`` to every log record (``-`` outside a request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = request_id_var.get()
+        return True
+
+
+def configure_logging(level: str) -> None:
+    """One handler on the ``chunkwise`` logger with the request id in every line."""
+    root = logging.getLogger("chunkwise")
+    root.setLevel(level.upper())
+    if not any(getattr(h, "_chunkwise", False) for h in root.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter(
+                "%(asctime)s %(levelname)s %(name)s request_id=%(request_id)s %(message)s"
+            )
+        )
+        handler.addFilter(RequestIdLogFilter())
+        handler._chunkwise = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+
+
+class _ServiceCollector(Collector):
+    """Reads the cache and service counters at scrape time."""
+
+    def __init__(self, context: Callable[[], ServiceContext | None]) -> None:
+        self._context = context
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        ctx = self._context()
+        if ctx is None:
+            return
+        backend = ctx.cache.backend
+        stats = ctx.cache.stats.snapshot()
+        for name, doc in (
+            ("hits", "Latency cache hits"),
+            ("misses", "Latency cache misses"),
+            ("errors", "Latency cache backend errors (each degraded to local compute)"),
+            ("writes", "Latency cache entries written"),
+        ):
+            family = CounterMetricFamily(f"chunkwise_cache_{name}", doc, labels=["backend"])
+            family.add_metric([backend], stats[name])
+            yield family
+        evaluations = CounterMetricFamily(
+            "chunkwise_forward_evaluations", "Forward passes computed by the latency model"
+        )
+        evaluations.add_metric([], ctx.stats.forward_evaluations)
+        yield evaluations
+        responses = CounterMetricFamily(
+            "chunkwise_response_cache_hits", "Optimize responses served from the response cache"
+        )
+        responses.add_metric([], ctx.stats.response_cache_hits)
+        yield responses
+        up = GaugeMetricFamily(
+            "chunkwise_cache_up", "1 when the cache backend answered a probe", labels=["backend"]
+        )
+        up.add_metric([backend], 1.0 if ctx.cache.check().reachable else 0.0)
+        yield up
+
+
+class Metrics:
+    def __init__(self, context: Callable[[], ServiceContext | None]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "chunkwise_http_requests",
+            "HTTP requests answered",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "chunkwise_http_request_duration_seconds",
+            "HTTP request duration",
+            ["method", "route"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=self.registry,
+        )
+        self.registry.register(_ServiceCollector(context))
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).inc()
+        self.duration.labels(method, route).observe(seconds)
+
+
+class RequestContextMiddleware:
+    """Pure ASGI: request id (echoed in ``X-Request-ID``), metrics and one access log line."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = Headers(scope=scope).get(REQUEST_ID_HEADER, "")
+        request_id = incoming if _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        token = request_id_var.set(request_id)
+        status = 500
+        start = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - start
+            route = getattr(scope.get("route"), "path", None) or "<unmatched>"
+            self.metrics.observe(scope["method"], route, status, elapsed)
+            logger.info(
+                "%s %s -> %d in %.1f ms", scope["method"], scope["path"], status, elapsed * 1e3
+            )
+            request_id_var.reset(token)

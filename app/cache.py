@@ -1,0 +1,325 @@
+"""The latency cache: one interface, an in-process LRU (default) and Redis (shared by workers).
+
+Values are small JSON objects (never pickle). Callers batch their I/O: plan every key a request
+needs, fetch them with one :meth:`LatencyCache.get_many` (one ``MGET``), compute the misses and
+write them back with one :meth:`LatencyCache.set_many` (one pipeline with a TTL).
+
+A Redis failure never fails a request: the operation is answered as all-miss (reads) or dropped
+(writes), a warning is logged, the ``errors`` counter grows, :meth:`check` reports the backend
+unreachable (``/readyz`` answers 503), and after ``retry_interval_s`` the next operation tries
+again, so the client reconnects on its own once Redis is back.
+
+Key layout (versioned; bump :data:`CACHE_SCHEMA_VERSION` when the value format or the latency
+model changes)::
+
+    chunkwise:v<schema>:<kind>:<digest of app version + runner identity>:<p|d>:<conc>:<q>:<s>
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from app import __version__
+from app.core.latency import ForwardShape
+from app.settings import Settings
+
+logger = logging.getLogger("chunkwise.cache")
+
+CACHE_SCHEMA_VERSION = 1
+KEY_PREFIX = "chunkwise"
+
+JSONObject = dict[str, Any]
+
+
+def identity_digest(identity: str) -> str:
+    """Digest of everything that changes a forward's cost except its shape.
+
+    ``identity`` is the runner's stable description (model, device, parallel layout,
+    quantization, ...); the application version is mixed in so a release never reads numbers
+    produced by an older latency model.
+    """
+    payload = f"{__version__}\x00{identity}".encode()
+    return hashlib.sha256(payload).hexdigest()[:24]
+
+
+def shape_key(digest: str, shape: ForwardShape, kind: str = "lat") -> str:
+    """Cache key of one forward shape (``kind`` separates compact and full records)."""
+    phase = "d" if shape.is_decode else "p"
+    return (
+        f"{KEY_PREFIX}:v{CACHE_SCHEMA_VERSION}:{kind}:{digest}:"
+        f"{phase}:{shape.concurrency}:{shape.query_len}:{shape.seq_len}"
+    )
+
+
+def response_key(kind: str, canonical_request: str) -> str:
+    """Cache key of a whole response to a canonical (sorted-keys JSON) request."""
+    payload = f"{__version__}\x00{canonical_request}".encode()
+    return f"{KEY_PREFIX}:v{CACHE_SCHEMA_VERSION}:resp:{kind}:{hashlib.sha256(payload).hexdigest()}"
+
+
+class CacheStats:
+    """Thread-safe counters; ``/metrics`` reads them at scrape time."""
+
+    __slots__ = ("_lock", "errors", "hits", "misses", "writes")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.errors = 0
+        self.writes = 0
+
+    def add(self, *, hits: int = 0, misses: int = 0, errors: int = 0, writes: int = 0) -> None:
+        with self._lock:
+            self.hits += hits
+            self.misses += misses
+            self.errors += errors
+            self.writes += writes
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "errors": self.errors,
+                "writes": self.writes,
+            }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheHealth:
+    backend: str
+    reachable: bool
+    detail: str = ""
+
+
+@runtime_checkable
+class LatencyCache(Protocol):
+    """Batched JSON key/value store for forward-pass results."""
+
+    backend: str
+    stats: CacheStats
+
+    def get_many(self, keys: Sequence[str]) -> list[JSONObject | None]:
+        """Values for ``keys`` in order; ``None`` for a miss. Never raises for backend errors."""
+        ...
+
+    def set_many(self, items: Mapping[str, JSONObject]) -> None:
+        """Store every item (one round trip). Never raises for backend errors."""
+        ...
+
+    def check(self) -> CacheHealth:
+        """Probe the backend now (used by ``/readyz``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class MemoryLatencyCache:
+    """In-process LRU bounded by entry count. Values are stored as JSON text, like Redis."""
+
+    backend = "memory"
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
+        self.max_entries = max_entries
+        self.stats = CacheStats()
+        self._data: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get_many(self, keys: Sequence[str]) -> list[JSONObject | None]:
+        out: list[JSONObject | None] = []
+        with self._lock:
+            for key in keys:
+                raw = self._data.get(key)
+                if raw is not None:
+                    self._data.move_to_end(key)
+                out.append(_decode(raw))
+        hits = sum(value is not None for value in out)
+        self.stats.add(hits=hits, misses=len(out) - hits)
+        return out
+
+    def set_many(self, items: Mapping[str, JSONObject]) -> None:
+        encoded = _encode_all(items)
+        if not encoded:
+            return
+        with self._lock:
+            for key, raw in encoded.items():
+                self._data[key] = raw
+                self._data.move_to_end(key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+        self.stats.add(writes=len(encoded))
+
+    def check(self) -> CacheHealth:
+        return CacheHealth(backend=self.backend, reachable=True, detail=f"{len(self)} entries")
+
+    def close(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+class RedisLatencyCache:
+    """Redis backend shared by every worker; degrades to all-miss when Redis is unreachable."""
+
+    backend = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        ttl_s: int = 7 * 24 * 3600,
+        connect_timeout_s: float = 0.25,
+        socket_timeout_s: float = 0.5,
+        retry_interval_s: float = 1.0,
+    ) -> None:
+        self.url = url
+        self.ttl_s = ttl_s
+        self.retry_interval_s = retry_interval_s
+        self.stats = CacheStats()
+        # No client-side retries: one failed round trip costs at most one socket timeout.
+        self._client: redis.Redis = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=connect_timeout_s,
+            socket_timeout=socket_timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+            health_check_interval=30,
+        )
+        self._lock = threading.Lock()
+        self._down_until = 0.0
+        self._last_error = ""
+        self._reachable = True
+
+    # -- failure bookkeeping -------------------------------------------------------------
+    def _skipping(self) -> bool:
+        with self._lock:
+            return time.monotonic() < self._down_until
+
+    def _failed(self, operation: str, exc: BaseException) -> None:
+        self.stats.add(errors=1)
+        with self._lock:
+            was_reachable = self._reachable
+            self._reachable = False
+            self._last_error = f"{type(exc).__name__}: {exc}"
+            self._down_until = time.monotonic() + self.retry_interval_s
+        if was_reachable:
+            logger.warning(
+                "redis cache unreachable during %s (%s); computing locally and retrying in %.1fs",
+                operation,
+                self._last_error,
+                self.retry_interval_s,
+            )
+
+    def _succeeded(self) -> None:
+        with self._lock:
+            was_reachable = self._reachable
+            self._reachable = True
+            self._down_until = 0.0
+            self._last_error = ""
+        if not was_reachable:
+            logger.info("redis cache reachable again at %s", _redact(self.url))
+
+    # -- LatencyCache --------------------------------------------------------------------
+    def get_many(self, keys: Sequence[str]) -> list[JSONObject | None]:
+        if not keys:
+            return []
+        if self._skipping():
+            self.stats.add(misses=len(keys))
+            return [None] * len(keys)
+        try:
+            raws = self._client.mget(list(keys))
+        except (redis.RedisError, OSError) as exc:
+            self._failed("MGET", exc)
+            self.stats.add(misses=len(keys))
+            return [None] * len(keys)
+        self._succeeded()
+        out = [_decode(raw) for raw in raws]
+        hits = sum(value is not None for value in out)
+        self.stats.add(hits=hits, misses=len(out) - hits)
+        return out
+
+    def set_many(self, items: Mapping[str, JSONObject]) -> None:
+        encoded = _encode_all(items)
+        if not encoded or self._skipping():
+            return
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for key, raw in encoded.items():
+                pipe.set(key, raw, ex=self.ttl_s)
+            pipe.execute()
+        except (redis.RedisError, OSError) as exc:
+            self._failed("pipelined SET", exc)
+            return
+        self._succeeded()
+        self.stats.add(writes=len(encoded))
+
+    def check(self) -> CacheHealth:
+        try:
+            self._client.ping()
+        except (redis.RedisError, OSError) as exc:
+            self._failed("PING", exc)
+            return CacheHealth(backend=self.backend, reachable=False, detail=self._last_error)
+        self._succeeded()
+        return CacheHealth(backend=self.backend, reachable=True, detail=_redact(self.url))
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def create_cache(settings: Settings) -> LatencyCache:
+    """The backend chosen by ``APP_CACHE_BACKEND``."""
+    if settings.cache_backend == "redis":
+        return RedisLatencyCache(
+            settings.redis_url,
+            ttl_s=settings.cache_ttl_s,
+            connect_timeout_s=settings.redis_connect_timeout_s,
+            socket_timeout_s=settings.redis_socket_timeout_s,
+            retry_interval_s=settings.redis_retry_interval_s,
+        )
+    return MemoryLatencyCache(settings.cache_max_entries)
+
+
+def _encode_all(items: Mapping[str, JSONObject]) -> dict[str, str]:
+    """JSON text per key; values that are not strict JSON (NaN, inf) are not cached."""
+    out: dict[str, str] = {}
+    for key, value in items.items():
+        try:
+            out[key] = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError):
+            logger.debug("not caching %s: value is not strict JSON", key)
+    return out
+
+
+def _decode(raw: str | bytes | None) -> JSONObject | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None  # a corrupt entry is a miss; the next write replaces it
+    return value if isinstance(value, dict) else None
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for logs and health output."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from app.cache import (
+    CACHE_SCHEMA_VERSION,
+    LatencyCache,
+    MemoryLatencyCache,
+    RedisLatencyCache,
+    create_cache,
+    identity_digest,
+    shape_key,
+)
+from app.core.latency import ForwardShape
+from app.settings import Settings
+
+
+def test_keys_are_versioned_and_carry_the_shape() -> None:
+    digest = identity_digest("model=qwen3-32b|device=A2|tp=4|quant=DISABLED")
+    key = shape_key(digest, ForwardShape(is_decode=True, concurrency=64, query_len=1, seq_len=4250))
+    assert key == f"chunkwise:v{CACHE_SCHEMA_VERSION}:lat:{digest}:d:64:1:4250"
+    prefill = shape_key(
+        digest, ForwardShape(is_decode=False, concurrency=64, query_len=1, seq_len=4250)
+    )
+    assert prefill != key
+
+
+def test_digest_separates_every_identity_field() -> None:
+    base = "model=m|device=d|tp=4|quant=DISABLED"
+    assert identity_digest(base) == identity_digest(base)
+    assert identity_digest(base) != identity_digest(base.replace("tp=4", "tp=8"))
+    assert identity_digest(base) != identity_digest(base.replace("DISABLED", "W8A8_DYNAMIC"))
+
+
+def test_memory_cache_round_trip_and_stats() -> None:
+    cache = MemoryLatencyCache(max_entries=10)
+    assert isinstance(cache, LatencyCache)
+    assert cache.get_many(["a", "b"]) == [None, None]
+    cache.set_many({"a": {"latency_ms": 1.5}, "b": {"latency_ms": 2.0}})
+    assert cache.get_many(["b", "a", "c"]) == [{"latency_ms": 2.0}, {"latency_ms": 1.5}, None]
+    assert cache.stats.snapshot() == {"hits": 2, "misses": 3, "errors": 0, "writes": 2}
+
+
+def test_memory_cache_evicts_least_recently_used() -> None:
+    cache = MemoryLatencyCache(max_entries=2)
+    cache.set_many({"a": {"v": 1}, "b": {"v": 2}})
+    cache.get_many(["a"])  # a is now the most recent
+    cache.set_many({"c": {"v": 3}})
+    assert cache.get_many(["a", "b", "c"]) == [{"v": 1}, None, {"v": 3}]
+
+
+def test_values_that_are_not_strict_json_are_not_cached() -> None:
+    cache = MemoryLatencyCache()
+    cache.set_many({"nan": {"v": float("nan")}, "ok": {"v": 1.0}})
+    assert cache.get_many(["nan", "ok"]) == [None, {"v": 1.0}]
+
+
+def test_settings_select_the_backend() -> None:
+    assert isinstance(create_cache(Settings()), MemoryLatencyCache)
+    redis_cache = create_cache(Settings(cache_backend="redis", redis_url="redis://127.0.0.1:1/0"))
+    assert isinstance(redis_cache, RedisLatencyCache)
+    redis_cache.close()
