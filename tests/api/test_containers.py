@@ -1,0 +1,100 @@
+"""No Docker engine here: parse the Dockerfile and docker-compose.yml, check the essentials."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    lines: list[str] = []
+    current = ""
+    for raw in (ROOT / "docker" / "Dockerfile").read_text().splitlines():
+        stripped = raw.strip()
+        if not current and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        lines.append(current + stripped)
+        current = ""
+    out = []
+    for line in lines:
+        instruction, _, args = line.partition(" ")
+        out.append((instruction.upper(), args.strip()))
+    return out
+
+
+def stages(instructions: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for instruction, args in instructions:
+        if instruction == "FROM":
+            result.append([])
+        if result:
+            result[-1].append((instruction, args))
+    return result
+
+
+def test_dockerfile_is_multi_stage_slim_non_root_with_healthcheck() -> None:
+    instructions = dockerfile_instructions()
+    # ARG defaults are substituted into FROM lines.
+    args = dict(a.split("=", 1) for i, a in instructions if i == "ARG" and "=" in a)
+    built = stages(instructions)
+    assert len(built) >= 2, "multi-stage build expected"
+    for stage in built:
+        image = stage[0][1].split()[0]
+        for name, value in args.items():
+            image = image.replace("${" + name + "}", value)
+        assert "slim" in image or "alpine" in image, image
+    final = built[-1]
+    final_kinds = [i for i, _ in final]
+    assert any(i == "COPY" and a.startswith("--from=") for i, a in final), "copies from a stage"
+    users = [a for i, a in final if i == "USER"]
+    assert users, "final stage must set USER"
+    assert users[-1].split(":")[0] not in {"root", "0"}
+    assert "HEALTHCHECK" in final_kinds
+    healthcheck = next(a for i, a in final if i == "HEALTHCHECK")
+    assert "/healthz" in healthcheck
+    assert any(i == "EXPOSE" and "8000" in a for i, a in final)
+    cmd = json.loads(next(a for i, a in final if i == "CMD"))
+    assert cmd[:2] == ["chunkwise", "serve"]
+    assert "--workers" in cmd
+    assert cmd[cmd.index("--host") + 1] == "0.0.0.0"
+
+
+def test_dockerfile_copies_only_existing_paths() -> None:
+    for instruction, args in dockerfile_instructions():
+        if instruction == "COPY" and not args.startswith("--from="):
+            *sources, _dest = shlex.split(args)
+            for source in sources:
+                assert (ROOT / source).exists(), source
+
+
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_compose_runs_api_workers_against_a_healthy_redis() -> None:
+    services = compose()["services"]
+    redis = services["redis"]
+    assert redis["image"].startswith("redis:")
+    test = redis["healthcheck"]["test"]
+    assert "redis-cli" in test and "ping" in test
+    api = services["api"]
+    assert (ROOT / api["build"]["context"] / api["build"]["dockerfile"]).is_file()
+    assert api["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert api["environment"]["APP_CACHE_BACKEND"] == "redis"
+    assert api["environment"]["APP_REDIS_URL"].startswith("redis://redis:")
+    command = api["command"]
+    assert command[:2] == ["chunkwise", "serve"]
+    assert int(command[command.index("--workers") + 1]) >= 2
+    assert any(str(port).endswith(":8000") for port in api["ports"])
