@@ -1,0 +1,736 @@
+"""Serving simulation of one engine instance: group-level time simulation and closed-form waves.
+
+Three phases, so the latency model sees every distinct forward shape at most once per call and a
+cache can fetch all shapes in one round trip:
+
+1. **plan** — run the scheduler over request *groups* (no clock needed: decisions depend on
+   counts only) and record *runs*: consecutive steps with the same decision. A run of identical
+   states (for example decode-only steps until the next request finishes, or one request walking
+   through its chunks) is taken in one move, so cost follows scheduling decisions, not tokens;
+2. **evaluate** — the plan's unique :class:`ForwardShape` s go to the latency model once each;
+3. **replay** — walk the runs, advance the clock, and accumulate TTFT, TPOT and the makespan.
+
+Semantics follow the RFC and DIGEST: ``N`` requests arrive at ``t = 0``; a request's first token
+is emitted by the step that completes its last chunk; decode steps emit one token per request;
+finished decode groups leave, the others re-queue behind groups promoted from prefill.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from app.core.chunking import MAX_LENGTH_TOKENS, PrefillChunk, prefill_chunk_plan
+from app.core.errors import InvalidParameterError, SimulationError
+from app.core.latency import ForwardShape, LatencyModel
+from app.core.scheduler import DecodeFirstWithSlack, Scheduler, SchedulerState, StepDecision
+
+Method = Literal["time_simulation", "closed_form_waves"]
+TIME_SIMULATION: Method = "time_simulation"
+CLOSED_FORM_WAVES: Method = "closed_form_waves"
+
+MS_PER_S = 1000.0
+#: Upper bound on concurrent requests of one replica; keeps a single simulation bounded.
+MAX_CONCURRENCY = 1_000_000
+
+
+@runtime_checkable
+class BatchLatencyModel(Protocol):
+    """Optional batch interface: latencies of many shapes in one call (one cache round trip)."""
+
+    def forward_latencies_ms(
+        self, shapes: Sequence[ForwardShape]
+    ) -> Mapping[ForwardShape, float]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRun:
+    """``repeat`` consecutive steps that share one decision.
+
+    With ``p_step > 0`` step ``i`` of the run prefills chunk ``chunk_index + i`` of the same
+    ``p_step`` requests (a request walking through its chunks); with ``p_step == 0`` the run is
+    decode-only. ``first_tokens`` requests emit their first token and ``finished`` requests
+    complete at the end of the run's last step; nothing else changes inside a run.
+    """
+
+    p_step: int
+    chunk_index: int
+    d_step: int
+    repeat: int
+    first_tokens: int
+    finished: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulationPlan:
+    """The scheduling decisions of one simulation, before any latency is known."""
+
+    chunk_plan: tuple[PrefillChunk, ...]
+    concurrency: int
+    output_length: int
+    max_batched_tokens: int
+    decode_query_len: int
+    decode_seq_len: int
+    runs: tuple[StepRun, ...]
+
+    def prefill_shape(self, p_step: int, chunk_index: int) -> ForwardShape:
+        chunk = self.chunk_plan[chunk_index]
+        return ForwardShape(
+            is_decode=False, concurrency=p_step, query_len=chunk.query_len, seq_len=chunk.seq_len
+        )
+
+    def decode_shape(self, d_step: int) -> ForwardShape:
+        return ForwardShape(
+            is_decode=True,
+            concurrency=d_step,
+            query_len=self.decode_query_len,
+            seq_len=self.decode_seq_len,
+        )
+
+    @property
+    def shapes(self) -> tuple[ForwardShape, ...]:
+        """Every distinct forward shape the plan needs, sorted."""
+        decode_steps: set[int] = set()
+        prefill_steps: set[tuple[int, int]] = set()
+        for run in self.runs:
+            if run.d_step:
+                decode_steps.add(run.d_step)
+            if run.p_step:
+                start = run.chunk_index
+                prefill_steps.update((run.p_step, k) for k in range(start, start + run.repeat))
+        shapes = [self.decode_shape(d) for d in decode_steps]
+        shapes.extend(self.prefill_shape(p, k) for p, k in prefill_steps)
+        return tuple(sorted(shapes))
+
+    @property
+    def steps(self) -> int:
+        return sum(run.repeat for run in self.runs)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    """One entry of the step timeline (``repeat`` identical consecutive steps)."""
+
+    start_ms: float
+    step_ms: float
+    repeat: int
+    p_step: int
+    prefill_shape: ForwardShape | None
+    prefill_ms: float
+    d_step: int
+    decode_shape: ForwardShape | None
+    decode_ms: float
+    first_tokens: int
+    finished: int
+
+    @property
+    def end_ms(self) -> float:
+        return self.start_ms + self.step_ms * self.repeat
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulationResult:
+    """Metrics of one replica serving ``concurrency`` requests that arrive at ``t = 0``."""
+
+    method: Method
+    concurrency: int
+    ttft_ms: float
+    tpot_ms: float
+    makespan_ms: float
+    output_throughput: float  # output tokens / s
+    request_throughput: float  # requests / s
+    prefill_num_chunks: int
+    steps: int
+    forward_evaluations: int
+    timeline: tuple[StepRecord, ...] | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# validation
+
+
+def _check_int(name: str, value: object, minimum: int, maximum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise InvalidParameterError(name, value, f"an integer in [{minimum}, {maximum}]")
+    return value
+
+
+def _check_common(
+    chunk_plan: Sequence[PrefillChunk],
+    concurrency: int,
+    output_length: int,
+    max_batched_tokens: int,
+    input_length: int | None,
+    num_mtp_tokens: int,
+) -> tuple[tuple[PrefillChunk, ...], int]:
+    _check_int("concurrency", concurrency, 1, MAX_CONCURRENCY)
+    _check_int("output_length", output_length, 1, MAX_LENGTH_TOKENS)
+    _check_int("max_batched_tokens", max_batched_tokens, 1, MAX_LENGTH_TOKENS)
+    _check_int("num_mtp_tokens", num_mtp_tokens, 0, 16)
+    plan = tuple(chunk_plan)
+    if not plan:
+        raise InvalidParameterError("chunk_plan", plan, "a non-empty chunk plan")
+    expected = prefill_chunk_plan(plan[-1].seq_len, max_batched_tokens)
+    if plan != expected:
+        raise InvalidParameterError(
+            "chunk_plan",
+            [c.query_len for c in plan],
+            f"the plan of {plan[-1].seq_len} tokens in chunks of max_batched_tokens="
+            f"{max_batched_tokens}",
+        )
+    effective = plan[-1].seq_len
+    if input_length is None:
+        input_length = effective
+    _check_int("input_length", input_length, effective, MAX_LENGTH_TOKENS)
+    return plan, input_length
+
+
+# --------------------------------------------------------------------------------------------
+# phase 1: plan
+
+
+class _DecodeGroup:
+    """Requests that emitted their first token together and advance together.
+
+    Effective remaining tokens = ``rem_base - shift`` where ``shift`` counts the steps in which
+    every decode request advanced (those cost O(1) for all groups at once).
+    """
+
+    __slots__ = ("alive", "count", "rem_base")
+
+    def __init__(self, count: int, rem_base: int) -> None:
+        self.count = count
+        self.rem_base = rem_base
+        self.alive = True
+
+
+def _decide(scheduler: Scheduler, state: SchedulerState) -> StepDecision:
+    decision = scheduler.decide(state)
+    p_step, d_step = decision.p_step, decision.d_step
+    for name, value, upper in (
+        ("p_step", p_step, state.pending_prefill),
+        ("d_step", d_step, state.ready_decode),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= upper:
+            raise SimulationError(
+                f"scheduler {scheduler.name!r} returned {name}={value!r} for {state}; "
+                f"it must be an integer in [0, {upper}]"
+            )
+    if p_step == 0 and d_step == 0:
+        raise SimulationError(
+            f"scheduler {scheduler.name!r} made no progress (p_step = d_step = 0) for {state}"
+        )
+    return decision
+
+
+def plan_chunked_prefill(
+    chunk_plan: Sequence[PrefillChunk],
+    concurrency: int,
+    output_length: int,
+    max_batched_tokens: int,
+    scheduler: Scheduler | None = None,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+) -> SimulationPlan:
+    """Phase 1: the scheduling decisions of the time simulation, as runs of identical steps."""
+    plan, input_length = _check_common(
+        chunk_plan, concurrency, output_length, max_batched_tokens, input_length, num_mtp_tokens
+    )
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    num_chunks = len(plan)
+    last_chunk = num_chunks - 1
+    decode_tokens = output_length - 1  # tokens left after the first one
+    continue_first = scheduler.prefill_order == "continue_first"
+    stateless = scheduler.stateless
+    memo: dict[tuple[int, int, int], StepDecision] = {}
+
+    # First index of the run of equal-length chunks that each chunk belongs to ends at:
+    # chain_end[k] = last index j >= k with plan[j].query_len == plan[k].query_len.
+    chain_end = [0] * num_chunks
+    for k in range(last_chunk, -1, -1):
+        same_next = k < last_chunk and plan[k + 1].query_len == plan[k].query_len
+        chain_end[k] = chain_end[k + 1] if same_next else k
+
+    pending: deque[list[int]] = deque([[concurrency, 0]])  # [count, chunk_index]
+    decode: deque[_DecodeGroup] = deque()
+    heap: list[tuple[int, int, _DecodeGroup]] = []  # (rem_base, tiebreak, group)
+    tiebreak = 0
+    shift = 0
+    ready = 0
+    done = 0
+    runs: list[StepRun] = []
+
+    def push(group: _DecodeGroup) -> None:
+        nonlocal tiebreak
+        tiebreak += 1
+        heapq.heappush(heap, (group.rem_base, tiebreak, group))
+
+    def min_remaining() -> int:
+        """Fewest tokens any live decode group still has to emit (-1 when none is left)."""
+        while heap:
+            rem_base, _, group = heap[0]
+            if group.alive and group.rem_base == rem_base:
+                return rem_base - shift
+            heapq.heappop(heap)
+        return -1
+
+    while done < concurrency:
+        if pending:
+            pend, chunk_index = pending[0]
+            chunk_query_len = plan[chunk_index].query_len
+        else:
+            pend, chunk_index, chunk_query_len = 0, -1, max_batched_tokens
+        state_key = (ready, pend, chunk_query_len)
+        decision = memo.get(state_key) if stateless else None
+        if decision is None:
+            decision = _decide(
+                scheduler, SchedulerState(ready, pend, chunk_query_len, max_batched_tokens)
+            )
+            if stateless:
+                memo[state_key] = decision
+        p_step, d_step = decision.p_step, decision.d_step
+        all_advance = d_step == ready
+
+        # How many identical steps can be taken in one move.
+        repeat = 1
+        if stateless and all_advance:
+            if p_step == 0:
+                repeat = min_remaining()
+            elif p_step == pend and (continue_first or len(pending) == 1):
+                repeat = chain_end[chunk_index] - chunk_index + 1
+                if ready:
+                    repeat = min(repeat, min_remaining())
+
+        finished_now = 0
+        # Decode: select from the front (all of them when all advance).
+        selected: list[_DecodeGroup] = []
+        if d_step and all_advance:
+            shift += repeat
+        elif d_step:
+            need = d_step
+            while need:
+                group = decode.popleft()
+                if not group.alive:
+                    continue
+                if group.count > need:
+                    group.count -= need
+                    decode.appendleft(group)
+                    group = _DecodeGroup(need, group.rem_base)
+                need -= group.count
+                group.rem_base -= 1
+                push(group)
+                selected.append(group)
+
+        # Prefill: the front group advances ``repeat`` chunks.
+        first_tokens = 0
+        if p_step:
+            front = pending[0]
+            end_chunk = chunk_index + repeat - 1
+            if front[0] == p_step:
+                pending.popleft()
+            else:
+                front[0] -= p_step
+            if end_chunk == last_chunk:
+                first_tokens = p_step
+                if decode_tokens == 0:
+                    finished_now += p_step
+                else:
+                    promoted = _DecodeGroup(p_step, decode_tokens + shift)
+                    push(promoted)
+                    if all_advance:
+                        decode.appendleft(promoted)
+                    else:
+                        decode.append(promoted)
+                    ready += p_step
+            else:
+                advanced = [p_step, end_chunk + 1]
+                if continue_first:
+                    if pending and pending[0][1] == advanced[1]:
+                        pending[0][0] += p_step
+                    else:
+                        pending.appendleft(advanced)
+                elif pending and pending[-1][1] == advanced[1]:
+                    pending[-1][0] += p_step
+                else:
+                    pending.append(advanced)
+
+        # Decode bookkeeping: finished groups leave, the others re-queue at the back.
+        if d_step and all_advance:
+            while min_remaining() == 0:
+                _, _, group = heapq.heappop(heap)
+                group.alive = False
+                finished_now += group.count
+                ready -= group.count
+        for group in selected:
+            if group.rem_base - shift == 0:
+                group.alive = False
+                finished_now += group.count
+                ready -= group.count
+            else:
+                decode.append(group)
+
+        done += finished_now
+        runs.append(
+            StepRun(
+                p_step=p_step,
+                chunk_index=chunk_index if p_step else -1,
+                d_step=d_step,
+                repeat=repeat,
+                first_tokens=first_tokens,
+                finished=finished_now,
+            )
+        )
+
+    return SimulationPlan(
+        chunk_plan=plan,
+        concurrency=concurrency,
+        output_length=output_length,
+        max_batched_tokens=max_batched_tokens,
+        decode_query_len=1 + num_mtp_tokens,
+        decode_seq_len=input_length + output_length // 2 + 1 + num_mtp_tokens,
+        runs=tuple(runs),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# phase 2: evaluate
+
+
+def evaluate_shapes(
+    shapes: Sequence[ForwardShape], latency: LatencyModel
+) -> dict[ForwardShape, float]:
+    """Latency of each distinct shape, asking the model once per shape (or once in all)."""
+    unique = tuple(dict.fromkeys(shapes))
+    if isinstance(latency, BatchLatencyModel):
+        found = latency.forward_latencies_ms(unique)
+        values = {shape: float(found[shape]) for shape in unique}
+    else:
+        values = {}
+        for shape in unique:
+            method = latency.decode_ms if shape.is_decode else latency.prefill_ms
+            values[shape] = float(method(shape.concurrency, shape.query_len, shape.seq_len))
+    for shape, value in values.items():
+        if not value >= 0.0 or value == float("inf"):
+            raise SimulationError(f"latency model returned {value!r} ms for {shape}")
+    return values
+
+
+# --------------------------------------------------------------------------------------------
+# phase 3: replay
+
+
+def replay_chunked_prefill(
+    plan: SimulationPlan,
+    latencies: Mapping[ForwardShape, float],
+    scheduler: Scheduler | None = None,
+    *,
+    record_steps: bool = False,
+) -> SimulationResult:
+    """Phase 3: advance the clock over the planned runs and compute the metrics."""
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    t_ms = 0.0
+    first_token_sum = 0.0
+    finish_sum = 0.0
+    makespan_ms = 0.0
+    timeline: list[StepRecord] = []
+    decode_ms: dict[int, float] = {0: 0.0}
+    prefill_ms: dict[tuple[int, int], float] = {}
+    for run in plan.runs:
+        d_ms = decode_ms.get(run.d_step)
+        if d_ms is None:
+            d_ms = decode_ms[run.d_step] = latencies[plan.decode_shape(run.d_step)]
+        if run.p_step:
+            for i in range(run.repeat):
+                key = (run.p_step, run.chunk_index + i)
+                p_ms = prefill_ms.get(key)
+                if p_ms is None:
+                    p_ms = prefill_ms[key] = latencies[plan.prefill_shape(*key)]
+                step_ms = scheduler.step_latency(p_ms, d_ms)
+                if record_steps:
+                    last = i == run.repeat - 1
+                    timeline.append(
+                        StepRecord(
+                            start_ms=t_ms,
+                            step_ms=step_ms,
+                            repeat=1,
+                            p_step=run.p_step,
+                            prefill_shape=plan.prefill_shape(*key),
+                            prefill_ms=p_ms,
+                            d_step=run.d_step,
+                            decode_shape=plan.decode_shape(run.d_step) if run.d_step else None,
+                            decode_ms=d_ms,
+                            first_tokens=run.first_tokens if last else 0,
+                            finished=run.finished if last else 0,
+                        )
+                    )
+                t_ms += step_ms
+        else:
+            step_ms = scheduler.step_latency(0.0, d_ms)
+            if record_steps:
+                timeline.append(
+                    StepRecord(
+                        start_ms=t_ms,
+                        step_ms=step_ms,
+                        repeat=run.repeat,
+                        p_step=0,
+                        prefill_shape=None,
+                        prefill_ms=0.0,
+                        d_step=run.d_step,
+                        decode_shape=plan.decode_shape(run.d_step) if run.d_step else None,
+                        decode_ms=d_ms,
+                        first_tokens=run.first_tokens,
+                        finished=run.finished,
+                    )
+                )
+            t_ms += step_ms * run.repeat
+        first_token_sum += run.first_tokens * t_ms
+        if run.finished:
+            finish_sum += run.finished * t_ms
+            makespan_ms = t_ms
+    n = plan.concurrency
+    decode_tokens = plan.output_length - 1
+    tpot_ms = (finish_sum - first_token_sum) / n / decode_tokens if decode_tokens else 0.0
+    return SimulationResult(
+        method=TIME_SIMULATION,
+        concurrency=n,
+        ttft_ms=first_token_sum / n,
+        tpot_ms=max(tpot_ms, 0.0),
+        makespan_ms=makespan_ms,
+        output_throughput=_per_s(n * plan.output_length, makespan_ms),
+        request_throughput=_per_s(n, makespan_ms),
+        prefill_num_chunks=len(plan.chunk_plan),
+        steps=plan.steps,
+        forward_evaluations=len(latencies),
+        timeline=tuple(timeline) if record_steps else None,
+    )
+
+
+def _per_s(count: int, elapsed_ms: float) -> float:
+    return MS_PER_S * count / elapsed_ms if elapsed_ms > 0 else 0.0
+
+
+def simulate_chunked_prefill(
+    chunk_plan: Sequence[PrefillChunk],
+    concurrency: int,
+    output_length: int,
+    max_batched_tokens: int,
+    latency: LatencyModel,
+    scheduler: Scheduler | None = None,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+    record_steps: bool = False,
+) -> SimulationResult:
+    """Time simulation of ``concurrency`` requests arriving at ``t = 0`` on one replica."""
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    sim_plan = plan_chunked_prefill(
+        chunk_plan,
+        concurrency,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        input_length=input_length,
+        num_mtp_tokens=num_mtp_tokens,
+    )
+    latencies = evaluate_shapes(sim_plan.shapes, latency)
+    return replay_chunked_prefill(sim_plan, latencies, scheduler, record_steps=record_steps)
+
+
+# --------------------------------------------------------------------------------------------
+# closed-form waves (K == 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WavesPlan:
+    """Shapes of the closed-form path: full prefill waves, the remainder wave, one decode."""
+
+    effective_input_length: int
+    concurrency: int
+    output_length: int
+    per_wave: int
+    full_waves: int
+    remainder: int
+    decode: ForwardShape
+
+    def wave_shape(self, requests: int) -> ForwardShape:
+        e = self.effective_input_length
+        return ForwardShape(is_decode=False, concurrency=requests, query_len=e, seq_len=e)
+
+    @property
+    def shapes(self) -> tuple[ForwardShape, ...]:
+        shapes = [self.decode]
+        if self.full_waves:
+            shapes.append(self.wave_shape(self.per_wave))
+        if self.remainder:
+            shapes.append(self.wave_shape(self.remainder))
+        return tuple(sorted(set(shapes)))
+
+
+def plan_closed_form_waves(
+    effective_input_length: int,
+    concurrency: int,
+    output_length: int,
+    max_batched_tokens: int,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+) -> WavesPlan:
+    chunk_plan = prefill_chunk_plan(effective_input_length, max_batched_tokens)
+    if len(chunk_plan) != 1:
+        raise InvalidParameterError(
+            "effective_input_length",
+            effective_input_length,
+            f"<= max_batched_tokens={max_batched_tokens} for the closed-form waves (K == 1)",
+        )
+    _, input_length = _check_common(
+        chunk_plan, concurrency, output_length, max_batched_tokens, input_length, num_mtp_tokens
+    )
+    per_wave = max_batched_tokens // effective_input_length
+    query_len = 1 + num_mtp_tokens
+    return WavesPlan(
+        effective_input_length=effective_input_length,
+        concurrency=concurrency,
+        output_length=output_length,
+        per_wave=per_wave,
+        full_waves=concurrency // per_wave,
+        remainder=concurrency % per_wave,
+        decode=ForwardShape(
+            is_decode=True,
+            concurrency=concurrency,
+            query_len=query_len,
+            seq_len=input_length + output_length // 2 + query_len,
+        ),
+    )
+
+
+def replay_closed_form_waves(
+    plan: WavesPlan, latencies: Mapping[ForwardShape, float]
+) -> SimulationResult:
+    """The RFC's compatibility formulas (DIGEST "Single chunk")."""
+    c, n, r = plan.concurrency, plan.full_waves, plan.remainder
+    lp = latencies[plan.wave_shape(plan.per_wave)] if n else 0.0
+    lr = latencies[plan.wave_shape(r)] if r else 0.0
+    ld = latencies[plan.decode]
+    ttft_ms = (plan.per_wave * lp * n * (n + 1) / 2 + (n * lp + lr) * r) / c
+    e2e_ms = ttft_ms + ld * plan.output_length
+    return SimulationResult(
+        method=CLOSED_FORM_WAVES,
+        concurrency=c,
+        ttft_ms=ttft_ms,
+        tpot_ms=e2e_ms / plan.output_length,
+        makespan_ms=e2e_ms,
+        output_throughput=_per_s(plan.output_length * c, e2e_ms),
+        request_throughput=_per_s(c, e2e_ms),
+        prefill_num_chunks=1,
+        steps=n + (1 if r else 0) + plan.output_length,
+        forward_evaluations=len(latencies),
+    )
+
+
+def closed_form_waves(
+    effective_input_length: int,
+    concurrency: int,
+    output_length: int,
+    max_batched_tokens: int,
+    latency: LatencyModel,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+) -> SimulationResult:
+    """Closed-form prefill waves then decode, valid when the prompt fits in one chunk."""
+    plan = plan_closed_form_waves(
+        effective_input_length,
+        concurrency,
+        output_length,
+        max_batched_tokens,
+        input_length=input_length,
+        num_mtp_tokens=num_mtp_tokens,
+    )
+    return replay_closed_form_waves(plan, evaluate_shapes(plan.shapes, latency))
+
+
+# --------------------------------------------------------------------------------------------
+# single entry point
+
+
+AnyPlan = SimulationPlan | WavesPlan
+
+
+def plan_serving(
+    chunk_plan: Sequence[PrefillChunk],
+    concurrency: int,
+    output_length: int,
+    max_batched_tokens: int,
+    scheduler: Scheduler | None = None,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+    force_simulation: bool = False,
+) -> AnyPlan:
+    """Pick the method by chunk count (K == 1 -> closed-form waves unless forced) and plan it."""
+    plan = tuple(chunk_plan)
+    if len(plan) == 1 and not force_simulation:
+        return plan_closed_form_waves(
+            plan[0].seq_len if plan else 0,
+            concurrency,
+            output_length,
+            max_batched_tokens,
+            input_length=input_length,
+            num_mtp_tokens=num_mtp_tokens,
+        )
+    return plan_chunked_prefill(
+        plan,
+        concurrency,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        input_length=input_length,
+        num_mtp_tokens=num_mtp_tokens,
+    )
+
+
+def replay(
+    plan: AnyPlan,
+    latencies: Mapping[ForwardShape, float],
+    scheduler: Scheduler | None = None,
+    *,
+    record_steps: bool = False,
+) -> SimulationResult:
+    if isinstance(plan, WavesPlan):
+        return replay_closed_form_waves(plan, latencies)
+    return replay_chunked_prefill(plan, latencies, scheduler, record_steps=record_steps)
+
+
+def simulate(
+    chunk_plan: Sequence[PrefillChunk],
+    concurrency: int,
+    output_length: int,
+    max_batched_tokens: int,
+    latency: LatencyModel,
+    scheduler: Scheduler | None = None,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+    force_simulation: bool = False,
+    record_steps: bool = False,
+) -> SimulationResult:
+    """Single entry point: closed-form waves for K == 1, time simulation for K > 1 (or forced).
+
+    ``result.method`` says which one ran.
+    """
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    plan = plan_serving(
+        chunk_plan,
+        concurrency,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        input_length=input_length,
+        num_mtp_tokens=num_mtp_tokens,
+        force_simulation=force_simulation,
+    )
+    return replay(plan, evaluate_shapes(plan.shapes, latency), scheduler, record_steps=record_steps)
