@@ -1,0 +1,367 @@
+"""Shared pieces of the optimizers: result rows, probes, layouts, the concurrency search."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from app.core.chunking import OptimizerData
+from app.core.errors import InvalidParameterError
+from app.core.latency import ForwardShape, ServingModel
+from app.core.parallel import ParallelLayout
+from app.core.simulation import BatchLatencyModel, evaluate_shapes
+
+#: Default and hard cap of the per-replica batch size a search may probe.
+DEFAULT_MAX_BATCH_SIZE = 4096
+MAX_BATCH_SIZE_LIMIT = 65_536
+
+ServingFactory = Callable[[ParallelLayout], ServingModel]
+ProbeFunction = Callable[[int], "Probe"]
+
+
+@runtime_checkable
+class MemoryBreakdownModel(Protocol):
+    """Optional: the memory picture (GB per device) behind ``memory_left_gb``."""
+
+    def memory_breakdown_gb(
+        self, is_decode: bool, concurrency: int, query_len: int, seq_len: int
+    ) -> Mapping[str, float]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deployment:
+    """Labels echoed in every row."""
+
+    model: str
+    device: str
+    quantization: str = "bf16"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """One evaluated (layout, batch size) point of a search."""
+
+    layout: ParallelLayout
+    batch_size: int
+    concurrency: int
+    feasible: bool
+    reason: str | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    throughput_tokens_s: float
+    request_throughput: float
+    memory_left_gb: float
+    method: str
+
+    @property
+    def throughput_per_device(self) -> float:
+        return self.throughput_tokens_s / self.layout.num_devices
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultRow:
+    """A ranked configuration with every field the RFC lists."""
+
+    device: str
+    num_devices: int
+    model: str
+    quantization: str
+    input_length: int
+    output_length: int
+    effective_input_length: int
+    max_batched_tokens: int
+    prefill_num_chunks: int
+    concurrency: int
+    batch_size: int
+    ttft_ms: float | None
+    tpot_ms: float | None
+    throughput_tokens_s: float
+    throughput_per_device: float
+    request_throughput: float
+    parallel: str
+    tp: int
+    dp: int
+    ep: int
+    pp: int
+    memory_left_gb: float
+    memory_gb: Mapping[str, float]
+    method: str
+    throughput_kind: str  # "output" (agg, decode) or "input" (prefill)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OptimizeResult:
+    """Ranked best rows (one per feasible layout), every probe, and why layouts failed."""
+
+    mode: str
+    rows: tuple[ResultRow, ...]
+    probes: tuple[Probe, ...]
+    infeasible: Mapping[str, str]
+    forward_evaluations: int
+
+    @property
+    def best(self) -> ResultRow | None:
+        return self.rows[0] if self.rows else None
+
+
+def enumerate_layouts(
+    num_devices: int,
+    tp_sizes: Sequence[int] | None = None,
+    ep_sizes: Sequence[int] | None = None,
+) -> tuple[ParallelLayout, ...]:
+    """Layouts with ``tp * dp == num_devices``; default TP sizes are the powers of two dividing it.
+
+    ``ep_sizes`` (MoE) default to ``(1,)``; an EP size must divide ``num_devices``.
+    """
+    if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
+        raise InvalidParameterError("num_devices", num_devices, "an integer >= 1")
+    if tp_sizes is None:
+        tp_sizes = [
+            t for t in (1 << i for i in range(num_devices.bit_length())) if t <= num_devices
+        ]
+        tp_sizes = [t for t in tp_sizes if num_devices % t == 0]
+    eps = (1,) if ep_sizes is None else tuple(ep_sizes)
+    layouts: list[ParallelLayout] = []
+    for tp in dict.fromkeys(tp_sizes):
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1 or num_devices % tp:
+            raise InvalidParameterError(
+                "tp_sizes", list(tp_sizes), f"integers >= 1 that divide num_devices={num_devices}"
+            )
+        for ep in dict.fromkeys(eps):
+            if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1 or num_devices % ep:
+                raise InvalidParameterError(
+                    "ep_sizes", list(eps), f"integers >= 1 that divide num_devices={num_devices}"
+                )
+            layouts.append(ParallelLayout(tp=tp, dp=num_devices // tp, ep=ep))
+    if not layouts:
+        raise InvalidParameterError("tp_sizes", list(tp_sizes), "a non-empty list")
+    return tuple(layouts)
+
+
+class MemoLatency:
+    """Wraps a serving model so each distinct shape is evaluated once per optimizer call."""
+
+    def __init__(self, model: ServingModel) -> None:
+        self.model = model
+        self.latency_ms: dict[ForwardShape, float] = {}
+        self.memory_left: dict[ForwardShape, float] = {}
+
+    def forward_latencies_ms(self, shapes: Sequence[ForwardShape]) -> Mapping[ForwardShape, float]:
+        missing = [s for s in dict.fromkeys(shapes) if s not in self.latency_ms]
+        if missing:
+            if isinstance(self.model, BatchLatencyModel):
+                found = self.model.forward_latencies_ms(missing)
+                self.latency_ms.update((s, float(found[s])) for s in missing)
+            else:
+                self.latency_ms.update(evaluate_shapes(missing, self.model))
+        return {s: self.latency_ms[s] for s in shapes}
+
+    def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        shape = ForwardShape(
+            is_decode=False, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+        )
+        return self.forward_latencies_ms([shape])[shape]
+
+    def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        shape = ForwardShape(
+            is_decode=True, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+        )
+        return self.forward_latencies_ms([shape])[shape]
+
+    def memory_left_gb(self, shape: ForwardShape) -> float:
+        value = self.memory_left.get(shape)
+        if value is None:
+            value = self.memory_left[shape] = float(
+                self.model.memory_left_gb(
+                    shape.is_decode, shape.concurrency, shape.query_len, shape.seq_len
+                )
+            )
+        return value
+
+    def memory_breakdown_gb(self, shape: ForwardShape) -> Mapping[str, float]:
+        if isinstance(self.model, MemoryBreakdownModel):
+            return dict(
+                self.model.memory_breakdown_gb(
+                    shape.is_decode, shape.concurrency, shape.query_len, shape.seq_len
+                )
+            )
+        return {}
+
+    @property
+    def evaluations(self) -> int:
+        return len(self.latency_ms)
+
+
+def out_of_memory_probe(layout: ParallelLayout, batch_size: int, left_gb: float) -> Probe:
+    """An infeasible probe: the forward does not fit in device memory (nothing simulated)."""
+    return Probe(
+        layout=layout,
+        batch_size=batch_size,
+        concurrency=batch_size * layout.dp,
+        feasible=False,
+        reason=f"memory: {left_gb:.2f} GB left per device",
+        ttft_ms=None,
+        tpot_ms=None,
+        throughput_tokens_s=0.0,
+        request_throughput=0.0,
+        memory_left_gb=left_gb,
+        method="none",
+    )
+
+
+def check_max_batch_size(max_batch_size: int) -> int:
+    if (
+        not isinstance(max_batch_size, int)
+        or isinstance(max_batch_size, bool)
+        or not 1 <= max_batch_size <= MAX_BATCH_SIZE_LIMIT
+    ):
+        raise InvalidParameterError(
+            "max_batch_size", max_batch_size, f"an integer in [1, {MAX_BATCH_SIZE_LIMIT}]"
+        )
+    return max_batch_size
+
+
+def search_batch_sizes(evaluate: Callable[[int], Probe], max_batch_size: int) -> list[Probe]:
+    """Probe 1, 2, 4, ... until infeasible (or the cap), then binary-search the boundary.
+
+    Every probe is memoised and returned in the order evaluated. Feasibility is assumed
+    monotone in the batch size (more requests never make a probe feasible again).
+    """
+    probes: dict[int, Probe] = {}
+
+    def probe(batch_size: int) -> Probe:
+        if batch_size not in probes:
+            probes[batch_size] = evaluate(batch_size)
+        return probes[batch_size]
+
+    lo, hi = 0, None  # lo: largest feasible so far, hi: smallest infeasible so far
+    batch_size = 1
+    while batch_size <= max_batch_size:
+        if probe(batch_size).feasible:
+            lo = batch_size
+            if batch_size == max_batch_size:
+                break
+            batch_size = min(batch_size * 2, max_batch_size)
+        else:
+            hi = batch_size
+            break
+    if lo and hi is not None:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if probe(mid).feasible:
+                lo = mid
+            else:
+                hi = mid
+    return list(probes.values())
+
+
+def make_row(
+    data: OptimizerData,
+    deployment: Deployment,
+    probe: Probe,
+    memory_gb: Mapping[str, float],
+    throughput_kind: str,
+) -> ResultRow:
+    layout = probe.layout
+    return ResultRow(
+        device=deployment.device,
+        num_devices=layout.num_devices,
+        model=deployment.model,
+        quantization=deployment.quantization,
+        input_length=data.input_length,
+        output_length=data.output_length,
+        effective_input_length=data.effective_input_length,
+        max_batched_tokens=data.max_batched_tokens,
+        prefill_num_chunks=data.prefill_num_chunks,
+        concurrency=probe.concurrency,
+        batch_size=probe.batch_size,
+        ttft_ms=probe.ttft_ms,
+        tpot_ms=probe.tpot_ms,
+        throughput_tokens_s=probe.throughput_tokens_s,
+        throughput_per_device=probe.throughput_per_device,
+        request_throughput=probe.request_throughput,
+        parallel=layout.label,
+        tp=layout.tp,
+        dp=layout.dp,
+        ep=layout.ep,
+        pp=layout.pp,
+        memory_left_gb=probe.memory_left_gb,
+        memory_gb=memory_gb,
+        method=probe.method,
+        throughput_kind=throughput_kind,
+    )
+
+
+def rank_rows(rows: Iterable[ResultRow]) -> tuple[ResultRow, ...]:
+    """Highest throughput first; ties by lower TTFT, then lower TPOT, then fewer TP ranks."""
+    return tuple(
+        sorted(
+            rows,
+            key=lambda r: (
+                -r.throughput_tokens_s,
+                r.ttft_ms if r.ttft_ms is not None else 0.0,
+                r.tpot_ms if r.tpot_ms is not None else 0.0,
+                r.tp,
+                r.ep,
+            ),
+        )
+    )
+
+
+def best_probe(probes: Iterable[Probe]) -> Probe | None:
+    feasible = [p for p in probes if p.feasible]
+    if not feasible:
+        return None
+    return max(feasible, key=lambda p: (p.throughput_tokens_s, -p.batch_size))
+
+
+def run_layout_searches(
+    mode: str,
+    data: OptimizerData,
+    deployment: Deployment,
+    layouts: Sequence[ParallelLayout],
+    serving_for: ServingFactory,
+    evaluate_for: Callable[
+        [ParallelLayout, MemoLatency], tuple[Callable[[int], Probe], ForwardShape]
+    ],
+    throughput_kind: str,
+    max_batch_size: int,
+) -> OptimizeResult:
+    """Search every layout, keep each layout's best probe as a row, rank the rows.
+
+    ``evaluate_for`` returns the probe function of a layout and the shape whose memory picture
+    describes a row (called with the row's batch size substituted).
+    """
+    check_max_batch_size(max_batch_size)
+    rows: list[ResultRow] = []
+    all_probes: list[Probe] = []
+    infeasible: dict[str, str] = {}
+    evaluations = 0
+    for layout in layouts:
+        memo = MemoLatency(serving_for(layout))
+        evaluate, memory_shape = evaluate_for(layout, memo)
+        probes = search_batch_sizes(evaluate, max_batch_size)
+        all_probes.extend(probes)
+        evaluations += memo.evaluations
+        best = best_probe(probes)
+        if best is None:
+            first = probes[0]
+            infeasible[layout.label] = first.reason or "infeasible"
+            continue
+        shape = ForwardShape(
+            is_decode=memory_shape.is_decode,
+            concurrency=best.batch_size,
+            query_len=memory_shape.query_len,
+            seq_len=memory_shape.seq_len,
+        )
+        rows.append(
+            make_row(data, deployment, best, memo.memory_breakdown_gb(shape), throughput_kind)
+        )
+    return OptimizeResult(
+        mode=mode,
+        rows=rank_rows(rows),
+        probes=tuple(all_probes),
+        infeasible=infeasible,
+        forward_evaluations=evaluations,
+    )

@@ -1,0 +1,174 @@
+"""Test doubles for the engine: latency models and a per-request reference simulator."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from itertools import takewhile
+
+from app.core.chunking import PrefillChunk
+from app.core.latency import ForwardShape
+from app.core.scheduler import Scheduler, SchedulerState, StepDecision
+
+
+class ConstantLatency:
+    """Every forward costs the same; counts the shapes it is asked for."""
+
+    def __init__(self, prefill_ms: float = 1.0, decode_ms: float = 1.0) -> None:
+        self._prefill_ms = prefill_ms
+        self._decode_ms = decode_ms
+        self.calls: Counter[ForwardShape] = Counter()
+
+    def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        self.calls[
+            ForwardShape(
+                is_decode=False, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+            )
+        ] += 1
+        return self._prefill_ms
+
+    def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        self.calls[
+            ForwardShape(
+                is_decode=True, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+            )
+        ] += 1
+        return self._decode_ms
+
+
+class LinearLatency(ConstantLatency):
+    """Roofline-ish fake: fixed cost plus work proportional to tokens and context."""
+
+    def __init__(
+        self,
+        base_ms: float = 2.0,
+        per_token_ms: float = 0.01,
+        per_context_ms: float = 0.0001,
+        memory_gb_per_token: float = 0.0,
+        memory_gb: float = 1e9,
+    ) -> None:
+        super().__init__()
+        self.base_ms = base_ms
+        self.per_token_ms = per_token_ms
+        self.per_context_ms = per_context_ms
+        self.memory_gb_per_token = memory_gb_per_token
+        self.memory_gb = memory_gb
+
+    def _cost(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        return (
+            self.base_ms
+            + self.per_token_ms * concurrency * query_len
+            + self.per_context_ms * concurrency * seq_len
+        )
+
+    def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        super().prefill_ms(concurrency, query_len, seq_len)
+        return self._cost(concurrency, query_len, seq_len)
+
+    def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        super().decode_ms(concurrency, query_len, seq_len)
+        return self._cost(concurrency, query_len, seq_len)
+
+    def memory_left_gb(
+        self, is_decode: bool, concurrency: int, query_len: int, seq_len: int
+    ) -> float:
+        return self.memory_gb - self.memory_gb_per_token * concurrency * seq_len
+
+
+@dataclass
+class ScriptedScheduler(Scheduler):
+    """Returns decisions from a script, whatever the state; records what it saw."""
+
+    script: Sequence[tuple[int, int]]
+    combine: str = "sum"
+    seen: list[SchedulerState] = field(default_factory=list)
+    stateless = False
+    name = "scripted"
+
+    def decide(self, state: SchedulerState) -> StepDecision:
+        p, d = self.script[len(self.seen)]
+        self.seen.append(state)
+        return StepDecision(p, d)
+
+    def step_latency(self, prefill_latency: float, decode_latency: float) -> float:
+        return prefill_latency + decode_latency
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    ttft_ms: float
+    tpot_ms: float
+    makespan_ms: float
+    steps: int
+
+
+def _at_chunk(chunk: int, request: list[int]) -> bool:
+    return request[1] == chunk
+
+
+def reference_simulation(
+    plan: Sequence[PrefillChunk],
+    concurrency: int,
+    output_length: int,
+    max_batched_tokens: int,
+    latency: ConstantLatency,
+    scheduler: Scheduler,
+    input_length: int,
+    num_mtp_tokens: int = 0,
+) -> ReferenceResult:
+    """The DIGEST's step loop, one request at a time, no groups, no fast-forward."""
+    last = len(plan) - 1
+    pending: deque[list[int]] = deque([i, 0] for i in range(concurrency))
+    decode: deque[list[int]] = deque()
+    first: dict[int, float] = {}
+    finish: dict[int, float] = {}
+    t = 0.0
+    steps = 0
+    q_dec = 1 + num_mtp_tokens
+    ctx_dec = input_length + output_length // 2 + q_dec
+    while len(finish) < concurrency:
+        if pending:
+            k = pending[0][1]
+            pend = len(list(takewhile(partial(_at_chunk, k), pending)))
+            q = plan[k].query_len
+        else:
+            k, pend, q = -1, 0, max_batched_tokens
+        decision = scheduler.decide(SchedulerState(len(decode), pend, q, max_batched_tokens))
+        p, d = decision.p_step, decision.d_step
+        assert p or d
+        p_ms = latency.prefill_ms(p, plan[k].query_len, plan[k].seq_len) if p else 0.0
+        d_ms = latency.decode_ms(d, q_dec, ctx_dec) if d else 0.0
+        t += scheduler.step_latency(p_ms, d_ms)
+        steps += 1
+        selected_decode = [decode.popleft() for _ in range(d)]
+        selected_prefill = [pending.popleft() for _ in range(p)]
+        advanced = []
+        for rid, chunk in selected_prefill:
+            if chunk == last:
+                first[rid] = t
+                if output_length == 1:
+                    finish[rid] = t
+                else:
+                    decode.append([rid, output_length - 1])
+            else:
+                advanced.append([rid, chunk + 1])
+        if scheduler.prefill_order == "continue_first":
+            pending.extendleft(reversed(advanced))
+        else:
+            pending.extend(advanced)
+        for req in selected_decode:
+            req[1] -= 1
+            if req[1] == 0:
+                finish[req[0]] = t
+            else:
+                decode.append(req)
+    n = concurrency
+    ttft = sum(first.values()) / n
+    tpot = (
+        sum(finish[i] - first[i] for i in range(n)) / n / (output_length - 1)
+        if output_length > 1
+        else 0.0
+    )
+    return ReferenceResult(ttft, tpot, max(finish.values()), steps)

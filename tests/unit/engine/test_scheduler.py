@@ -1,0 +1,62 @@
+"""DecodeFirstWithSlack: the RFC §4 known answers and its properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.core.errors import InvalidParameterError
+from app.core.scheduler import DecodeFirstWithSlack, SchedulerState, StepDecision
+
+
+def test_mixed_step_fits_in_slack() -> None:
+    decision = DecodeFirstWithSlack().decide(SchedulerState(512, 1, 4000, 4000))
+    assert decision == StepDecision(p_step=1, d_step=512)
+
+
+def test_over_slack_becomes_decode_only() -> None:
+    decision = DecodeFirstWithSlack().decide(SchedulerState(700, 1, 4000, 4000))
+    assert decision == StepDecision(p_step=0, d_step=700)
+
+
+def test_step_latency_is_max() -> None:
+    assert DecodeFirstWithSlack().step_latency(3, 5) == 5
+    assert DecodeFirstWithSlack().step_latency(7.5, 2.0) == 7.5
+
+
+def test_decode_capped_by_budget_and_prefill_fills_the_rest() -> None:
+    policy = DecodeFirstWithSlack()
+    assert policy.decide(SchedulerState(10_000, 5, 100, 1000)) == StepDecision(1, 1000)
+    assert policy.decide(SchedulerState(0, 5, 100, 1000)) == StepDecision(5, 0)
+    assert policy.decide(SchedulerState(0, 50, 100, 1000)) == StepDecision(11, 0)
+
+
+def test_parameters_validated() -> None:
+    with pytest.raises(InvalidParameterError, match="slack_ratio"):
+        DecodeFirstWithSlack(slack_ratio=0.5)
+    with pytest.raises(InvalidParameterError, match="prefill_order"):
+        DecodeFirstWithSlack(prefill_order="lifo")  # type: ignore[arg-type]
+    assert DecodeFirstWithSlack(prefill_order="fifo").describe() == {
+        "name": "decode_first_with_slack",
+        "prefill_order": "fifo",
+        "slack_ratio": 1.15,
+    }
+
+
+@given(
+    ready=st.integers(0, 20_000),
+    pending=st.integers(0, 5000),
+    budget=st.integers(1, 16_384),
+    data=st.data(),
+)
+def test_decisions_respect_the_slack_budget(
+    ready: int, pending: int, budget: int, data: st.DataObject
+) -> None:
+    chunk = data.draw(st.integers(1, budget))
+    decision = DecodeFirstWithSlack().decide(SchedulerState(ready, pending, chunk, budget))
+    assert decision.d_step == min(ready, budget)
+    assert 0 <= decision.p_step <= pending
+    assert decision.p_step * chunk + decision.d_step <= int(budget * 1.15)
+    if ready == 0 and pending:
+        assert decision.p_step >= 1  # a chunk never exceeds the budget: progress is guaranteed
