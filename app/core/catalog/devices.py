@@ -1,0 +1,617 @@
+"""Accelerator profiles: per-dtype peaks, HBM, calibrated efficiencies, launch costs, links.
+
+Numbers come from ``data/hardware_specs.csv`` (vendor datasheets, AIConfigurator system files)
+and, for Ascend, from msmodeling's ``tensor_cast/device.py`` profiles (same names). Efficiency
+factors and launch costs are calibrated once per device (and per quantization path: 16-bit,
+8-bit, 4-bit GEMMs) against ``data/published_points.csv``; never per model or per case. See
+``bench/README.md`` for the calibration figures.
+
+Units are in the field names. ``hbm_capacity_gb`` is decimal GB (1e9 bytes); capacities sold as
+"80 GB" are 80 GiB of HBM and are stored converted (``_gib``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.catalog.quantization import COMPUTE_FALLBACKS, DType
+from app.core.errors import InvalidParameterError, UnknownDeviceError
+
+BYTES_PER_GIB = 1024**3
+BYTES_PER_GB = 1e9
+BYTES_PER_TIB = 1024**4
+BYTES_PER_TB = 1e12
+
+
+def _gib(gib: float) -> float:
+    """GiB -> decimal GB."""
+    return gib * BYTES_PER_GIB / BYTES_PER_GB
+
+
+def _tib_s(tib_per_s: float) -> float:
+    """TiB/s (msmodeling's unit) -> decimal GB/s."""
+    return tib_per_s * BYTES_PER_TIB / BYTES_PER_GB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InterconnectTier:
+    """One level of the interconnect, innermost first.
+
+    ``max_devices`` is how many devices a collective can span while staying inside this tier
+    (cumulative: a node of 8 GPUs has ``max_devices=8``). Bandwidth is per device and direction.
+    """
+
+    name: str
+    max_devices: int
+    bandwidth_gb_s: float
+    latency_us: float
+    efficiency: float
+
+    def __post_init__(self) -> None:
+        _positive("interconnect.max_devices", self.max_devices)
+        _positive("interconnect.bandwidth_gb_s", self.bandwidth_gb_s)
+        _non_negative("interconnect.latency_us", self.latency_us)
+        _fraction("interconnect.efficiency", self.efficiency)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Device:
+    """An accelerator as the latency model sees it (one die for multi-die Ascend A3)."""
+
+    name: str
+    vendor: str
+    description: str
+    peak_bf16_tflops: float
+    peak_fp8_tflops: float | None = None
+    peak_int8_tops: float | None = None
+    peak_fp4_tflops: float | None = None
+    hbm_capacity_gb: float
+    hbm_bandwidth_gb_s: float
+    # Calibrated fractions of peak (per quantization path for GEMMs).
+    gemm_efficiency_16bit: float
+    gemm_efficiency_8bit: float
+    gemm_efficiency_4bit: float
+    # GEMM efficiency ramps with the rows a weight is multiplied by: eff * m / (m + this).
+    gemm_half_efficiency_tokens: float
+    attention_efficiency: float
+    memory_efficiency: float
+    # Fixed costs: per kernel (eager / captured graph) and per forward (host, sampling, sync).
+    kernel_launch_us: float
+    graph_kernel_launch_us: float
+    forward_overhead_us: float
+    interconnect: tuple[InterconnectTier, ...]
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise InvalidParameterError("name", self.name, "a non-empty string")
+        _positive("peak_bf16_tflops", self.peak_bf16_tflops)
+        for field in ("peak_fp8_tflops", "peak_int8_tops", "peak_fp4_tflops"):
+            value = getattr(self, field)
+            if value is not None:
+                _positive(field, value)
+        _positive("hbm_capacity_gb", self.hbm_capacity_gb)
+        _positive("hbm_bandwidth_gb_s", self.hbm_bandwidth_gb_s)
+        for field in (
+            "gemm_efficiency_16bit",
+            "gemm_efficiency_8bit",
+            "gemm_efficiency_4bit",
+            "attention_efficiency",
+            "memory_efficiency",
+        ):
+            _fraction(field, getattr(self, field))
+        for field in (
+            "kernel_launch_us",
+            "graph_kernel_launch_us",
+            "forward_overhead_us",
+            "gemm_half_efficiency_tokens",
+        ):
+            _non_negative(field, getattr(self, field))
+        if not self.interconnect:
+            raise InvalidParameterError("interconnect", self.interconnect, "at least one tier")
+        sizes = [tier.max_devices for tier in self.interconnect]
+        if sizes != sorted(sizes):
+            raise InvalidParameterError(
+                "interconnect", sizes, "tiers ordered innermost first (max_devices ascending)"
+            )
+
+    # -- peaks ---------------------------------------------------------------------------
+    def peak_tflops(self, dtype: DType) -> float | None:
+        """Dense matrix peak for a compute dtype (None when the device lacks that path)."""
+        if dtype is DType.BF16:
+            return self.peak_bf16_tflops
+        if dtype is DType.FP8:
+            return self.peak_fp8_tflops
+        if dtype is DType.INT8:
+            return self.peak_int8_tops
+        if dtype is DType.FP4:
+            return self.peak_fp4_tflops
+        return None  # no device computes in int4: W4 paths compute in int8 or bf16
+
+    def compute_path(self, requested: DType) -> DType:
+        """The dtype the device actually computes ``requested`` in (nearest supported)."""
+        if self.peak_tflops(requested) is not None:
+            return requested
+        for candidate in COMPUTE_FALLBACKS[requested]:
+            if self.peak_tflops(candidate) is not None:
+                return candidate
+        return DType.BF16
+
+    def gemm_efficiency(self, dtype: DType) -> float:
+        if dtype is DType.BF16:
+            return self.gemm_efficiency_16bit
+        if dtype in (DType.FP8, DType.INT8):
+            return self.gemm_efficiency_8bit
+        return self.gemm_efficiency_4bit
+
+    @property
+    def max_devices(self) -> int:
+        return self.interconnect[-1].max_devices
+
+    def tier_for(self, group_size: int) -> InterconnectTier:
+        """The innermost tier a collective over ``group_size`` devices fits in."""
+        for tier in self.interconnect:
+            if group_size <= tier.max_devices:
+                return tier
+        raise InvalidParameterError(
+            "num_devices", group_size, f"<= {self.max_devices} for device {self.name}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["interconnect"] = [tier.to_dict() for tier in self.interconnect]
+        return out
+
+
+def _positive(field: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidParameterError(field, value, "a number > 0")
+
+
+def _non_negative(field: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise InvalidParameterError(field, value, "a number >= 0")
+
+
+def _fraction(field: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise InvalidParameterError(field, value, "a number in (0, 1]")
+
+
+# -- interconnect presets ----------------------------------------------------------------------
+_NODE = 8
+_NVLINK_EFF = 0.8
+_IB_EFF = 0.7
+_PCIE_EFF = 0.7
+_ASCEND_EFF = 0.7  # msmodeling's link efficiency for every Ascend tier
+_IB_NDR_GB_S = 50.0  # 400 Gb/s NIC per GPU
+_IB_HDR_GB_S = 25.0  # 200 Gb/s NIC per GPU
+_IB_LATENCY_US = 5.0
+_NVLINK_LATENCY_US = 2.0
+_PCIE_LATENCY_US = 5.0
+_MAX_CLUSTER = 1024
+
+
+def _nvlink_node(nvlink_gb_s: float, nic_gb_s: float) -> tuple[InterconnectTier, ...]:
+    return (
+        InterconnectTier(
+            name="nvlink",
+            max_devices=_NODE,
+            bandwidth_gb_s=nvlink_gb_s,
+            latency_us=_NVLINK_LATENCY_US,
+            efficiency=_NVLINK_EFF,
+        ),
+        InterconnectTier(
+            name="infiniband",
+            max_devices=_MAX_CLUSTER,
+            bandwidth_gb_s=nic_gb_s,
+            latency_us=_IB_LATENCY_US,
+            efficiency=_IB_EFF,
+        ),
+    )
+
+
+def _pcie_node(pcie_gb_s: float, nic_gb_s: float) -> tuple[InterconnectTier, ...]:
+    return (
+        InterconnectTier(
+            name="pcie",
+            max_devices=_NODE,
+            bandwidth_gb_s=pcie_gb_s,
+            latency_us=_PCIE_LATENCY_US,
+            efficiency=_PCIE_EFF,
+        ),
+        InterconnectTier(
+            name="ethernet",
+            max_devices=_MAX_CLUSTER,
+            bandwidth_gb_s=nic_gb_s,
+            latency_us=_IB_LATENCY_US,
+            efficiency=_IB_EFF,
+        ),
+    )
+
+
+def _tier(
+    name: str, max_devices: int, gb_s: float, latency_us: float, eff: float = _ASCEND_EFF
+) -> InterconnectTier:
+    return InterconnectTier(
+        name=name,
+        max_devices=max_devices,
+        bandwidth_gb_s=gb_s,
+        latency_us=latency_us,
+        efficiency=eff,
+    )
+
+
+_A2_TIERS = (_tier("hccs", _NODE, 196.0, 0.5), _tier("roce", 1024, 25.0, 1.5))
+_A2_PCIE_TIERS = (_tier("pcie", _NODE, 64.0, 0.2),)
+_A3_TIERS = (
+    _tier("sio", 2, 224.0, 0.2),
+    _tier("hccs_1level", 16, 196.0, 0.5),
+    _tier("hccs_2level", 768, 196.0, 5.5),
+)
+_A5_TIERS = (
+    _tier("ub", 4, 159.0, 1.5, 0.85),
+    _tier("pcie_inner", 8, 32.0, 3.0, 0.56),
+    _tier("pcie_outer", 16, 24.0, 4.5, 0.525),
+)
+_TEST_TIERS = (_tier("full_mesh", _NODE, 196.0, 1.3), _tier("clos", 2048, 50.0, 10.0))
+
+# -- efficiency presets --------------------------------------------------------------------------
+# msmodeling's uncalibrated Ascend defaults: compute 0.7, memory 0.6, mma/gp/comm static 5/2/10 µs.
+_ASCEND = {
+    "gemm_efficiency_16bit": 0.7,
+    "gemm_efficiency_8bit": 0.7,
+    "gemm_efficiency_4bit": 0.7,
+    "gemm_half_efficiency_tokens": 64.0,
+    "attention_efficiency": 0.6,
+    "memory_efficiency": 0.6,
+    "kernel_launch_us": 5.0,
+    "graph_kernel_launch_us": 2.0,
+    "forward_overhead_us": 1000.0,
+}
+_ASCEND_A5 = {**_ASCEND, "gemm_efficiency_16bit": 0.9, "memory_efficiency": 0.8}
+_ASCEND_A5["gemm_efficiency_8bit"] = 0.9
+_ASCEND_A5["gemm_efficiency_4bit"] = 0.9
+
+# NVIDIA values calibrated on published_points.csv (ttft_bs1, TensorRT-LLM 0.9); see bench/README.
+_HOPPER = {
+    "gemm_efficiency_16bit": 0.7,
+    "gemm_efficiency_8bit": 0.55,
+    "gemm_efficiency_4bit": 0.5,
+    "gemm_half_efficiency_tokens": 100.0,
+    "attention_efficiency": 0.5,
+    "memory_efficiency": 0.8,
+    "kernel_launch_us": 6.0,
+    "graph_kernel_launch_us": 2.0,
+    "forward_overhead_us": 1000.0,
+}
+_AMPERE = {**_HOPPER, "gemm_efficiency_16bit": 0.65}
+_ADA = {**_HOPPER}
+_BLACKWELL = {**_HOPPER}
+_CDNA3 = {**_HOPPER, "gemm_efficiency_16bit": 0.5, "gemm_efficiency_8bit": 0.45}
+
+_HW_SPECS = "data/hardware_specs.csv"
+_MSMODELING = "msmodeling tensor_cast/device.py (HEAD 84fec85)"
+
+
+def _device(**kwargs: Any) -> Device:
+    return Device(**kwargs)
+
+
+_BUILTIN: tuple[Device, ...] = (
+    _device(
+        name="TEST_DEVICE",
+        vendor="test",
+        description="msmodeling's generic test device (A2-class numbers)",
+        peak_bf16_tflops=353.9,
+        peak_fp8_tflops=707.8,
+        peak_int8_tops=707.8,
+        peak_fp4_tflops=1415.6,
+        hbm_capacity_gb=_gib(64),
+        hbm_bandwidth_gb_s=_tib_s(1.6),
+        interconnect=_TEST_TIERS,
+        source=_MSMODELING,
+        **_ASCEND,
+    ),
+    _device(
+        name="ATLAS_800_A2_376T_64G",
+        vendor="huawei",
+        description="Atlas 800 A2, Ascend 910B2 (376T fp16), 64 GiB",
+        peak_bf16_tflops=353.9,
+        peak_int8_tops=752.0,
+        hbm_capacity_gb=_gib(64),
+        hbm_bandwidth_gb_s=_tib_s(1.6),
+        interconnect=_A2_TIERS,
+        source=_MSMODELING,
+        **_ASCEND,
+    ),
+    _device(
+        name="ATLAS_800_A2_313T_64G",
+        vendor="huawei",
+        description="Atlas 800 A2, Ascend 910B3 (313T fp16), 64 GiB",
+        peak_bf16_tflops=294.9,
+        peak_int8_tops=626.0,
+        hbm_capacity_gb=_gib(64),
+        hbm_bandwidth_gb_s=_tib_s(1.6),
+        interconnect=_A2_TIERS,
+        source=_MSMODELING,
+        **_ASCEND,
+    ),
+    _device(
+        name="ATLAS_800_A2_280T_64G",
+        vendor="huawei",
+        description="Atlas 800 A2, Ascend 910B4-class (280T fp16), 64 GiB",
+        peak_bf16_tflops=245.8,
+        peak_int8_tops=560.0,
+        hbm_capacity_gb=_gib(64),
+        hbm_bandwidth_gb_s=_tib_s(1.6),
+        interconnect=_A2_TIERS,
+        source=_MSMODELING,
+        **_ASCEND,
+    ),
+    _device(
+        name="ATLAS_800_A2_280T_64G_PCIE",
+        vendor="huawei",
+        description="Atlas 800I A2 PCIe card (280T fp16), 64 GiB",
+        peak_bf16_tflops=245.8,
+        peak_int8_tops=560.0,
+        hbm_capacity_gb=_gib(64),
+        hbm_bandwidth_gb_s=_tib_s(1.6),
+        interconnect=_A2_PCIE_TIERS,
+        source=_MSMODELING,
+        **_ASCEND,
+    ),
+    _device(
+        name="ATLAS_800_A2_280T_32G_PCIE",
+        vendor="huawei",
+        description="Atlas 300I A2 PCIe card, Ascend 910B4 (280T fp16), 32 GiB",
+        peak_bf16_tflops=245.8,
+        peak_int8_tops=560.0,
+        hbm_capacity_gb=_gib(32),
+        hbm_bandwidth_gb_s=_tib_s(0.8),
+        interconnect=_A2_PCIE_TIERS,
+        source=_MSMODELING,
+        **_ASCEND,
+    ),
+    _device(
+        name="ATLAS_800_A3_752T_128G_DIE",
+        vendor="huawei",
+        description="Atlas 800 A3 (Ascend 910C), one die of two: 376T fp16, 64 GiB",
+        peak_bf16_tflops=353.9,
+        peak_int8_tops=752.0,
+        hbm_capacity_gb=_gib(64),
+        hbm_bandwidth_gb_s=_tib_s(1.6),
+        interconnect=_A3_TIERS,
+        source=_MSMODELING,
+        **_ASCEND,
+    ),
+    _device(
+        name="ATLAS_800_A3_560T_128G_DIE",
+        vendor="huawei",
+        description="Atlas 800 A3 (560T SKU), one die of two: 280T fp16, 64 GiB",
+        peak_bf16_tflops=245.8,
+        peak_int8_tops=560.0,
+        hbm_capacity_gb=_gib(64),
+        hbm_bandwidth_gb_s=_tib_s(1.6),
+        interconnect=_A3_TIERS,
+        source=_MSMODELING,
+        **_ASCEND,
+    ),
+    _device(
+        name="ATLAS_350_425T_112G",
+        vendor="huawei",
+        description="Atlas 350 (Ascend A5), 112 GiB",
+        peak_bf16_tflops=378.0,
+        peak_fp8_tflops=756.0,
+        peak_int8_tops=756.0,
+        peak_fp4_tflops=1512.0,
+        hbm_capacity_gb=_gib(112),
+        hbm_bandwidth_gb_s=_tib_s(1.4),
+        interconnect=_A5_TIERS,
+        source=_MSMODELING,
+        **_ASCEND_A5,
+    ),
+    _device(
+        name="NVIDIA_A100_SXM_80G",
+        vendor="nvidia",
+        description="A100 SXM4 80GB (Ampere, no FP8)",
+        peak_bf16_tflops=312.0,
+        peak_int8_tops=624.0,
+        hbm_capacity_gb=_gib(80),
+        hbm_bandwidth_gb_s=2039.0,
+        interconnect=_nvlink_node(300.0, _IB_HDR_GB_S),
+        source=_HW_SPECS,
+        **_AMPERE,
+    ),
+    _device(
+        name="NVIDIA_H100_SXM_80G",
+        vendor="nvidia",
+        description="H100 SXM5 80GB (Hopper)",
+        peak_bf16_tflops=989.0,
+        peak_fp8_tflops=1979.0,
+        peak_int8_tops=1979.0,
+        hbm_capacity_gb=_gib(80),
+        hbm_bandwidth_gb_s=3350.0,
+        interconnect=_nvlink_node(450.0, _IB_NDR_GB_S),
+        source=_HW_SPECS,
+        **_HOPPER,
+    ),
+    _device(
+        name="NVIDIA_H200_SXM_141G",
+        vendor="nvidia",
+        description="H200 SXM 141GB (Hopper, HBM3e)",
+        peak_bf16_tflops=989.0,
+        peak_fp8_tflops=1979.0,
+        peak_int8_tops=1979.0,
+        hbm_capacity_gb=141.0,
+        hbm_bandwidth_gb_s=4800.0,
+        interconnect=_nvlink_node(450.0, _IB_NDR_GB_S),
+        source=_HW_SPECS,
+        **_HOPPER,
+    ),
+    _device(
+        name="NVIDIA_H20_96G",
+        vendor="nvidia",
+        description="H20 96GB (Hopper, export SKU); FP8 assumed equal to INT8",
+        peak_bf16_tflops=148.0,
+        peak_fp8_tflops=296.0,
+        peak_int8_tops=296.0,
+        hbm_capacity_gb=96.0,
+        hbm_bandwidth_gb_s=4000.0,
+        interconnect=_nvlink_node(450.0, _IB_NDR_GB_S),
+        source=_HW_SPECS,
+        **_HOPPER,
+    ),
+    _device(
+        name="NVIDIA_L40S_48G",
+        vendor="nvidia",
+        description="L40S 48GB (Ada, GDDR6, PCIe Gen4, no NVLink)",
+        peak_bf16_tflops=362.05,
+        peak_fp8_tflops=733.0,
+        peak_int8_tops=733.0,
+        hbm_capacity_gb=_gib(45),  # 46068 MiB visible
+        hbm_bandwidth_gb_s=864.0,
+        interconnect=_pcie_node(32.0, _IB_HDR_GB_S),
+        source=_HW_SPECS,
+        **_ADA,
+    ),
+    _device(
+        name="NVIDIA_B200_SXM_180G",
+        vendor="nvidia",
+        description="B200 SXM 180GB (Blackwell, NVLink5)",
+        peak_bf16_tflops=2250.0,
+        peak_fp8_tflops=4500.0,
+        peak_int8_tops=4500.0,
+        peak_fp4_tflops=9000.0,
+        hbm_capacity_gb=_gib(180),
+        hbm_bandwidth_gb_s=7700.0,
+        interconnect=_nvlink_node(900.0, _IB_NDR_GB_S),
+        source=_HW_SPECS,
+        **_BLACKWELL,
+    ),
+    _device(
+        name="NVIDIA_GB200_186G",
+        vendor="nvidia",
+        description="GB200 per GPU (NVL72 domain of 72 GPUs)",
+        peak_bf16_tflops=2500.0,
+        peak_fp8_tflops=5000.0,
+        peak_int8_tops=5000.0,
+        peak_fp4_tflops=10000.0,
+        hbm_capacity_gb=186.0,
+        hbm_bandwidth_gb_s=8000.0,
+        interconnect=(
+            InterconnectTier(
+                name="nvlink_nvl72",
+                max_devices=72,
+                bandwidth_gb_s=900.0,
+                latency_us=_NVLINK_LATENCY_US,
+                efficiency=_NVLINK_EFF,
+            ),
+            InterconnectTier(
+                name="infiniband",
+                max_devices=_MAX_CLUSTER * _NODE,
+                bandwidth_gb_s=_IB_NDR_GB_S,
+                latency_us=_IB_LATENCY_US,
+                efficiency=_IB_EFF,
+            ),
+        ),
+        source=_HW_SPECS,
+        **_BLACKWELL,
+    ),
+    _device(
+        name="AMD_MI300X_192G",
+        vendor="amd",
+        description="AMD Instinct MI300X 192GB (Infinity Fabric, 448 GB/s per direction)",
+        peak_bf16_tflops=1307.4,
+        peak_fp8_tflops=2614.9,
+        peak_int8_tops=2614.9,
+        hbm_capacity_gb=192.0,
+        hbm_bandwidth_gb_s=5300.0,
+        interconnect=_nvlink_node(448.0, _IB_NDR_GB_S),
+        source=_HW_SPECS,
+        **_CDNA3,
+    ),
+)
+
+DEVICES: Mapping[str, Device] = types.MappingProxyType({d.name: d for d in _BUILTIN})
+
+
+def list_devices() -> list[Device]:
+    """Built-in devices in catalog order."""
+    return list(_BUILTIN)
+
+
+def device_names() -> list[str]:
+    return [d.name for d in _BUILTIN]
+
+
+def get_device(name: str) -> Device:
+    """A built-in device by name (case-insensitive); :class:`UnknownDeviceError` otherwise."""
+    key = str(name).strip().upper()
+    device = DEVICES.get(key)
+    if device is None:
+        raise UnknownDeviceError(str(name), device_names())
+    return device
+
+
+_DEVICE_FIELDS = {f.name for f in dataclasses.fields(Device)}
+_TIER_FIELDS = {f.name for f in dataclasses.fields(InterconnectTier)}
+
+
+def device_from_dict(data: Mapping[str, Any]) -> Device:
+    """A custom device from a mapping with :class:`Device` field names.
+
+    ``base`` (optional) names a built-in device whose values fill every field not given, so
+    ``{"base": "NVIDIA_H100_SXM_80G", "name": "H100_96G", "hbm_capacity_gb": 96}`` works.
+    ``interconnect`` is a list of tier mappings. Unknown keys are rejected.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidParameterError("device", data, "a mapping of device fields")
+    fields = dict(data)
+    base_name = fields.pop("base", None)
+    unknown = sorted(set(fields) - _DEVICE_FIELDS)
+    if unknown:
+        raise InvalidParameterError(
+            "device", unknown, f"known fields only: {', '.join(sorted(_DEVICE_FIELDS))}"
+        )
+    merged: dict[str, Any] = {}
+    if base_name is not None:
+        base = get_device(str(base_name))
+        merged = {f.name: getattr(base, f.name) for f in dataclasses.fields(Device)}
+    merged.update(fields)
+    tiers = merged.get("interconnect")
+    if isinstance(tiers, list | tuple):
+        merged["interconnect"] = tuple(_tier_from(t) for t in tiers)
+    missing = sorted(
+        f.name
+        for f in dataclasses.fields(Device)
+        if f.name not in merged
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    )
+    if missing:
+        raise InvalidParameterError("device", missing, "all required fields (or a 'base' device)")
+    try:
+        return Device(**merged)
+    except TypeError as exc:
+        raise InvalidParameterError("device", dict(data), str(exc)) from None
+
+
+def _tier_from(item: Any) -> InterconnectTier:
+    if isinstance(item, InterconnectTier):
+        return item
+    if not isinstance(item, Mapping) or set(item) - _TIER_FIELDS:
+        raise InvalidParameterError(
+            "interconnect", item, f"a mapping with fields {', '.join(sorted(_TIER_FIELDS))}"
+        )
+    try:
+        return InterconnectTier(**item)
+    except TypeError as exc:
+        raise InvalidParameterError("interconnect", dict(item), str(exc)) from None

@@ -1,0 +1,43 @@
+"""The forward-latency model ("ModelRunner"): ops, layers, communication, memory.
+
+Public entry points::
+
+    ModelRunner(model, device, parallel=None, quantization=None, *, reserved_memory_gb=10.0,
+                num_mtp_tokens=0, decode_graph_mode=True)
+        .run_inference(RequestInfo) -> ForwardResult(latency_ms, breakdown, memory, ...)
+        .memory(RequestInfo) -> MemoryBreakdown
+        .identity() -> str          stable cache key of everything that changes results
+    RunnerServingModel(runner, num_mtp_tokens=0, mtp_acceptance_rates=())
+        implements app.core.latency.ServingModel
+    build_runner(...)               name-based construction used by the CLI and services
+"""
+
+from app.core.runner.ops import Bound, OpCategory, OpCost
+from app.core.runner.runner import (
+    DEFAULT_RESERVED_MEMORY_GB,
+    KV_BLOCK_TOKENS,
+    RUNNER_MODEL_VERSION,
+    Breakdown,
+    CategoryCost,
+    ForwardResult,
+    MemoryBreakdown,
+    ModelRunner,
+    RequestInfo,
+)
+from app.core.runner.serving import RunnerServingModel
+
+__all__ = [
+    "DEFAULT_RESERVED_MEMORY_GB",
+    "KV_BLOCK_TOKENS",
+    "RUNNER_MODEL_VERSION",
+    "Bound",
+    "Breakdown",
+    "CategoryCost",
+    "ForwardResult",
+    "MemoryBreakdown",
+    "ModelRunner",
+    "OpCategory",
+    "OpCost",
+    "RequestInfo",
+    "RunnerServingModel",
+]

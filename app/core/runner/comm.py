@@ -1,0 +1,43 @@
+"""Collective communication time on a tiered interconnect.
+
+A collective over ``n`` devices runs on the innermost tier that holds all of them (the
+bottleneck link). Ring algorithms: all-reduce moves ``2 (n-1)/n`` of the message per device in
+``2 (n-1)`` latency steps; all-gather, reduce-scatter and all-to-all move ``(n-1)/n`` in
+``n-1`` steps. Bandwidth is per device and direction, scaled by the tier's efficiency.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from app.core.catalog.devices import BYTES_PER_GB, InterconnectTier
+
+S_PER_US = 1e-6
+ALL_REDUCE_PHASES = 2  # reduce-scatter + all-gather
+
+
+class Collective(enum.StrEnum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    SEND_RECV = "send_recv"
+
+
+def collective_time_s(
+    kind: Collective, message_bytes: float, group_size: int, tier: InterconnectTier
+) -> float:
+    """Seconds for one collective; ``message_bytes`` is the full buffer one device holds."""
+    if group_size <= 1 or message_bytes <= 0:
+        return 0.0
+    bandwidth = tier.bandwidth_gb_s * BYTES_PER_GB * tier.efficiency
+    latency = tier.latency_us * S_PER_US
+    n = group_size
+    if kind is Collective.SEND_RECV:
+        return message_bytes / bandwidth + latency
+    share = (n - 1) / n
+    steps = n - 1
+    if kind is Collective.ALL_REDUCE:
+        share *= ALL_REDUCE_PHASES
+        steps *= ALL_REDUCE_PHASES
+    return share * message_bytes / bandwidth + steps * latency

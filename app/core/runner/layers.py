@@ -1,0 +1,536 @@
+"""Operators of one forward: per distinct layer kind once, multiplied by its layer count.
+
+Shapes are per device. ``tokens = concurrency * query_len`` new tokens run through every
+layer; attention of each request covers ``seq_len`` positions (causal over the new tokens,
+capped by a sliding window); the lm_head runs only on the tokens that sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.catalog.models import FfnKind, LayerGroup
+from app.core.catalog.quantization import BYTES_16BIT
+from app.core.runner.comm import Collective, collective_time_s
+from app.core.runner.ops import OpCategory, OpCost, communication, fixed, roofline
+from app.core.runner.plan import ACTIVATION_BYTES, ShardPlan
+
+FLOPS_PER_MAC = 2
+NORM_FLOPS_PER_ELEMENT = 5  # square, reduce, rsqrt scale, weight multiply, cast
+ROPE_FLOPS_PER_ELEMENT = 3
+ACT_FLOPS_PER_ELEMENT = 5  # SiLU/GELU and the gate multiply
+ROUTER_TOPK_FLOPS_PER_ELEMENT = 4  # sigmoid/softmax, top-k compare, renormalize
+LOGIT_BYTES = 4.0  # fp32 logits
+SAMPLING_PASSES = 2  # softmax then top-k/top-p over the vocabulary
+RESIDUAL_NORM_TENSORS = 4  # read x and residual, write residual and normed x
+MTP_EH_INPUTS = 2  # DeepSeek MTP projects [embedding ; hidden] (2h) back to h
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shape:
+    """One forward on one replica."""
+
+    is_decode: bool
+    concurrency: int
+    query_len: int
+    seq_len: int
+
+    @property
+    def tokens(self) -> int:
+        return self.concurrency * self.query_len
+
+
+def attended_pairs(query_len: int, seq_len: int, window: int | None) -> float:
+    """(query, key) pairs of one request: positions ``seq_len-query_len+1 .. seq_len`` each
+    attend to ``min(position, window)`` keys (causal)."""
+    first, last = seq_len - query_len + 1, seq_len
+    if window is None or last <= window:
+        return (first + last) * query_len / 2
+    if first >= window:
+        return float(window * query_len)
+    return (first + window) * (window - first + 1) / 2 + window * (last - window)
+
+
+class ForwardBuilder:
+    """Collects the :class:`OpCost` list of one forward."""
+
+    __slots__ = ("launch_s", "ops", "plan", "shape")
+
+    def __init__(self, plan: ShardPlan, shape: Shape, graph_mode: bool) -> None:
+        self.plan = plan
+        self.shape = shape
+        self.launch_s = (
+            plan.graph_launch_s if (shape.is_decode and graph_mode) else (plan.eager_launch_s)
+        )
+        self.ops: list[OpCost] = []
+
+    # -- primitives ------------------------------------------------------------------------
+    def gemm(
+        self,
+        name: str,
+        scope: str,
+        count: int,
+        m: float,
+        k: float,
+        n: float,
+        *,
+        category: OpCategory = OpCategory.GEMM,
+        quantized: bool = True,
+        weight_rows: float | None = None,
+        rows_per_weight: float | None = None,
+    ) -> None:
+        """``m x k`` activations times a ``k x n`` weight.
+
+        ``weight_rows`` overrides the weight elements read (MoE: only touched experts);
+        ``rows_per_weight`` is the M each weight sees (MoE: tokens per expert), which sets
+        the GEMM efficiency ramp ``m / (m + gemm_half_efficiency_tokens)``.
+        """
+        p = self.plan
+        wbytes = p.weight_bytes_per_param if quantized else BYTES_16BIT
+        in_bytes = p.gemm_input_bytes if quantized else ACTIVATION_BYTES
+        rows = m if rows_per_weight is None else rows_per_weight
+        ramp = rows / (rows + p.gemm_half_efficiency_tokens)
+        rate = (p.gemm_flops_per_s if quantized else p.bf16_flops_per_s) * ramp
+        weights = (k * n if weight_rows is None else weight_rows) * wbytes
+        self.ops.append(
+            roofline(
+                name=name,
+                category=category,
+                scope=scope,
+                count=count,
+                flops=FLOPS_PER_MAC * m * k * n,
+                hbm_bytes=weights + m * k * in_bytes + m * n * ACTIVATION_BYTES,
+                flops_per_s=rate,
+                hbm_bytes_per_s=p.hbm_bytes_per_s,
+                launch_s=self.launch_s,
+            )
+        )
+
+    def elementwise(
+        self,
+        name: str,
+        scope: str,
+        count: int,
+        elements: float,
+        *,
+        tensors: float,
+        flops_per_element: float,
+        category: OpCategory = OpCategory.ELEMENTWISE,
+        element_bytes: float = ACTIVATION_BYTES,
+    ) -> None:
+        """A memory-bound kernel touching ``tensors`` tensors of ``elements`` each."""
+        p = self.plan
+        self.ops.append(
+            roofline(
+                name=name,
+                category=category,
+                scope=scope,
+                count=count,
+                flops=flops_per_element * elements,
+                hbm_bytes=tensors * elements * element_bytes,
+                flops_per_s=p.bf16_flops_per_s,
+                hbm_bytes_per_s=p.hbm_bytes_per_s,
+                launch_s=self.launch_s,
+            )
+        )
+
+    def collective(
+        self, name: str, scope: str, count: int, kind: Collective, message_bytes: float, group: int
+    ) -> None:
+        if group <= 1:
+            return
+        tier = self.plan.tp_tier if group <= self.plan.tp else self.plan.ep_tier
+        self.ops.append(
+            communication(
+                name=name,
+                scope=scope,
+                count=count,
+                comm_bytes=message_bytes,
+                comm_s=collective_time_s(kind, message_bytes, group, tier),
+                launch_s=self.launch_s,
+            )
+        )
+
+    # -- layers ----------------------------------------------------------------------------
+    def layer_group(self, group: LayerGroup, scope: str, count: int, tokens: int) -> None:
+        """Every op of one decoder layer of this group, ``count`` times."""
+        p, m = self.plan, self.plan.model
+        h = m.hidden_size
+        self.elementwise(
+            "input_norm",
+            scope,
+            count,
+            tokens * h,
+            tensors=RESIDUAL_NORM_TENSORS,
+            flops_per_element=NORM_FLOPS_PER_ELEMENT,
+        )
+        if m.mla is not None:
+            self._mla_attention(group, scope, count, tokens)
+        else:
+            self._gqa_attention(group, scope, count, tokens)
+        if not m.parallel_attention:
+            self.collective(
+                "attn_all_reduce",
+                scope,
+                count,
+                Collective.ALL_REDUCE,
+                tokens * h * ACTIVATION_BYTES,
+                p.tp,
+            )
+            self.elementwise(
+                "post_attn_norm",
+                scope,
+                count,
+                tokens * h,
+                tensors=RESIDUAL_NORM_TENSORS,
+                flops_per_element=NORM_FLOPS_PER_ELEMENT,
+            )
+        if group.ffn is FfnKind.MOE:
+            self._moe(scope, count, tokens)
+        else:
+            self._mlp("mlp", scope, count, tokens, m.intermediate_size / p.tp)
+            self.collective(
+                "mlp_all_reduce",
+                scope,
+                count,
+                Collective.ALL_REDUCE,
+                tokens * h * ACTIVATION_BYTES,
+                p.tp,
+            )
+
+    def _gqa_attention(self, group: LayerGroup, scope: str, count: int, tokens: int) -> None:
+        p, m, s = self.plan, self.plan.model, self.shape
+        h, d = m.hidden_size, m.head_dim
+        q_out = p.heads_local * d
+        kv_out = 2 * p.kv_heads_local * d
+        self.gemm("qkv_proj", scope, count, tokens, h, q_out + kv_out)
+        heads_touched = p.heads_local + p.kv_heads_local
+        if m.qk_norm:
+            self.elementwise(
+                "qk_norm",
+                scope,
+                count,
+                tokens * heads_touched * d,
+                tensors=2,
+                flops_per_element=NORM_FLOPS_PER_ELEMENT,
+            )
+        self.elementwise(
+            "rope",
+            scope,
+            count,
+            tokens * heads_touched * m.rotary_dim,
+            tensors=2,
+            flops_per_element=ROPE_FLOPS_PER_ELEMENT,
+        )
+        pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
+        context = (
+            s.seq_len if group.sliding_window is None else min(s.seq_len, group.sliding_window)
+        )
+        kv_read = s.concurrency * context * kv_out * p.kv_bytes_per_element
+        kv_write = tokens * kv_out * p.kv_bytes_per_element
+        self._attention_kernel(
+            scope,
+            count,
+            flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),
+            hbm_bytes=kv_read + kv_write + 2 * tokens * q_out * ACTIVATION_BYTES,
+        )
+        self.gemm("o_proj", scope, count, tokens, q_out, h)
+
+    def _attention_kernel(self, scope: str, count: int, *, flops: float, hbm_bytes: float) -> None:
+        p = self.plan
+        name = "decode_attention" if self.shape.is_decode else "flash_attention"
+        self.ops.append(
+            roofline(
+                name=name,
+                category=OpCategory.ATTENTION,
+                scope=scope,
+                count=count,
+                flops=flops,
+                hbm_bytes=hbm_bytes,
+                flops_per_s=p.attention_flops_per_s,
+                hbm_bytes_per_s=p.hbm_bytes_per_s,
+                launch_s=self.launch_s,
+            )
+        )
+
+    def _mla_attention(self, group: LayerGroup, scope: str, count: int, tokens: int) -> None:
+        """DeepSeek MLA: naive (decompressed) attention for prefill, absorbed for decode."""
+        p, m, s = self.plan, self.plan.model, self.shape
+        mla = m.mla
+        assert mla is not None
+        h, heads = m.hidden_size, p.heads_local
+        latent = mla.cache_elements_per_token
+        if mla.q_lora_rank:
+            self.gemm("qkv_a_proj", scope, count, tokens, h, mla.q_lora_rank + latent)
+            self.elementwise(
+                "qkv_a_norm",
+                scope,
+                count,
+                tokens * (mla.q_lora_rank + mla.kv_lora_rank),
+                tensors=2,
+                flops_per_element=NORM_FLOPS_PER_ELEMENT,
+            )
+            self.gemm("q_b_proj", scope, count, tokens, mla.q_lora_rank, heads * mla.qk_head_dim)
+        else:
+            self.gemm("q_proj", scope, count, tokens, h, heads * mla.qk_head_dim)
+            self.gemm("kv_a_proj", scope, count, tokens, h, latent)
+        self.elementwise(
+            "rope",
+            scope,
+            count,
+            tokens * (heads + 1) * mla.qk_rope_head_dim,
+            tensors=2,
+            flops_per_element=ROPE_FLOPS_PER_ELEMENT,
+        )
+        context = (
+            s.seq_len if group.sliding_window is None else min(s.seq_len, group.sliding_window)
+        )
+        pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
+        kv_read = s.concurrency * context * latent * p.kv_bytes_per_element
+        kv_write = tokens * latent * p.kv_bytes_per_element
+        if s.is_decode:
+            # Absorb W_UK into the query and W_UV after attention: MQA over the latent.
+            self.gemm(
+                "q_absorb",
+                scope,
+                count,
+                tokens,
+                mla.qk_nope_head_dim,
+                heads * mla.kv_lora_rank,
+                weight_rows=heads * mla.qk_nope_head_dim * mla.kv_lora_rank,
+            )
+            self._attention_kernel(
+                scope,
+                count,
+                flops=FLOPS_PER_MAC * pairs * heads * (latent + mla.kv_lora_rank),
+                hbm_bytes=kv_read
+                + kv_write
+                + tokens * heads * (latent + mla.kv_lora_rank) * ACTIVATION_BYTES,
+            )
+            self.gemm(
+                "v_up",
+                scope,
+                count,
+                tokens,
+                mla.kv_lora_rank,
+                heads * mla.v_head_dim,
+                weight_rows=heads * mla.kv_lora_rank * mla.v_head_dim,
+            )
+        else:
+            # Decompress the latent of every context token, then multi-head attention.
+            kv_b_out = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+            self.gemm(
+                "kv_b_proj", scope, count, s.concurrency * context, mla.kv_lora_rank, kv_b_out
+            )
+            self._attention_kernel(
+                scope,
+                count,
+                flops=FLOPS_PER_MAC * pairs * heads * (mla.qk_head_dim + mla.v_head_dim),
+                hbm_bytes=kv_read
+                + kv_write
+                + s.concurrency
+                * context
+                * heads
+                * (mla.qk_head_dim + mla.v_head_dim)
+                * ACTIVATION_BYTES
+                + tokens * heads * (mla.qk_head_dim + mla.v_head_dim) * ACTIVATION_BYTES,
+            )
+        self.gemm("o_proj", scope, count, tokens, heads * mla.v_head_dim, h)
+
+    def _mlp(self, name: str, scope: str, count: int, tokens: float, width: float) -> None:
+        """Dense MLP of local ``width`` (gated: gate+up, act, down; plain: up, act, down)."""
+        m = self.plan.model
+        h = m.hidden_size
+        in_matrices = m.mlp_matrices - 1
+        self.gemm(f"{name}_up", scope, count, tokens, h, in_matrices * width)
+        self.elementwise(
+            f"{name}_act",
+            scope,
+            count,
+            tokens * width,
+            tensors=in_matrices + 1,
+            flops_per_element=ACT_FLOPS_PER_ELEMENT,
+        )
+        self.gemm(f"{name}_down", scope, count, tokens, width, h)
+
+    def _moe(self, scope: str, count: int, tokens: int) -> None:
+        p, m = self.plan, self.plan.model
+        moe = m.moe
+        assert moe is not None
+        h = m.hidden_size
+        e, k = moe.num_experts, moe.experts_per_token
+        self.gemm("router", scope, count, tokens, h, e, category=OpCategory.MOE, quantized=False)
+        self.elementwise(
+            "router_topk",
+            scope,
+            count,
+            tokens * e,
+            tensors=1,
+            flops_per_element=ROUTER_TOPK_FLOPS_PER_ELEMENT,
+            category=OpCategory.MOE,
+        )
+        group_tokens = tokens * p.tokens_scale
+        routes = group_tokens * k / p.ep  # token-expert pairs this device computes
+        dispatch_bytes = tokens / p.tp * k * h * p.gemm_input_bytes
+        combine_bytes = tokens / p.tp * k * h * ACTIVATION_BYTES
+        if p.ep > 1:
+            self.collective(
+                "moe_dispatch",
+                scope,
+                count,
+                Collective.ALL_TO_ALL,
+                dispatch_bytes,
+                p.moe_group_size,
+            )
+        local_experts = e / p.ep
+        touched = local_experts * (1.0 - (1.0 - k / e) ** group_tokens)
+        per_expert = routes / touched if touched > 0 else routes
+        width = moe.expert_intermediate_size / p.moe_tp
+        in_matrices = m.mlp_matrices - 1
+        self.gemm(
+            "experts_up",
+            scope,
+            count,
+            routes,
+            h,
+            in_matrices * width,
+            category=OpCategory.MOE,
+            weight_rows=touched * h * in_matrices * width,
+            rows_per_weight=per_expert,
+        )
+        self.elementwise(
+            "experts_act",
+            scope,
+            count,
+            routes * width,
+            tensors=in_matrices + 1,
+            flops_per_element=ACT_FLOPS_PER_ELEMENT,
+            category=OpCategory.MOE,
+        )
+        self.gemm(
+            "experts_down",
+            scope,
+            count,
+            routes,
+            width,
+            h,
+            category=OpCategory.MOE,
+            weight_rows=touched * width * h,
+            rows_per_weight=per_expert,
+        )
+        if moe.shared_intermediate_size:
+            self._mlp("shared_expert", scope, count, tokens, moe.shared_intermediate_size / p.tp)
+        if p.ep > 1:
+            self.collective(
+                "moe_combine",
+                scope,
+                count,
+                Collective.ALL_TO_ALL,
+                combine_bytes,
+                p.moe_group_size,
+            )
+        self.elementwise(
+            "moe_combine_sum",
+            scope,
+            count,
+            tokens * h,
+            tensors=k + 1,
+            flops_per_element=k,
+            category=OpCategory.MOE,
+        )
+        self.collective(
+            "moe_all_reduce",
+            scope,
+            count,
+            Collective.ALL_REDUCE,
+            tokens * h * ACTIVATION_BYTES,
+            p.tp,
+        )
+
+    # -- per forward -----------------------------------------------------------------------
+    def embedding(self, scope: str, count: int, tokens: int) -> None:
+        self.elementwise(
+            "embedding",
+            scope,
+            count,
+            tokens * self.plan.model.hidden_size,
+            tensors=2,
+            flops_per_element=0,
+        )
+
+    def lm_head(self, scope: str, count: int, sample_tokens: int) -> None:
+        p, m = self.plan, self.plan.model
+        vocab_local = m.vocab_size / p.tp
+        self.elementwise(
+            "final_norm",
+            scope,
+            count,
+            sample_tokens * m.hidden_size,
+            tensors=2,
+            flops_per_element=NORM_FLOPS_PER_ELEMENT,
+        )
+        self.gemm(
+            "lm_head",
+            scope,
+            count,
+            sample_tokens,
+            m.hidden_size,
+            vocab_local,
+            category=OpCategory.LM_HEAD,
+            quantized=False,
+        )
+        self.collective(
+            "logits_all_gather",
+            scope,
+            count,
+            Collective.ALL_GATHER,
+            sample_tokens * m.vocab_size * LOGIT_BYTES,
+            p.tp,
+        )
+        self.elementwise(
+            "sampling",
+            scope,
+            count,
+            sample_tokens * m.vocab_size,
+            tensors=SAMPLING_PASSES,
+            flops_per_element=ROUTER_TOPK_FLOPS_PER_ELEMENT,
+            category=OpCategory.LM_HEAD,
+            element_bytes=LOGIT_BYTES,
+        )
+
+    def pipeline_sends(self, tokens: int) -> None:
+        p = self.plan
+        if p.pp <= 1:
+            return
+        message = tokens * p.model.hidden_size * ACTIVATION_BYTES
+        self.ops.append(
+            communication(
+                name="pp_send_recv",
+                scope="model",
+                count=p.pp - 1,
+                comm_bytes=message,
+                comm_s=collective_time_s(Collective.SEND_RECV, message, 2, p.pp_tier),
+                launch_s=self.launch_s,
+            )
+        )
+
+    def mtp_drafts(self, drafts: int) -> None:
+        """``drafts`` sequential MTP draft passes, one token per request each."""
+        p, m = self.plan, self.plan.model
+        if drafts <= 0 or not m.num_mtp_layers:
+            return
+        tokens = self.shape.concurrency
+        scope = "mtp"
+        count = drafts * m.num_mtp_layers
+        self.embedding(scope, count, tokens)
+        self.gemm(
+            "mtp_eh_proj", scope, count, tokens, MTP_EH_INPUTS * m.hidden_size, m.hidden_size / p.tp
+        )
+        ffn = FfnKind.MOE if m.moe is not None else FfnKind.DENSE
+        self.layer_group(LayerGroup(ffn=ffn, sliding_window=None, count=1), scope, count, tokens)
+        self.lm_head(scope, count, tokens)
+
+    def overhead(self) -> None:
+        self.ops.append(
+            fixed(name="forward_overhead", scope="model", time_s=self.plan.forward_overhead_s)
+        )

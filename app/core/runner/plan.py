@@ -1,0 +1,248 @@
+"""The static part of a runner: how one model is sharded and costed on one device.
+
+Everything that does not depend on the batch shape is computed once here (local head counts,
+byte sizes, effective rates, links, weights per device), so a forward costs a few dozen float
+operations per distinct layer kind.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.core.catalog.devices import BYTES_PER_GB, Device, InterconnectTier
+from app.core.catalog.models import AttentionKind, FfnKind, ModelArchitecture
+from app.core.catalog.quantization import (
+    BYTES_8BIT,
+    BYTES_16BIT,
+    AttentionQuantAction,
+    DType,
+    Quantization,
+)
+from app.core.errors import InvalidParameterError
+from app.core.parallel import ParallelLayout
+
+FLOPS_PER_TFLOP = 1e12
+S_PER_US = 1e-6
+ACTIVATION_BYTES = BYTES_16BIT  # activations, residual stream and outputs stay 16-bit
+GEMM_INPUT_BYTES: dict[DType, float] = {
+    DType.BF16: BYTES_16BIT,
+    DType.FP8: BYTES_8BIT,
+    DType.INT8: BYTES_8BIT,
+    DType.INT4: BYTES_8BIT,
+    DType.FP4: BYTES_8BIT,  # fp4 activations plus scales: about one byte per element
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardPlan:
+    """Sharding, byte sizes and effective rates of one (model, device, layout, quantization)."""
+
+    model: ModelArchitecture
+    device: Device
+    parallel: ParallelLayout
+    quantization: Quantization
+    tp: int
+    pp: int
+    ep: int
+    moe_tp: int
+    moe_group_size: int  # devices whose tokens meet in one expert-parallel group
+    heads_local: int
+    kv_heads_local: int
+    weight_bytes_per_param: float
+    gemm_input_bytes: float
+    kv_bytes_per_element: float
+    gemm_flops_per_s: float
+    gemm_half_efficiency_tokens: float
+    bf16_flops_per_s: float
+    attention_flops_per_s: float
+    hbm_bytes_per_s: float
+    eager_launch_s: float
+    graph_launch_s: float
+    forward_overhead_s: float
+    tp_tier: InterconnectTier
+    ep_tier: InterconnectTier
+    pp_tier: InterconnectTier
+    weights_bytes: float
+    mtp_weights_bytes: float
+    kv_bytes_per_token: float  # per device, full-attention layers on this device
+    kv_bytes_per_token_sliding: float  # per device, sliding-window layers
+    mtp_kv_bytes_per_token: float
+    notes: tuple[str, ...]
+
+    @property
+    def layers_per_stage(self) -> int:
+        return math.ceil(self.model.num_layers / self.pp)
+
+    @property
+    def tokens_scale(self) -> float:
+        """Replicas whose tokens meet in one expert group (1 without expert parallelism)."""
+        return self.moe_group_size / self.tp
+
+
+def build_plan(
+    model: ModelArchitecture,
+    device: Device,
+    parallel: ParallelLayout,
+    quantization: Quantization,
+) -> ShardPlan:
+    notes: list[str] = []
+    tp, pp = parallel.tp, parallel.pp
+    if model.num_heads % tp:
+        raise InvalidParameterError("tp", tp, f"a divisor of num_attention_heads={model.num_heads}")
+    if model.attention is AttentionKind.GQA and model.num_kv_heads >= tp:
+        if model.num_kv_heads % tp:
+            raise InvalidParameterError(
+                "tp", tp, f"a divisor of num_key_value_heads={model.num_kv_heads}"
+            )
+        kv_local = model.num_kv_heads // tp
+    elif model.attention is AttentionKind.GQA:
+        if tp % model.num_kv_heads:
+            raise InvalidParameterError(
+                "tp", tp, f"a multiple of num_key_value_heads={model.num_kv_heads}"
+            )
+        kv_local = 1  # KV heads replicated over the TP ranks that share them
+    else:
+        kv_local = 1  # MLA: one latent per token, replicated on every TP rank
+    if pp > model.num_layers:
+        raise InvalidParameterError("pp", pp, f"<= num_hidden_layers={model.num_layers}")
+
+    ep = parallel.ep
+    moe = model.moe
+    if moe is None:
+        if ep > 1:
+            notes.append(f"ep={ep} ignored: {model.name} has no experts")
+        ep, moe_tp, group = 1, tp, tp
+    elif ep == 1:
+        moe_tp, group = tp, tp
+    else:
+        replicas = tp * parallel.dp
+        if replicas % ep:
+            raise InvalidParameterError("ep", ep, f"a divisor of tp * dp = {replicas}")
+        if moe.num_experts % ep:
+            raise InvalidParameterError("ep", ep, f"a divisor of num_experts={moe.num_experts}")
+        moe_tp, group = replicas // ep, replicas
+
+    fmt = quantization.linear_format
+    compute = device.compute_path(fmt.compute_dtype)
+    if compute is not fmt.compute_dtype:
+        notes.append(
+            f"{device.name} has no {fmt.compute_dtype.value} peak: "
+            f"{quantization.linear.value} GEMMs compute in {compute.value} "
+            f"(weights stay {fmt.weight_dtype.value})"
+        )
+    attention_compute = DType.BF16
+    if quantization.attention is AttentionQuantAction.FP8:
+        attention_compute = device.compute_path(DType.FP8)
+        if attention_compute is not DType.FP8:
+            notes.append(f"{device.name} has no fp8 peak: attention computes in bf16")
+            attention_compute = DType.BF16
+    gemm_peak = device.peak_tflops(compute) or device.peak_bf16_tflops
+    attn_peak = device.peak_tflops(attention_compute) or device.peak_bf16_tflops
+
+    group_devices = max(tp, group)
+    plan_weights, mtp_weights = _weights_bytes(
+        model,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        moe_tp=moe_tp,
+        kv_local=kv_local,
+        wbytes=fmt.weight_bytes_per_param,
+    )
+    kv_el = quantization.kv_bytes_per_element
+    per_layer_kv = (
+        model.mla.cache_elements_per_token
+        if model.mla is not None
+        else 2 * kv_local * model.head_dim
+    ) * kv_el
+    layers_on_stage = math.ceil(model.num_layers / pp)
+    sliding_layers = sum(g.count for g in model.layer_groups if g.sliding_window is not None)
+    sliding_share = sliding_layers / model.num_layers
+    kv_full = per_layer_kv * layers_on_stage * (1 - sliding_share)
+    kv_sliding = per_layer_kv * layers_on_stage * sliding_share
+
+    return ShardPlan(
+        model=model,
+        device=device,
+        parallel=parallel,
+        quantization=quantization,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        moe_tp=moe_tp,
+        moe_group_size=group,
+        heads_local=model.num_heads // tp,
+        kv_heads_local=kv_local,
+        weight_bytes_per_param=fmt.weight_bytes_per_param,
+        gemm_input_bytes=GEMM_INPUT_BYTES[compute],
+        kv_bytes_per_element=kv_el,
+        gemm_flops_per_s=gemm_peak * FLOPS_PER_TFLOP * device.gemm_efficiency(compute),
+        gemm_half_efficiency_tokens=device.gemm_half_efficiency_tokens,
+        bf16_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP * device.gemm_efficiency_16bit,
+        attention_flops_per_s=attn_peak * FLOPS_PER_TFLOP * device.attention_efficiency,
+        hbm_bytes_per_s=device.hbm_bandwidth_gb_s * BYTES_PER_GB * device.memory_efficiency,
+        eager_launch_s=device.kernel_launch_us * S_PER_US,
+        graph_launch_s=device.graph_kernel_launch_us * S_PER_US,
+        forward_overhead_s=device.forward_overhead_us * S_PER_US,
+        tp_tier=device.tier_for(tp),
+        ep_tier=device.tier_for(group_devices),
+        pp_tier=device.tier_for(tp * pp),
+        weights_bytes=plan_weights,
+        mtp_weights_bytes=mtp_weights,
+        kv_bytes_per_token=kv_full,
+        kv_bytes_per_token_sliding=kv_sliding,
+        mtp_kv_bytes_per_token=per_layer_kv * model.num_mtp_layers,
+        notes=tuple(notes),
+    )
+
+
+def _weights_bytes(
+    model: ModelArchitecture,
+    *,
+    tp: int,
+    pp: int,
+    ep: int,
+    moe_tp: int,
+    kv_local: int,
+    wbytes: float,
+) -> tuple[float, float]:
+    """Weight bytes on the busiest device, and of the MTP modules (if used)."""
+    h = model.hidden_size
+    half = BYTES_16BIT
+    if model.mla is not None:
+        m = model.mla
+        heads = model.num_heads // tp
+        replicated = h * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+        split = (
+            (m.q_lora_rank if m.q_lora_rank else h) * heads * m.qk_head_dim
+            + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+            + heads * m.v_head_dim * h
+        )
+        attn = (replicated + split) * wbytes
+    else:
+        q_out = model.num_heads * model.head_dim // tp
+        kv_out = 2 * kv_local * model.head_dim
+        attn = (h * (q_out + kv_out) + q_out * h) * wbytes
+    norms = model.norm_params_per_layer * half
+    dense = model.dense_mlp_params_per_layer / tp * wbytes
+    moe_layer = 0.0
+    if model.moe is not None:
+        mo = model.moe
+        per_expert = model.mlp_matrices * h * mo.expert_intermediate_size
+        moe_layer = (
+            mo.num_experts / ep * per_expert / moe_tp * wbytes
+            + model.mlp_matrices * h * mo.shared_intermediate_size / tp * wbytes
+            + h * mo.num_experts * half
+        )
+    layers = 0.0
+    for group in model.layer_groups:
+        ffn = moe_layer if group.ffn is FfnKind.MOE else dense
+        layers += group.count * (attn + norms + ffn)
+    layers *= math.ceil(model.num_layers / pp) / model.num_layers
+    vocab = (model.embedding_params + model.lm_head_params) / tp * half
+    mtp = 0.0
+    if model.num_mtp_layers:
+        ffn = moe_layer if model.moe is not None else dense
+        mtp = model.num_mtp_layers * (2 * h * h / tp * wbytes + attn + norms + ffn)
+    return layers + vocab + h * half, mtp

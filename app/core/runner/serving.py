@@ -1,0 +1,82 @@
+"""Adapter from :class:`ModelRunner` to the engine's ``ServingModel`` protocol."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from app.core.errors import InvalidParameterError
+from app.core.runner.runner import ModelRunner, RequestInfo
+
+
+class RunnerServingModel:
+    """``prefill_ms`` / ``decode_ms`` / ``memory_left_gb`` over a :class:`ModelRunner`.
+
+    MTP folding: a decode step verifies ``1 + num_mtp_tokens`` tokens per request (the query
+    length is raised to that if the caller passed less) and costs the main forward plus the
+    draft passes; it emits ``1 + sum(mtp_acceptance_rates[:num_mtp_tokens])`` tokens on average,
+    so ``decode_ms`` returns the step time divided by that: the time per emitted token.
+    """
+
+    __slots__ = ("_tokens_per_step", "mtp_acceptance_rates", "num_mtp_tokens", "runner")
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        num_mtp_tokens: int = 0,
+        mtp_acceptance_rates: Sequence[float] = (),
+    ) -> None:
+        if isinstance(num_mtp_tokens, bool) or not isinstance(num_mtp_tokens, int):
+            raise InvalidParameterError("num_mtp_tokens", num_mtp_tokens, "an integer >= 0")
+        if num_mtp_tokens < 0:
+            raise InvalidParameterError("num_mtp_tokens", num_mtp_tokens, "an integer >= 0")
+        rates = tuple(float(r) for r in mtp_acceptance_rates)
+        if len(rates) < num_mtp_tokens:
+            raise InvalidParameterError(
+                "mtp_acceptance_rates", rates, f"at least num_mtp_tokens={num_mtp_tokens} values"
+            )
+        if any(not 0.0 <= r <= 1.0 for r in rates):
+            raise InvalidParameterError("mtp_acceptance_rates", rates, "values in [0, 1]")
+        self.runner = runner
+        self.num_mtp_tokens = num_mtp_tokens
+        self.mtp_acceptance_rates = rates
+        self._tokens_per_step = 1.0 + math.fsum(rates[:num_mtp_tokens])
+
+    @property
+    def tokens_per_decode_step(self) -> float:
+        return self._tokens_per_step
+
+    def identity(self) -> str:
+        rates = ",".join(f"{r:.6g}" for r in self.mtp_acceptance_rates[: self.num_mtp_tokens])
+        return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}"
+
+    def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        request = RequestInfo(
+            is_decode=False, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+        )
+        return self.runner.run_inference(request).latency_ms
+
+    def _decode_request(self, concurrency: int, query_len: int, seq_len: int) -> RequestInfo:
+        query = max(query_len, 1 + self.num_mtp_tokens)
+        return RequestInfo(
+            is_decode=True,
+            concurrency=concurrency,
+            query_len=query,
+            seq_len=max(seq_len, query),
+            mtp_draft_tokens=self.num_mtp_tokens,
+        )
+
+    def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        request = self._decode_request(concurrency, query_len, seq_len)
+        return self.runner.run_inference(request).latency_ms / self._tokens_per_step
+
+    def memory_left_gb(
+        self, is_decode: bool, concurrency: int, query_len: int, seq_len: int
+    ) -> float:
+        if is_decode:
+            request = self._decode_request(concurrency, query_len, seq_len)
+        else:
+            request = RequestInfo(
+                is_decode=False, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+            )
+        return self.runner.memory(request).available_gb
