@@ -10,7 +10,7 @@ import anyio
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import health
+from app.api import catalog, forward, health, planning
 from app.api.errors import install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from app.services import ServiceContext, create_context
@@ -47,4 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(planning.router)
+    app.include_router(forward.router)
+    app.include_router(catalog.router)
     return app

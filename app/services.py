@@ -6,11 +6,93 @@ and CPU-bound; the API runs them in a worker thread (``anyio.to_thread.run_sync`
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from app.cache import LatencyCache, create_cache
+from pydantic import ValidationError
+
+from app.cache import (
+    JSONObject,
+    LatencyCache,
+    create_cache,
+    identity_digest,
+    response_key,
+    shape_key,
+)
+from app.core.catalog import (
+    SUPPORTED_MODEL_TYPES,
+    Device,
+    ModelArchitecture,
+    Quantization,
+    attention_actions,
+    device_from_dict,
+    get_device,
+    get_model,
+    linear_actions,
+    model_from_config,
+    model_names,
+    parse_quantization,
+    resolve_model_name,
+)
+from app.core.catalog import list_devices as catalog_devices
+from app.core.catalog import list_models as catalog_models
+from app.core.chunking import OptimizerData, effective_input_length, prefill_chunk_plan
+from app.core.errors import (
+    DeadlineExceededError,
+    InvalidParameterError,
+    SearchLimitError,
+    UnknownModelError,
+    UnsupportedError,
+)
+from app.core.latency import ForwardShape
+from app.core.optimizer import (
+    Deployment,
+    OptimizeResult,
+    Probe,
+    ResultRow,
+    enumerate_layouts,
+    optimize_agg,
+    optimize_disagg_decode,
+    optimize_disagg_prefill,
+    optimize_pd_ratio,
+)
+from app.core.optimizer.agg import decode_shape, largest_prefill_shape, limit_reason
+from app.core.parallel import ParallelLayout
+from app.core.runner import DEFAULT_RESERVED_MEMORY_GB, ModelRunner, RequestInfo, RunnerServingModel
+from app.core.scheduler import DecodeFirstWithSlack
+from app.core.simulation import StepRecord, plan_serving, replay
+from app.models import limits
+from app.models.catalog import DeviceInfo, DeviceList, ModelInfo, ModelList
+from app.models.common import CacheCounters
+from app.models.forward import ForwardRequest, ForwardResponse
+from app.models.optimize import (
+    InfeasibleLayout,
+    InstanceSplitOut,
+    OptimizeRequest,
+    OptimizeResponse,
+    PdRatioOut,
+    ProbeOut,
+    ResultRowOut,
+    Role,
+    RunStats,
+)
+from app.models.plan import Chunk, ChunkPlanRequest, ChunkPlanResponse
+from app.models.simulate import ForwardShapeOut, SimulateRequest, SimulateResponse, StepOut
+from app.models.workload import (
+    CustomDevice,
+    DeploymentMixin,
+    InlineModel,
+    SchedulerOptions,
+    WorkloadMixin,
+)
 from app.settings import Settings
+
+logger = logging.getLogger("chunkwise.services")
 
 
 class ServiceStats:
@@ -43,3 +125,935 @@ class ServiceContext:
 
 def create_context(settings: Settings) -> ServiceContext:
     return ServiceContext(settings=settings, cache=create_cache(settings))
+
+
+# --------------------------------------------------------------------------------------------
+# The caching latency model
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardRecord:
+    """What the engine needs from one forward: latency, memory left and the memory picture."""
+
+    latency_ms: float
+    memory_left_gb: float
+    memory_gb: Mapping[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> JSONObject:
+        return {
+            "latency_ms": self.latency_ms,
+            "memory_left_gb": self.memory_left_gb,
+            "memory_gb": dict(self.memory_gb),
+        }
+
+    @classmethod
+    def from_json(cls, value: JSONObject) -> ForwardRecord | None:
+        try:
+            latency = float(value["latency_ms"])
+            memory = float(value["memory_left_gb"])
+            breakdown = {str(k): float(v) for k, v in dict(value.get("memory_gb") or {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return cls(latency, memory, breakdown)
+
+
+class ShapeEvaluator(Protocol):
+    """Computes forwards for one deployment (model, device, layout, quantization, ...)."""
+
+    def identity(self) -> str:
+        """Stable description of everything but the shape (goes into the cache key)."""
+        ...
+
+    def evaluate(self, shape: ForwardShape) -> ForwardRecord: ...
+
+
+@dataclass(slots=True)
+class CacheUsage:
+    """Cache activity of one request."""
+
+    hits: int = 0
+    misses: int = 0
+    computed: int = 0
+    round_trips: int = 0
+
+
+class CachedServingModel:
+    """A ``ServingModel`` (and the engine's batch latency interface) over the latency cache.
+
+    Each batch of shapes costs one ``MGET`` for the shapes this object has not seen yet; misses
+    are computed by the evaluator; new records are written back by :meth:`flush` in one
+    pipeline. One instance serves one request (it memoises locally and is not shared).
+    """
+
+    def __init__(
+        self,
+        evaluator: ShapeEvaluator,
+        cache: LatencyCache,
+        *,
+        usage: CacheUsage | None = None,
+        stats: ServiceStats | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        self._evaluator = evaluator
+        self._cache = cache
+        self._digest = identity_digest(evaluator.identity())
+        self._local: dict[ForwardShape, ForwardRecord] = {}
+        self._pending: dict[str, JSONObject] = {}
+        self._stats = stats
+        self._deadline = deadline
+        self.usage = usage if usage is not None else CacheUsage()
+
+    # -- batching ------------------------------------------------------------------------
+    def prefetch(self, shapes: Iterable[ForwardShape]) -> None:
+        """Make every shape available locally: one MGET, then compute the misses."""
+        wanted = [s for s in dict.fromkeys(shapes) if s not in self._local]
+        if not wanted:
+            return
+        self._check_deadline()
+        keys = [shape_key(self._digest, s) for s in wanted]
+        values = self._cache.get_many(keys)
+        self.usage.round_trips += 1
+        computed = 0
+        for shape, key, value in zip(wanted, keys, values, strict=True):
+            record = ForwardRecord.from_json(value) if value is not None else None
+            if record is not None:
+                self.usage.hits += 1
+            else:
+                self.usage.misses += 1
+                record = self._evaluator.evaluate(shape)
+                computed += 1
+                self._pending[key] = record.to_json()
+                if computed % 64 == 0:
+                    self._check_deadline()
+            self._local[shape] = record
+        self.usage.computed += computed
+        if self._stats is not None and computed:
+            self._stats.add(forward_evaluations=computed)
+
+    def take_pending(self) -> dict[str, JSONObject]:
+        """The records computed since the last call (for a caller that batches writes)."""
+        pending, self._pending = self._pending, {}
+        return pending
+
+    def flush(self) -> None:
+        """Write the newly computed records back (one pipelined write with TTL)."""
+        pending = self.take_pending()
+        if pending:
+            self._cache.set_many(pending)
+
+    def records(self, shapes: Sequence[ForwardShape]) -> list[ForwardRecord]:
+        self.prefetch(shapes)
+        return [self._local[s] for s in shapes]
+
+    def _record(self, shape: ForwardShape) -> ForwardRecord:
+        record = self._local.get(shape)
+        if record is None:
+            self.prefetch((shape,))
+            record = self._local[shape]
+        return record
+
+    def _check_deadline(self) -> None:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise DeadlineExceededError(
+                "the computation ran past its deadline; narrow the search (fewer layouts, "
+                "shorter lengths or a larger max_batched_tokens)"
+            )
+
+    # -- engine interfaces ---------------------------------------------------------------
+    def forward_latencies_ms(self, shapes: Sequence[ForwardShape]) -> Mapping[ForwardShape, float]:
+        self.prefetch(shapes)
+        return {s: self._local[s].latency_ms for s in shapes}
+
+    def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        shape = ForwardShape(
+            is_decode=False, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+        )
+        return self._record(shape).latency_ms
+
+    def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        shape = ForwardShape(
+            is_decode=True, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+        )
+        return self._record(shape).latency_ms
+
+    def memory_left_gb(
+        self, is_decode: bool, concurrency: int, query_len: int, seq_len: int
+    ) -> float:
+        shape = ForwardShape(
+            is_decode=is_decode, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+        )
+        return self._record(shape).memory_left_gb
+
+    def memory_breakdown_gb(
+        self, is_decode: bool, concurrency: int, query_len: int, seq_len: int
+    ) -> Mapping[str, float]:
+        shape = ForwardShape(
+            is_decode=is_decode, concurrency=concurrency, query_len=query_len, seq_len=seq_len
+        )
+        return self._record(shape).memory_gb
+
+    @property
+    def shapes_seen(self) -> int:
+        return len(self._local)
+
+
+# --------------------------------------------------------------------------------------------
+# POST /v1/chunk-plan
+
+
+def chunk_plan(request: ChunkPlanRequest) -> ChunkPlanResponse:
+    effective = effective_input_length(request.input_length, request.prefix_cache_hit_rate)
+    num_chunks = math.ceil(effective / request.max_batched_tokens)
+    if num_chunks > limits.MAX_PLAN_CHUNKS:
+        raise InvalidParameterError(
+            "max_batched_tokens",
+            request.max_batched_tokens,
+            f">= {math.ceil(effective / limits.MAX_PLAN_CHUNKS)} for effective_input_length "
+            f"{effective} (at most {limits.MAX_PLAN_CHUNKS} chunks)",
+        )
+    plan = prefill_chunk_plan(effective, request.max_batched_tokens)
+    return ChunkPlanResponse(
+        input_length=request.input_length,
+        prefix_cache_hit_rate=request.prefix_cache_hit_rate,
+        max_batched_tokens=request.max_batched_tokens,
+        cached_prefix_tokens=request.input_length - effective,
+        effective_input_length=effective,
+        prefill_num_chunks=len(plan),
+        chunks=[
+            Chunk(
+                index=c.index,
+                query_len=c.query_len,
+                seq_len=c.seq_len,
+                is_last_chunk=c.is_last_chunk,
+            )
+            for c in plan
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Resolving the deployment (model, device, quantization)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedDeployment:
+    """The catalog objects a request names, and the knobs that change a forward's cost."""
+
+    model: ModelArchitecture
+    device: Device
+    quantization: Quantization
+    reserved_memory_gb: float | None
+    num_mtp_tokens: int
+    mtp_acceptance_rates: tuple[float, ...]
+
+    @property
+    def label(self) -> Deployment:
+        return Deployment(
+            model=self.model.name, device=self.device.name, quantization=self.quantization.label
+        )
+
+    def runner(self, layout: ParallelLayout) -> ModelRunner:
+        reserved = self.reserved_memory_gb
+        return ModelRunner(
+            self.model,
+            self.device,
+            layout,
+            self.quantization,
+            reserved_memory_gb=DEFAULT_RESERVED_MEMORY_GB if reserved is None else reserved,
+            num_mtp_tokens=self.num_mtp_tokens,
+        )
+
+
+def build_serving_model(
+    deployment: ResolvedDeployment, layout: ParallelLayout
+) -> RunnerServingModel:
+    """The runner's serving adapter (MTP folded into decode latency) for one layout."""
+    return RunnerServingModel(
+        deployment.runner(layout),
+        num_mtp_tokens=deployment.num_mtp_tokens,
+        mtp_acceptance_rates=deployment.mtp_acceptance_rates,
+    )
+
+
+def evaluate_forward(serving: RunnerServingModel, shape: ForwardShape) -> ForwardRecord:
+    """Latency (MTP-folded for decode), memory left and the memory picture of one shape."""
+    c, q, s = shape.concurrency, shape.query_len, shape.seq_len
+    latency_ms = serving.decode_ms(c, q, s) if shape.is_decode else serving.prefill_ms(c, q, s)
+    memory = serving.runner.memory(
+        RequestInfo(is_decode=shape.is_decode, concurrency=c, query_len=q, seq_len=max(s, q))
+    )
+    return ForwardRecord(
+        latency_ms=latency_ms,
+        memory_left_gb=serving.memory_left_gb(shape.is_decode, c, q, s),
+        memory_gb=memory.to_dict(),
+    )
+
+
+def resolve_model(ref: str | InlineModel, *, allow_paths: bool = False) -> ModelArchitecture:
+    """A catalog name / HF id, or an inline config. Local paths only when ``allow_paths``."""
+    if isinstance(ref, InlineModel):
+        return model_from_config(ref.config, name=ref.name or "inline")
+    hf_id = resolve_model_name(ref)
+    if hf_id is not None:
+        return get_model(hf_id)
+    if allow_paths:
+        return get_model(ref)  # a directory or config.json path (CLI only)
+    raise UnknownModelError(ref, model_names())
+
+
+def resolve_device(ref: str | CustomDevice) -> Device:
+    if isinstance(ref, CustomDevice):
+        return device_from_dict(ref.model_dump(exclude_none=True))
+    return get_device(ref)
+
+
+def resolve_deployment(
+    request: DeploymentMixin, *, allow_paths: bool = False
+) -> ResolvedDeployment:
+    num_mtp_tokens = int(getattr(request, "num_mtp_tokens", 0))
+    rates = tuple(float(r) for r in getattr(request, "mtp_acceptance_rates", ()))
+    return ResolvedDeployment(
+        model=resolve_model(request.model, allow_paths=allow_paths),
+        device=resolve_device(request.device),
+        quantization=parse_quantization(
+            request.quantize_linear_action, request.quantize_attention_action
+        ),
+        reserved_memory_gb=request.reserved_memory_gb,
+        num_mtp_tokens=num_mtp_tokens,
+        mtp_acceptance_rates=rates,
+    )
+
+
+def optimizer_data(request: WorkloadMixin, num_devices: int) -> OptimizerData:
+    return OptimizerData(
+        input_length=request.input_length,
+        output_length=request.output_length,
+        max_batched_tokens=request.max_batched_tokens,
+        prefix_cache_hit_rate=request.prefix_cache_hit_rate,
+        ttft_limit_ms=getattr(request, "ttft_limit_ms", None),
+        tpot_limit_ms=getattr(request, "tpot_limit_ms", None),
+        num_mtp_tokens=request.num_mtp_tokens,
+        mtp_acceptance_rates=tuple(request.mtp_acceptance_rates),
+        num_devices=num_devices,
+    )
+
+
+def make_scheduler(options: SchedulerOptions) -> DecodeFirstWithSlack:
+    return DecodeFirstWithSlack(
+        slack_ratio=options.slack_ratio, prefill_order=options.prefill_order
+    )
+
+
+class _RunnerEvaluator:
+    """The runner's serving adapter for one layout, seen as a :class:`ShapeEvaluator`."""
+
+    def __init__(self, serving: RunnerServingModel) -> None:
+        self._identity = serving.identity()  # model, device, layout, quantization, MTP
+        self._serving = serving
+
+    def identity(self) -> str:
+        return self._identity
+
+    def evaluate(self, shape: ForwardShape) -> ForwardRecord:
+        return evaluate_forward(self._serving, shape)
+
+
+def deadline_from(settings: Settings) -> float:
+    return time.monotonic() + settings.request_deadline_s
+
+
+class ModelFactory:
+    """Builds one caching serving model per layout for one request, and totals its usage."""
+
+    def __init__(self, context: ServiceContext, deployment: ResolvedDeployment) -> None:
+        self.context = context
+        self.deployment = deployment
+        self.usage = CacheUsage()
+        self.deadline = deadline_from(context.settings)
+        self.models: list[CachedServingModel] = []
+        self._built: dict[ParallelLayout, RunnerServingModel] = {}
+
+    def serving(self, layout: ParallelLayout) -> RunnerServingModel:
+        """The runner's (uncached) serving model of a layout, built once per request."""
+        built = self._built.get(layout)
+        if built is None:
+            built = self._built[layout] = build_serving_model(self.deployment, layout)
+        return built
+
+    def __call__(self, layout: ParallelLayout) -> CachedServingModel:
+        model = CachedServingModel(
+            _RunnerEvaluator(self.serving(layout)),
+            self.context.cache,
+            usage=self.usage,
+            stats=self.context.stats,
+            deadline=self.deadline,
+        )
+        self.models.append(model)
+        return model
+
+    def flush(self) -> None:
+        """One pipelined write of everything computed by this request."""
+        pending: dict[str, JSONObject] = {}
+        for model in self.models:
+            pending.update(model.take_pending())
+        if pending:
+            self.context.cache.set_many(pending)
+
+    @property
+    def shapes(self) -> int:
+        return sum(model.shapes_seen for model in self.models)
+
+    def counters(self, *, response_cache_hit: bool = False) -> CacheCounters:
+        return CacheCounters(
+            backend=self.context.cache.backend,
+            hits=self.usage.hits,
+            misses=self.usage.misses,
+            round_trips=self.usage.round_trips,
+            response_cache_hit=response_cache_hit,
+        )
+
+    def usable_layouts(
+        self, layouts: Sequence[ParallelLayout]
+    ) -> tuple[list[ParallelLayout], dict[str, str]]:
+        """Layouts the runner can build; the others with the reason (e.g. TP vs heads)."""
+        usable: list[ParallelLayout] = []
+        rejected: dict[str, str] = {}
+        for layout in layouts:
+            try:
+                self.serving(layout)
+            except (InvalidParameterError, UnsupportedError) as exc:
+                rejected[layout.label] = str(exc)
+            else:
+                usable.append(layout)
+        return usable, rejected
+
+
+# --------------------------------------------------------------------------------------------
+# POST /v1/simulate
+
+
+def simulate(
+    context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
+) -> SimulateResponse:
+    """One configuration at a given concurrency: one MGET, the misses, one pipelined write."""
+    started = time.perf_counter()
+    deployment = resolve_deployment(request, allow_paths=allow_paths)
+    layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
+    data = optimizer_data(request, layout.num_devices)
+    scheduler = make_scheduler(request.scheduler)
+    factory = ModelFactory(context, deployment)
+    model = factory(layout)
+    batch = request.concurrency
+    plan = plan_serving(
+        data.get_prefill_chunk_plan(),
+        batch,
+        data.output_length,
+        data.max_batched_tokens,
+        scheduler,
+        input_length=data.input_length,
+        num_mtp_tokens=data.num_mtp_tokens,
+        force_simulation=request.force_simulation,
+    )
+    memory_shapes = (decode_shape(data, batch), largest_prefill_shape(data, batch))
+    model.prefetch((*plan.shapes, *memory_shapes))  # the request's only cache read
+    result = replay(
+        plan,
+        model.forward_latencies_ms(plan.shapes),
+        scheduler,
+        record_steps=request.include_timeline,
+    )
+    memory = model.records(memory_shapes)
+    left_gb = min(r.memory_left_gb for r in memory)
+    factory.flush()
+    reason = None
+    if left_gb < 0:
+        reason = f"memory: {left_gb:.2f} GB left per device"
+    else:
+        reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
+    timeline = None
+    truncated = False
+    if result.timeline is not None:
+        truncated = len(result.timeline) > limits.MAX_TIMELINE_ENTRIES
+        timeline = [_step_out(step) for step in result.timeline[: limits.MAX_TIMELINE_ENTRIES]]
+    output_throughput = result.output_throughput * layout.dp
+    return SimulateResponse(
+        input=request,
+        method=result.method,
+        parallel=layout.label,
+        num_devices=layout.num_devices,
+        batch_size=batch,
+        concurrency=batch * layout.dp,
+        effective_input_length=data.effective_input_length,
+        prefill_num_chunks=data.prefill_num_chunks,
+        ttft_ms=result.ttft_ms,
+        tpot_ms=result.tpot_ms,
+        makespan_ms=result.makespan_ms,
+        output_throughput=output_throughput,
+        request_throughput=result.request_throughput * layout.dp,
+        throughput_per_device=output_throughput / layout.num_devices,
+        steps=result.steps,
+        memory_left_gb=left_gb,
+        memory_gb=dict(memory[0].memory_gb),
+        feasible=reason is None,
+        reason=reason,
+        timeline=timeline,
+        timeline_truncated=truncated,
+        stats=RunStats(
+            elapsed_ms=(time.perf_counter() - started) * 1e3,
+            forward_evaluations=factory.usage.computed,
+            shapes=factory.shapes,
+            layouts=1,
+            probes=1,
+            cache=factory.counters(),
+        ),
+    )
+
+
+def _shape_out(shape: ForwardShape | None) -> ForwardShapeOut | None:
+    if shape is None:
+        return None
+    return ForwardShapeOut(
+        concurrency=shape.concurrency, query_len=shape.query_len, seq_len=shape.seq_len
+    )
+
+
+def _step_out(step: StepRecord) -> StepOut:
+    return StepOut(
+        start_ms=step.start_ms,
+        step_ms=step.step_ms,
+        repeat=step.repeat,
+        p_step=step.p_step,
+        prefill=_shape_out(step.prefill_shape),
+        prefill_ms=step.prefill_ms,
+        d_step=step.d_step,
+        decode=_shape_out(step.decode_shape),
+        decode_ms=step.decode_ms,
+        first_tokens=step.first_tokens,
+        finished=step.finished,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# POST /v1/optimize
+
+
+def _layouts(
+    num_devices: int,
+    tp_sizes: Sequence[int] | None,
+    ep_sizes: Sequence[int] | None,
+    *,
+    per_instance: str | None = None,
+) -> tuple[ParallelLayout, ...]:
+    """Layouts of ``num_devices``; for a PD instance, search sizes that do not fit are dropped."""
+    if per_instance is not None:
+        if tp_sizes is not None:
+            fitting = [t for t in tp_sizes if num_devices % t == 0]
+            if not fitting:
+                raise InvalidParameterError(
+                    "tp_sizes",
+                    list(tp_sizes),
+                    f"at least one divisor of {per_instance}={num_devices}",
+                )
+            tp_sizes = fitting
+        if ep_sizes is not None:
+            fitting = [e for e in ep_sizes if num_devices % e == 0]
+            if not fitting:
+                raise InvalidParameterError(
+                    "ep_sizes",
+                    list(ep_sizes),
+                    f"at least one divisor of {per_instance}={num_devices}",
+                )
+            ep_sizes = fitting
+    layouts = enumerate_layouts(num_devices, tp_sizes, ep_sizes)
+    if len(layouts) > limits.MAX_LAYOUTS:
+        raise SearchLimitError(
+            f"{len(layouts)} parallel layouts requested (tp_sizes x ep_sizes); "
+            f"at most {limits.MAX_LAYOUTS} per request"
+        )
+    return layouts
+
+
+def _row_out(row: ResultRow, role: Role) -> ResultRowOut:
+    return ResultRowOut(
+        role=role,
+        model=row.model,
+        device=row.device,
+        quantization=row.quantization,
+        num_devices=row.num_devices,
+        input_length=row.input_length,
+        output_length=row.output_length,
+        effective_input_length=row.effective_input_length,
+        max_batched_tokens=row.max_batched_tokens,
+        prefill_num_chunks=row.prefill_num_chunks,
+        concurrency=row.concurrency,
+        batch_size=row.batch_size,
+        ttft_ms=row.ttft_ms,
+        tpot_ms=row.tpot_ms,
+        throughput_tokens_s=row.throughput_tokens_s,
+        throughput_per_device=row.throughput_per_device,
+        throughput_kind=row.throughput_kind,
+        request_throughput=row.request_throughput,
+        parallel=row.parallel,
+        tp=row.tp,
+        dp=row.dp,
+        ep=row.ep,
+        pp=row.pp,
+        memory_left_gb=row.memory_left_gb,
+        memory_gb=dict(row.memory_gb),
+        method=row.method,
+    )
+
+
+def _probe_out(probe: Probe, role: Role) -> ProbeOut:
+    layout = probe.layout
+    return ProbeOut(
+        role=role,
+        parallel=layout.label,
+        tp=layout.tp,
+        dp=layout.dp,
+        ep=layout.ep,
+        pp=layout.pp,
+        batch_size=probe.batch_size,
+        concurrency=probe.concurrency,
+        feasible=probe.feasible,
+        reason=probe.reason,
+        ttft_ms=probe.ttft_ms,
+        tpot_ms=probe.tpot_ms,
+        throughput_tokens_s=probe.throughput_tokens_s,
+        throughput_per_device=probe.throughput_per_device,
+        request_throughput=probe.request_throughput,
+        memory_left_gb=probe.memory_left_gb,
+        method=probe.method,
+    )
+
+
+def _infeasible(role: Role, reasons: Mapping[str, str]) -> list[InfeasibleLayout]:
+    return [InfeasibleLayout(role=role, parallel=k, reason=v) for k, v in reasons.items()]
+
+
+@dataclass(slots=True)
+class _Section:
+    role: Role
+    result: OptimizeResult
+    rejected: dict[str, str]
+
+
+def _search(
+    factory: ModelFactory,
+    role: Role,
+    layouts: Sequence[ParallelLayout],
+    run: Callable[[Sequence[ParallelLayout]], OptimizeResult],
+    mode: str,
+) -> _Section:
+    usable, rejected = factory.usable_layouts(layouts)
+    if usable:
+        result = run(usable)
+    else:
+        result = OptimizeResult(mode=mode, rows=(), probes=(), infeasible={}, forward_evaluations=0)
+    return _Section(role=role, result=result, rejected=rejected)
+
+
+def optimize(
+    context: ServiceContext,
+    request: OptimizeRequest,
+    *,
+    allow_paths: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> OptimizeResponse:
+    """The throughput search; identical requests are answered from the response cache."""
+    started = time.perf_counter()
+    use_response_cache = context.settings.response_cache and not allow_paths
+    key = response_key("optimize", request.model_dump_json()) if use_response_cache else None
+    if key is not None:
+        cached = context.cache.get_many([key])[0]
+        if cached is not None:
+            try:
+                response = OptimizeResponse.model_validate(cached)
+            except ValidationError:
+                response = None
+            if response is not None:
+                context.stats.add(response_cache_hits=1)
+                response.stats.elapsed_ms = (time.perf_counter() - started) * 1e3
+                response.stats.cache = CacheCounters(
+                    backend=context.cache.backend, round_trips=1, response_cache_hit=True
+                )
+                return response
+
+    deployment = resolve_deployment(request, allow_paths=allow_paths)
+    factory = ModelFactory(context, deployment)
+    label = deployment.label
+    scheduler = make_scheduler(request.scheduler)
+    mode = request.mode
+    max_batch = request.max_batch_size
+    sections: list[_Section] = []
+    pd: PdRatioOut | None = None
+    reason: str | None = None
+
+    def note(text: str) -> None:
+        if progress is not None:
+            progress(text)
+
+    if mode == "pd_ratio":
+        p_devices = request.prefill_devices_per_instance or max(1, request.num_devices // 2)
+        d_devices = request.decode_devices_per_instance or max(1, request.num_devices // 2)
+        p_data = optimizer_data(request, p_devices)
+        p_layouts, p_rejected = factory.usable_layouts(
+            _layouts(
+                p_devices,
+                request.tp_sizes,
+                request.ep_sizes,
+                per_instance="prefill_devices_per_instance",
+            )
+        )
+        d_layouts, d_rejected = factory.usable_layouts(
+            _layouts(
+                d_devices,
+                request.tp_sizes,
+                request.ep_sizes,
+                per_instance="decode_devices_per_instance",
+            )
+        )
+        note(f"pd_ratio: {len(p_layouts)} prefill and {len(d_layouts)} decode layouts")
+        if p_layouts and d_layouts:
+            pd_result = optimize_pd_ratio(
+                p_data,
+                p_layouts,
+                d_layouts,
+                factory,
+                factory,
+                label,
+                label,
+                device_budget=request.num_devices,
+                serving_overhead_ms=request.serving_overhead_ms,
+                max_batch_size=max_batch,
+            )
+            sections.append(_Section("prefill", pd_result.prefill, p_rejected))
+            sections.append(_Section("decode", pd_result.decode, d_rejected))
+            pd = PdRatioOut(
+                p_qps=pd_result.p_qps,
+                d_qps=pd_result.d_qps,
+                pd_ratio=pd_result.pd_ratio,
+                split=InstanceSplitOut(
+                    prefill_instances=pd_result.split.prefill_instances,
+                    decode_instances=pd_result.split.decode_instances,
+                    devices_used=pd_result.split.devices_used,
+                    balanced_qps=pd_result.split.balanced_qps,
+                )
+                if pd_result.split
+                else None,
+                prefill_row=_row_out(pd_result.prefill_row, "prefill")
+                if pd_result.prefill_row
+                else None,
+                decode_row=_row_out(pd_result.decode_row, "decode")
+                if pd_result.decode_row
+                else None,
+                output_throughput=pd_result.output_throughput,
+                throughput_per_device=pd_result.throughput_per_device,
+                reason=pd_result.reason,
+            )
+            reason = pd_result.reason
+        else:
+            empty = OptimizeResult(
+                mode=mode, rows=(), probes=(), infeasible={}, forward_evaluations=0
+            )
+            sections.append(_Section("prefill", empty, p_rejected))
+            sections.append(_Section("decode", empty, d_rejected))
+            reason = "no parallel layout the model supports"
+    else:
+        data = optimizer_data(request, request.num_devices)
+        layouts = _layouts(request.num_devices, request.tp_sizes, request.ep_sizes)
+        note(f"{mode}: searching {len(layouts)} layouts")
+        if mode == "agg":
+            sections.append(
+                _search(
+                    factory,
+                    "agg",
+                    layouts,
+                    lambda ls: optimize_agg(
+                        data,
+                        ls,
+                        factory,
+                        label,
+                        scheduler=scheduler,
+                        force_simulation=request.force_simulation,
+                        max_batch_size=max_batch,
+                    ),
+                    mode,
+                )
+            )
+        elif mode == "disagg_prefill":
+            sections.append(
+                _search(
+                    factory,
+                    "prefill",
+                    layouts,
+                    lambda ls: optimize_disagg_prefill(
+                        data,
+                        ls,
+                        factory,
+                        label,
+                        serving_overhead_ms=request.serving_overhead_ms,
+                        max_batch_size=max_batch,
+                    ),
+                    mode,
+                )
+            )
+        else:
+            sections.append(
+                _search(
+                    factory,
+                    "decode",
+                    layouts,
+                    lambda ls: optimize_disagg_decode(
+                        data, ls, factory, label, max_batch_size=max_batch
+                    ),
+                    mode,
+                )
+            )
+    factory.flush()
+
+    rows: list[ResultRowOut] = []
+    probes: list[ProbeOut] = []
+    infeasible: list[InfeasibleLayout] = []
+    for section in sections:
+        rows.extend(_row_out(row, section.role) for row in section.result.rows)
+        if request.include_probes:
+            probes.extend(_probe_out(p, section.role) for p in section.result.probes)
+        infeasible.extend(_infeasible(section.role, section.rejected))
+        infeasible.extend(_infeasible(section.role, section.result.infeasible))
+    if mode != "pd_ratio":
+        rows = rows[: request.top_k]
+    best = rows[0] if rows and mode != "pd_ratio" else None
+    if mode != "pd_ratio" and best is None:
+        reason = "no feasible configuration: " + (
+            "; ".join(f"{i.parallel}: {i.reason}" for i in infeasible) or "no layout"
+        )
+    num_probes = sum(len(s.result.probes) for s in sections)
+    response = OptimizeResponse(
+        input=request,
+        mode=mode,
+        best=best,
+        rows=rows,
+        probes=probes,
+        infeasible=infeasible,
+        pd_ratio=pd,
+        reason=reason,
+        stats=RunStats(
+            elapsed_ms=(time.perf_counter() - started) * 1e3,
+            forward_evaluations=factory.usage.computed,
+            shapes=factory.shapes,
+            layouts=sum(len({p.layout for p in s.result.probes}) for s in sections),
+            probes=num_probes,
+            cache=factory.counters(),
+        ),
+    )
+    note(f"done: {num_probes} probes, {factory.usage.computed} forwards computed")
+    if key is not None:
+        context.cache.set_many({key: response.model_dump(mode="json")})
+    return response
+
+
+# --------------------------------------------------------------------------------------------
+# POST /v1/forward
+
+
+def forward(
+    context: ServiceContext, request: ForwardRequest, *, allow_paths: bool = False
+) -> ForwardResponse:
+    """One forward; the full result (breakdown included) is cached under its own key kind."""
+    deployment = ResolvedDeployment(
+        model=resolve_model(request.model, allow_paths=allow_paths),
+        device=resolve_device(request.device),
+        quantization=parse_quantization(
+            request.quantize_linear_action, request.quantize_attention_action
+        ),
+        reserved_memory_gb=request.reserved_memory_gb,
+        num_mtp_tokens=request.num_mtp_tokens,
+        mtp_acceptance_rates=(),
+    )
+    layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
+    runner = deployment.runner(layout)
+    info = RequestInfo(
+        is_decode=request.decode,
+        concurrency=request.num_queries,
+        query_len=request.query_length,
+        seq_len=request.context_length + request.query_length,
+        mtp_draft_tokens=request.num_mtp_tokens if request.decode else 0,
+    )
+    shape = ForwardShape(
+        is_decode=info.is_decode,
+        concurrency=info.concurrency,
+        query_len=info.query_len,
+        seq_len=info.seq_len,
+    )
+    key = shape_key(
+        identity_digest(f"{runner.identity()}|draft={info.mtp_draft_tokens}"), shape, kind="fwd"
+    )
+    cached = context.cache.get_many([key])[0]
+    body = cached if cached is not None and "breakdown" in cached else None
+    if body is None:
+        body = runner.run_inference(info).to_dict()
+        body.pop("request", None)
+        context.stats.add(forward_evaluations=1)
+        context.cache.set_many({key: body})
+    hit = body is cached
+    return ForwardResponse.model_validate(
+        {
+            **body,
+            "input": request,
+            "parallel": layout.label,
+            "cache": CacheCounters(
+                backend=context.cache.backend,
+                hits=int(hit),
+                misses=int(not hit),
+                round_trips=1,
+            ),
+        }
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# GET /v1/models, GET /v1/devices
+
+
+def list_models() -> ModelList:
+    models = []
+    for arch in catalog_models():
+        numbers = arch.to_dict()
+        models.append(
+            ModelInfo(
+                name=arch.name,
+                model_type=arch.model_type,
+                num_params=arch.num_params,
+                num_active_params=arch.num_active_params,
+                num_layers=arch.num_layers,
+                hidden_size=arch.hidden_size,
+                architecture=numbers,
+            )
+        )
+    return ModelList(
+        models=models,
+        quantize_linear_actions=linear_actions(),
+        quantize_attention_actions=attention_actions(),
+        supported_model_types=list(SUPPORTED_MODEL_TYPES),
+    )
+
+
+def list_devices() -> DeviceList:
+    return DeviceList(
+        devices=[
+            DeviceInfo(
+                name=d.name,
+                vendor=d.vendor,
+                description=d.description,
+                peak_bf16_tflops=d.peak_bf16_tflops,
+                peak_fp8_tflops=d.peak_fp8_tflops,
+                peak_int8_tops=d.peak_int8_tops,
+                peak_fp4_tflops=d.peak_fp4_tflops,
+                hbm_capacity_gb=d.hbm_capacity_gb,
+                hbm_bandwidth_gb_s=d.hbm_bandwidth_gb_s,
+                numbers=d.to_dict(),
+            )
+            for d in catalog_devices()
+        ]
+    )

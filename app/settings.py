@@ -25,8 +25,8 @@ class Settings(BaseSettings):
     # After a Redis failure, requests skip Redis for this long before trying to reconnect.
     redis_retry_interval_s: float = Field(default=1.0, ge=0)
 
-    # Identical optimize requests are answered from a per-process response cache.
-    response_cache_entries: int = Field(default=256, ge=0)
+    # Identical optimize requests are answered from the cache backend (whole response).
+    response_cache: bool = True
     # Wall-clock budget of one optimize/simulate computation.
     request_deadline_s: float = Field(default=30.0, gt=0)
 

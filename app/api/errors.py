@@ -37,12 +37,23 @@ from app.core.errors import (
     UnknownNameError,
     UnsupportedError,
 )
-from app.models.common import ProblemFieldError, problem_dict
+from app.models.common import Problem, ProblemFieldError, problem_dict
 
 logger = logging.getLogger("chunkwise.api")
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_BASE = "urn:chunkwise:problem:"
+
+
+#: OpenAPI documentation of the error responses every resource can give.
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "content": {PROBLEM_JSON: {}}, "description": description}
+    for status, description in (
+        (400, "Malformed request or domain error (problem+json)"),
+        (422, "Invalid payload, unknown name or unsupported configuration (problem+json)"),
+        (503, "Deadline exceeded or overloaded (problem+json)"),
+    )
+}
 
 
 class ProblemResponse(JSONResponse):

@@ -53,7 +53,7 @@ class CacheCounters(BaseModel):
     backend: str
     hits: int = 0
     misses: int = 0
-    errors: int = 0
+    round_trips: int = Field(default=0, description="batched cache reads (one MGET each)")
     response_cache_hit: bool = False
 
 

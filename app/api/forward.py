@@ -1,0 +1,21 @@
+"""One forward pass."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import anyio
+from fastapi import APIRouter
+
+from app import services
+from app.api.deps import ContextDep
+from app.api.errors import PROBLEM_RESPONSES
+from app.models.forward import ForwardRequest, ForwardResponse
+
+router = APIRouter(prefix="/v1", tags=["forward"], responses=PROBLEM_RESPONSES)
+
+
+@router.post("/forward", response_model=ForwardResponse)
+async def forward(request: ForwardRequest, context: ContextDep) -> ForwardResponse:
+    """Latency with a per-operator breakdown and the memory picture of one forward."""
+    return await anyio.to_thread.run_sync(partial(services.forward, context, request))

@@ -1,0 +1,44 @@
+"""Chunk plans, simulations and the throughput optimizer.
+
+Handlers are thin: validate (pydantic), run the service function in a worker thread, return.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import anyio
+from fastapi import APIRouter
+
+from app import services
+from app.api.deps import ContextDep
+from app.api.errors import PROBLEM_RESPONSES
+from app.models.optimize import OptimizeRequest, OptimizeResponse
+from app.models.plan import ChunkPlanRequest, ChunkPlanResponse
+from app.models.simulate import SimulateRequest, SimulateResponse
+
+router = APIRouter(prefix="/v1", tags=["planning"], responses=PROBLEM_RESPONSES)
+
+
+@router.post("/chunk-plan", response_model=ChunkPlanResponse)
+async def chunk_plan(request: ChunkPlanRequest) -> ChunkPlanResponse:
+    """The prefill chunk plan and the effective (uncached) input length."""
+    return await anyio.to_thread.run_sync(services.chunk_plan, request)
+
+
+@router.post("/simulate", response_model=SimulateResponse)
+async def simulate(request: SimulateRequest, context: ContextDep) -> SimulateResponse:
+    """One configuration at a given concurrency: TTFT, TPOT, throughput, optionally the steps.
+
+    An infeasible configuration (memory, limits) is a 200 with ``feasible: false``.
+    """
+    return await anyio.to_thread.run_sync(partial(services.simulate, context, request))
+
+
+@router.post("/optimize", response_model=OptimizeResponse)
+async def optimize(request: OptimizeRequest, context: ContextDep) -> OptimizeResponse:
+    """The throughput optimizer: best concurrency per parallel layout, ranked.
+
+    Every feasible probe is returned for plots (``include_probes``). Bounds: see README.
+    """
+    return await anyio.to_thread.run_sync(partial(services.optimize, context, request))

@@ -1,0 +1,19 @@
+"""Bounds on request sizes, so no request can pin a worker for minutes (documented in README)."""
+
+from __future__ import annotations
+
+MAX_INPUT_LENGTH = 1_048_576  # tokens
+MAX_OUTPUT_LENGTH = 131_072  # tokens
+MAX_BATCHED_TOKENS = 1_048_576  # tokens per engine step
+MAX_NUM_DEVICES = 1024
+MAX_PARALLEL_SIZE = 1024  # any single tp / ep / dp value
+MAX_SEARCH_LIST = 16  # entries in tp_sizes / ep_sizes
+MAX_LAYOUTS = 64  # parallel layouts one optimize request may search
+MAX_TOP_K = 100
+MAX_MTP_TOKENS = 8
+MAX_SIM_CONCURRENCY = 65_536  # requests per replica in /v1/simulate
+MAX_FORWARD_CONCURRENCY = 1_048_576  # requests in one /v1/forward
+MAX_PLAN_CHUNKS = 65_536  # chunks returned by /v1/chunk-plan
+MAX_TIMELINE_ENTRIES = 20_000  # step records returned by /v1/simulate
+MAX_RESERVED_MEMORY_GB = 4096.0
+MAX_SEARCH_BATCH_SIZE = 65_536  # per-replica batch size an optimize search may probe

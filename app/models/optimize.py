@@ -1,0 +1,155 @@
+"""POST /v1/optimize: the throughput optimizer."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from app.models import limits
+from app.models.common import CacheCounters
+from app.models.workload import DeploymentMixin, WorkloadMixin
+
+Mode = Literal["agg", "disagg_prefill", "disagg_decode", "pd_ratio"]
+Role = Literal["agg", "prefill", "decode"]
+ParallelSize = Annotated[int, Field(strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)]
+
+
+class OptimizeRequest(DeploymentMixin, WorkloadMixin):
+    """Field names follow the CLI flags (``--ttft-limit`` -> ``ttft_limit_ms``)."""
+
+    num_devices: int = Field(strict=True, ge=1, le=limits.MAX_NUM_DEVICES, examples=[8])
+    ttft_limit_ms: float | None = Field(default=None, gt=0, examples=[None])
+    tpot_limit_ms: float | None = Field(default=None, gt=0, examples=[50.0])
+    mode: Mode = Field(
+        default="agg",
+        description="agg: prefill and decode share instances; disagg_prefill / disagg_decode: "
+        "one side of a PD-separated deployment; pd_ratio: both sides and their instance split",
+    )
+    tp_sizes: list[ParallelSize] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=limits.MAX_SEARCH_LIST,
+        description="TP sizes to search (default: powers of two dividing the devices)",
+        examples=[[1, 2, 4, 8]],
+    )
+    ep_sizes: list[ParallelSize] | None = Field(
+        default=None, min_length=1, max_length=limits.MAX_SEARCH_LIST, description="MoE EP sizes"
+    )
+    prefill_devices_per_instance: int | None = Field(
+        default=None, strict=True, ge=1, le=limits.MAX_NUM_DEVICES, description="pd_ratio only"
+    )
+    decode_devices_per_instance: int | None = Field(
+        default=None, strict=True, ge=1, le=limits.MAX_NUM_DEVICES, description="pd_ratio only"
+    )
+    serving_overhead_ms: float = Field(
+        default=0.0, ge=0.0, le=60_000.0, description="fixed TTFT overhead of prefill instances"
+    )
+    max_batch_size: int = Field(
+        default=4096,
+        strict=True,
+        ge=1,
+        le=limits.MAX_SEARCH_BATCH_SIZE,
+        description="largest per-replica batch size the concurrency search may probe",
+    )
+    top_k: int = Field(default=10, strict=True, ge=1, le=limits.MAX_TOP_K)
+    include_probes: bool = Field(default=True, description="return every probe (for plots)")
+
+
+class ResultRowOut(BaseModel):
+    """A ranked configuration with every RFC field."""
+
+    role: Role
+    model: str
+    device: str
+    quantization: str
+    num_devices: int
+    input_length: int
+    output_length: int
+    effective_input_length: int
+    max_batched_tokens: int
+    prefill_num_chunks: int
+    concurrency: int
+    batch_size: int
+    ttft_ms: float | None
+    tpot_ms: float | None
+    throughput_tokens_s: float = Field(description="tokens/s of all replicas of the layout")
+    throughput_per_device: float = Field(description="token/s/device")
+    throughput_kind: str = Field(description="output (agg, decode) or input (prefill) tokens")
+    request_throughput: float
+    parallel: str
+    tp: int
+    dp: int
+    ep: int
+    pp: int
+    memory_left_gb: float
+    memory_gb: dict[str, float]
+    method: str
+
+
+class ProbeOut(BaseModel):
+    """One evaluated (layout, batch size) point."""
+
+    role: Role
+    parallel: str
+    tp: int
+    dp: int
+    ep: int
+    pp: int
+    batch_size: int
+    concurrency: int
+    feasible: bool
+    reason: str | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    throughput_tokens_s: float
+    throughput_per_device: float
+    request_throughput: float
+    memory_left_gb: float
+    method: str
+
+
+class InfeasibleLayout(BaseModel):
+    role: Role
+    parallel: str
+    reason: str
+
+
+class InstanceSplitOut(BaseModel):
+    prefill_instances: int
+    decode_instances: int
+    devices_used: int
+    balanced_qps: float
+
+
+class PdRatioOut(BaseModel):
+    p_qps: float | None
+    d_qps: float | None
+    pd_ratio: float | None
+    split: InstanceSplitOut | None
+    prefill_row: ResultRowOut | None
+    decode_row: ResultRowOut | None
+    output_throughput: float
+    throughput_per_device: float
+    reason: str | None
+
+
+class RunStats(BaseModel):
+    elapsed_ms: float
+    forward_evaluations: int = Field(description="forwards computed (cache misses)")
+    shapes: int = Field(description="distinct forward shapes the request needed")
+    layouts: int = 0
+    probes: int = 0
+    cache: CacheCounters
+
+
+class OptimizeResponse(BaseModel):
+    input: OptimizeRequest
+    mode: Mode
+    best: ResultRowOut | None = Field(description="highest throughput configuration")
+    rows: list[ResultRowOut] = Field(description="best row per layout, ranked, top_k")
+    probes: list[ProbeOut]
+    infeasible: list[InfeasibleLayout]
+    pd_ratio: PdRatioOut | None = None
+    reason: str | None = Field(default=None, description="why nothing is feasible")
+    stats: RunStats

@@ -1,0 +1,72 @@
+"""POST /v1/simulate: one configuration at a given concurrency."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from app.models import limits
+from app.models.optimize import RunStats
+from app.models.workload import DeploymentMixin, WorkloadMixin
+
+
+class SimulateRequest(DeploymentMixin, WorkloadMixin):
+    concurrency: int = Field(
+        strict=True,
+        ge=1,
+        le=limits.MAX_SIM_CONCURRENCY,
+        description="requests per data-parallel replica, all arriving at t = 0",
+        examples=[64],
+    )
+    tp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
+    ep_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
+    dp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
+    ttft_limit_ms: float | None = Field(default=None, gt=0)
+    tpot_limit_ms: float | None = Field(default=None, gt=0)
+    include_timeline: bool = Field(default=False, description="return the step timeline")
+
+
+class ForwardShapeOut(BaseModel):
+    concurrency: int
+    query_len: int
+    seq_len: int
+
+
+class StepOut(BaseModel):
+    """``repeat`` identical consecutive steps starting at ``start_ms``."""
+
+    start_ms: float
+    step_ms: float
+    repeat: int
+    p_step: int
+    prefill: ForwardShapeOut | None
+    prefill_ms: float
+    d_step: int
+    decode: ForwardShapeOut | None
+    decode_ms: float
+    first_tokens: int
+    finished: int
+
+
+class SimulateResponse(BaseModel):
+    input: SimulateRequest
+    method: str = Field(description="time_simulation or closed_form_waves")
+    parallel: str
+    num_devices: int
+    batch_size: int = Field(description="requests per replica")
+    concurrency: int = Field(description="requests over all replicas (batch_size * dp)")
+    effective_input_length: int
+    prefill_num_chunks: int
+    ttft_ms: float
+    tpot_ms: float
+    makespan_ms: float
+    output_throughput: float = Field(description="output tokens/s over all replicas")
+    request_throughput: float
+    throughput_per_device: float
+    steps: int
+    memory_left_gb: float
+    memory_gb: dict[str, float]
+    feasible: bool
+    reason: str | None = Field(description="memory or limit violation, when infeasible")
+    timeline: list[StepOut] | None = None
+    timeline_truncated: bool = False
+    stats: RunStats

@@ -1,0 +1,286 @@
+"""The /v1 endpoints through the real ASGI app (lifespan running, in-process cache)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+MODEL = "Qwen/Qwen3-32B"
+DEVICE = "ATLAS_800_A2_376T_64G"
+
+OPTIMIZE: dict[str, Any] = {
+    "model": MODEL,
+    "device": DEVICE,
+    "num_devices": 8,
+    "input_length": 3500,
+    "output_length": 1500,
+    "max_batched_tokens": 8192,
+    "tpot_limit_ms": 50,
+    "tp_sizes": [1, 2, 4, 8],
+}
+SIMULATE: dict[str, Any] = {
+    "model": MODEL,
+    "device": DEVICE,
+    "input_length": 3500,
+    "output_length": 200,
+    "max_batched_tokens": 2048,
+    "concurrency": 16,
+    "tp_size": 4,
+}
+FORWARD: dict[str, Any] = {
+    "model": MODEL,
+    "device": DEVICE,
+    "num_queries": 1,
+    "query_length": 2048,
+    "tp_size": 4,
+}
+
+
+def problem(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    return body
+
+
+def test_chunk_plan_matches_the_rfc_example(client: TestClient) -> None:
+    body = client.post(
+        "/v1/chunk-plan", json={"input_length": 10000, "max_batched_tokens": 4096}
+    ).json()
+    assert body["prefill_num_chunks"] == 3
+    assert [(c["query_len"], c["seq_len"]) for c in body["chunks"]] == [
+        (4096, 4096),
+        (4096, 8192),
+        (1808, 10000),
+    ]
+
+
+def test_chunk_plan_applies_the_prefix_cache(client: TestClient) -> None:
+    body = client.post(
+        "/v1/chunk-plan",
+        json={"input_length": 10000, "max_batched_tokens": 4096, "prefix_cache_hit_rate": 0.5},
+    ).json()
+    assert body["cached_prefix_tokens"] == 5000
+    assert body["effective_input_length"] == 5000
+    assert body["prefill_num_chunks"] == 2
+
+
+def test_chunk_plan_refuses_a_huge_plan(client: TestClient) -> None:
+    body = problem(
+        client.post("/v1/chunk-plan", json={"input_length": 1_000_000, "max_batched_tokens": 1}),
+        422,
+    )
+    assert body["errors"][0]["loc"] == ["body", "max_batched_tokens"]
+
+
+def test_optimize_returns_ranked_rows_probes_and_stats(client: TestClient) -> None:
+    body = client.post("/v1/optimize", json=OPTIMIZE).json()
+    assert body["input"]["tp_sizes"] == [1, 2, 4, 8]
+    best = body["best"]
+    assert best == body["rows"][0]
+    for field in (
+        "effective_input_length",
+        "max_batched_tokens",
+        "prefill_num_chunks",
+        "ttft_ms",
+        "tpot_ms",
+        "throughput_tokens_s",
+        "throughput_per_device",
+        "concurrency",
+        "parallel",
+        "batch_size",
+        "memory_gb",
+        "memory_left_gb",
+        "method",
+    ):
+        assert field in best
+    assert best["tpot_ms"] <= 50
+    throughputs = [row["throughput_tokens_s"] for row in body["rows"]]
+    assert throughputs == sorted(throughputs, reverse=True)
+    assert body["probes"] and any(p["feasible"] for p in body["probes"])
+    assert {p["parallel"] for p in body["probes"]} >= {row["parallel"] for row in body["rows"]}
+    stats = body["stats"]
+    assert stats["cache"]["backend"] == "memory"
+    assert stats["forward_evaluations"] == stats["cache"]["misses"] > 0
+
+
+def test_identical_optimize_is_answered_from_the_response_cache(client: TestClient) -> None:
+    first = client.post("/v1/optimize", json=OPTIMIZE).json()
+    second = client.post("/v1/optimize", json=OPTIMIZE).json()
+    assert not first["stats"]["cache"]["response_cache_hit"]
+    assert second["stats"]["cache"]["response_cache_hit"]
+    assert second["rows"] == first["rows"]
+
+
+def test_a_changed_request_reuses_cached_forwards(client: TestClient) -> None:
+    client.post("/v1/optimize", json=OPTIMIZE)
+    again = client.post("/v1/optimize", json={**OPTIMIZE, "top_k": 2}).json()
+    assert not again["stats"]["cache"]["response_cache_hit"]
+    assert again["stats"]["forward_evaluations"] == 0
+    assert again["stats"]["cache"]["hits"] > 0
+    assert len(again["rows"]) <= 2
+
+
+@pytest.mark.parametrize("mode", ["disagg_prefill", "disagg_decode"])
+def test_disaggregated_modes(client: TestClient, mode: str) -> None:
+    body = client.post(
+        "/v1/optimize", json={**OPTIMIZE, "mode": mode, "ttft_limit_ms": 3000}
+    ).json()
+    role = mode.removeprefix("disagg_")
+    assert body["best"]["role"] == role
+    assert body["best"]["throughput_kind"] == ("input" if role == "prefill" else "output")
+
+
+def test_pd_ratio_mode(client: TestClient) -> None:
+    body = client.post(
+        "/v1/optimize",
+        json={
+            **OPTIMIZE,
+            "mode": "pd_ratio",
+            "num_devices": 16,
+            "ttft_limit_ms": 3000,
+            "prefill_devices_per_instance": 4,
+            "decode_devices_per_instance": 8,
+        },
+    ).json()
+    pd = body["pd_ratio"]
+    assert pd["pd_ratio"] == pytest.approx(pd["d_qps"] / pd["p_qps"])
+    assert pd["split"]["devices_used"] <= 16
+    assert {row["role"] for row in body["rows"]} == {"prefill", "decode"}
+
+
+def test_infeasible_everywhere_is_a_200_that_says_why(client: TestClient) -> None:
+    body = client.post("/v1/optimize", json={**OPTIMIZE, "tpot_limit_ms": 0.001}).json()
+    assert body["best"] is None
+    assert "tpot_limit" in body["reason"]
+
+
+def test_layouts_the_model_cannot_use_are_reported_not_fatal(client: TestClient) -> None:
+    # Qwen3-32B has 64 heads: TP 128 cannot split them, the others still run.
+    body = client.post(
+        "/v1/optimize", json={**OPTIMIZE, "num_devices": 128, "tp_sizes": [8, 128]}
+    ).json()
+    assert any(i["parallel"] == "TP128 DP1" for i in body["infeasible"])
+    assert body["best"]["tp"] == 8
+
+
+def test_simulate_with_timeline(client: TestClient) -> None:
+    body = client.post("/v1/simulate", json={**SIMULATE, "include_timeline": True}).json()
+    assert body["method"] == "time_simulation"
+    assert body["prefill_num_chunks"] == 2
+    assert body["ttft_ms"] > 0 and body["tpot_ms"] > 0
+    assert body["feasible"] is True
+    timeline = body["timeline"]
+    assert timeline[0]["start_ms"] == 0
+    assert sum(step["finished"] for step in timeline) == 16
+    assert body["stats"]["cache"]["round_trips"] == 1
+
+
+def test_simulate_single_chunk_uses_closed_form_unless_forced(client: TestClient) -> None:
+    request = {**SIMULATE, "max_batched_tokens": 8192}
+    assert client.post("/v1/simulate", json=request).json()["method"] == "closed_form_waves"
+    forced = client.post("/v1/simulate", json={**request, "force_simulation": True}).json()
+    assert forced["method"] == "time_simulation"
+
+
+def test_simulate_out_of_memory_is_infeasible_not_an_error(client: TestClient) -> None:
+    body = client.post("/v1/simulate", json={**SIMULATE, "tp_size": 1, "concurrency": 4096})
+    assert body.status_code == 200
+    assert body.json()["feasible"] is False
+    assert body.json()["reason"].startswith("memory")
+
+
+def test_forward_is_cached(client: TestClient) -> None:
+    first = client.post("/v1/forward", json=FORWARD).json()
+    second = client.post("/v1/forward", json=FORWARD).json()
+    assert first["latency_ms"] > 0
+    assert first["breakdown"]["categories"]
+    assert first["memory"]["weights_gb"] > 0
+    assert first["cache"]["misses"] == 1
+    assert second["cache"]["hits"] == 1
+    assert second["latency_ms"] == first["latency_ms"]
+
+
+def test_catalogs(client: TestClient) -> None:
+    models = client.get("/v1/models").json()
+    assert MODEL in {m["name"] for m in models["models"]}
+    assert "W8A8_DYNAMIC" in models["quantize_linear_actions"]
+    devices = client.get("/v1/devices").json()["devices"]
+    a2 = next(d for d in devices if d["name"] == DEVICE)
+    assert a2["hbm_capacity_gb"] > 0 and a2["numbers"]["interconnect"]
+
+
+def test_custom_device_and_inline_model(client: TestClient) -> None:
+    config = {
+        "model_type": "llama",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "intermediate_size": 4096,
+        "vocab_size": 32000,
+    }
+    body = client.post(
+        "/v1/forward",
+        json={
+            **FORWARD,
+            "model": {"name": "tiny", "config": config},
+            "device": {"name": "H100_96G", "base": "NVIDIA_H100_SXM_80G", "hbm_capacity_gb": 96},
+        },
+    )
+    assert body.status_code == 200, body.text
+    assert body.json()["memory"]["capacity_gb"] == 96
+
+
+# -- validation: 422 problem+json, never 500 ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"max_batched_tokens": 0}, "max_batched_tokens"),
+        ({"max_batched_tokens": -5}, "max_batched_tokens"),
+        ({"max_batched_tokens": 4096.5}, "max_batched_tokens"),
+        ({"max_batched_tokens": "4096"}, "max_batched_tokens"),
+        ({"prefix_cache_hit_rate": 1.0}, "prefix_cache_hit_rate"),
+        ({"prefix_cache_hit_rate": -0.1}, "prefix_cache_hit_rate"),
+        ({"input_length": 0}, "input_length"),
+        ({"output_length": 10_000_000}, "output_length"),
+        ({"tp_sizes": list(range(1, 18))}, "tp_sizes"),
+        ({"top_k": 1000}, "top_k"),
+        ({"mode": "turbo"}, "mode"),
+        ({"tpot_limit_ms": 0}, "tpot_limit_ms"),
+        ({"no_such_field": 1}, "no_such_field"),
+    ],
+)
+def test_payload_validation(client: TestClient, patch: dict[str, Any], field: str) -> None:
+    body = problem(client.post("/v1/optimize", json={**OPTIMIZE, **patch}), 422)
+    assert field in {str(part) for e in body["errors"] for part in e["loc"]}
+
+
+def test_unknown_model_and_device_list_the_valid_names(client: TestClient) -> None:
+    body = problem(client.post("/v1/optimize", json={**OPTIMIZE, "model": "gpt-9"}), 422)
+    assert MODEL in body["valid"]
+    body = problem(client.post("/v1/simulate", json={**SIMULATE, "device": "TPU9"}), 422)
+    assert DEVICE in body["valid"]
+
+
+def test_model_paths_are_not_read_over_http(client: TestClient) -> None:
+    body = problem(
+        client.post("/v1/forward", json={**FORWARD, "model": "/work/shared/model_configs"}), 422
+    )
+    assert body["type"].endswith("unknown-model")
+
+
+def test_tp_sizes_must_divide_the_devices(client: TestClient) -> None:
+    body = problem(client.post("/v1/optimize", json={**OPTIMIZE, "tp_sizes": [3]}), 422)
+    assert body["errors"][0]["loc"] == ["body", "tp_sizes"]
+
+
+def test_bad_inline_config_and_custom_device(client: TestClient) -> None:
+    problem(client.post("/v1/forward", json={**FORWARD, "model": {"config": {}}}), 422)
+    problem(client.post("/v1/forward", json={**FORWARD, "device": {"name": "x", "volts": 3}}), 422)
+    problem(client.post("/v1/forward", json={**FORWARD, "quantize_linear_action": "W3"}), 422)
