@@ -9,9 +9,20 @@ Public entry points::
         .identity() -> str          stable cache key of everything that changes results
     RunnerServingModel(runner, num_mtp_tokens=0, mtp_acceptance_rates=())
         implements app.core.latency.ServingModel
-    build_runner(...)               name-based construction used by the CLI and services
+    build_runner(model, device, *, parallel=None, quantize_linear_action=None,
+                 quantize_attention_action=None, num_mtp_tokens=0, reserved_memory_gb=None)
+    parallel_layout(*, num_devices=None, tp=None, ep=1, pp=1) -> ParallelLayout
+    forward_request(*, num_queries, query_length, context_length=0, decode=False,
+                    num_mtp_tokens=0) -> RequestInfo
+    forward_to_dict(runner, result) -> dict      JSON document of one forward
 """
 
+from app.core.runner.forward import (
+    build_runner,
+    forward_request,
+    forward_to_dict,
+    parallel_layout,
+)
 from app.core.runner.ops import Bound, OpCategory, OpCost
 from app.core.runner.runner import (
     DEFAULT_RESERVED_MEMORY_GB,
@@ -40,4 +51,8 @@ __all__ = [
     "OpCost",
     "RequestInfo",
     "RunnerServingModel",
+    "build_runner",
+    "forward_request",
+    "forward_to_dict",
+    "parallel_layout",
 ]

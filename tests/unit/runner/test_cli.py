@@ -1,0 +1,74 @@
+"""``chunkwise forward / devices / models / validate``: output and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cli import main
+from app.core.catalog import device_names, model_names
+
+FORWARD = ["forward", "Qwen/Qwen3-8B", "--device", "NVIDIA_H100_SXM_80G"]
+SHAPE = ["--num-queries", "4", "--query-length", "512"]
+
+
+def test_forward_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*FORWARD, *SHAPE, "--context-length", "1024", "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["latency_ms"] > 0
+    assert document["request"]["seq_len"] == 1024 + 512
+    assert {c["category"] for c in document["breakdown"]["categories"]} >= {"gemm", "attention"}
+    assert set(document["memory"]) >= {"weights_gb", "kv_cache_gb", "available_gb"}
+    assert document["identity"].startswith("runner-v1:")
+
+
+def test_forward_table_with_parallel_and_quantization(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*FORWARD, *SHAPE, "--num-devices", "8", "--tp-size", "4", "--decode"]
+    assert (
+        main([*args, "--quantize-linear-action", "fp8", "--quantize-attention-action", "int8"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "TP4 DP2" in out and "latency_ms" in out and "attn_all_reduce" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "valid"),
+    [
+        (["forward", "no/such-model", "--device", "TEST_DEVICE", *SHAPE], model_names()),
+        (["forward", "Qwen/Qwen3-8B", "--device", "NO_SUCH_DEVICE", *SHAPE], device_names()),
+        ([*FORWARD, *SHAPE, "--quantize-linear-action", "W3A3"], ["W8A8_DYNAMIC", "NVFP4"]),
+        ([*FORWARD, *SHAPE, "--quantize-attention-action", "FP6"], ["INT8", "FP8"]),
+    ],
+)
+def test_unknown_names_exit_2_with_one_line(
+    argv: list[str], valid: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1
+    for name in valid:
+        assert name in lines[0]
+
+
+def test_invalid_layout_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*FORWARD, *SHAPE, "--tp-size", "3"]) == 2
+    assert "tp=3" in capsys.readouterr().err
+
+
+def test_devices_and_models(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "--format", "json"]) == 0
+    devices = json.loads(capsys.readouterr().out)
+    assert [d["name"] for d in devices] == device_names()
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in model_names())
+
+
+def test_validate_prints_table_and_csv(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate"]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA_H100_SXM_80G" in out and "median APE" in out
+    assert "kind,model,device,tp,precision,isl,measured,predicted,unit,error_pct" in out
