@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
@@ -35,7 +36,7 @@ def wait_until(predicate: object, timeout_s: float = 10.0, what: str = "conditio
         try:
             if predicate():
                 return
-        except (OSError, redis.RedisError):
+        except (OSError, redis.RedisError, httpx.HTTPError):
             pass
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
