@@ -384,7 +384,6 @@ class ForwardBuilder:
             )
         local_experts = e / p.ep
         touched = local_experts * (1.0 - (1.0 - k / e) ** group_tokens)
-        per_expert = routes / touched if touched > 0 else routes
         width = moe.expert_intermediate_size / p.moe_tp
         in_matrices = m.mlp_matrices - 1
         self.gemm(
@@ -396,7 +395,7 @@ class ForwardBuilder:
             in_matrices * width,
             category=OpCategory.MOE,
             weight_rows=touched * h * in_matrices * width,
-            rows_per_weight=per_expert,
+            rows_per_weight=routes,
         )
         self.elementwise(
             "experts_act",
@@ -416,7 +415,7 @@ class ForwardBuilder:
             h,
             category=OpCategory.MOE,
             weight_rows=touched * width * h,
-            rows_per_weight=per_expert,
+            rows_per_weight=routes,
         )
         if moe.shared_intermediate_size:
             self._mlp("shared_expert", scope, count, tokens, moe.shared_intermediate_size / p.tp)
