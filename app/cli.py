@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn, cast
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -154,15 +156,396 @@ def _add_runner_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     validate.set_defaults(func=_cmd_validate)
 
 
+# -- service commands: optimize, simulate (thin adapters over app.services) --------------------
+_DEPRECATED_FLAGS = {"--max-prefill-tokens": "--max-batched-tokens"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _sizes(text: str) -> list[int]:
+    """``--tp-sizes 1 2 4`` and ``--tp-sizes 1,2,4`` both work."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers, got {text!r}") from None
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers, got {text!r}") from None
+
+
+def _flatten(values: list[list[Any]] | None) -> list[Any] | None:
+    return None if values is None else [v for group in values for v in group]
+
+
+def _validation_line(err: Any) -> str:
+    """One line from a pydantic ValidationError, with CLI flag names."""
+    parts = []
+    for item in err.errors():
+        field = ".".join(str(p) for p in item.get("loc", ()))
+        parts.append(f"--{field.replace('_', '-')}: {item.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def _add_common_flags(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("model", help="Hugging Face id, catalog name or directory with config.json")
+    cmd.add_argument("--device", required=True, help="device name (see `chunkwise devices`)")
+    cmd.add_argument("--input-length", type=int, required=True)
+    cmd.add_argument("--output-length", type=int, required=True)
+    cmd.add_argument("--max-batched-tokens", type=int, default=None, help="token budget per step")
+    cmd.add_argument(
+        "--max-prefill-tokens", type=int, default=None, help=argparse.SUPPRESS
+    )  # deprecated alias
+    cmd.add_argument("--prefix-cache-hit-rate", type=float, default=0.0)
+    cmd.add_argument("--quantize-linear-action", default="DISABLED")
+    cmd.add_argument("--quantize-attention-action", default="DISABLED")
+    cmd.add_argument("--num-mtp-tokens", type=int, default=0)
+    cmd.add_argument("--mtp-acceptance-rates", type=_rates, nargs="+", default=None)
+    cmd.add_argument("--reserved-memory-gb", type=float, default=None)
+    cmd.add_argument("--slack-ratio", type=float, default=1.15, help="mixed-step token slack")
+    cmd.add_argument(
+        "--prefill-order", choices=("continue_first", "fifo"), default="continue_first"
+    )
+    cmd.add_argument(
+        "--force-simulation", action="store_true", help="time simulation even for one chunk"
+    )
+    cmd.add_argument("--format", choices=("table", "json", "csv"), default="table")
+
+
+def _common_fields(args: argparse.Namespace) -> dict[str, Any]:
+    budget = args.max_batched_tokens
+    if args.max_prefill_tokens is not None:
+        print(
+            "chunkwise: warning: --max-prefill-tokens is deprecated; use --max-batched-tokens",
+            file=sys.stderr,
+        )
+        if budget is None:
+            budget = args.max_prefill_tokens
+    if budget is None:
+        raise _UsageError("--max-batched-tokens is required")
+    fields: dict[str, Any] = {
+        "model": args.model,
+        "device": args.device,
+        "input_length": args.input_length,
+        "output_length": args.output_length,
+        "max_batched_tokens": budget,
+        "prefix_cache_hit_rate": args.prefix_cache_hit_rate,
+        "quantize_linear_action": args.quantize_linear_action,
+        "quantize_attention_action": args.quantize_attention_action,
+        "num_mtp_tokens": args.num_mtp_tokens,
+        "reserved_memory_gb": args.reserved_memory_gb,
+        "scheduler": {"slack_ratio": args.slack_ratio, "prefill_order": args.prefill_order},
+        "force_simulation": args.force_simulation,
+    }
+    rates = _flatten(args.mtp_acceptance_rates)
+    if rates is not None:
+        fields["mtp_acceptance_rates"] = rates
+    return fields
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _run_service(args: argparse.Namespace, call: Any) -> int:
+    """Settings from the environment (APP_CACHE_BACKEND / APP_REDIS_URL select the cache)."""
+    from pydantic import ValidationError
+
+    from app.core.errors import ChunkwiseError
+    from app.services import create_context
+    from app.settings import Settings
+
+    try:
+        context = create_context(Settings())
+    except ValidationError as err:
+        return _fail(Exception(f"settings: {_validation_line(err)}"))
+    try:
+        return int(call(context))
+    except _UsageError as err:
+        return _fail(err)
+    except ValidationError as err:
+        return _fail(Exception(_validation_line(err)))
+    except ChunkwiseError as err:
+        return _fail(err)
+    finally:
+        context.close()
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return "\n".join(lines)
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(
+                {k: (json.dumps(v) if isinstance(v, dict | list) else v) for k, v in row.items()}
+            )
+    return out.getvalue()
+
+
+_ROW_COLUMNS = (
+    ("role", "role", 0),
+    ("parallel", "parallel", 0),
+    ("batch", "batch_size", 0),
+    ("concurrency", "concurrency", 0),
+    ("ttft_ms", "ttft_ms", 1),
+    ("tpot_ms", "tpot_ms", 2),
+    ("tokens/s", "throughput_tokens_s", 1),
+    ("tokens/s/device", "throughput_per_device", 1),
+    ("chunks", "prefill_num_chunks", 0),
+    ("eff_input", "effective_input_length", 0),
+    ("mem_left_gb", "memory_left_gb", 2),
+    ("method", "method", 0),
+)
+
+
+def _print_optimize(response: Any, fmt: str) -> None:
+    body = response.model_dump(mode="json")
+    if fmt == "json":
+        print(json.dumps(body, indent=2))
+        return
+    if fmt == "csv":
+        print(_csv(body["rows"]), end="")
+        return
+    first = body["input"]
+    print(
+        f"{first['model']} on {first['num_devices']} x {first['device']}  mode={body['mode']}"
+        f"  input={first['input_length']} output={first['output_length']}"
+        f"  max_batched_tokens={first['max_batched_tokens']}"
+    )
+    rows = [[_fmt(r[key], d) for _, key, d in _ROW_COLUMNS] for r in body["rows"]]
+    print(_table([h for h, _, _ in _ROW_COLUMNS], rows) if rows else "no feasible configuration")
+    pd = body.get("pd_ratio")
+    if pd and pd.get("split"):
+        split = pd["split"]
+        print(
+            f"pd_ratio={pd['pd_ratio']:.3f}  prefill instances={split['prefill_instances']}"
+            f"  decode instances={split['decode_instances']}  devices used={split['devices_used']}"
+            f"  output tokens/s={pd['output_throughput']:,.1f}"
+        )
+    for item in body["infeasible"]:
+        print(f"infeasible {item['role']} {item['parallel']}: {item['reason']}")
+    if body.get("reason"):
+        print(f"note: {body['reason']}")
+    stats = body["stats"]
+    print(
+        f"{stats['probes']} probes, {stats['forward_evaluations']} forwards computed, "
+        f"{stats['cache']['hits']} cache hits, {stats['elapsed_ms']:.0f} ms"
+    )
+
+
+def _cmd_optimize(args: argparse.Namespace) -> int:
+    from app import services
+    from app.models.optimize import OptimizeRequest
+
+    if args.disagg and args.enable_optimize_prefill_decode_ratio:
+        return _fail(Exception("--disagg and --enable-optimize-prefill-decode-ratio are exclusive"))
+    ttft = args.ttft_limit
+    tpot = args.tpot_limit
+    if args.enable_optimize_prefill_decode_ratio:
+        modes = ["pd_ratio"]
+    elif args.disagg:
+        # msmodeling: the TTFT limit sizes prefill instances, the TPOT limit decode instances.
+        modes = [m for m, limit in (("disagg_prefill", ttft), ("disagg_decode", tpot)) if limit]
+        modes = modes or ["disagg_prefill", "disagg_decode"]
+    else:
+        modes = ["agg"]
+    show_progress = args.progress or (args.progress is None and sys.stderr.isatty())
+
+    def progress(text: str) -> None:
+        if show_progress:
+            print(f"chunkwise: {text}", file=sys.stderr, flush=True)
+
+    def call(context: Any) -> int:
+        common = _common_fields(args)
+        responses = []
+        for mode in modes:
+            request = OptimizeRequest.model_validate(
+                {
+                    **common,
+                    "num_devices": args.num_devices,
+                    "ttft_limit_ms": ttft,
+                    "tpot_limit_ms": tpot,
+                    "mode": mode,
+                    "tp_sizes": _flatten(args.tp_sizes),
+                    "ep_sizes": _flatten(args.ep_sizes),
+                    "prefill_devices_per_instance": args.prefill_devices_per_instance,
+                    "decode_devices_per_instance": args.decode_devices_per_instance,
+                    "max_batch_size": args.max_batch_size,
+                    "top_k": args.top_k,
+                    "include_probes": args.format == "json",
+                }
+            )
+            responses.append(
+                services.optimize(context, request, allow_paths=True, progress=progress)
+            )
+        if args.format == "json" and len(responses) > 1:
+            print(json.dumps([r.model_dump(mode="json") for r in responses], indent=2))
+        else:
+            for response in responses:
+                _print_optimize(response, args.format)
+        return 0
+
+    return _run_service(args, call)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from app import services
+    from app.models.simulate import SimulateRequest
+
+    def call(context: Any) -> int:
+        request = SimulateRequest.model_validate(
+            {
+                **_common_fields(args),
+                "concurrency": args.concurrency,
+                "tp_size": args.tp_size,
+                "ep_size": args.ep_size,
+                "dp_size": args.dp_size,
+                "ttft_limit_ms": args.ttft_limit,
+                "tpot_limit_ms": args.tpot_limit,
+                "include_timeline": args.timeline,
+            }
+        )
+        response = services.simulate(context, request, allow_paths=True)
+        body = response.model_dump(mode="json")
+        if args.format == "json":
+            print(json.dumps(body, indent=2))
+        elif args.format == "csv":
+            if body["timeline"] is not None:
+                steps = [
+                    {k: v for k, v in step.items() if k not in ("prefill", "decode")}
+                    for step in body["timeline"]
+                ]
+                print(_csv(steps), end="")
+            else:
+                metrics = {k: v for k, v in body.items() if k not in ("input", "timeline", "stats")}
+                print(_csv([metrics]), end="")
+        else:
+            keys = (
+                "method",
+                "parallel",
+                "batch_size",
+                "concurrency",
+                "effective_input_length",
+                "prefill_num_chunks",
+                "ttft_ms",
+                "tpot_ms",
+                "makespan_ms",
+                "output_throughput",
+                "throughput_per_device",
+                "request_throughput",
+                "steps",
+                "memory_left_gb",
+                "feasible",
+                "reason",
+            )
+            width = max(len(k) for k in keys)
+            for key in keys:
+                print(f"{key.ljust(width)}  {_fmt(body[key], 3)}")
+            if body["timeline"] is not None:
+                print()
+                headers = ["start_ms", "step_ms", "repeat", "p_step", "d_step", "first", "done"]
+                rows = [
+                    [
+                        _fmt(s["start_ms"], 2),
+                        _fmt(s["step_ms"], 3),
+                        str(s["repeat"]),
+                        str(s["p_step"]),
+                        str(s["d_step"]),
+                        str(s["first_tokens"]),
+                        str(s["finished"]),
+                    ]
+                    for s in body["timeline"]
+                ]
+                print(_table(headers, rows))
+        return 0
+
+    return _run_service(args, call)
+
+
+def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    optimize = sub.add_parser(
+        "optimize",
+        help="search parallel layouts and concurrency for the highest throughput",
+        description="Throughput optimizer (flag names follow msmodeling's throughput_optimizer).",
+    )
+    _add_common_flags(optimize)
+    optimize.add_argument("--num-devices", type=int, required=True)
+    optimize.add_argument("--ttft-limit", "--ttft-limits", type=float, default=None, help="ms")
+    optimize.add_argument("--tpot-limit", "--tpot-limits", type=float, default=None, help="ms")
+    optimize.add_argument(
+        "--disagg", action="store_true", help="PD-separated: prefill (TTFT) / decode (TPOT) side"
+    )
+    optimize.add_argument("--enable-optimize-prefill-decode-ratio", action="store_true")
+    optimize.add_argument("--prefill-devices-per-instance", type=int, default=None)
+    optimize.add_argument("--decode-devices-per-instance", type=int, default=None)
+    optimize.add_argument("--tp-sizes", type=_sizes, nargs="+", default=None)
+    optimize.add_argument("--ep-sizes", type=_sizes, nargs="+", default=None)
+    optimize.add_argument("--max-batch-size", type=int, default=4096, help="search cap per replica")
+    optimize.add_argument("--top-k", type=int, default=10)
+    optimize.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress on stderr (default: when stderr is a terminal)",
+    )
+    optimize.set_defaults(func=_cmd_optimize)
+
+    simulate = sub.add_parser("simulate", help="simulate one configuration at a given concurrency")
+    _add_common_flags(simulate)
+    simulate.add_argument("--concurrency", type=int, required=True, help="requests per replica")
+    simulate.add_argument("--tp-size", type=int, default=1)
+    simulate.add_argument("--ep-size", type=int, default=1)
+    simulate.add_argument("--dp-size", type=int, default=1)
+    simulate.add_argument("--ttft-limit", "--ttft-limits", type=float, default=None, help="ms")
+    simulate.add_argument("--tpot-limit", "--tpot-limits", type=float, default=None, help="ms")
+    simulate.add_argument("--timeline", action="store_true", help="print the step timeline")
+    simulate.set_defaults(func=_cmd_simulate)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="chunkwise", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="chunkwise", description=__doc__)
+    # Subcommand parsers are _Parser too (one-line usage errors, exit 2).
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True),
+    )
     serve = sub.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
     serve.set_defaults(func=_cmd_serve)
     _add_runner_commands(sub)
+    _add_service_commands(sub)
     return parser
 
 

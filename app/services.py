@@ -471,6 +471,7 @@ class ModelFactory:
         self.usage = CacheUsage()
         self.deadline = deadline_from(context.settings)
         self.models: list[CachedServingModel] = []
+        self.on_layout: Callable[[ParallelLayout], None] | None = None
         self._built: dict[ParallelLayout, RunnerServingModel] = {}
 
     def serving(self, layout: ParallelLayout) -> RunnerServingModel:
@@ -481,6 +482,8 @@ class ModelFactory:
         return built
 
     def __call__(self, layout: ParallelLayout) -> CachedServingModel:
+        if self.on_layout is not None:
+            self.on_layout(layout)
         model = CachedServingModel(
             _RunnerEvaluator(self.serving(layout)),
             self.context.cache,
@@ -781,6 +784,15 @@ def optimize(
 
     deployment = resolve_deployment(request, allow_paths=allow_paths)
     factory = ModelFactory(context, deployment)
+    if progress is not None:
+        searched = 0
+
+        def on_layout(layout: ParallelLayout) -> None:
+            nonlocal searched
+            searched += 1
+            progress(f"searching layout {searched}: {layout.label}")
+
+        factory.on_layout = on_layout
     label = deployment.label
     scheduler = make_scheduler(request.scheduler)
     mode = request.mode

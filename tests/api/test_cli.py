@@ -1,0 +1,159 @@
+"""``chunkwise optimize`` / ``simulate``: thin adapters over the service functions."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from app.cli import main
+
+BASE = [
+    "Qwen/Qwen3-32B",
+    "--device",
+    "ATLAS_800_A2_376T_64G",
+    "--input-length",
+    "3500",
+    "--output-length",
+    "1500",
+]
+OPTIMIZE = ["optimize", *BASE, "--num-devices", "8", "--tpot-limit", "50"]
+OPTIMIZE_NO_LIMIT = ["optimize", *BASE, "--num-devices"]
+JSON_8192 = ["--max-batched-tokens", "8192", "--format", "json"]
+
+
+@pytest.fixture(autouse=True)
+def memory_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APP_CACHE_BACKEND", "memory")
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_optimize_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        [*OPTIMIZE, "--max-batched-tokens", "8192", "--tp-sizes", "1", "2", "4", "8"], capsys
+    )
+    assert code == 0, err
+    assert "TP8 DP1" in out and "tokens/s/device" in out
+    assert "infeasible agg TP1 DP8: memory" in out
+
+
+def test_optimize_json_matches_the_api_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run([*OPTIMIZE, "--max-batched-tokens", "8192", "--format", "json"], capsys)
+    assert code == 0
+    body = json.loads(out)
+    assert body["best"]["tpot_ms"] <= 50
+    assert body["probes"]
+
+
+def test_optimize_csv(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        [*OPTIMIZE, "--max-batched-tokens", "2048", "--tp-sizes", "4,8", "--format", "csv"],
+        capsys,
+    )
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert {r["parallel"] for r in rows} <= {"TP4 DP2", "TP8 DP1"}
+    assert all(r["prefill_num_chunks"] == "2" and r["max_batched_tokens"] == "2048" for r in rows)
+
+
+def test_deprecated_max_prefill_tokens_still_works(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run([*OPTIMIZE, "--max-prefill-tokens", "8192", "--format", "json"], capsys)
+    assert code == 0
+    assert "deprecated" in err and "--max-batched-tokens" in err
+    assert json.loads(out)["input"]["max_batched_tokens"] == 8192
+
+
+def test_progress_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        [*OPTIMIZE, "--max-batched-tokens", "8192", "--tp-sizes", "4", "8", "--progress"], capsys
+    )
+    assert code == 0
+    assert "searching layout 1: TP4 DP2" in err
+    assert "searching" not in out
+
+
+def test_disagg_and_pd_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        [*OPTIMIZE_NO_LIMIT, "8", "--ttft-limit", "3000", "--disagg", *JSON_8192],
+        capsys,
+    )
+    assert code == 0
+    assert json.loads(out)["mode"] == "disagg_prefill"
+    code, out, _ = run(
+        [
+            *OPTIMIZE_NO_LIMIT,
+            "16",
+            "--ttft-limits",
+            "3000",
+            "--tpot-limits",
+            "50",
+            "--enable-optimize-prefill-decode-ratio",
+            "--prefill-devices-per-instance",
+            "4",
+            "--decode-devices-per-instance",
+            "8",
+            "--max-batched-tokens",
+            "8192",
+        ],
+        capsys,
+    )
+    assert code == 0
+    assert "pd_ratio=" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--max-batched-tokens", "0"], "--max-batched-tokens"),
+        (["--max-batched-tokens", "-1"], "--max-batched-tokens"),
+        ([], "--max-batched-tokens is required"),
+        (["--max-batched-tokens", "8192", "--prefix-cache-hit-rate", "1"], "prefix-cache-hit-rate"),
+        (["--max-batched-tokens", "x"], "invalid int value"),
+        (["--max-batched-tokens", "8192", "--tp-sizes", "3"], "tp_sizes"),
+        (["--max-batched-tokens", "8192", "--quantize-linear-action", "W3"], "W8A8_DYNAMIC"),
+    ],
+)
+def test_invalid_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], extra: list[str], needle: str
+) -> None:
+    code, out, err = run([*OPTIMIZE, *extra], capsys)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert needle in err
+
+
+def test_unknown_device_names_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*OPTIMIZE, "--max-batched-tokens", "8192"]
+    argv[argv.index("ATLAS_800_A2_376T_64G")] = "TPU9"
+    code, _, err = run(argv, capsys)
+    assert code == 2
+    assert "unknown device 'TPU9'" in err and "ATLAS_800_A2_376T_64G" in err
+
+
+def test_simulate_table_and_timeline_csv(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", *BASE, "--max-batched-tokens", "2048", "--concurrency", "8"]
+    code, out, _ = run([*argv, "--tp-size", "4"], capsys)
+    assert code == 0
+    assert "time_simulation" in out and "prefill_num_chunks" in out
+    code, out, _ = run([*argv, "--tp-size", "4", "--timeline", "--format", "csv"], capsys)
+    assert code == 0
+    steps = list(csv.DictReader(io.StringIO(out)))
+    assert sum(int(s["finished"]) for s in steps) == 8
+
+
+def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", *BASE, "--max-batched-tokens", "8192", "--concurrency", "8"]
+    code, out, _ = run([*argv, "--tp-size", "4", "--format", "json"], capsys)
+    assert code == 0
+    assert json.loads(out)["method"] == "closed_form_waves"
