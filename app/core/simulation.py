@@ -17,9 +17,10 @@ finished decode groups leave, the others re-queue behind groups promoted from pr
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -193,10 +194,10 @@ def _check_common(
 
 
 class _DecodeGroup:
-    """Requests that emitted their first token together and advance together.
+    """Requests that emitted their first token together and so far advanced together.
 
-    Effective remaining tokens = ``rem_base - shift`` where ``shift`` counts the steps in which
-    every decode request advanced (those cost O(1) for all groups at once).
+    Effective remaining tokens = ``rem_base - shift`` where the queue's ``shift`` counts the
+    steps in which every decode request advanced (those cost O(1) for all groups at once).
     """
 
     __slots__ = ("alive", "count", "rem_base")
@@ -205,6 +206,207 @@ class _DecodeGroup:
         self.count = count
         self.rem_base = rem_base
         self.alive = True
+
+
+class _Fenwick:
+    """Prefix sums over ranks (counts of requests by remaining-token rank)."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self, size: int) -> None:
+        self.tree = [0] * (size + 1)
+
+    def add(self, index: int, value: int) -> None:
+        index += 1
+        while index < len(self.tree):
+            self.tree[index] += value
+            index += index & -index
+
+    def prefix(self, index: int) -> int:
+        """Sum of ranks ``< index``."""
+        total = 0
+        while index > 0:
+            total += self.tree[index]
+            index -= index & -index
+        return total
+
+
+class _DecodeQueue:
+    """The round-robin decode queue, held as groups.
+
+    Three ways to advance it, each exact (a property test compares them with a per-request
+    loop): every request advances (``advance_all``: O(finished groups) via a lazy heap), the
+    front ``d`` requests advance (``take`` + ``requeue``: O(groups touched)), and a stretch of
+    identical round-robin steps with nobody joining (``rotate``: O(G log G) for the whole
+    stretch, computed from each request's position in the sweep order).
+    """
+
+    def __init__(self) -> None:
+        self.groups: deque[_DecodeGroup] = deque()
+        self.heap: list[tuple[int, int, _DecodeGroup]] = []
+        self.heap_fresh = True
+        self.tiebreak = 0
+        self.shift = 0
+        self.ready = 0
+
+    def _push(self, group: _DecodeGroup) -> None:
+        self.tiebreak += 1
+        heapq.heappush(self.heap, (group.rem_base, self.tiebreak, group))
+
+    def _live(self) -> list[_DecodeGroup]:
+        return [g for g in self.groups if g.alive]
+
+    def min_remaining(self) -> int:
+        """Fewest tokens any live group still has to emit (-1 when the queue is empty)."""
+        if not self.heap_fresh:
+            self.heap = [(g.rem_base, i, g) for i, g in enumerate(self._live())]
+            heapq.heapify(self.heap)
+            self.tiebreak = len(self.heap)
+            self.heap_fresh = True
+        heap = self.heap
+        while heap:
+            rem_base, _, group = heap[0]
+            if group.alive and group.rem_base == rem_base:
+                return rem_base - self.shift
+            heapq.heappop(heap)
+        return -1
+
+    def promote(self, count: int, remaining: int, *, front: bool) -> None:
+        group = _DecodeGroup(count, remaining + self.shift)
+        if front:
+            self.groups.appendleft(group)
+        else:
+            self.groups.append(group)
+        if self.heap_fresh:
+            self._push(group)
+        self.ready += count
+
+    def advance_all(self, steps: int) -> int:
+        """Every request emits ``steps`` tokens; returns how many finished (at the last one)."""
+        self.shift += steps
+        finished = 0
+        while self.min_remaining() == 0:
+            _, _, group = heapq.heappop(self.heap)
+            group.alive = False
+            finished += group.count
+        self.ready -= finished
+        return finished
+
+    def take(self, d_step: int) -> list[_DecodeGroup]:
+        """Pop the front ``d_step`` requests, each having emitted one token."""
+        selected = []
+        need = d_step
+        while need:
+            group = self.groups.popleft()
+            if not group.alive:
+                continue
+            if group.count > need:
+                group.count -= need
+                self.groups.appendleft(group)
+                group = _DecodeGroup(need, group.rem_base)
+            need -= group.count
+            group.rem_base -= 1
+            selected.append(group)
+        self.heap_fresh = False
+        return selected
+
+    def requeue(self, selected: list[_DecodeGroup]) -> int:
+        """Finished requests leave, the others go to the back; returns how many finished."""
+        finished = 0
+        for group in selected:
+            if group.rem_base == self.shift:
+                group.alive = False
+                finished += group.count
+            else:
+                self.groups.append(group)
+        self.ready -= finished
+        return finished
+
+    def rotate(self, d_step: int, still_same: Callable[[int], bool]) -> list[tuple[int, int]]:
+        """Round-robin steps of ``d_step < ready`` requests while nobody joins.
+
+        Requests are served in sweeps over the queue order; a request with ``m`` tokens left
+        finishes in its ``m``-th sweep, so its final slot is
+        ``sum_y min(m_y, m - 1) + #{y up to it in queue order with m_y >= m}`` and its final
+        step ``ceil(slot / d_step)``. The stretch runs until the queue empties or, after a
+        step with finishes, ``still_same(ready)`` says the decision changes. Returns the runs
+        as ``(repeat, finished_at_its_end)`` and leaves the queue as it is then.
+        """
+        live = self._live()
+        rem = [g.rem_base - self.shift for g in live]
+        values = sorted(set(rem))
+        rank = {v: i for i, v in enumerate(values)}
+        count_at = [0] * len(values)
+        for g, m in zip(live, rem, strict=True):
+            count_at[rank[m]] += g.count
+        # Suffix counts and prefix token sums by rank, for A(k) = sum_y min(m_y, k - 1).
+        below_sum = [0] * (len(values) + 1)
+        below_count = [0] * (len(values) + 1)
+        for i, v in enumerate(values):
+            below_sum[i + 1] = below_sum[i] + v * count_at[i]
+            below_count[i + 1] = below_count[i] + count_at[i]
+        total = below_count[-1]
+
+        def slots_before_sweep(k: int) -> int:
+            i = bisect.bisect_left(values, k)  # ranks with m_y < k
+            return below_sum[i] + (k - 1) * (total - below_count[i])
+
+        events: dict[int, int] = {}
+        seen = _Fenwick(len(values))
+        for g, m in zip(live, rem, strict=True):
+            r = rank[m]
+            before = seen.prefix(len(values)) - seen.prefix(r)  # earlier, with m_y >= m
+            seen.add(r, g.count)
+            first = slots_before_sweep(m) + before + 1
+            last = first + g.count - 1
+            step = -(-first // d_step)
+            while (step - 1) * d_step < last:
+                lo = max(first, (step - 1) * d_step + 1)
+                hi = min(last, step * d_step)
+                events[step] = events.get(step, 0) + hi - lo + 1
+                step += 1
+
+        runs: list[tuple[int, int]] = []
+        previous = 0
+        ready = self.ready
+        for step in sorted(events):
+            finished = events[step]
+            runs.append((step - previous, finished))
+            previous = step
+            ready -= finished
+            if ready == 0 or not still_same(ready):
+                break
+
+        # The queue after ``previous`` steps: sweep k* is under way with ``offset`` of its
+        # members served; unserved members come first, then the served survivors.
+        served_slots = previous * d_step
+        lo_k, hi_k = 1, values[-1]
+        while lo_k < hi_k:  # largest k with slots_before_sweep(k) <= served_slots
+            mid = (lo_k + hi_k + 1) // 2
+            if slots_before_sweep(mid) <= served_slots:
+                lo_k = mid
+            else:
+                hi_k = mid - 1
+        sweep = lo_k
+        offset = served_slots - slots_before_sweep(sweep)
+        waiting: list[_DecodeGroup] = []
+        served: list[_DecodeGroup] = []
+        position = 0
+        for g, m in zip(live, rem, strict=True):
+            if m < sweep:
+                continue  # finished in an earlier sweep
+            in_sweep = max(0, min(g.count, offset - position))
+            position += g.count
+            if g.count - in_sweep:
+                waiting.append(_DecodeGroup(g.count - in_sweep, m - (sweep - 1) + self.shift))
+            if in_sweep and m > sweep:
+                served.append(_DecodeGroup(in_sweep, m - sweep + self.shift))
+        for g in live:
+            g.alive = False
+        self.groups = deque(waiting + served)
+        self.ready = ready
+        self.heap_fresh = False
+        return runs
 
 
 def _decide(scheduler: Scheduler, state: SchedulerState) -> StepDecision:
@@ -256,27 +458,20 @@ def plan_chunked_prefill(
         chain_end[k] = chain_end[k + 1] if same_next else k
 
     pending: deque[list[int]] = deque([[concurrency, 0]])  # [count, chunk_index]
-    decode: deque[_DecodeGroup] = deque()
-    heap: list[tuple[int, int, _DecodeGroup]] = []  # (rem_base, tiebreak, group)
-    tiebreak = 0
-    shift = 0
-    ready = 0
+    decode = _DecodeQueue()
     done = 0
     runs: list[StepRun] = []
 
-    def push(group: _DecodeGroup) -> None:
-        nonlocal tiebreak
-        tiebreak += 1
-        heapq.heappush(heap, (group.rem_base, tiebreak, group))
-
-    def min_remaining() -> int:
-        """Fewest tokens any live decode group still has to emit (-1 when none is left)."""
-        while heap:
-            rem_base, _, group = heap[0]
-            if group.alive and group.rem_base == rem_base:
-                return rem_base - shift
-            heapq.heappop(heap)
-        return -1
+    def decide(ready: int, pend: int, chunk_query_len: int) -> StepDecision:
+        key = (ready, pend, chunk_query_len)
+        decision = memo.get(key) if stateless else None
+        if decision is None:
+            decision = _decide(
+                scheduler, SchedulerState(ready, pend, chunk_query_len, max_batched_tokens)
+            )
+            if stateless:
+                memo[key] = decision
+        return decision
 
     while done < concurrency:
         if pending:
@@ -284,46 +479,43 @@ def plan_chunked_prefill(
             chunk_query_len = plan[chunk_index].query_len
         else:
             pend, chunk_index, chunk_query_len = 0, -1, max_batched_tokens
-        state_key = (ready, pend, chunk_query_len)
-        decision = memo.get(state_key) if stateless else None
-        if decision is None:
-            decision = _decide(
-                scheduler, SchedulerState(ready, pend, chunk_query_len, max_batched_tokens)
-            )
-            if stateless:
-                memo[state_key] = decision
+        ready = decode.ready
+        decision = decide(ready, pend, chunk_query_len)
         p_step, d_step = decision.p_step, decision.d_step
         all_advance = d_step == ready
+
+        if stateless and p_step == 0 and not all_advance:
+            # Round robin with nobody joining: the whole stretch in one move.
+            def still_same(ready_now: int) -> bool:
+                return decide(ready_now, pend, chunk_query_len) == decision  # noqa: B023
+
+            for repeat, finished in decode.rotate(d_step, still_same):
+                runs.append(
+                    StepRun(
+                        p_step=0,
+                        chunk_index=-1,
+                        d_step=d_step,
+                        repeat=repeat,
+                        first_tokens=0,
+                        finished=finished,
+                    )
+                )
+                done += finished
+            continue
 
         # How many identical steps can be taken in one move.
         repeat = 1
         if stateless and all_advance:
             if p_step == 0:
-                repeat = min_remaining()
+                repeat = decode.min_remaining()
             elif p_step == pend and (continue_first or len(pending) == 1):
                 repeat = chain_end[chunk_index] - chunk_index + 1
                 if ready:
-                    repeat = min(repeat, min_remaining())
+                    repeat = min(repeat, decode.min_remaining())
 
         finished_now = 0
-        # Decode: select from the front (all of them when all advance).
-        selected: list[_DecodeGroup] = []
-        if d_step and all_advance:
-            shift += repeat
-        elif d_step:
-            need = d_step
-            while need:
-                group = decode.popleft()
-                if not group.alive:
-                    continue
-                if group.count > need:
-                    group.count -= need
-                    decode.appendleft(group)
-                    group = _DecodeGroup(need, group.rem_base)
-                need -= group.count
-                group.rem_base -= 1
-                push(group)
-                selected.append(group)
+        # Decode: the front d_step requests (all of them when all advance) emit a token.
+        selected = decode.take(d_step) if d_step and not all_advance else []
 
         # Prefill: the front group advances ``repeat`` chunks.
         first_tokens = 0
@@ -339,13 +531,12 @@ def plan_chunked_prefill(
                 if decode_tokens == 0:
                     finished_now += p_step
                 else:
-                    promoted = _DecodeGroup(p_step, decode_tokens + shift)
-                    push(promoted)
-                    if all_advance:
-                        decode.appendleft(promoted)
-                    else:
-                        decode.append(promoted)
-                    ready += p_step
+                    # Promoted requests queue behind the unselected ones and ahead of the
+                    # selected ones re-queueing below (all were selected when all advance).
+                    advance_now = all_advance and d_step > 0
+                    decode.promote(
+                        p_step, decode_tokens + (repeat if advance_now else 0), front=all_advance
+                    )
             else:
                 advanced = [p_step, end_chunk + 1]
                 if continue_first:
@@ -358,20 +549,10 @@ def plan_chunked_prefill(
                 else:
                     pending.append(advanced)
 
-        # Decode bookkeeping: finished groups leave, the others re-queue at the back.
+        # Decode bookkeeping: finished requests leave, the others re-queue at the back.
         if d_step and all_advance:
-            while min_remaining() == 0:
-                _, _, group = heapq.heappop(heap)
-                group.alive = False
-                finished_now += group.count
-                ready -= group.count
-        for group in selected:
-            if group.rem_base - shift == 0:
-                group.alive = False
-                finished_now += group.count
-                ready -= group.count
-            else:
-                decode.append(group)
+            finished_now += decode.advance_all(repeat)
+        finished_now += decode.requeue(selected)
 
         done += finished_now
         runs.append(

@@ -305,3 +305,41 @@ def test_more_chunks_never_lower_ttft(effective: int, n: int, o: int, data: st.D
         for p, b in zip(plans, (big, small), strict=True)
     ]
     assert ttft[1] >= ttft[0]
+
+
+round_robin = st.fixed_dictionaries(
+    {
+        "budget": st.integers(1, 12),
+        "concurrency": st.integers(2, 40),
+        "output": st.integers(2, 12),
+        "effective": st.integers(1, 3),
+        "slack": st.sampled_from([1.15, 2.0, 3.0, 4.0]),
+        "order": st.sampled_from(["continue_first", "fifo"]),
+        "per_token": st.sampled_from([0.0, 0.05]),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(round_robin)
+def test_round_robin_regime_matches_reference(s: dict[str, Any]) -> None:
+    """More ready decodes than the budget: the rotation fast-forward stays exact."""
+    budget = s["budget"]
+    plan = prefill_chunk_plan(s["effective"], budget)
+    scheduler = DecodeFirstWithSlack(slack_ratio=s["slack"], prefill_order=s["order"])
+    latency = LinearLatency(base_ms=1.0, per_token_ms=s["per_token"])
+    n, o = s["concurrency"], s["output"]
+    got = simulate_chunked_prefill(plan, n, o, budget, latency, scheduler)
+    want = reference_simulation(plan, n, o, budget, latency, scheduler, s["effective"])
+    assert got.ttft_ms == pytest.approx(want.ttft_ms, rel=1e-9)
+    assert got.tpot_ms == pytest.approx(want.tpot_ms, rel=1e-9, abs=1e-12)
+    assert got.makespan_ms == pytest.approx(want.makespan_ms, rel=1e-9)
+    assert got.steps == want.steps
+
+
+def test_round_robin_stretch_is_fast_forwarded() -> None:
+    """Short prompts, more decodes than the budget: cost follows decisions, not tokens."""
+    plan = prefill_chunk_plan(16, 256)
+    sim_plan = plan_chunked_prefill(plan, 4096, 1024, 256)
+    assert sim_plan.steps > 16_000
+    assert len(sim_plan.runs) < sim_plan.steps / 4
