@@ -59,9 +59,8 @@ class ForwardBuilder:
     def __init__(self, plan: ShardPlan, shape: Shape, graph_mode: bool) -> None:
         self.plan = plan
         self.shape = shape
-        self.launch_s = (
-            plan.graph_launch_s if (shape.is_decode and graph_mode) else (plan.eager_launch_s)
-        )
+        graph = shape.is_decode and graph_mode
+        self.launch_s = plan.graph_launch_s if graph else plan.eager_launch_s
         self.ops: list[OpCost] = []
 
     # -- primitives ------------------------------------------------------------------------

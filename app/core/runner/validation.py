@@ -1,13 +1,18 @@
 """Replay published measurements through the latency model and report the error.
 
-Each row of a measurement file becomes a :class:`ValidationCase` of some ``kind``; a predictor
-per kind (``PREDICTORS``) turns a case into a predicted value. Today one kind exists:
+Each row of a measurement file becomes a :class:`ValidationCase` of some ``kind``; every kind
+has a loader (``LOADERS``) and a predictor (``PREDICTORS``) that turns a case into a predicted
+value in the case's unit. Kinds today:
 
-- ``ttft_bs1``: first-token latency of one request at batch 1 = one prefill forward of ``isl``
-  tokens (TensorRT-LLM v0.9 performance overview, ``data/published_points.csv``).
+- ``ttft_bs1`` (the acceptance target): first-token latency of one request at batch 1 = one
+  prefill forward of ``query_len`` tokens (TensorRT-LLM v0.9 performance overview,
+  ``data/published_points.csv``).
+- ``msmodeling_forward`` (reported, not a target): msmodeling's per-forward fidelity
+  baselines on Ascend for the models the catalog has (``data/msmodeling_forward_cases.csv``).
 
-Serving-level kinds (TTFT/TPOT under concurrency) plug in by adding a loader and a predictor
-that runs the engine; the report code is kind-agnostic.
+Serving-level kinds (TTFT/TPOT under concurrency, ``data/measured_agg_serving_cases.csv``)
+plug in by registering a loader and a predictor that runs the engine; the report is
+kind-agnostic (errors grouped per kind and device).
 """
 
 from __future__ import annotations
@@ -23,12 +28,16 @@ from typing import Any
 
 from app.core.catalog.devices import get_device
 from app.core.catalog.models import get_model
-from app.core.catalog.quantization import Quantization
+from app.core.catalog.quantization import Quantization, parse_quantization
+from app.core.errors import UnknownNameError
 from app.core.parallel import ParallelLayout
 from app.core.runner.runner import ModelRunner, RequestInfo
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "catalog" / "data"
 PUBLISHED_POINTS = DATA_DIR / "published_points.csv"
+MSMODELING_CASES = DATA_DIR / "msmodeling_forward_cases.csv"
+MS_PER_S = 1e3
+TARGET_KIND = "ttft_bs1"
 PERCENT = 100.0
 P90 = 0.9
 
@@ -54,27 +63,42 @@ DEVICE_ALIASES: Mapping[str, str] = {
 # Published precision -> (linear action, attention action). TensorRT-LLM 0.9 "FP8" = FP8
 # GEMMs; its context attention ran in 16-bit.
 PRECISIONS: Mapping[str, Quantization] = {
-    "FP8": Quantization(linear="FP8"),  # type: ignore[arg-type]
-    "FP16": Quantization(),
-    "BF16": Quantization(),
+    "FP8": parse_quantization("FP8"),
+    "FP16": parse_quantization(),
+    "BF16": parse_quantization(),
+    "W8A8": parse_quantization("W8A8_DYNAMIC"),
 }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ValidationCase:
+    """One measured point: a deployment, a batch shape and the measured value."""
+
     kind: str
     model: str  # catalog id
     device: str  # catalog name
     tp: int
+    dp: int = 1
+    ep: int = 1
     precision: str
-    isl: int
+    is_decode: bool = False
+    concurrency: int = 1
+    query_len: int
+    context_len: int = 0
     measured: float
     unit: str
     source: str
+    name: str = ""
 
     @property
     def label(self) -> str:
-        return f"{self.model} {self.device} TP{self.tp} {self.precision} isl={self.isl}"
+        step = "decode" if self.is_decode else "prefill"
+        layout = ParallelLayout(tp=self.tp, dp=self.dp, ep=self.ep).label
+        return (
+            f"{self.name + ': ' if self.name else ''}{self.model} {self.device} {layout} "
+            f"{self.precision} {step} c={self.concurrency} q={self.query_len} "
+            f"ctx={self.context_len}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +118,7 @@ class CaseResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorSummary:
+    kind: str
     group: str
     count: int
     median_ape_pct: float
@@ -113,9 +138,10 @@ def _percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def _summary(group: str, results: Sequence[CaseResult]) -> ErrorSummary:
+def _summary(kind: str, group: str, results: Sequence[CaseResult]) -> ErrorSummary:
     apes = [r.ape_pct for r in results]
     return ErrorSummary(
+        kind=kind,
         group=group,
         count=len(results),
         median_ape_pct=statistics.median(apes),
@@ -127,9 +153,24 @@ def _summary(group: str, results: Sequence[CaseResult]) -> ErrorSummary:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ValidationReport:
+    """Errors per (kind, device) and per kind; the targets apply to ``TARGET_KIND``."""
+
     results: tuple[CaseResult, ...]
-    per_device: tuple[ErrorSummary, ...]
-    overall: ErrorSummary
+    groups: tuple[ErrorSummary, ...]
+    kinds: tuple[ErrorSummary, ...]
+
+    @property
+    def per_device(self) -> tuple[ErrorSummary, ...]:
+        """Per-device errors of the target kind."""
+        return tuple(s for s in self.groups if s.kind == TARGET_KIND)
+
+    @property
+    def overall(self) -> ErrorSummary:
+        """All points of the target kind."""
+        for summary in self.kinds:
+            if summary.kind == TARGET_KIND:
+                return summary
+        raise LookupError(f"no {TARGET_KIND} cases in this report")
 
     @property
     def targets_met(self) -> bool:
@@ -143,11 +184,17 @@ class ValidationReport:
         writer.writerow(
             [
                 "kind",
+                "name",
                 "model",
                 "device",
                 "tp",
+                "dp",
+                "ep",
                 "precision",
-                "isl",
+                "is_decode",
+                "concurrency",
+                "query_len",
+                "context_len",
                 "measured",
                 "predicted",
                 "unit",
@@ -159,11 +206,17 @@ class ValidationReport:
             writer.writerow(
                 [
                     c.kind,
+                    c.name,
                     c.model,
                     c.device,
                     c.tp,
+                    c.dp,
+                    c.ep,
                     c.precision,
-                    c.isl,
+                    str(c.is_decode).lower(),
+                    c.concurrency,
+                    c.query_len,
+                    c.context_len,
                     f"{c.measured:.4g}",
                     f"{r.predicted:.4g}",
                     c.unit,
@@ -173,22 +226,30 @@ class ValidationReport:
         return buffer.getvalue()
 
     def format_table(self) -> str:
-        lines = [f"{'device':24s} {'n':>3s} {'median APE':>11s} {'p90 APE':>8s} {'max APE':>8s}"]
-        for s in (*self.per_device, self.overall):
-            lines.append(
-                f"{s.group:24s} {s.count:3d} {s.median_ape_pct:10.1f}% {s.p90_ape_pct:7.1f}% "
-                f"{s.max_ape_pct:7.1f}%"
-            )
-        verdict = "met" if self.targets_met else "NOT met"
-        lines.append(
-            f"targets (median <= {TARGET_MEDIAN_APE_PCT:g}%, every device <= "
-            f"{TARGET_DEVICE_MEDIAN_APE_PCT:g}%): {verdict}"
+        header = (
+            f"{'kind':19s} {'device':28s} {'n':>3s} {'median APE':>11s} {'p90 APE':>8s} "
+            f"{'max APE':>8s} {'bias':>7s}"
         )
+        lines = [header]
+        for kind in self.kinds:
+            rows = [s for s in self.groups if s.kind == kind.kind]
+            for s in (*rows, kind):
+                lines.append(
+                    f"{s.kind:19s} {s.group:28s} {s.count:3d} {s.median_ape_pct:10.1f}% "
+                    f"{s.p90_ape_pct:7.1f}% {s.max_ape_pct:7.1f}% {s.mean_signed_error_pct:+6.1f}%"
+                )
+        if any(s.kind == TARGET_KIND for s in self.kinds):
+            verdict = "met" if self.targets_met else "NOT met"
+            lines.append(
+                f"{TARGET_KIND} targets (median <= {TARGET_MEDIAN_APE_PCT:g}%, every device <= "
+                f"{TARGET_DEVICE_MEDIAN_APE_PCT:g}%): {verdict}"
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         def summary(s: ErrorSummary) -> dict[str, Any]:
             return {
+                "kind": s.kind,
                 "group": s.group,
                 "count": s.count,
                 "median_ape_pct": s.median_ape_pct,
@@ -197,10 +258,11 @@ class ValidationReport:
                 "mean_signed_error_pct": s.mean_signed_error_pct,
             }
 
+        has_target = any(s.kind == TARGET_KIND for s in self.kinds)
         return {
-            "per_device": [summary(s) for s in self.per_device],
-            "overall": summary(self.overall),
-            "targets_met": self.targets_met,
+            "groups": [summary(s) for s in self.groups],
+            "kinds": [summary(s) for s in self.kinds],
+            "targets_met": self.targets_met if has_target else None,
         }
 
 
@@ -210,22 +272,50 @@ def load_published_points(path: Path = PUBLISHED_POINTS) -> list[ValidationCase]
     cases: list[ValidationCase] = []
     with path.open(encoding="utf-8", newline="") as handle:
         for row in csv.DictReader(handle):
-            if row["metric"] != "ttft_bs1":
+            if row["metric"] != TARGET_KIND:
                 continue
             model = MODEL_ALIASES.get(row["model"])
             device = DEVICE_ALIASES.get(row["hardware"])
             if model is None or device is None:
                 continue
+            isl = int(row["isl"])
             cases.append(
                 ValidationCase(
-                    kind="ttft_bs1",
+                    kind=TARGET_KIND,
                     model=model,
                     device=device,
                     tp=int(row["tp"]),
                     precision=row["precision"].upper(),
-                    isl=int(row["isl"]),
+                    query_len=isl,
                     measured=float(row["value"]),
                     unit=row["unit"],
+                    source=row["source"],
+                )
+            )
+    return cases
+
+
+def load_msmodeling_cases(path: Path = MSMODELING_CASES) -> list[ValidationCase]:
+    """msmodeling's per-forward fidelity baselines (seconds in the file, ms here)."""
+    cases: list[ValidationCase] = []
+    with path.open(encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle):
+            cases.append(
+                ValidationCase(
+                    kind="msmodeling_forward",
+                    name=row["case"],
+                    model=row["model"],
+                    device=row["device"],
+                    tp=int(row["tp"]),
+                    dp=int(row["dp"]),
+                    ep=int(row["ep"]),
+                    precision=row["precision"].upper(),
+                    is_decode=row["is_decode"].strip().lower() == "true",
+                    concurrency=int(row["num_queries"]),
+                    query_len=int(row["query_len"]),
+                    context_len=int(row["context_len"]),
+                    measured=float(row["baseline_s"]) * MS_PER_S,
+                    unit="ms",
                     source=row["source"],
                 )
             )
@@ -237,34 +327,57 @@ def runner_for(case: ValidationCase) -> ModelRunner:
     return ModelRunner(
         get_model(case.model),
         get_device(case.device),
-        ParallelLayout(tp=case.tp),
+        ParallelLayout(tp=case.tp, dp=case.dp, ep=case.ep),
         PRECISIONS[case.precision],
     )
 
 
-def predict_ttft_bs1(case: ValidationCase) -> float:
-    """One prefill forward of ``isl`` tokens for one request (ms)."""
-    request = RequestInfo(is_decode=False, concurrency=1, query_len=case.isl, seq_len=case.isl)
+def predict_forward_ms(case: ValidationCase) -> float:
+    """One forward of the case's shape (ms): ``ttft_bs1`` is a batch-1 prefill of ``isl``."""
+    request = RequestInfo(
+        is_decode=case.is_decode,
+        concurrency=case.concurrency,
+        query_len=case.query_len,
+        seq_len=case.context_len + case.query_len,
+    )
     return runner_for(case).run_inference(request).latency_ms
 
 
+Loader = Callable[[], list[ValidationCase]]
 Predictor = Callable[[ValidationCase], float]
-PREDICTORS: dict[str, Predictor] = {"ttft_bs1": predict_ttft_bs1}
+LOADERS: dict[str, Loader] = {
+    TARGET_KIND: load_published_points,
+    "msmodeling_forward": load_msmodeling_cases,
+}
+PREDICTORS: dict[str, Predictor] = {
+    TARGET_KIND: predict_forward_ms,
+    "msmodeling_forward": predict_forward_ms,
+}
 
 
 def run_validation(
     cases: Iterable[ValidationCase] | None = None,
     predictors: Mapping[str, Predictor] | None = None,
+    kinds: Sequence[str] = (TARGET_KIND,),
 ) -> ValidationReport:
-    """Predict every case and summarise the absolute percentage error per device."""
+    """Predict every case (default: all cases of ``kinds``) and summarise the absolute
+    percentage error per kind and device."""
     table = PREDICTORS if predictors is None else predictors
-    chosen = load_published_points() if cases is None else list(cases)
+    if cases is None:
+        unknown = sorted(set(kinds) - set(LOADERS))
+        if unknown:
+            raise UnknownNameError(", ".join(unknown), LOADERS)
+        chosen = [case for kind in kinds for case in LOADERS[kind]()]
+    else:
+        chosen = list(cases)
     results = tuple(CaseResult(case=c, predicted=table[c.kind](c)) for c in chosen)
-    devices: dict[str, list[CaseResult]] = {}
+    groups: dict[tuple[str, str], list[CaseResult]] = {}
+    by_kind: dict[str, list[CaseResult]] = {}
     for result in results:
-        devices.setdefault(result.case.device, []).append(result)
+        groups.setdefault((result.case.kind, result.case.device), []).append(result)
+        by_kind.setdefault(result.case.kind, []).append(result)
     return ValidationReport(
         results=results,
-        per_device=tuple(_summary(name, items) for name, items in devices.items()),
-        overall=_summary("overall", results),
+        groups=tuple(_summary(kind, device, items) for (kind, device), items in groups.items()),
+        kinds=tuple(_summary(kind, "overall", items) for kind, items in by_kind.items()),
     )

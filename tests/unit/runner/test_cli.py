@@ -71,4 +71,14 @@ def test_validate_prints_table_and_csv(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["validate"]) == 0
     out = capsys.readouterr().out
     assert "NVIDIA_H100_SXM_80G" in out and "median APE" in out
-    assert "kind,model,device,tp,precision,isl,measured,predicted,unit,error_pct" in out
+    assert "kind,name,model,device,tp,dp,ep,precision,is_decode" in out
+    assert "msmodeling_forward" not in out
+
+
+def test_validate_every_kind_and_unknown_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--all", "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {k["kind"] for k in document["kinds"]} == {"ttft_bs1", "msmodeling_forward"}
+    assert document["targets_met"] is True
+    assert main(["validate", "--kind", "nope"]) == 2
+    assert "ttft_bs1" in capsys.readouterr().err
