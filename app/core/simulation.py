@@ -17,14 +17,13 @@ finished decode groups leave, the others re-queue behind groups promoted from pr
 
 from __future__ import annotations
 
-import bisect
-import heapq
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from app.core.chunking import MAX_LENGTH_TOKENS, PrefillChunk, prefill_chunk_plan
+from app.core.decode_queue import DecodeQueue
 from app.core.errors import InvalidParameterError, SimulationError
 from app.core.latency import ForwardShape, LatencyModel
 from app.core.scheduler import DecodeFirstWithSlack, Scheduler, SchedulerState, StepDecision
@@ -193,222 +192,6 @@ def _check_common(
 # phase 1: plan
 
 
-class _DecodeGroup:
-    """Requests that emitted their first token together and so far advanced together.
-
-    Effective remaining tokens = ``rem_base - shift`` where the queue's ``shift`` counts the
-    steps in which every decode request advanced (those cost O(1) for all groups at once).
-    """
-
-    __slots__ = ("alive", "count", "rem_base")
-
-    def __init__(self, count: int, rem_base: int) -> None:
-        self.count = count
-        self.rem_base = rem_base
-        self.alive = True
-
-
-class _Fenwick:
-    """Prefix sums over ranks (counts of requests by remaining-token rank)."""
-
-    __slots__ = ("tree",)
-
-    def __init__(self, size: int) -> None:
-        self.tree = [0] * (size + 1)
-
-    def add(self, index: int, value: int) -> None:
-        index += 1
-        while index < len(self.tree):
-            self.tree[index] += value
-            index += index & -index
-
-    def prefix(self, index: int) -> int:
-        """Sum of ranks ``< index``."""
-        total = 0
-        while index > 0:
-            total += self.tree[index]
-            index -= index & -index
-        return total
-
-
-class _DecodeQueue:
-    """The round-robin decode queue, held as groups.
-
-    Three ways to advance it, each exact (a property test compares them with a per-request
-    loop): every request advances (``advance_all``: O(finished groups) via a lazy heap), the
-    front ``d`` requests advance (``take`` + ``requeue``: O(groups touched)), and a stretch of
-    identical round-robin steps with nobody joining (``rotate``: O(G log G) for the whole
-    stretch, computed from each request's position in the sweep order).
-    """
-
-    def __init__(self) -> None:
-        self.groups: deque[_DecodeGroup] = deque()
-        self.heap: list[tuple[int, int, _DecodeGroup]] = []
-        self.heap_fresh = True
-        self.tiebreak = 0
-        self.shift = 0
-        self.ready = 0
-
-    def _push(self, group: _DecodeGroup) -> None:
-        self.tiebreak += 1
-        heapq.heappush(self.heap, (group.rem_base, self.tiebreak, group))
-
-    def _live(self) -> list[_DecodeGroup]:
-        return [g for g in self.groups if g.alive]
-
-    def min_remaining(self) -> int:
-        """Fewest tokens any live group still has to emit (-1 when the queue is empty)."""
-        if not self.heap_fresh:
-            self.heap = [(g.rem_base, i, g) for i, g in enumerate(self._live())]
-            heapq.heapify(self.heap)
-            self.tiebreak = len(self.heap)
-            self.heap_fresh = True
-        heap = self.heap
-        while heap:
-            rem_base, _, group = heap[0]
-            if group.alive and group.rem_base == rem_base:
-                return rem_base - self.shift
-            heapq.heappop(heap)
-        return -1
-
-    def promote(self, count: int, remaining: int, *, front: bool) -> None:
-        group = _DecodeGroup(count, remaining + self.shift)
-        if front:
-            self.groups.appendleft(group)
-        else:
-            self.groups.append(group)
-        if self.heap_fresh:
-            self._push(group)
-        self.ready += count
-
-    def advance_all(self, steps: int) -> int:
-        """Every request emits ``steps`` tokens; returns how many finished (at the last one)."""
-        self.shift += steps
-        finished = 0
-        while self.min_remaining() == 0:
-            _, _, group = heapq.heappop(self.heap)
-            group.alive = False
-            finished += group.count
-        self.ready -= finished
-        return finished
-
-    def take(self, d_step: int) -> list[_DecodeGroup]:
-        """Pop the front ``d_step`` requests, each having emitted one token."""
-        selected = []
-        need = d_step
-        while need:
-            group = self.groups.popleft()
-            if not group.alive:
-                continue
-            if group.count > need:
-                group.count -= need
-                self.groups.appendleft(group)
-                group = _DecodeGroup(need, group.rem_base)
-            need -= group.count
-            group.rem_base -= 1
-            selected.append(group)
-        self.heap_fresh = False
-        return selected
-
-    def requeue(self, selected: list[_DecodeGroup]) -> int:
-        """Finished requests leave, the others go to the back; returns how many finished."""
-        finished = 0
-        for group in selected:
-            if group.rem_base == self.shift:
-                group.alive = False
-                finished += group.count
-            else:
-                self.groups.append(group)
-        self.ready -= finished
-        return finished
-
-    def rotate(self, d_step: int, still_same: Callable[[int], bool]) -> list[tuple[int, int]]:
-        """Round-robin steps of ``d_step < ready`` requests while nobody joins.
-
-        Requests are served in sweeps over the queue order; a request with ``m`` tokens left
-        finishes in its ``m``-th sweep, so its final slot is
-        ``sum_y min(m_y, m - 1) + #{y up to it in queue order with m_y >= m}`` and its final
-        step ``ceil(slot / d_step)``. The stretch runs until the queue empties or, after a
-        step with finishes, ``still_same(ready)`` says the decision changes. Returns the runs
-        as ``(repeat, finished_at_its_end)`` and leaves the queue as it is then.
-        """
-        live = self._live()
-        rem = [g.rem_base - self.shift for g in live]
-        values = sorted(set(rem))
-        rank = {v: i for i, v in enumerate(values)}
-        count_at = [0] * len(values)
-        for g, m in zip(live, rem, strict=True):
-            count_at[rank[m]] += g.count
-        # Suffix counts and prefix token sums by rank, for A(k) = sum_y min(m_y, k - 1).
-        below_sum = [0] * (len(values) + 1)
-        below_count = [0] * (len(values) + 1)
-        for i, v in enumerate(values):
-            below_sum[i + 1] = below_sum[i] + v * count_at[i]
-            below_count[i + 1] = below_count[i] + count_at[i]
-        total = below_count[-1]
-
-        def slots_before_sweep(k: int) -> int:
-            i = bisect.bisect_left(values, k)  # ranks with m_y < k
-            return below_sum[i] + (k - 1) * (total - below_count[i])
-
-        events: dict[int, int] = {}
-        seen = _Fenwick(len(values))
-        for g, m in zip(live, rem, strict=True):
-            r = rank[m]
-            before = seen.prefix(len(values)) - seen.prefix(r)  # earlier, with m_y >= m
-            seen.add(r, g.count)
-            first = slots_before_sweep(m) + before + 1
-            last = first + g.count - 1
-            step = -(-first // d_step)
-            while (step - 1) * d_step < last:
-                lo = max(first, (step - 1) * d_step + 1)
-                hi = min(last, step * d_step)
-                events[step] = events.get(step, 0) + hi - lo + 1
-                step += 1
-
-        runs: list[tuple[int, int]] = []
-        previous = 0
-        ready = self.ready
-        for step in sorted(events):
-            finished = events[step]
-            runs.append((step - previous, finished))
-            previous = step
-            ready -= finished
-            if ready == 0 or not still_same(ready):
-                break
-
-        # The queue after ``previous`` steps: sweep k* is under way with ``offset`` of its
-        # members served; unserved members come first, then the served survivors.
-        served_slots = previous * d_step
-        lo_k, hi_k = 1, values[-1]
-        while lo_k < hi_k:  # largest k with slots_before_sweep(k) <= served_slots
-            mid = (lo_k + hi_k + 1) // 2
-            if slots_before_sweep(mid) <= served_slots:
-                lo_k = mid
-            else:
-                hi_k = mid - 1
-        sweep = lo_k
-        offset = served_slots - slots_before_sweep(sweep)
-        waiting: list[_DecodeGroup] = []
-        served: list[_DecodeGroup] = []
-        position = 0
-        for g, m in zip(live, rem, strict=True):
-            if m < sweep:
-                continue  # finished in an earlier sweep
-            in_sweep = max(0, min(g.count, offset - position))
-            position += g.count
-            if g.count - in_sweep:
-                waiting.append(_DecodeGroup(g.count - in_sweep, m - (sweep - 1) + self.shift))
-            if in_sweep and m > sweep:
-                served.append(_DecodeGroup(in_sweep, m - sweep + self.shift))
-        for g in live:
-            g.alive = False
-        self.groups = deque(waiting + served)
-        self.ready = ready
-        self.heap_fresh = False
-        return runs
-
-
 def _decide(scheduler: Scheduler, state: SchedulerState) -> StepDecision:
     decision = scheduler.decide(state)
     p_step, d_step = decision.p_step, decision.d_step
@@ -428,6 +211,253 @@ def _decide(scheduler: Scheduler, state: SchedulerState) -> StepDecision:
     return decision
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecords:
+    """When requests arrived, emitted their first token and finished, as run indices.
+
+    A run index ``r`` means "at the end of run ``r``"; ``-1`` means ``t = 0``.
+    ``first``: ``(requests, arrival_run, first_token_run)``;
+    ``finish``: ``(requests, first_token_run, finish_run)``.
+    """
+
+    first: tuple[tuple[int, int, int], ...]
+    finish: tuple[tuple[int, int, int], ...]
+    last_arrival_run: int
+
+
+class _Segment:
+    """Consecutive pending requests on the same chunk; ``parts`` keeps their arrival runs."""
+
+    __slots__ = ("chunk", "count", "parts")
+
+    def __init__(self, chunk: int, count: int, parts: deque[list[int]]) -> None:
+        self.chunk = chunk
+        self.count = count
+        self.parts = parts  # [requests, arrival_run], in queue order
+
+    def split_front(self, count: int) -> _Segment:
+        """Detach the first ``count`` requests (``count < self.count``)."""
+        taken: deque[list[int]] = deque()
+        need = count
+        while need:
+            part = self.parts[0]
+            if part[0] > need:
+                part[0] -= need
+                taken.append([need, part[1]])
+                need = 0
+            else:
+                taken.append(self.parts.popleft())
+                need -= part[0]
+        self.count -= count
+        return _Segment(self.chunk, count, taken)
+
+
+def plan_runs(
+    plan: tuple[PrefillChunk, ...],
+    clients: int,
+    output_length: int,
+    max_batched_tokens: int,
+    scheduler: Scheduler,
+    *,
+    num_requests: int,
+    max_running: int | None = None,
+) -> tuple[tuple[StepRun, ...], RequestRecords]:
+    """The engine loop over request groups, without a clock.
+
+    ``clients`` requests arrive at ``t = 0``; while fewer than ``num_requests`` have been
+    submitted, each finished request is replaced by a new one arriving when it finishes (a
+    closed loop; ``num_requests == clients`` is the RFC's burst). At most ``max_running``
+    requests are in prefill or decode at once (KV-cache admission); the others wait in arrival
+    order and are invisible to the scheduler until admitted.
+    """
+    num_chunks = len(plan)
+    last_chunk = num_chunks - 1
+    decode_tokens = output_length - 1  # tokens left after the first one
+    continue_first = scheduler.prefill_order == "continue_first"
+    stateless = scheduler.stateless
+    memo: dict[tuple[int, int, int], StepDecision] = {}
+
+    # chain_end[k] = last index j >= k with plan[j].query_len == plan[k].query_len.
+    chain_end = [0] * num_chunks
+    for k in range(last_chunk, -1, -1):
+        same_next = k < last_chunk and plan[k + 1].query_len == plan[k].query_len
+        chain_end[k] = chain_end[k + 1] if same_next else k
+
+    waiting: deque[list[int]] = deque([[clients, -1]])  # [requests, arrival_run]
+    pending: deque[_Segment] = deque()
+    pending_total = 0
+    decode = DecodeQueue()
+    submitted = clients
+    last_arrival_run = -1
+    done = 0
+    runs: list[StepRun] = []
+    first_records: list[tuple[int, int, int]] = []
+    finish_records: list[tuple[int, int, int]] = []
+
+    def decide(ready: int, pend: int, chunk_query_len: int) -> StepDecision:
+        key = (ready, pend, chunk_query_len)
+        decision = memo.get(key) if stateless else None
+        if decision is None:
+            decision = _decide(
+                scheduler, SchedulerState(ready, pend, chunk_query_len, max_batched_tokens)
+            )
+            if stateless:
+                memo[key] = decision
+        return decision
+
+    def admit() -> None:
+        nonlocal pending_total
+        room = (
+            sum(part[0] for part in waiting)
+            if max_running is None
+            else max_running - pending_total - decode.ready
+        )
+        while waiting and room > 0:
+            part = waiting[0]
+            take = min(part[0], room)
+            if take == part[0]:
+                waiting.popleft()
+            else:
+                part[0] -= take
+            room -= take
+            pending_total += take
+            if pending and pending[-1].chunk == 0:
+                pending[-1].count += take
+                pending[-1].parts.append([take, part[1]])
+            else:
+                pending.append(_Segment(0, take, deque([[take, part[1]]])))
+
+    def finish(run: int, who: list[tuple[int, int]]) -> None:
+        """Record finishes at the end of ``run``; their clients submit the next requests."""
+        nonlocal done, submitted, last_arrival_run
+        for count, first_run in who:
+            finish_records.append((count, first_run, run))
+            done += count
+            more = min(count, num_requests - submitted)
+            if more > 0:
+                submitted += more
+                last_arrival_run = run
+                if waiting and waiting[-1][1] == run:
+                    waiting[-1][0] += more
+                else:
+                    waiting.append([more, run])
+
+    def front_state() -> tuple[int, int, int]:
+        if pending:
+            front = pending[0]
+            return front.count, front.chunk, plan[front.chunk].query_len
+        return 0, -1, max_batched_tokens
+
+    while done < num_requests:
+        admit()
+        pend, chunk_index, chunk_query_len = front_state()
+        ready = decode.ready
+        decision = decide(ready, pend, chunk_query_len)
+        p_step, d_step = decision.p_step, decision.d_step
+        all_advance = d_step == ready
+
+        if stateless and p_step == 0 and not all_advance:
+            # Round robin with nobody joining decode: the whole stretch in one move.
+            stretch_runs = [len(runs)]  # index of the run the next finish belongs to
+
+            def on_finish(
+                ready_now: int,
+                who: list[tuple[int, int]],
+                stretch_runs: list[int] = stretch_runs,
+                decision: StepDecision = decision,
+            ) -> bool:
+                finish(stretch_runs[0], who)
+                stretch_runs[0] += 1
+                admit()
+                if ready_now == 0 and not pending:
+                    return False
+                pend_now, _, query_now = front_state()
+                return decide(ready_now, pend_now, query_now) == decision
+
+            for repeat, who in decode.rotate(d_step, on_finish):
+                runs.append(
+                    StepRun(
+                        p_step=0,
+                        chunk_index=-1,
+                        d_step=d_step,
+                        repeat=repeat,
+                        first_tokens=0,
+                        finished=sum(count for count, _ in who),
+                    )
+                )
+            continue
+
+        # How many identical steps can be taken in one move.
+        repeat = 1
+        if stateless and all_advance:
+            if p_step == 0:
+                repeat = decode.min_remaining()
+            elif p_step == pend and (continue_first or len(pending) == 1):
+                repeat = chain_end[chunk_index] - chunk_index + 1
+                if ready:
+                    repeat = min(repeat, decode.min_remaining())
+
+        run_index = len(runs)
+        finished_now: list[tuple[int, int]] = []
+        # Decode: the front d_step requests (all of them when all advance) emit a token.
+        selected = decode.take(d_step) if d_step and not all_advance else []
+
+        # Prefill: p_step requests at the front advance ``repeat`` chunks.
+        first_tokens = 0
+        if p_step:
+            front = pending[0]
+            moved = pending.popleft() if front.count == p_step else front.split_front(p_step)
+            pending_total -= p_step
+            moved.chunk = chunk_index + repeat
+            if moved.chunk > last_chunk:
+                first_tokens = p_step
+                for count, arrival in moved.parts:
+                    first_records.append((count, arrival, run_index))
+                if decode_tokens == 0:
+                    finished_now.append((p_step, run_index))
+                else:
+                    # Promoted requests queue behind the unselected ones and ahead of the
+                    # selected ones re-queueing below (all were selected when all advance).
+                    shifted = repeat if all_advance and d_step else 0
+                    decode.promote(p_step, decode_tokens + shifted, run_index, front=all_advance)
+            else:
+                pending_total += p_step
+                if continue_first:
+                    if pending and pending[0].chunk == moved.chunk:
+                        pending[0].count += p_step
+                        pending[0].parts.extendleft(reversed(moved.parts))
+                    else:
+                        pending.appendleft(moved)
+                elif pending and pending[-1].chunk == moved.chunk:
+                    pending[-1].count += p_step
+                    pending[-1].parts.extend(moved.parts)
+                else:
+                    pending.append(moved)
+
+        # Decode bookkeeping: finished requests leave, the others re-queue at the back.
+        if d_step and all_advance:
+            finished_now.extend(decode.advance_all(repeat))
+        finished_now.extend(decode.requeue(selected))
+        finish(run_index, finished_now)
+        runs.append(
+            StepRun(
+                p_step=p_step,
+                chunk_index=chunk_index if p_step else -1,
+                d_step=d_step,
+                repeat=repeat,
+                first_tokens=first_tokens,
+                finished=sum(count for count, _ in finished_now),
+            )
+        )
+
+    records = RequestRecords(
+        first=tuple(first_records),
+        finish=tuple(finish_records),
+        last_arrival_run=last_arrival_run,
+    )
+    return tuple(runs), records
+
+
 def plan_chunked_prefill(
     chunk_plan: Sequence[PrefillChunk],
     concurrency: int,
@@ -443,129 +473,14 @@ def plan_chunked_prefill(
         chunk_plan, concurrency, output_length, max_batched_tokens, input_length, num_mtp_tokens
     )
     scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
-    num_chunks = len(plan)
-    last_chunk = num_chunks - 1
-    decode_tokens = output_length - 1  # tokens left after the first one
-    continue_first = scheduler.prefill_order == "continue_first"
-    stateless = scheduler.stateless
-    memo: dict[tuple[int, int, int], StepDecision] = {}
-
-    # First index of the run of equal-length chunks that each chunk belongs to ends at:
-    # chain_end[k] = last index j >= k with plan[j].query_len == plan[k].query_len.
-    chain_end = [0] * num_chunks
-    for k in range(last_chunk, -1, -1):
-        same_next = k < last_chunk and plan[k + 1].query_len == plan[k].query_len
-        chain_end[k] = chain_end[k + 1] if same_next else k
-
-    pending: deque[list[int]] = deque([[concurrency, 0]])  # [count, chunk_index]
-    decode = _DecodeQueue()
-    done = 0
-    runs: list[StepRun] = []
-
-    def decide(ready: int, pend: int, chunk_query_len: int) -> StepDecision:
-        key = (ready, pend, chunk_query_len)
-        decision = memo.get(key) if stateless else None
-        if decision is None:
-            decision = _decide(
-                scheduler, SchedulerState(ready, pend, chunk_query_len, max_batched_tokens)
-            )
-            if stateless:
-                memo[key] = decision
-        return decision
-
-    while done < concurrency:
-        if pending:
-            pend, chunk_index = pending[0]
-            chunk_query_len = plan[chunk_index].query_len
-        else:
-            pend, chunk_index, chunk_query_len = 0, -1, max_batched_tokens
-        ready = decode.ready
-        decision = decide(ready, pend, chunk_query_len)
-        p_step, d_step = decision.p_step, decision.d_step
-        all_advance = d_step == ready
-
-        if stateless and p_step == 0 and not all_advance:
-            # Round robin with nobody joining: the whole stretch in one move.
-            def still_same(ready_now: int) -> bool:
-                return decide(ready_now, pend, chunk_query_len) == decision  # noqa: B023
-
-            for repeat, finished in decode.rotate(d_step, still_same):
-                runs.append(
-                    StepRun(
-                        p_step=0,
-                        chunk_index=-1,
-                        d_step=d_step,
-                        repeat=repeat,
-                        first_tokens=0,
-                        finished=finished,
-                    )
-                )
-                done += finished
-            continue
-
-        # How many identical steps can be taken in one move.
-        repeat = 1
-        if stateless and all_advance:
-            if p_step == 0:
-                repeat = decode.min_remaining()
-            elif p_step == pend and (continue_first or len(pending) == 1):
-                repeat = chain_end[chunk_index] - chunk_index + 1
-                if ready:
-                    repeat = min(repeat, decode.min_remaining())
-
-        finished_now = 0
-        # Decode: the front d_step requests (all of them when all advance) emit a token.
-        selected = decode.take(d_step) if d_step and not all_advance else []
-
-        # Prefill: the front group advances ``repeat`` chunks.
-        first_tokens = 0
-        if p_step:
-            front = pending[0]
-            end_chunk = chunk_index + repeat - 1
-            if front[0] == p_step:
-                pending.popleft()
-            else:
-                front[0] -= p_step
-            if end_chunk == last_chunk:
-                first_tokens = p_step
-                if decode_tokens == 0:
-                    finished_now += p_step
-                else:
-                    # Promoted requests queue behind the unselected ones and ahead of the
-                    # selected ones re-queueing below (all were selected when all advance).
-                    advance_now = all_advance and d_step > 0
-                    decode.promote(
-                        p_step, decode_tokens + (repeat if advance_now else 0), front=all_advance
-                    )
-            else:
-                advanced = [p_step, end_chunk + 1]
-                if continue_first:
-                    if pending and pending[0][1] == advanced[1]:
-                        pending[0][0] += p_step
-                    else:
-                        pending.appendleft(advanced)
-                elif pending and pending[-1][1] == advanced[1]:
-                    pending[-1][0] += p_step
-                else:
-                    pending.append(advanced)
-
-        # Decode bookkeeping: finished requests leave, the others re-queue at the back.
-        if d_step and all_advance:
-            finished_now += decode.advance_all(repeat)
-        finished_now += decode.requeue(selected)
-
-        done += finished_now
-        runs.append(
-            StepRun(
-                p_step=p_step,
-                chunk_index=chunk_index if p_step else -1,
-                d_step=d_step,
-                repeat=repeat,
-                first_tokens=first_tokens,
-                finished=finished_now,
-            )
-        )
-
+    runs, _ = plan_runs(
+        plan,
+        concurrency,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        num_requests=concurrency,
+    )
     return SimulationPlan(
         chunk_plan=plan,
         concurrency=concurrency,
@@ -573,7 +488,7 @@ def plan_chunked_prefill(
         max_batched_tokens=max_batched_tokens,
         decode_query_len=1 + num_mtp_tokens,
         decode_seq_len=input_length + output_length // 2 + 1 + num_mtp_tokens,
-        runs=tuple(runs),
+        runs=runs,
     )
 
 
@@ -678,7 +593,7 @@ def replay_chunked_prefill(
     return SimulationResult(
         method=TIME_SIMULATION,
         concurrency=n,
-        ttft_ms=first_token_sum / n,
+        ttft_ms=min(first_token_sum / n, makespan_ms),  # a mean never exceeds the max
         tpot_ms=max(tpot_ms, 0.0),
         makespan_ms=makespan_ms,
         output_throughput=_per_s(n * plan.output_length, makespan_ms),

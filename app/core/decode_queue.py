@@ -1,0 +1,233 @@
+"""The round-robin decode queue of one engine instance, held as request groups.
+
+Decode requests are served from the front of the queue; served requests that still have tokens
+to emit re-queue at the back. Requests that emitted their first token in the same step form a
+group and stay together until the queue splits them. Three ways to advance the queue, each
+exact (a property test compares them with a per-request loop):
+
+- every request advances (``advance_all``): O(finishing groups), via a lazy heap and a shift;
+- the front ``d`` requests advance (``take`` + ``requeue``): O(groups touched);
+- a stretch of identical round-robin steps with nobody joining (``rotate``): O(G log G) for the
+  whole stretch, from each request's position in the sweep order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import deque
+from collections.abc import Callable
+
+#: A finished part of a group: (requests, run index of their first token).
+Finished = tuple[int, int]
+
+
+class DecodeGroup:
+    """Requests that emitted their first token together (run ``first_run``).
+
+    Effective remaining tokens = ``rem_base - shift`` where the queue's ``shift`` counts the
+    steps in which every decode request advanced.
+    """
+
+    __slots__ = ("alive", "count", "first_run", "rem_base")
+
+    def __init__(self, count: int, rem_base: int, first_run: int) -> None:
+        self.count = count
+        self.rem_base = rem_base
+        self.first_run = first_run
+        self.alive = True
+
+
+class _Fenwick:
+    """Prefix sums over ranks."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self, size: int) -> None:
+        self.tree = [0] * (size + 1)
+
+    def add(self, index: int, value: int) -> None:
+        index += 1
+        while index < len(self.tree):
+            self.tree[index] += value
+            index += index & -index
+
+    def prefix(self, index: int) -> int:
+        """Sum over ranks ``< index``."""
+        total = 0
+        while index > 0:
+            total += self.tree[index]
+            index -= index & -index
+        return total
+
+
+class DecodeQueue:
+    """Groups in queue order plus the bookkeeping that makes advancing them cheap."""
+
+    def __init__(self) -> None:
+        self.groups: deque[DecodeGroup] = deque()
+        self.heap: list[tuple[int, int, DecodeGroup]] = []
+        self.heap_fresh = True
+        self.tiebreak = 0
+        self.shift = 0
+        self.ready = 0
+
+    def _live(self) -> list[DecodeGroup]:
+        return [g for g in self.groups if g.alive]
+
+    def min_remaining(self) -> int:
+        """Fewest tokens any live group still has to emit (-1 when the queue is empty)."""
+        if not self.heap_fresh:
+            self.heap = [(g.rem_base, i, g) for i, g in enumerate(self._live())]
+            heapq.heapify(self.heap)
+            self.tiebreak = len(self.heap)
+            self.heap_fresh = True
+        heap = self.heap
+        while heap:
+            rem_base, _, group = heap[0]
+            if group.alive and group.rem_base == rem_base:
+                return rem_base - self.shift
+            heapq.heappop(heap)
+        return -1
+
+    def promote(self, count: int, remaining: int, first_run: int, *, front: bool) -> None:
+        """``count`` requests join with ``remaining`` tokens to emit (before any shift to come)."""
+        group = DecodeGroup(count, remaining + self.shift, first_run)
+        if front:
+            self.groups.appendleft(group)
+        else:
+            self.groups.append(group)
+        if self.heap_fresh:
+            self.tiebreak += 1
+            heapq.heappush(self.heap, (group.rem_base, self.tiebreak, group))
+        self.ready += count
+
+    def advance_all(self, steps: int) -> list[Finished]:
+        """Every request emits ``steps`` tokens; returns who finished (at the last step)."""
+        self.shift += steps
+        finished: list[Finished] = []
+        while self.min_remaining() == 0:
+            _, _, group = heapq.heappop(self.heap)
+            group.alive = False
+            finished.append((group.count, group.first_run))
+            self.ready -= group.count
+        return finished
+
+    def take(self, d_step: int) -> list[DecodeGroup]:
+        """Pop the front ``d_step`` requests, each having emitted one token."""
+        selected = []
+        need = d_step
+        while need:
+            group = self.groups.popleft()
+            if not group.alive:
+                continue
+            if group.count > need:
+                group.count -= need
+                self.groups.appendleft(group)
+                group = DecodeGroup(need, group.rem_base, group.first_run)
+            need -= group.count
+            group.rem_base -= 1
+            selected.append(group)
+        self.heap_fresh = False
+        return selected
+
+    def requeue(self, selected: list[DecodeGroup]) -> list[Finished]:
+        """Finished requests leave, the others go to the back; returns who finished."""
+        finished: list[Finished] = []
+        for group in selected:
+            if group.rem_base == self.shift:
+                group.alive = False
+                finished.append((group.count, group.first_run))
+                self.ready -= group.count
+            else:
+                self.groups.append(group)
+        return finished
+
+    def rotate(
+        self, d_step: int, on_finish: Callable[[int, list[Finished]], bool]
+    ) -> list[tuple[int, list[Finished]]]:
+        """Round-robin steps of ``d_step < ready`` requests while nobody joins the queue.
+
+        Requests are served in sweeps over the queue order; a request with ``m`` tokens left
+        finishes in its ``m``-th sweep, so its final slot is
+        ``sum_y min(m_y, m - 1) + #{y up to it in queue order with m_y >= m}`` and its final
+        step ``ceil(slot / d_step)``. After each step with finishes, ``on_finish(ready, who)`` is
+        told and says whether the stretch goes on (the decision is unchanged). Returns the runs as
+        ``(repeat, finished at the run's end)`` and leaves the queue as it is then.
+        """
+        live = self._live()
+        rem = [g.rem_base - self.shift for g in live]
+        values = sorted(set(rem))
+        rank = {v: i for i, v in enumerate(values)}
+        count_at = [0] * len(values)
+        for g, m in zip(live, rem, strict=True):
+            count_at[rank[m]] += g.count
+        below_sum = [0] * (len(values) + 1)
+        below_count = [0] * (len(values) + 1)
+        for i, v in enumerate(values):
+            below_sum[i + 1] = below_sum[i] + v * count_at[i]
+            below_count[i + 1] = below_count[i] + count_at[i]
+        total = below_count[-1]
+
+        def slots_before_sweep(k: int) -> int:
+            """Slots served before sweep ``k``: sum_y min(m_y, k - 1)."""
+            i = bisect.bisect_left(values, k)
+            return below_sum[i] + (k - 1) * (total - below_count[i])
+
+        events: dict[int, list[Finished]] = {}
+        seen = _Fenwick(len(values))
+        for g, m in zip(live, rem, strict=True):
+            r = rank[m]
+            before = seen.prefix(len(values)) - seen.prefix(r)  # earlier, with m_y >= m
+            seen.add(r, g.count)
+            first = slots_before_sweep(m) + before + 1
+            last = first + g.count - 1
+            step = -(-first // d_step)
+            while (step - 1) * d_step < last:
+                lo = max(first, (step - 1) * d_step + 1)
+                hi = min(last, step * d_step)
+                events.setdefault(step, []).append((hi - lo + 1, g.first_run))
+                step += 1
+
+        runs: list[tuple[int, list[Finished]]] = []
+        previous = 0
+        ready = self.ready
+        for step in sorted(events):
+            finished = events[step]
+            runs.append((step - previous, finished))
+            previous = step
+            ready -= sum(count for count, _ in finished)
+            keep_going = on_finish(ready, finished)
+            if ready == 0 or not keep_going:
+                break
+
+        # The queue after ``previous`` steps: sweep k* is under way with ``offset`` of its
+        # members served; unserved members come first, then the served survivors.
+        served_slots = previous * d_step
+        lo_k, hi_k = 1, values[-1]
+        while lo_k < hi_k:  # largest k with slots_before_sweep(k) <= served_slots
+            mid = (lo_k + hi_k + 1) // 2
+            if slots_before_sweep(mid) <= served_slots:
+                lo_k = mid
+            else:
+                hi_k = mid - 1
+        sweep = lo_k
+        offset = served_slots - slots_before_sweep(sweep)
+        unserved: list[DecodeGroup] = []
+        served: list[DecodeGroup] = []
+        position = 0
+        for g, m in zip(live, rem, strict=True):
+            g.alive = False
+            if m < sweep:
+                continue  # finished in an earlier sweep
+            in_sweep = max(0, min(g.count, offset - position))
+            position += g.count
+            if g.count - in_sweep:
+                left = m - (sweep - 1)
+                unserved.append(DecodeGroup(g.count - in_sweep, left + self.shift, g.first_run))
+            if in_sweep and m > sweep:
+                served.append(DecodeGroup(in_sweep, m - sweep + self.shift, g.first_run))
+        self.groups = deque(unserved + served)
+        self.ready = ready
+        self.heap_fresh = False
+        return runs
