@@ -41,6 +41,8 @@ CACHE_SCHEMA_VERSION = 1
 KEY_PREFIX = "chunkwise"
 
 JSONObject = dict[str, Any]
+#: What a cache stores: a JSON object or array (compact records are arrays).
+JSONValue = dict[str, Any] | list[Any]
 
 
 def identity_digest(identity: str) -> str:
@@ -112,11 +114,11 @@ class LatencyCache(Protocol):
     backend: str
     stats: CacheStats
 
-    def get_many(self, keys: Sequence[str]) -> list[JSONObject | None]:
+    def get_many(self, keys: Sequence[str]) -> list[JSONValue | None]:
         """Values for ``keys`` in order; ``None`` for a miss. Never raises for backend errors."""
         ...
 
-    def set_many(self, items: Mapping[str, JSONObject]) -> None:
+    def set_many(self, items: Mapping[str, JSONValue]) -> None:
         """Store every item (one round trip). Never raises for backend errors."""
         ...
 
@@ -143,8 +145,8 @@ class MemoryLatencyCache:
     def __len__(self) -> int:
         return len(self._data)
 
-    def get_many(self, keys: Sequence[str]) -> list[JSONObject | None]:
-        out: list[JSONObject | None] = []
+    def get_many(self, keys: Sequence[str]) -> list[JSONValue | None]:
+        out: list[JSONValue | None] = []
         with self._lock:
             for key in keys:
                 raw = self._data.get(key)
@@ -155,7 +157,7 @@ class MemoryLatencyCache:
         self.stats.add(hits=hits, misses=len(out) - hits)
         return out
 
-    def set_many(self, items: Mapping[str, JSONObject]) -> None:
+    def set_many(self, items: Mapping[str, JSONValue]) -> None:
         encoded = _encode_all(items)
         if not encoded:
             return
@@ -237,7 +239,7 @@ class RedisLatencyCache:
             logger.info("redis cache reachable again at %s", _redact(self.url))
 
     # -- LatencyCache --------------------------------------------------------------------
-    def get_many(self, keys: Sequence[str]) -> list[JSONObject | None]:
+    def get_many(self, keys: Sequence[str]) -> list[JSONValue | None]:
         if not keys:
             return []
         if self._skipping():
@@ -255,7 +257,7 @@ class RedisLatencyCache:
         self.stats.add(hits=hits, misses=len(out) - hits)
         return out
 
-    def set_many(self, items: Mapping[str, JSONObject]) -> None:
+    def set_many(self, items: Mapping[str, JSONValue]) -> None:
         encoded = _encode_all(items)
         if not encoded or self._skipping():
             return
@@ -296,7 +298,7 @@ def create_cache(settings: Settings) -> LatencyCache:
     return MemoryLatencyCache(settings.cache_max_entries)
 
 
-def _encode_all(items: Mapping[str, JSONObject]) -> dict[str, str]:
+def _encode_all(items: Mapping[str, JSONValue]) -> dict[str, str]:
     """JSON text per key; values that are not strict JSON (NaN, inf) are not cached."""
     out: dict[str, str] = {}
     for key, value in items.items():
@@ -307,14 +309,14 @@ def _encode_all(items: Mapping[str, JSONObject]) -> dict[str, str]:
     return out
 
 
-def _decode(raw: str | bytes | None) -> JSONObject | None:
+def _decode(raw: str | bytes | None) -> JSONValue | None:
     if raw is None:
         return None
     try:
         value = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return None  # a corrupt entry is a miss; the next write replaces it
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, dict | list) else None
 
 
 def _redact(url: str) -> str:

@@ -44,7 +44,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.context = None
     app.state.metrics = Metrics(lambda: app.state.context)
-    app.add_middleware(RequestContextMiddleware, metrics=app.state.metrics)
+    app.add_middleware(
+        RequestContextMiddleware,
+        metrics=app.state.metrics,
+        max_body_bytes=settings.max_body_bytes,
+    )
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(planning.router)

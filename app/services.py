@@ -10,14 +10,15 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from pydantic import ValidationError
 
 from app.cache import (
-    JSONObject,
+    JSONValue,
     LatencyCache,
     create_cache,
     identity_digest,
@@ -111,6 +112,30 @@ class ServiceStats:
             self.response_cache_hits += response_cache_hits
 
 
+class RunnerMemo:
+    """Process-wide LRU of built runners: building one costs ~0.3 ms (sharding + identity)."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Hashable, RunnerServingModel] = OrderedDict()
+        self._max_entries = max_entries
+
+    def get_or_build(
+        self, key: Hashable, build: Callable[[], RunnerServingModel]
+    ) -> RunnerServingModel:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+        built = build()  # outside the lock; a rare duplicate build is harmless
+        with self._lock:
+            self._entries[key] = built
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+        return built
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServiceContext:
     """What every service function needs; built once per process by the app lifespan or CLI."""
@@ -118,6 +143,7 @@ class ServiceContext:
     settings: Settings
     cache: LatencyCache
     stats: ServiceStats = field(default_factory=ServiceStats)
+    runners: RunnerMemo = field(default_factory=RunnerMemo)
 
     def close(self) -> None:
         self.cache.close()
@@ -131,30 +157,42 @@ def create_context(settings: Settings) -> ServiceContext:
 # The caching latency model
 
 
+#: Order of the memory figures in a compact cache record (the runner's MemoryBreakdown fields).
+MEMORY_KEYS = (
+    "capacity_gb",
+    "weights_gb",
+    "kv_cache_gb",
+    "activation_gb",
+    "reserved_gb",
+    "available_gb",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ForwardRecord:
-    """What the engine needs from one forward: latency, memory left and the memory picture."""
+    """What the engine needs from one forward: latency, memory left and the memory picture.
+
+    Cached as a flat JSON array ``[latency_ms, memory_left_gb, *memory figures]`` (compact and
+    fast to decode; thousands are read per request).
+    """
 
     latency_ms: float
     memory_left_gb: float
     memory_gb: Mapping[str, float] = field(default_factory=dict)
 
-    def to_json(self) -> JSONObject:
-        return {
-            "latency_ms": self.latency_ms,
-            "memory_left_gb": self.memory_left_gb,
-            "memory_gb": dict(self.memory_gb),
-        }
+    def to_json(self) -> list[float]:
+        memory = [float(self.memory_gb.get(key, 0.0)) for key in MEMORY_KEYS]
+        return [self.latency_ms, self.memory_left_gb, *memory]
 
     @classmethod
-    def from_json(cls, value: JSONObject) -> ForwardRecord | None:
-        try:
-            latency = float(value["latency_ms"])
-            memory = float(value["memory_left_gb"])
-            breakdown = {str(k): float(v) for k, v in dict(value.get("memory_gb") or {}).items()}
-        except (KeyError, TypeError, ValueError, AttributeError):
+    def from_json(cls, value: JSONValue) -> ForwardRecord | None:
+        if not isinstance(value, list) or len(value) != 2 + len(MEMORY_KEYS):
             return None
-        return cls(latency, memory, breakdown)
+        try:
+            numbers = [float(v) for v in value]
+        except (TypeError, ValueError):
+            return None
+        return cls(numbers[0], numbers[1], dict(zip(MEMORY_KEYS, numbers[2:], strict=True)))
 
 
 class ShapeEvaluator(Protocol):
@@ -198,7 +236,7 @@ class CachedServingModel:
         self._cache = cache
         self._digest = identity_digest(evaluator.identity())
         self._local: dict[ForwardShape, ForwardRecord] = {}
-        self._pending: dict[str, JSONObject] = {}
+        self._pending: dict[str, JSONValue] = {}
         self._stats = stats
         self._deadline = deadline
         self.usage = usage if usage is not None else CacheUsage()
@@ -230,7 +268,7 @@ class CachedServingModel:
         if self._stats is not None and computed:
             self._stats.add(forward_evaluations=computed)
 
-    def take_pending(self) -> dict[str, JSONObject]:
+    def take_pending(self) -> dict[str, JSONValue]:
         """The records computed since the last call (for a caller that batches writes)."""
         pending, self._pending = self._pending, {}
         return pending
@@ -478,7 +516,10 @@ class ModelFactory:
         """The runner's (uncached) serving model of a layout, built once per request."""
         built = self._built.get(layout)
         if built is None:
-            built = self._built[layout] = build_serving_model(self.deployment, layout)
+            deployment = self.deployment
+            built = self._built[layout] = self.context.runners.get_or_build(
+                (deployment, layout), lambda: build_serving_model(deployment, layout)
+            )
         return built
 
     def __call__(self, layout: ParallelLayout) -> CachedServingModel:
@@ -496,7 +537,7 @@ class ModelFactory:
 
     def flush(self) -> None:
         """One pipelined write of everything computed by this request."""
-        pending: dict[str, JSONObject] = {}
+        pending: dict[str, JSONValue] = {}
         for model in self.models:
             pending.update(model.take_pending())
         if pending:
@@ -1002,7 +1043,7 @@ def forward(
         identity_digest(f"{runner.identity()}|draft={info.mtp_draft_tokens}"), shape, kind="fwd"
     )
     cached = context.cache.get_many([key])[0]
-    body = cached if cached is not None and "breakdown" in cached else None
+    body = cached if isinstance(cached, dict) and "breakdown" in cached else None
     if body is None:
         body = runner.run_inference(info).to_dict()
         body.pop("request", None)

@@ -27,6 +27,8 @@ class Settings(BaseSettings):
 
     # Identical optimize requests are answered from the cache backend (whole response).
     response_cache: bool = True
+    # Largest accepted request body (an inline config.json is a few KB).
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
     # Wall-clock budget of one optimize/simulate computation.
     request_deadline_s: float = Field(default=30.0, gt=0)
 

@@ -19,6 +19,8 @@ from prometheus_client.registry import Collector
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.errors import PROBLEM_BASE, ProblemResponse
+from app.models.common import problem_dict
 from app.services import ServiceContext
 
 logger = logging.getLogger("chunkwise.access")
@@ -115,33 +117,73 @@ class Metrics:
         self.duration.labels(method, route).observe(seconds)
 
 
-class RequestContextMiddleware:
-    """Pure ASGI: request id (echoed in ``X-Request-ID``), metrics and one access log line."""
+class _BodyTooLarge(Exception):
+    pass
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+
+class RequestContextMiddleware:
+    """Pure ASGI: request id (echoed in ``X-Request-ID``), body size limit (413 problem+json),
+    metrics and one access log line."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int = 1_048_576) -> None:
         self.app = app
         self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+
+    def _too_large(self, scope: Scope, request_id: str) -> ProblemResponse:
+        body = problem_dict(
+            type=f"{PROBLEM_BASE}body-too-large",
+            title="Request body too large",
+            status=413,
+            detail=f"the body exceeds {self.max_body_bytes} bytes",
+            instance=scope["path"],
+            request_id=request_id,
+        )
+        return ProblemResponse(body, status_code=413)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = Headers(scope=scope).get(REQUEST_ID_HEADER, "")
+        headers = Headers(scope=scope)
+        incoming = headers.get(REQUEST_ID_HEADER, "")
         request_id = incoming if _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         token = request_id_var.set(request_id)
         status = 500
+        started = False
         start = time.perf_counter()
+        limit = self.max_body_bytes
+        received = 0
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                started = True
                 MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
             await send(message)
 
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _BodyTooLarge
+            return message
+
         try:
-            await self.app(scope, receive, send_with_id)
+            declared = headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                await self._too_large(scope, request_id)(scope, receive, send_with_id)
+            else:
+                try:
+                    await self.app(scope, limited_receive, send_with_id)
+                except _BodyTooLarge:
+                    if started:
+                        raise
+                    await self._too_large(scope, request_id)(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - start
             route = getattr(scope.get("route"), "path", None) or "<unmatched>"

@@ -128,3 +128,27 @@ def test_a_bug_is_a_500_problem_not_a_traceback(raising_client: TestClient) -> N
     assert response.status_code == 500
     assert response.headers["content-type"] == "application/problem+json"
     assert "a bug" not in response.text
+
+
+def test_a_huge_body_is_413_problem(client: TestClient) -> None:
+    body = b'{"input_length": 1, "max_batched_tokens": 1, "pad": "' + b"a" * 2_000_000 + b'"}'
+    response = client.post(
+        "/v1/chunk-plan", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["x-request-id"]
+
+
+def test_a_huge_streamed_body_is_refused_not_a_500(client: TestClient) -> None:
+    body = b'{"input_length": 1, "max_batched_tokens": 1, "pad": "' + b"a" * 2_000_000 + b'"}'
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 65536):
+            yield body[start : start + 65536]
+
+    response = client.post(
+        "/v1/chunk-plan", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert 400 <= response.status_code < 500
+    assert response.headers["content-type"] == "application/problem+json"
