@@ -1,19 +1,23 @@
 """Collective communication time on a tiered interconnect.
 
 A collective over ``n`` devices runs on the innermost tier that holds all of them (the
-bottleneck link). Ring algorithms: all-reduce moves ``2 (n-1)/n`` of the message per device in
-``2 (n-1)`` latency steps; all-gather, reduce-scatter and all-to-all move ``(n-1)/n`` in
-``n-1`` steps. Bandwidth is per device and direction, scaled by the tier's efficiency.
+bottleneck link). Bandwidth term (ring): all-reduce moves ``2 (n-1)/n`` of the message per
+device; all-gather, reduce-scatter and all-to-all move ``(n-1)/n``. Latency term: a ring pays
+``n-1`` link latencies per phase (two phases for all-reduce); beyond ``RING_MAX_DEVICES`` (one
+node) libraries switch to tree / hierarchical algorithms, modelled as ``ceil(log2 n)`` latencies
+per phase. Bandwidth is per device and direction, scaled by the tier's efficiency.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 
 from app.core.catalog.devices import BYTES_PER_GB, InterconnectTier
 
 S_PER_US = 1e-6
 ALL_REDUCE_PHASES = 2  # reduce-scatter + all-gather
+RING_MAX_DEVICES = 8  # larger groups use tree-like latency (NCCL tree / hierarchical rings)
 
 
 class Collective(enum.StrEnum):
@@ -36,7 +40,7 @@ def collective_time_s(
     if kind is Collective.SEND_RECV:
         return message_bytes / bandwidth + latency
     share = (n - 1) / n
-    steps = n - 1
+    steps = n - 1 if n <= RING_MAX_DEVICES else math.ceil(math.log2(n))
     if kind is Collective.ALL_REDUCE:
         share *= ALL_REDUCE_PHASES
         steps *= ALL_REDUCE_PHASES

@@ -1,0 +1,36 @@
+"""Collective times on one interconnect tier (hand-computed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.catalog import InterconnectTier
+from app.core.runner.comm import Collective, collective_time_s
+
+TIER = InterconnectTier(
+    name="link", max_devices=1024, bandwidth_gb_s=100.0, latency_us=2.0, efficiency=0.5
+)
+BW = 100e9 * 0.5  # bytes/s after efficiency
+LAT = 2e-6
+
+
+def test_single_device_costs_nothing() -> None:
+    assert collective_time_s(Collective.ALL_REDUCE, 1e6, 1, TIER) == 0.0
+
+
+def test_ring_all_reduce_within_a_node() -> None:
+    # 2 (n-1)/n of the message over the link, 2 (n-1) latencies.
+    expected = 2 * 3 / 4 * 8e6 / BW + 2 * 3 * LAT
+    assert collective_time_s(Collective.ALL_REDUCE, 8e6, 4, TIER) == pytest.approx(expected)
+
+
+def test_all_gather_and_all_to_all_move_one_share() -> None:
+    expected = 7 / 8 * 8e6 / BW + 7 * LAT
+    assert collective_time_s(Collective.ALL_GATHER, 8e6, 8, TIER) == pytest.approx(expected)
+    assert collective_time_s(Collective.ALL_TO_ALL, 8e6, 8, TIER) == pytest.approx(expected)
+
+
+def test_large_groups_pay_logarithmic_latency() -> None:
+    # 64 devices: ring bandwidth share, tree-like 2 * log2(64) = 12 latencies.
+    expected = 2 * 63 / 64 * 1e3 / BW + 12 * LAT
+    assert collective_time_s(Collective.ALL_REDUCE, 1e3, 64, TIER) == pytest.approx(expected)
