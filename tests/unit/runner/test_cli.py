@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,15 @@ def test_validate_every_kind_and_unknown_kind(capsys: pytest.CaptureFixture[str]
     assert document["targets_met"] is True
     assert main(["validate", "--kind", "nope"]) == 2
     assert "ttft_bs1" in capsys.readouterr().err
+
+
+def test_forward_reads_a_local_config_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = Path(__file__).resolve().parents[3] / "app/core/catalog/model_configs"
+    (tmp_path / "config.json").write_text(
+        (source / "qwen3_dense_0_6b.json").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    argv = ["forward", str(tmp_path), "--device", "TEST_DEVICE", *SHAPE, "--format", "json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == str(tmp_path)
