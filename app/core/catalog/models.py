@@ -33,6 +33,11 @@ CONFIG_FILE_NAME = "config.json"
 # Gated MLPs (SwiGLU) hold gate, up and down matrices; plain MLPs (GELU) hold up and down.
 GATED_MLP_MATRICES = 3
 PLAIN_MLP_MATRICES = 2
+KV_TENSORS = 2  # a K and a V vector per KV head and token
+NORMS_PER_LAYER = 2  # pre-attention and pre-MLP norms
+QK_NORMS = 2  # Qwen3 normalizes queries and keys (one head_dim weight each)
+MTP_EH_INPUTS = 2  # DeepSeek MTP projects [embedding ; hidden] (2h) back to h
+MTP_NORMS = 2  # enorm and hnorm of an MTP module
 # HF default when a config omits ``intermediate_size`` / ``n_inner`` for GPT-J and Falcon.
 DEFAULT_FFN_MULTIPLIER = 4
 
@@ -159,7 +164,7 @@ class ModelArchitecture:
     def kv_elements_per_token_per_layer(self) -> int:
         if self.mla is not None:
             return self.mla.cache_elements_per_token
-        return 2 * self.num_kv_heads * self.head_dim
+        return KV_TENSORS * self.num_kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, bytes_per_element: float) -> float:
         """KV-cache bytes of one token over all decoder layers, unsharded (MTP layers apart)."""
@@ -185,12 +190,12 @@ class ModelArchitecture:
             o = self.num_heads * m.v_head_dim * h
             return q + kv_a + kv_b + o
         q_out = self.num_heads * self.head_dim
-        kv_out = 2 * self.num_kv_heads * self.head_dim
+        kv_out = KV_TENSORS * self.num_kv_heads * self.head_dim
         params = h * (q_out + kv_out) + q_out * h
         if self.attention_bias:
             params += q_out + kv_out
         if self.qk_norm:
-            params += 2 * self.head_dim
+            params += QK_NORMS * self.head_dim
         return params
 
     @property
@@ -213,7 +218,7 @@ class ModelArchitecture:
 
     @property
     def norm_params_per_layer(self) -> int:
-        return 2 * self.hidden_size
+        return NORMS_PER_LAYER * self.hidden_size
 
     @property
     def embedding_params(self) -> int:
@@ -231,7 +236,7 @@ class ModelArchitecture:
         h = self.hidden_size
         ffn = self.moe_params_per_layer if self.moe else self.dense_mlp_params_per_layer
         layer = self.attention_params_per_layer + ffn + self.norm_params_per_layer
-        return self.num_mtp_layers * (2 * h * h + 2 * h + layer)
+        return self.num_mtp_layers * (MTP_EH_INPUTS * h * h + MTP_NORMS * h + layer)
 
     @property
     def num_params(self) -> int:

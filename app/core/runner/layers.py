@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.catalog.models import FfnKind, LayerGroup
+from app.core.catalog.models import KV_TENSORS, MTP_EH_INPUTS, FfnKind, LayerGroup
 from app.core.catalog.quantization import BYTES_16BIT
 from app.core.runner.comm import Collective, collective_time_s
 from app.core.runner.ops import OpCategory, OpCost, communication, fixed, roofline
@@ -23,7 +23,8 @@ ROUTER_TOPK_FLOPS_PER_ELEMENT = 4  # sigmoid/softmax, top-k compare, renormalize
 LOGIT_BYTES = 4.0  # fp32 logits
 SAMPLING_PASSES = 2  # softmax then top-k/top-p over the vocabulary
 RESIDUAL_NORM_TENSORS = 4  # read x and residual, write residual and normed x
-MTP_EH_INPUTS = 2  # DeepSeek MTP projects [embedding ; hidden] (2h) back to h
+READ_WRITE = 2  # an elementwise kernel reads its input and writes its output
+Q_AND_O = 2  # attention reads the queries and writes the outputs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,7 +202,7 @@ class ForwardBuilder:
         p, m, s = self.plan, self.plan.model, self.shape
         h, d = m.hidden_size, m.head_dim
         q_out = p.heads_local * d
-        kv_out = 2 * p.kv_heads_local * d
+        kv_out = KV_TENSORS * p.kv_heads_local * d
         self.gemm("qkv_proj", scope, count, tokens, h, q_out + kv_out)
         heads_touched = p.heads_local + p.kv_heads_local
         if m.qk_norm:
@@ -210,7 +211,7 @@ class ForwardBuilder:
                 scope,
                 count,
                 tokens * heads_touched * d,
-                tensors=2,
+                tensors=READ_WRITE,
                 flops_per_element=NORM_FLOPS_PER_ELEMENT,
             )
         self.elementwise(
@@ -218,7 +219,7 @@ class ForwardBuilder:
             scope,
             count,
             tokens * heads_touched * m.rotary_dim,
-            tensors=2,
+            tensors=READ_WRITE,
             flops_per_element=ROPE_FLOPS_PER_ELEMENT,
         )
         pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
@@ -230,8 +231,8 @@ class ForwardBuilder:
         self._attention_kernel(
             scope,
             count,
-            flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),
-            hbm_bytes=kv_read + kv_write + 2 * tokens * q_out * ACTIVATION_BYTES,
+            flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),  # QK^T then PV
+            hbm_bytes=kv_read + kv_write + Q_AND_O * tokens * q_out * ACTIVATION_BYTES,
         )
         self.gemm("o_proj", scope, count, tokens, q_out, h)
 
@@ -266,7 +267,7 @@ class ForwardBuilder:
                 scope,
                 count,
                 tokens * (mla.q_lora_rank + mla.kv_lora_rank),
-                tensors=2,
+                tensors=READ_WRITE,
                 flops_per_element=NORM_FLOPS_PER_ELEMENT,
             )
             self.gemm("q_b_proj", scope, count, tokens, mla.q_lora_rank, heads * mla.qk_head_dim)
@@ -278,7 +279,7 @@ class ForwardBuilder:
             scope,
             count,
             tokens * (heads + 1) * mla.qk_rope_head_dim,
-            tensors=2,
+            tensors=READ_WRITE,
             flops_per_element=ROPE_FLOPS_PER_ELEMENT,
         )
         context = (
@@ -452,7 +453,7 @@ class ForwardBuilder:
             scope,
             count,
             tokens * self.plan.model.hidden_size,
-            tensors=2,
+            tensors=READ_WRITE,
             flops_per_element=0,
         )
 
@@ -464,7 +465,7 @@ class ForwardBuilder:
             scope,
             count,
             sample_tokens * m.hidden_size,
-            tensors=2,
+            tensors=READ_WRITE,
             flops_per_element=NORM_FLOPS_PER_ELEMENT,
         )
         self.gemm(

@@ -11,7 +11,13 @@ import math
 from dataclasses import dataclass
 
 from app.core.catalog.devices import BYTES_PER_GB, Device, InterconnectTier
-from app.core.catalog.models import AttentionKind, FfnKind, ModelArchitecture
+from app.core.catalog.models import (
+    KV_TENSORS,
+    MTP_EH_INPUTS,
+    AttentionKind,
+    FfnKind,
+    ModelArchitecture,
+)
 from app.core.catalog.quantization import (
     BYTES_8BIT,
     BYTES_16BIT,
@@ -154,7 +160,7 @@ def build_plan(
     per_layer_kv = (
         model.mla.cache_elements_per_token
         if model.mla is not None
-        else 2 * kv_local * model.head_dim
+        else KV_TENSORS * kv_local * model.head_dim
     ) * kv_el
     layers_on_stage = math.ceil(model.num_layers / pp)
     sliding_layers = sum(g.count for g in model.layer_groups if g.sliding_window is not None)
@@ -222,7 +228,7 @@ def _weights_bytes(
         attn = (replicated + split) * wbytes
     else:
         q_out = model.num_heads * model.head_dim // tp
-        kv_out = 2 * kv_local * model.head_dim
+        kv_out = KV_TENSORS * kv_local * model.head_dim
         attn = (h * (q_out + kv_out) + q_out * h) * wbytes
     norms = model.norm_params_per_layer * half
     dense = model.dense_mlp_params_per_layer / tp * wbytes
@@ -244,5 +250,5 @@ def _weights_bytes(
     mtp = 0.0
     if model.num_mtp_layers:
         ffn = moe_layer if model.moe is not None else dense
-        mtp = model.num_mtp_layers * (2 * h * h / tp * wbytes + attn + norms + ffn)
+        mtp = model.num_mtp_layers * (MTP_EH_INPUTS * h * h / tp * wbytes + attn + norms + ffn)
     return layers + vocab + h * half, mtp

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.catalog.devices import BYTES_PER_GB, Device
-from app.core.catalog.models import ModelArchitecture
+from app.core.catalog.models import KV_TENSORS, ModelArchitecture
 from app.core.catalog.quantization import Quantization
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
-from app.core.runner.layers import LOGIT_BYTES, ForwardBuilder, Shape
+from app.core.runner.layers import LOGIT_BYTES, Q_AND_O, ForwardBuilder, Shape
 from app.core.runner.ops import Bound, OpCategory, OpCost
 from app.core.runner.plan import ACTIVATION_BYTES, ShardPlan, build_plan
 
@@ -278,7 +278,8 @@ class ModelRunner:
     def activation_bytes(self, request: RequestInfo) -> float:
         plan, m = self.plan, self.plan.model
         h = m.hidden_size
-        attn = 2 * (plan.heads_local + plan.kv_heads_local) * m.head_dim
+        # queries, outputs, keys and values of one token
+        attn = (Q_AND_O * plan.heads_local + KV_TENSORS * plan.kv_heads_local) * m.head_dim
         mlp = m.mlp_matrices * m.intermediate_size / plan.tp
         moe = 0.0
         if m.moe is not None:
