@@ -8,7 +8,7 @@ import pytest
 
 from app.core.catalog import get_device, get_model, model_from_config, parse_quantization
 from app.core.parallel import ParallelLayout
-from app.core.runner import ModelRunner, OpCategory, RequestInfo
+from app.core.runner import ModelRunner, OpCategory, OpCost, RequestInfo
 from app.core.runner.layers import attended_pairs
 
 TINY = {
@@ -25,7 +25,7 @@ H, HEADS, KV, D, FFN, V = 64, 4, 2, 16, 128, 100
 B16 = 2  # bytes per 16-bit element
 
 
-def _ops(request: RequestInfo, tp: int = 1) -> dict[str, object]:
+def _ops(request: RequestInfo, tp: int = 1) -> dict[str, OpCost]:
     runner = ModelRunner(
         model_from_config(TINY, name="tiny"),
         get_device("NVIDIA_H100_SXM_80G"),
@@ -41,21 +41,21 @@ def test_prefill_ops_of_a_tiny_llama() -> None:
     ops = _ops(RequestInfo(is_decode=False, concurrency=1, query_len=t, seq_len=t))
     qkv_n = (HEADS + 2 * KV) * D  # 128
     qkv = ops["qkv_proj"]
-    assert qkv.count == 2  # type: ignore[attr-defined]
-    assert qkv.flops == 2 * t * H * qkv_n  # type: ignore[attr-defined]
-    assert qkv.hbm_bytes == (H * qkv_n + t * H + t * qkv_n) * B16  # type: ignore[attr-defined]
+    assert qkv.count == 2
+    assert qkv.flops == 2 * t * H * qkv_n
+    assert qkv.hbm_bytes == (H * qkv_n + t * H + t * qkv_n) * B16
     attn = ops["flash_attention"]
     pairs = t * (t + 1) / 2  # causal: 36 (query, key) pairs
-    assert attn.flops == 2 * pairs * HEADS * (D + D)  # type: ignore[attr-defined]
+    assert attn.flops == 2 * pairs * HEADS * (D + D)
     kv_row = 2 * KV * D
-    assert attn.hbm_bytes == (t * kv_row + t * kv_row + 2 * t * HEADS * D) * B16  # type: ignore[attr-defined]
-    assert ops["o_proj"].flops == 2 * t * HEADS * D * H  # type: ignore[attr-defined]
-    assert ops["mlp_up"].flops == 2 * t * H * 2 * FFN  # type: ignore[attr-defined]
-    assert ops["mlp_down"].flops == 2 * t * FFN * H  # type: ignore[attr-defined]
+    assert attn.hbm_bytes == (t * kv_row + t * kv_row + 2 * t * HEADS * D) * B16
+    assert ops["o_proj"].flops == 2 * t * HEADS * D * H
+    assert ops["mlp_up"].flops == 2 * t * H * 2 * FFN
+    assert ops["mlp_down"].flops == 2 * t * FFN * H
     # lm_head only on the one token that samples.
     head = ops["lm_head"]
-    assert head.flops == 2 * 1 * H * V  # type: ignore[attr-defined]
-    assert head.hbm_bytes == (H * V + H + V) * B16  # type: ignore[attr-defined]
+    assert head.flops == 2 * 1 * H * V
+    assert head.hbm_bytes == (H * V + H + V) * B16
     assert "attn_all_reduce" not in ops
 
 
@@ -64,17 +64,17 @@ def test_decode_reads_the_kv_cache() -> None:
     ops = _ops(RequestInfo(is_decode=True, concurrency=c, query_len=1, seq_len=ctx))
     attn = ops["decode_attention"]
     kv_row = 2 * KV * D
-    assert attn.flops == 2 * c * ctx * HEADS * (D + D)  # type: ignore[attr-defined]
-    assert attn.hbm_bytes == (c * ctx * kv_row + c * kv_row + 2 * c * HEADS * D) * B16  # type: ignore[attr-defined]
-    assert ops["lm_head"].flops == 2 * c * H * V  # type: ignore[attr-defined]
+    assert attn.flops == 2 * c * ctx * HEADS * (D + D)
+    assert attn.hbm_bytes == (c * ctx * kv_row + c * kv_row + 2 * c * HEADS * D) * B16
+    assert ops["lm_head"].flops == 2 * c * H * V
 
 
 def test_tensor_parallel_splits_heads_and_adds_all_reduce() -> None:
     ops = _ops(RequestInfo(is_decode=False, concurrency=1, query_len=8, seq_len=8), tp=2)
-    assert ops["qkv_proj"].flops == 2 * 8 * H * (HEADS // 2 + 2 * (KV // 2)) * D  # type: ignore[attr-defined]
+    assert ops["qkv_proj"].flops == 2 * 8 * H * (HEADS // 2 + 2 * (KV // 2)) * D
     reduce = ops["attn_all_reduce"]
-    assert reduce.category is OpCategory.COMMUNICATION  # type: ignore[attr-defined]
-    assert reduce.comm_bytes == 8 * H * B16  # type: ignore[attr-defined]
+    assert reduce.category is OpCategory.COMMUNICATION
+    assert reduce.comm_bytes == 8 * H * B16
 
 
 def test_attended_pairs_with_context_and_window() -> None:
