@@ -152,13 +152,13 @@ class SimulationResult:
 # validation
 
 
-def _check_int(name: str, value: object, minimum: int, maximum: int) -> int:
+def check_int(name: str, value: object, minimum: int, maximum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
         raise InvalidParameterError(name, value, f"an integer in [{minimum}, {maximum}]")
     return value
 
 
-def _check_common(
+def check_serving_args(
     chunk_plan: Sequence[PrefillChunk],
     concurrency: int,
     output_length: int,
@@ -166,10 +166,10 @@ def _check_common(
     input_length: int | None,
     num_mtp_tokens: int,
 ) -> tuple[tuple[PrefillChunk, ...], int]:
-    _check_int("concurrency", concurrency, 1, MAX_CONCURRENCY)
-    _check_int("output_length", output_length, 1, MAX_LENGTH_TOKENS)
-    _check_int("max_batched_tokens", max_batched_tokens, 1, MAX_LENGTH_TOKENS)
-    _check_int("num_mtp_tokens", num_mtp_tokens, 0, 16)
+    check_int("concurrency", concurrency, 1, MAX_CONCURRENCY)
+    check_int("output_length", output_length, 1, MAX_LENGTH_TOKENS)
+    check_int("max_batched_tokens", max_batched_tokens, 1, MAX_LENGTH_TOKENS)
+    check_int("num_mtp_tokens", num_mtp_tokens, 0, 16)
     plan = tuple(chunk_plan)
     if not plan:
         raise InvalidParameterError("chunk_plan", plan, "a non-empty chunk plan")
@@ -184,7 +184,7 @@ def _check_common(
     effective = plan[-1].seq_len
     if input_length is None:
         input_length = effective
-    _check_int("input_length", input_length, effective, MAX_LENGTH_TOKENS)
+    check_int("input_length", input_length, effective, MAX_LENGTH_TOKENS)
     return plan, input_length
 
 
@@ -469,7 +469,7 @@ def plan_chunked_prefill(
     num_mtp_tokens: int = 0,
 ) -> SimulationPlan:
     """Phase 1: the scheduling decisions of the time simulation, as runs of identical steps."""
-    plan, input_length = _check_common(
+    plan, input_length = check_serving_args(
         chunk_plan, concurrency, output_length, max_batched_tokens, input_length, num_mtp_tokens
     )
     scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
@@ -519,19 +519,16 @@ def evaluate_shapes(
 # phase 3: replay
 
 
-def replay_chunked_prefill(
+def run_clock(
     plan: SimulationPlan,
     latencies: Mapping[ForwardShape, float],
-    scheduler: Scheduler | None = None,
+    scheduler: Scheduler,
     *,
     record_steps: bool = False,
-) -> SimulationResult:
-    """Phase 3: advance the clock over the planned runs and compute the metrics."""
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+) -> tuple[list[float], tuple[StepRecord, ...] | None]:
+    """The time at the end of every run, and the step timeline when asked for."""
     t_ms = 0.0
-    first_token_sum = 0.0
-    finish_sum = 0.0
-    makespan_ms = 0.0
+    ends: list[float] = []
     timeline: list[StepRecord] = []
     decode_ms: dict[int, float] = {0: 0.0}
     prefill_ms: dict[tuple[int, int], float] = {}
@@ -539,6 +536,7 @@ def replay_chunked_prefill(
         d_ms = decode_ms.get(run.d_step)
         if d_ms is None:
             d_ms = decode_ms[run.d_step] = latencies[plan.decode_shape(run.d_step)]
+        d_shape = plan.decode_shape(run.d_step) if record_steps and run.d_step else None
         if run.p_step:
             for i in range(run.repeat):
                 key = (run.p_step, run.chunk_index + i)
@@ -557,7 +555,7 @@ def replay_chunked_prefill(
                             prefill_shape=plan.prefill_shape(*key),
                             prefill_ms=p_ms,
                             d_step=run.d_step,
-                            decode_shape=plan.decode_shape(run.d_step) if run.d_step else None,
+                            decode_shape=d_shape,
                             decode_ms=d_ms,
                             first_tokens=run.first_tokens if last else 0,
                             finished=run.finished if last else 0,
@@ -576,13 +574,31 @@ def replay_chunked_prefill(
                         prefill_shape=None,
                         prefill_ms=0.0,
                         d_step=run.d_step,
-                        decode_shape=plan.decode_shape(run.d_step) if run.d_step else None,
+                        decode_shape=d_shape,
                         decode_ms=d_ms,
                         first_tokens=run.first_tokens,
                         finished=run.finished,
                     )
                 )
             t_ms += step_ms * run.repeat
+        ends.append(t_ms)
+    return ends, tuple(timeline) if record_steps else None
+
+
+def replay_chunked_prefill(
+    plan: SimulationPlan,
+    latencies: Mapping[ForwardShape, float],
+    scheduler: Scheduler | None = None,
+    *,
+    record_steps: bool = False,
+) -> SimulationResult:
+    """Phase 3: advance the clock over the planned runs and compute the metrics."""
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    ends, timeline = run_clock(plan, latencies, scheduler, record_steps=record_steps)
+    first_token_sum = 0.0
+    finish_sum = 0.0
+    makespan_ms = 0.0
+    for run, t_ms in zip(plan.runs, ends, strict=True):
         first_token_sum += run.first_tokens * t_ms
         if run.finished:
             finish_sum += run.finished * t_ms
@@ -601,7 +617,7 @@ def replay_chunked_prefill(
         prefill_num_chunks=len(plan.chunk_plan),
         steps=plan.steps,
         forward_evaluations=len(latencies),
-        timeline=tuple(timeline) if record_steps else None,
+        timeline=timeline,
     )
 
 
@@ -682,7 +698,7 @@ def plan_closed_form_waves(
             effective_input_length,
             f"<= max_batched_tokens={max_batched_tokens} for the closed-form waves (K == 1)",
         )
-    _, input_length = _check_common(
+    _, input_length = check_serving_args(
         chunk_plan, concurrency, output_length, max_batched_tokens, input_length, num_mtp_tokens
     )
     per_wave = max_batched_tokens // effective_input_length

@@ -102,6 +102,9 @@ class ReferenceResult:
     tpot_ms: float
     makespan_ms: float
     steps: int
+    arrival: dict[int, float] = field(default_factory=dict)
+    first: dict[int, float] = field(default_factory=dict)
+    finish: dict[int, float] = field(default_factory=dict)
 
 
 def _at_chunk(chunk: int, request: list[int]) -> bool:
@@ -117,10 +120,20 @@ def reference_simulation(
     scheduler: Scheduler,
     input_length: int,
     num_mtp_tokens: int = 0,
+    *,
+    num_requests: int | None = None,
+    max_running: int | None = None,
 ) -> ReferenceResult:
-    """The DIGEST's step loop, one request at a time, no groups, no fast-forward."""
+    """The DIGEST's step loop, one request at a time, no groups, no fast-forward.
+
+    With ``num_requests > concurrency`` each finished request's client submits the next one at
+    its finish time (closed loop); ``max_running`` caps requests in prefill or decode.
+    """
+    total = concurrency if num_requests is None else num_requests
     last = len(plan) - 1
-    pending: deque[list[int]] = deque([i, 0] for i in range(concurrency))
+    waiting: deque[int] = deque(range(concurrency))
+    arrival = dict.fromkeys(range(concurrency), 0.0)
+    pending: deque[list[int]] = deque()
     decode: deque[list[int]] = deque()
     first: dict[int, float] = {}
     finish: dict[int, float] = {}
@@ -128,7 +141,9 @@ def reference_simulation(
     steps = 0
     q_dec = 1 + num_mtp_tokens
     ctx_dec = input_length + output_length // 2 + q_dec
-    while len(finish) < concurrency:
+    while len(finish) < total:
+        while waiting and (max_running is None or len(pending) + len(decode) < max_running):
+            pending.append([waiting.popleft(), 0])
         if pending:
             k = pending[0][1]
             pend = len(list(takewhile(partial(_at_chunk, k), pending)))
@@ -145,11 +160,12 @@ def reference_simulation(
         selected_decode = [decode.popleft() for _ in range(d)]
         selected_prefill = [pending.popleft() for _ in range(p)]
         advanced = []
+        done_now = []
         for rid, chunk in selected_prefill:
             if chunk == last:
                 first[rid] = t
                 if output_length == 1:
-                    finish[rid] = t
+                    done_now.append(rid)
                 else:
                     decode.append([rid, output_length - 1])
             else:
@@ -161,14 +177,20 @@ def reference_simulation(
         for req in selected_decode:
             req[1] -= 1
             if req[1] == 0:
-                finish[req[0]] = t
+                done_now.append(req[0])
             else:
                 decode.append(req)
-    n = concurrency
-    ttft = sum(first.values()) / n
+        for rid in done_now:
+            finish[rid] = t
+            if len(arrival) < total:
+                new = len(arrival)
+                arrival[new] = t
+                waiting.append(new)
+    n = total
+    ttft = sum(first[i] - arrival[i] for i in range(n)) / n
     tpot = (
         sum(finish[i] - first[i] for i in range(n)) / n / (output_length - 1)
         if output_length > 1
         else 0.0
     )
-    return ReferenceResult(ttft, tpot, max(finish.values()), steps)
+    return ReferenceResult(ttft, tpot, max(finish.values()), steps, arrival, first, finish)

@@ -1,0 +1,307 @@
+"""Closed-loop serving: C clients that each send the next request when the previous one ends.
+
+The RFC's ``burst`` workload starts N requests at ``t = 0`` and measures that one burst. The
+``closed_loop`` workload is what ``benchmark_serving --max-concurrency C`` or aiperf measure:
+``C`` clients, each re-submitting as soon as its answer completes, until ``num_requests``
+requests were sent. Requests stay aggregated in groups (cost does not grow with C) and the same
+engine loop, schedulers and latency models serve both workloads.
+
+Two measurement windows:
+
+- ``benchmark``: every one of the ``num_requests`` requests counts, from ``t = 0`` to the last
+  completion, as serving benchmarks report their means (the first wave, where all clients start
+  together, is part of the mean);
+- ``steady_state``: discards the warm-up (until the first ``C`` requests completed) and the
+  drain (after the last submission); TTFT is averaged over requests that arrived and got their
+  first token inside the window, TPOT over requests that decoded inside it, throughput counts
+  the tokens emitted inside it.
+
+KV-cache admission: ``max_running`` caps the requests in prefill or decode at once (the KV
+blocks of ``input_length + output_length`` tokens each must fit); the others queue, and their
+wait is part of their TTFT. :func:`max_running_for_kv` derives the cap from a KV capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from app.core.chunking import PrefillChunk
+from app.core.errors import InvalidParameterError
+from app.core.latency import ForwardShape, LatencyModel
+from app.core.scheduler import DecodeFirstWithSlack, Scheduler
+from app.core.simulation import (
+    MS_PER_S,
+    RequestRecords,
+    SimulationPlan,
+    StepRecord,
+    check_int,
+    check_serving_args,
+    evaluate_shapes,
+    plan_runs,
+    run_clock,
+)
+
+Workload = Literal["burst", "closed_loop"]
+WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop")
+Window = Literal["benchmark", "steady_state"]
+WINDOWS: tuple[Window, ...] = ("benchmark", "steady_state")
+CLOSED_LOOP_SIMULATION = "closed_loop_simulation"
+
+#: Requests sent per client when ``num_requests`` is not given (serving benchmarks send ~10).
+DEFAULT_REQUESTS_PER_CLIENT = 10
+#: Tokens per KV-cache block (vLLM, SGLang and TensorRT-LLM page the cache in blocks).
+KV_BLOCK_TOKENS = 128
+MAX_REQUESTS = 10_000_000
+
+
+def max_running_for_kv(
+    kv_capacity_tokens: int,
+    input_length: int,
+    output_length: int,
+    *,
+    block_tokens: int = KV_BLOCK_TOKENS,
+) -> int:
+    """Requests whose whole context (``input + output`` tokens, in blocks) fits the KV cache."""
+    check_int("kv_capacity_tokens", kv_capacity_tokens, 0, 10**15)
+    check_int("block_tokens", block_tokens, 1, 1 << 20)
+    blocks_per_request = -(-(input_length + output_length) // block_tokens)
+    return (kv_capacity_tokens // block_tokens) // blocks_per_request
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClosedLoopPlan:
+    """The scheduling decisions of one closed-loop run, before any latency is known."""
+
+    engine: SimulationPlan
+    records: RequestRecords
+    clients: int
+    num_requests: int
+    input_length: int
+    window: Window
+    max_running: int | None
+
+    @property
+    def shapes(self) -> tuple[ForwardShape, ...]:
+        return self.engine.shapes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingResult:
+    """Serving metrics of one replica under a closed loop of ``clients`` clients."""
+
+    method: str
+    workload: Workload
+    window: Window
+    clients: int
+    num_requests: int
+    measured_requests: int
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    output_throughput: float  # output tokens / s
+    total_throughput: float  # (input + output) tokens / s
+    request_throughput: float  # requests / s
+    mean_running_batch: float  # requests per engine step (prefill + decode)
+    mean_prefill_tokens_per_step: float
+    mean_decode_tokens_per_step: float
+    duration_ms: float
+    max_running: int | None
+    prefill_num_chunks: int
+    steps: int
+    forward_evaluations: int
+    timeline: tuple[StepRecord, ...] | None = None
+
+
+def plan_closed_loop(
+    chunk_plan: Sequence[PrefillChunk],
+    clients: int,
+    output_length: int,
+    max_batched_tokens: int,
+    scheduler: Scheduler | None = None,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+    num_requests: int | None = None,
+    window: Window = "benchmark",
+    max_running: int | None = None,
+) -> ClosedLoopPlan:
+    plan, input_length = check_serving_args(
+        chunk_plan, clients, output_length, max_batched_tokens, input_length, num_mtp_tokens
+    )
+    if window not in WINDOWS:
+        raise InvalidParameterError("window", window, f"one of {', '.join(WINDOWS)}")
+    if num_requests is None:
+        num_requests = min(DEFAULT_REQUESTS_PER_CLIENT * clients, MAX_REQUESTS)
+    check_int("num_requests", num_requests, clients, MAX_REQUESTS)
+    if max_running is not None:
+        check_int("max_running", max_running, 1, MAX_REQUESTS)
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    runs, records = plan_runs(
+        plan,
+        clients,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        num_requests=num_requests,
+        max_running=max_running,
+    )
+    query_len = 1 + num_mtp_tokens
+    engine = SimulationPlan(
+        chunk_plan=plan,
+        concurrency=clients,
+        output_length=output_length,
+        max_batched_tokens=max_batched_tokens,
+        decode_query_len=query_len,
+        decode_seq_len=input_length + output_length // 2 + query_len,
+        runs=runs,
+    )
+    return ClosedLoopPlan(
+        engine=engine,
+        records=records,
+        clients=clients,
+        num_requests=num_requests,
+        input_length=input_length,
+        window=window,
+        max_running=max_running,
+    )
+
+
+def replay_closed_loop(
+    plan: ClosedLoopPlan,
+    latencies: Mapping[ForwardShape, float],
+    scheduler: Scheduler | None = None,
+    *,
+    record_steps: bool = False,
+) -> ServingResult:
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    engine = plan.engine
+    ends, timeline = run_clock(engine, latencies, scheduler, record_steps=record_steps)
+
+    def at(run: int) -> float:
+        return ends[run] if run >= 0 else 0.0
+
+    output_length = engine.output_length
+    decode_tokens = output_length - 1
+    records = plan.records
+    if plan.window == "benchmark":
+        start_ms, end_ms = 0.0, ends[-1]
+        first = records.first
+        finish = records.finish
+    else:
+        start_ms, end_ms = _steady_window(plan, ends)
+        first = tuple(r for r in records.first if at(r[1]) >= start_ms and at(r[2]) <= end_ms)
+        finish = tuple(r for r in records.finish if at(r[1]) >= start_ms and at(r[2]) <= end_ms)
+        if not first or not finish:
+            raise InvalidParameterError(
+                "num_requests",
+                plan.num_requests,
+                "large enough that some requests run entirely inside the steady-state window",
+            )
+    measured_first = sum(r[0] for r in first)
+    measured_finish = sum(r[0] for r in finish)
+    ttft_ms = sum(c * (at(f) - at(a)) for c, a, f in first) / measured_first
+    decode_ms = sum(c * (at(e) - at(f)) for c, f, e in finish) / measured_finish
+    tpot_ms = decode_ms / decode_tokens if decode_tokens else 0.0
+
+    duration_ms = end_ms - start_ms
+    steps = prefill_tokens = decode_step_tokens = batch = 0
+    output_tokens = input_tokens = completed = 0
+    chunk_plan = engine.chunk_plan
+    for run, t_ms in zip(engine.runs, ends, strict=True):
+        if not start_ms < t_ms <= end_ms:
+            continue
+        steps += run.repeat
+        if run.p_step:
+            chunk_tokens = sum(
+                chunk_plan[k].query_len
+                for k in range(run.chunk_index, run.chunk_index + run.repeat)
+            )
+            prefill_tokens += run.p_step * chunk_tokens
+        decode_step_tokens += run.d_step * run.repeat
+        batch += (run.p_step + run.d_step) * run.repeat
+        output_tokens += run.first_tokens + run.d_step * run.repeat
+        input_tokens += run.first_tokens * plan.input_length
+        completed += run.finished
+
+    def per_s(count: float) -> float:
+        return MS_PER_S * count / duration_ms if duration_ms > 0 else 0.0
+
+    return ServingResult(
+        method=CLOSED_LOOP_SIMULATION,
+        workload="closed_loop",
+        window=plan.window,
+        clients=plan.clients,
+        num_requests=plan.num_requests,
+        measured_requests=measured_first,
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        e2e_ms=ttft_ms + decode_ms,
+        output_throughput=per_s(output_tokens),
+        total_throughput=per_s(output_tokens + input_tokens),
+        request_throughput=per_s(completed),
+        mean_running_batch=batch / steps if steps else 0.0,
+        mean_prefill_tokens_per_step=prefill_tokens / steps if steps else 0.0,
+        mean_decode_tokens_per_step=decode_step_tokens / steps if steps else 0.0,
+        duration_ms=duration_ms,
+        max_running=plan.max_running,
+        prefill_num_chunks=len(chunk_plan),
+        steps=engine.steps,
+        forward_evaluations=len(latencies),
+        timeline=timeline,
+    )
+
+
+def _steady_window(plan: ClosedLoopPlan, ends: list[float]) -> tuple[float, float]:
+    """From the end of the warm-up (first ``clients`` completions) to the last submission."""
+    completed = 0
+    start_ms = None
+    for run, t_ms in zip(plan.engine.runs, ends, strict=True):
+        completed += run.finished
+        if completed >= plan.clients:
+            start_ms = t_ms
+            break
+    last = plan.records.last_arrival_run
+    end_ms = ends[last] if last >= 0 else 0.0
+    if start_ms is None or end_ms <= start_ms:
+        raise InvalidParameterError(
+            "num_requests",
+            plan.num_requests,
+            f"large enough that submissions go on after the first {plan.clients} completions "
+            "(the steady-state window starts there and ends at the last submission)",
+        )
+    return start_ms, end_ms
+
+
+def simulate_closed_loop(
+    chunk_plan: Sequence[PrefillChunk],
+    clients: int,
+    output_length: int,
+    max_batched_tokens: int,
+    latency: LatencyModel,
+    scheduler: Scheduler | None = None,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+    num_requests: int | None = None,
+    window: Window = "benchmark",
+    max_running: int | None = None,
+    record_steps: bool = False,
+) -> ServingResult:
+    """Plan, evaluate each distinct forward shape once, replay: one closed-loop run."""
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    plan = plan_closed_loop(
+        chunk_plan,
+        clients,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        input_length=input_length,
+        num_mtp_tokens=num_mtp_tokens,
+        num_requests=num_requests,
+        window=window,
+        max_running=max_running,
+    )
+    latencies = evaluate_shapes(plan.shapes, latency)
+    return replay_closed_loop(plan, latencies, scheduler, record_steps=record_steps)

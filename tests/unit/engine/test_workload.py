@@ -1,0 +1,158 @@
+"""Closed-loop workload: known answers, admission, windows, and the per-request reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.chunking import prefill_chunk_plan
+from app.core.errors import InvalidParameterError
+from app.core.scheduler import DecodeFirstWithSlack
+from app.core.workload import max_running_for_kv, plan_closed_loop, simulate_closed_loop
+
+from .fakes import ConstantLatency, LinearLatency, reference_simulation
+
+
+def test_single_client_runs_requests_back_to_back() -> None:
+    # Every forward 1 ms: each request prefills (first token at +1) and decodes once (+2);
+    # the client sends the next one when it finishes.
+    result = simulate_closed_loop(
+        prefill_chunk_plan(4, 4), 1, 2, 4, ConstantLatency(), num_requests=3
+    )
+    assert result.workload == "closed_loop" and result.window == "benchmark"
+    assert result.measured_requests == 3
+    assert result.ttft_ms == pytest.approx(1.0)
+    assert result.tpot_ms == pytest.approx(1.0)
+    assert result.e2e_ms == pytest.approx(2.0)
+    assert result.duration_ms == pytest.approx(6.0)
+    assert result.output_throughput == pytest.approx(1000 * 3 * 2 / 6)
+    assert result.total_throughput == pytest.approx(1000 * 3 * (4 + 2) / 6)
+    assert result.request_throughput == pytest.approx(500.0)
+    assert result.steps == 6
+    assert result.mean_running_batch == pytest.approx(1.0)
+    assert result.mean_prefill_tokens_per_step == pytest.approx(2.0)
+    assert result.mean_decode_tokens_per_step == pytest.approx(0.5)
+
+
+def test_kv_admission_queues_requests() -> None:
+    # Room for one request at a time: the four clients are served one after another, and the
+    # queueing shows up in TTFT (first tokens at 1, 3, 5, 7).
+    result = simulate_closed_loop(
+        prefill_chunk_plan(4, 16), 4, 2, 16, ConstantLatency(), num_requests=4, max_running=1
+    )
+    assert result.ttft_ms == pytest.approx((1 + 3 + 5 + 7) / 4)
+    assert result.tpot_ms == pytest.approx(1.0)
+    unlimited = simulate_closed_loop(
+        prefill_chunk_plan(4, 16), 4, 2, 16, ConstantLatency(), num_requests=4
+    )
+    assert unlimited.ttft_ms == pytest.approx(1.0)  # all four prefill in the first step
+
+
+def test_default_request_count_is_ten_per_client() -> None:
+    plan = plan_closed_loop(prefill_chunk_plan(8, 8), 3, 4, 8)
+    assert plan.num_requests == 30
+    assert sum(count for count, _, _ in plan.records.finish) == 30
+
+
+def test_steady_state_window() -> None:
+    latency = LinearLatency(base_ms=1.0, per_token_ms=0.01)
+    steady = simulate_closed_loop(
+        prefill_chunk_plan(64, 64), 8, 16, 64, latency, num_requests=200, window="steady_state"
+    )
+    bench = simulate_closed_loop(prefill_chunk_plan(64, 64), 8, 16, 64, latency, num_requests=200)
+    assert steady.window == "steady_state"
+    assert 0 < steady.measured_requests < 200
+    assert steady.duration_ms < bench.duration_ms
+    assert steady.tpot_ms > 0 and steady.ttft_ms > 0
+    assert steady.output_throughput > 0
+    with pytest.raises(InvalidParameterError, match="num_requests"):
+        simulate_closed_loop(
+            prefill_chunk_plan(64, 64), 8, 16, 64, latency, num_requests=8, window="steady_state"
+        )
+
+
+def test_max_running_for_kv() -> None:
+    assert max_running_for_kv(128 * 100, 250, 50) == 33  # 3 blocks each
+    assert max_running_for_kv(127, 1, 1) == 0
+    with pytest.raises(InvalidParameterError, match="kv_capacity_tokens"):
+        max_running_for_kv(-1, 10, 10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"num_requests": 2}, "num_requests"),
+        ({"window": "forever"}, "window"),
+        ({"max_running": 0}, "max_running"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidParameterError, match=field):
+        simulate_closed_loop(prefill_chunk_plan(8, 4), 4, 4, 4, ConstantLatency(), **kwargs)
+
+
+closed_loop = st.fixed_dictionaries(
+    {
+        "effective": st.integers(1, 40),
+        "budget": st.integers(1, 20),
+        "clients": st.integers(1, 8),
+        "extra": st.integers(0, 20),
+        "output": st.integers(1, 8),
+        "order": st.sampled_from(["continue_first", "fifo"]),
+        "slack": st.sampled_from([1.15, 2.0, 4.0]),
+        "cap": st.one_of(st.none(), st.integers(1, 8)),
+        "per_token": st.sampled_from([0.0, 0.05]),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(closed_loop)
+def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
+    plan = prefill_chunk_plan(s["effective"], s["budget"])
+    scheduler = DecodeFirstWithSlack(slack_ratio=s["slack"], prefill_order=s["order"])
+    latency = LinearLatency(base_ms=1.0, per_token_ms=s["per_token"])
+    n = s["clients"] + s["extra"]
+    got = simulate_closed_loop(
+        plan,
+        s["clients"],
+        s["output"],
+        s["budget"],
+        latency,
+        scheduler,
+        num_requests=n,
+        max_running=s["cap"],
+    )
+    want = reference_simulation(
+        plan,
+        s["clients"],
+        s["output"],
+        s["budget"],
+        latency,
+        scheduler,
+        s["effective"],
+        num_requests=n,
+        max_running=s["cap"],
+    )
+    assert got.measured_requests == n
+    assert got.ttft_ms == pytest.approx(want.ttft_ms, rel=1e-9, abs=1e-9)
+    assert got.tpot_ms == pytest.approx(want.tpot_ms, rel=1e-9, abs=1e-9)
+    assert got.duration_ms == pytest.approx(want.makespan_ms, rel=1e-9)
+    assert got.steps == want.steps
+    e2e = sum(want.finish[i] - want.arrival[i] for i in range(n)) / n
+    assert got.e2e_ms == pytest.approx(e2e, rel=1e-9, abs=1e-9)
+
+
+def test_burst_is_the_closed_loop_without_resubmission() -> None:
+    from app.core.simulation import simulate_chunked_prefill
+
+    plan = prefill_chunk_plan(300, 128)
+    burst = simulate_chunked_prefill(plan, 16, 32, 128, LinearLatency())
+    loop = simulate_closed_loop(plan, 16, 32, 128, LinearLatency(), num_requests=16)
+    assert loop.ttft_ms == pytest.approx(burst.ttft_ms)
+    assert loop.tpot_ms == pytest.approx(burst.tpot_ms)
+    assert loop.duration_ms == pytest.approx(burst.makespan_ms)
+    assert loop.output_throughput == pytest.approx(burst.output_throughput)
