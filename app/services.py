@@ -64,7 +64,15 @@ from app.core.optimizer import (
 )
 from app.core.optimizer.agg import decode_shape, largest_prefill_shape, limit_reason
 from app.core.parallel import ParallelLayout
-from app.core.runner import DEFAULT_RESERVED_MEMORY_GB, ModelRunner, RequestInfo, RunnerServingModel
+from app.core.runner import (
+    DEFAULT_RESERVED_MEMORY_GB,
+    ModelRunner,
+    RequestInfo,
+    RunnerServingModel,
+    forward_request,
+    forward_to_dict,
+    parallel_layout,
+)
 from app.core.scheduler import DecodeFirstWithSlack
 from app.core.simulation import StepRecord, plan_serving, replay
 from app.models import limits
@@ -1024,14 +1032,19 @@ def forward(
         num_mtp_tokens=request.num_mtp_tokens,
         mtp_acceptance_rates=(),
     )
-    layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
+    layout = parallel_layout(
+        num_devices=request.num_devices,
+        tp=request.tp_size,
+        ep=request.ep_size,
+        pp=request.pp_size,
+    )
     runner = deployment.runner(layout)
-    info = RequestInfo(
-        is_decode=request.decode,
-        concurrency=request.num_queries,
-        query_len=request.query_length,
-        seq_len=request.context_length + request.query_length,
-        mtp_draft_tokens=request.num_mtp_tokens if request.decode else 0,
+    info = forward_request(
+        num_queries=request.num_queries,
+        query_length=request.query_length,
+        context_length=request.context_length,
+        decode=request.decode,
+        num_mtp_tokens=request.num_mtp_tokens,
     )
     shape = ForwardShape(
         is_decode=info.is_decode,
@@ -1045,8 +1058,7 @@ def forward(
     cached = context.cache.get_many([key])[0]
     body = cached if isinstance(cached, dict) and "breakdown" in cached else None
     if body is None:
-        body = runner.run_inference(info).to_dict()
-        body.pop("request", None)
+        body = forward_to_dict(runner, runner.run_inference(info))
         context.stats.add(forward_evaluations=1)
         context.cache.set_many({key: body})
     hit = body is cached
@@ -1054,7 +1066,6 @@ def forward(
         {
             **body,
             "input": request,
-            "parallel": layout.label,
             "cache": CacheCounters(
                 backend=context.cache.backend,
                 hits=int(hit),

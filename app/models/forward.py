@@ -28,10 +28,29 @@ class ForwardRequest(DeploymentMixin):
         description="tokens already cached per request (seq_len = context + query)",
     )
     decode: bool = Field(default=False, description="a decode step (reads the KV cache)")
-    tp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
+    num_devices: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_NUM_DEVICES,
+        description="tp * dp * pp devices (default: tp * pp)",
+    )
+    tp_size: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_PARALLEL_SIZE,
+        description="default: num_devices / pp (or 1)",
+    )
     ep_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
-    dp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
-    num_mtp_tokens: int = Field(default=0, strict=True, ge=0, le=limits.MAX_MTP_TOKENS)
+    pp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
+    num_mtp_tokens: int = Field(
+        default=0,
+        strict=True,
+        ge=0,
+        le=limits.MAX_MTP_TOKENS,
+        description="decode: verify 1 + n tokens per request and add the draft passes",
+    )
 
 
 class OpOut(BaseModel):
@@ -74,9 +93,32 @@ class MemoryOut(BaseModel):
     available_gb: float
 
 
+class ParallelOut(BaseModel):
+    tp: int
+    dp: int
+    ep: int
+    pp: int
+    label: str
+
+
+class RequestOut(BaseModel):
+    is_decode: bool
+    concurrency: int
+    query_len: int
+    seq_len: int
+    mtp_draft_tokens: int
+
+
 class ForwardResponse(BaseModel):
+    """The document of ``chunkwise forward --format json`` plus the input echo and cache use."""
+
     input: ForwardRequest
-    parallel: str
+    model: str
+    device: str
+    parallel: ParallelOut
+    quantization: dict[str, str]
+    identity: str = Field(description="runner identity (the latency-cache key material)")
+    request: RequestOut
     latency_ms: float
     breakdown: BreakdownOut
     memory: MemoryOut

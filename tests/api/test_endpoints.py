@@ -284,3 +284,47 @@ def test_bad_inline_config_and_custom_device(client: TestClient) -> None:
     problem(client.post("/v1/forward", json={**FORWARD, "model": {"config": {}}}), 422)
     problem(client.post("/v1/forward", json={**FORWARD, "device": {"name": "x", "volts": 3}}), 422)
     problem(client.post("/v1/forward", json={**FORWARD, "quantize_linear_action": "W3"}), 422)
+
+
+def test_forward_layout_follows_msmodeling_sizes(client: TestClient) -> None:
+    body = client.post(
+        "/v1/forward", json={**FORWARD, "tp_size": None, "num_devices": 8, "pp_size": 1}
+    ).json()
+    assert body["parallel"] == {"tp": 8, "dp": 1, "ep": 1, "pp": 1, "label": "TP8 DP1"}
+    body = client.post("/v1/forward", json={**FORWARD, "num_devices": 8, "tp_size": 2}).json()
+    assert body["parallel"]["dp"] == 4
+    problem(client.post("/v1/forward", json={**FORWARD, "num_devices": 6, "tp_size": 4}), 422)
+
+
+def test_forward_decode_with_mtp_verifies_one_plus_n_tokens(client: TestClient) -> None:
+    body = client.post(
+        "/v1/forward",
+        json={
+            **FORWARD,
+            "model": "deepseek-ai/DeepSeek-V3",
+            "num_devices": 16,
+            "tp_size": 8,
+            "ep_size": 16,
+            "decode": True,
+            "query_length": 1,
+            "context_length": 4000,
+            "num_mtp_tokens": 1,
+        },
+    ).json()
+    assert body["request"]["query_len"] == 2
+    assert body["request"]["mtp_draft_tokens"] == 1
+
+
+def test_api_forward_matches_the_cli_document(
+    client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from app.cli import main
+
+    api = client.post("/v1/forward", json=FORWARD).json()
+    flags = ["--tp-size", "4", "--num-queries", "1", "--query-length", "2048"]
+    code = main(["forward", MODEL, "--device", DEVICE, *flags, "--format", "json"])
+    assert code == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in api.items() if k not in ("input", "cache")} == cli
