@@ -197,6 +197,7 @@ class DecodeQueue:
             runs.append((step - previous, finished))
             previous = step
             ready -= sum(count for count, _ in finished)
+            self.ready = ready  # admission inside ``on_finish`` counts the running requests
             keep_going = on_finish(ready, finished)
             if ready == 0 or not keep_going:
                 break

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.core.chunking import prefill_chunk_plan
@@ -111,6 +111,19 @@ closed_loop = st.fixed_dictionaries(
 
 @settings(max_examples=300, deadline=None)
 @given(closed_loop)
+@example(  # admission inside a round-robin stretch must see the requests that just left
+    {
+        "effective": 1,
+        "budget": 1,
+        "clients": 2,
+        "extra": 1,
+        "output": 2,
+        "order": "continue_first",
+        "slack": 2.0,
+        "cap": 2,
+        "per_token": 0.0,
+    }
+)
 def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
     plan = prefill_chunk_plan(s["effective"], s["budget"])
     scheduler = DecodeFirstWithSlack(slack_ratio=s["slack"], prefill_order=s["order"])
