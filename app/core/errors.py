@@ -8,6 +8,7 @@
      │    ├── UnknownModelError
      │    └── UnknownDeviceError
      ├── UnsupportedError           a well-formed request the model cannot handle
+ ├── InfeasibleError            the configuration cannot run at all (e.g. memory)
      ├── SimulationError            the scheduler made no progress or broke an invariant
      ├── SearchLimitError           a search would exceed its configured bounds
      └── DeadlineExceededError      a computation ran past its deadline
@@ -58,6 +59,10 @@ class UnknownDeviceError(UnknownNameError):
 
 class UnsupportedError(ChunkwiseError):
     """A well-formed input the latency model cannot represent."""
+
+
+class InfeasibleError(ChunkwiseError):
+    """The configuration cannot serve even one request (for example its KV cache does not fit)."""
 
 
 class SimulationError(ChunkwiseError, RuntimeError):

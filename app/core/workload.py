@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
-from app.core.chunking import PrefillChunk
-from app.core.errors import InvalidParameterError
+from app.core.chunking import OptimizerData, PrefillChunk
+from app.core.errors import InfeasibleError, InvalidParameterError
 from app.core.latency import ForwardShape, LatencyModel
 from app.core.scheduler import DecodeFirstWithSlack, Scheduler
 from app.core.simulation import (
@@ -305,3 +305,118 @@ def simulate_closed_loop(
     )
     latencies = evaluate_shapes(plan.shapes, latency)
     return replay_closed_loop(plan, latencies, scheduler, record_steps=record_steps)
+
+
+@runtime_checkable
+class KvAdmissionModel(Protocol):
+    """Optional: how many requests of a given context fit the KV cache of one replica."""
+
+    def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int: ...
+
+
+def _split(total: int, parts: int) -> list[tuple[int, int]]:
+    """``total`` spread over ``parts`` as evenly as possible: [(size, how many parts), ...]."""
+    base, extra = divmod(total, parts)
+    return [(size, n) for size, n in ((base + 1, extra), (base, parts - extra)) if size and n]
+
+
+def simulate_serving(
+    data: OptimizerData,
+    concurrency: int,
+    latency: LatencyModel,
+    scheduler: Scheduler | None = None,
+    *,
+    dp: int = 1,
+    num_requests: int | None = None,
+    window: Window = "benchmark",
+    max_num_seqs: int | None = None,
+    record_steps: bool = False,
+) -> ServingResult:
+    """Closed-loop serving of ``concurrency`` clients over ``dp`` data-parallel replicas.
+
+    Each replica serves its share of the clients (``concurrency / dp``, as evenly as integers
+    allow) with its own budget and KV cache; ``num_requests`` (default 10 per client) is
+    shared in proportion. When the latency model knows its KV capacity, requests queue for KV
+    blocks of ``input_length + output_length`` tokens; ``max_num_seqs`` caps running requests
+    too. Throughputs add over replicas; latencies are request-weighted means.
+    """
+    check_int("concurrency", concurrency, 1, MAX_REQUESTS)
+    check_int("dp", dp, 1, 1 << 16)
+    if max_num_seqs is not None:
+        check_int("max_num_seqs", max_num_seqs, 1, MAX_REQUESTS)
+    if num_requests is None:
+        num_requests = min(DEFAULT_REQUESTS_PER_CLIENT * concurrency, MAX_REQUESTS)
+    check_int("num_requests", num_requests, concurrency, MAX_REQUESTS)
+    max_running = max_num_seqs
+    if isinstance(latency, KvAdmissionModel):
+        context = data.input_length + data.output_length
+        kv_cap = latency.kv_capacity_requests(context, data.max_batched_tokens)
+        if kv_cap < 1:
+            raise InfeasibleError(
+                f"the KV cache of one request ({context} tokens) does not fit next to the "
+                "weights, the reserve and the activations"
+            )
+        max_running = kv_cap if max_running is None else min(max_running, kv_cap)
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    parts: list[tuple[ServingResult, int]] = []
+    for clients, replicas in _split(concurrency, dp):
+        requests = max(clients, round(num_requests * clients / concurrency))
+        result = simulate_closed_loop(
+            data.get_prefill_chunk_plan(),
+            clients,
+            data.output_length,
+            data.max_batched_tokens,
+            latency,
+            scheduler,
+            input_length=data.input_length,
+            num_mtp_tokens=data.num_mtp_tokens,
+            num_requests=requests,
+            window=window,
+            max_running=max_running,
+            record_steps=record_steps,
+        )
+        parts.append((result, replicas))
+    if len(parts) == 1 and parts[0][1] == 1:
+        return parts[0][0]
+    return _combine(parts, concurrency)
+
+
+def _combine(parts: list[tuple[ServingResult, int]], concurrency: int) -> ServingResult:
+    """Totals over replicas: throughputs add, latencies are request-weighted means."""
+    measured = sum(r.measured_requests * n for r, n in parts)
+    steps = sum(r.steps * n for r, n in parts)
+
+    def mean(attribute: str) -> float:
+        weighted = sum(float(getattr(r, attribute)) * r.measured_requests * n for r, n in parts)
+        return weighted / measured
+
+    def per_step(attribute: str) -> float:
+        return sum(float(getattr(r, attribute)) * r.steps * n for r, n in parts) / steps
+
+    def total(attribute: str) -> float:
+        return sum(float(getattr(r, attribute)) * n for r, n in parts)
+
+    first = parts[0][0]
+    return ServingResult(
+        method=first.method,
+        workload=first.workload,
+        window=first.window,
+        clients=concurrency,
+        num_requests=sum(r.num_requests * n for r, n in parts),
+        measured_requests=measured,
+        ttft_ms=mean("ttft_ms"),
+        tpot_ms=mean("tpot_ms"),
+        e2e_ms=mean("e2e_ms"),
+        output_throughput=total("output_throughput"),
+        total_throughput=total("total_throughput"),
+        request_throughput=total("request_throughput"),
+        mean_running_batch=per_step("mean_running_batch"),
+        mean_prefill_tokens_per_step=per_step("mean_prefill_tokens_per_step"),
+        mean_decode_tokens_per_step=per_step("mean_decode_tokens_per_step"),
+        duration_ms=max(r.duration_ms for r, _ in parts),
+        max_running=first.max_running,
+        prefill_num_chunks=first.prefill_num_chunks,
+        steps=steps,
+        forward_evaluations=sum(r.forward_evaluations for r, _ in parts),
+        timeline=first.timeline,
+    )

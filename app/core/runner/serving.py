@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from app.core.catalog.devices import BYTES_PER_GB
 from app.core.errors import InvalidParameterError
 from app.core.runner.runner import ModelRunner, RequestInfo
 
@@ -80,3 +81,24 @@ class RunnerServingModel:
                 is_decode=False, concurrency=concurrency, query_len=query_len, seq_len=seq_len
             )
         return self.runner.memory(request).available_gb
+
+    def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
+        """Requests whose KV cache of ``context_len`` tokens (in blocks) fits on the device.
+
+        What is left after the weights, the reserve and the activations of the largest
+        forward (a prefill of ``max_batched_tokens`` tokens) holds the KV cache; 0 when even
+        one request does not fit.
+        """
+        runner = self.runner
+        peak = RequestInfo(
+            is_decode=False,
+            concurrency=1,
+            query_len=max_batched_tokens,
+            seq_len=max(max_batched_tokens, context_len),
+        )
+        memory = runner.memory(peak)
+        free_gb = memory.available_gb + memory.kv_cache_gb
+        per_request_gb = runner.kv_cache_bytes(1, context_len) / BYTES_PER_GB
+        if free_gb <= 0 or per_request_gb <= 0:
+            return 0
+        return math.floor(free_gb / per_request_gb)

@@ -1,0 +1,46 @@
+"""The serving-level validator: loading the measured cases and predicting them."""
+
+from __future__ import annotations
+
+import math
+
+from app.core.runner.validation import (
+    SERVING_TPOT_KIND,
+    SERVING_TTFT_KIND,
+    load_agg_serving_cases,
+    run_validation,
+)
+
+
+def test_every_measured_row_gives_a_ttft_and_a_tpot_case() -> None:
+    cases = load_agg_serving_cases()
+    assert len(cases) == 2 * 758
+    assert {c.kind for c in cases} == {SERVING_TTFT_KIND, SERVING_TPOT_KIND}
+    assert {c.device for c in cases} == {
+        "NVIDIA_H100_SXM_80G",
+        "NVIDIA_H200_SXM_141G",
+        "NVIDIA_B200_SXM_180G",
+    }
+    assert {c.precision for c in cases} == {"FP8+KV8", "NVFP4+KV8", "BF16"}
+    deepseek = [c for c in cases if c.model == "deepseek-ai/DeepSeek-R1" and c.dp == 8]
+    assert deepseek and all(c.ep == 8 for c in deepseek)
+    for case in cases:
+        assert case.group == f"{case.device} | {case.engine} | {case.model}"
+        assert case.output_len >= 1 and case.concurrency >= 1
+
+
+def test_unrecorded_precision_can_be_read_as_fp8() -> None:
+    cases = load_agg_serving_cases(unrecorded_precision="FP8")
+    llama = {c.precision for c in cases if c.model == "meta-llama/Llama-3.1-8B-Instruct"}
+    assert llama == {"FP8"}
+
+
+def test_predictions_are_grouped_by_device_engine_and_model() -> None:
+    cases = [c for c in load_agg_serving_cases() if c.concurrency in (4, 64)][:60]
+    report = run_validation(cases=cases)
+    assert all(math.isfinite(r.predicted) and r.predicted > 0 for r in report.results)
+    assert {s.group for s in report.groups} == {c.group for c in cases}
+    ttft = {r.case.name: r.predicted for r in report.results if r.case.kind == SERVING_TTFT_KIND}
+    tpot = {r.case.name: r.predicted for r in report.results if r.case.kind == SERVING_TPOT_KIND}
+    assert ttft.keys() == tpot.keys()
+    assert "serving_tpot targets" in report.format_table()
