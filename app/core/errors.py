@@ -6,7 +6,8 @@
      ├── InvalidParameterError      a value is outside its allowed range (names field + range)
      ├── UnknownNameError           a catalog/policy name is not known (lists valid names)
      │    ├── UnknownModelError
-     │    └── UnknownDeviceError
+     │    ├── UnknownDeviceError
+ │    └── UnknownSchedulerError
      ├── UnsupportedError           a well-formed request the model cannot handle
  ├── InfeasibleError            the configuration cannot run at all (e.g. memory)
      ├── SimulationError            the scheduler made no progress or broke an invariant
@@ -55,6 +56,10 @@ class UnknownModelError(UnknownNameError):
 
 class UnknownDeviceError(UnknownNameError):
     kind = "device"
+
+
+class UnknownSchedulerError(UnknownNameError):
+    kind = "scheduler"
 
 
 class UnsupportedError(ChunkwiseError):

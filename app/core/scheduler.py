@@ -16,31 +16,45 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from app.core.errors import InvalidParameterError
+from app.core.errors import InvalidParameterError, UnknownSchedulerError
 
 PrefillOrder = Literal["continue_first", "fifo"]
 PREFILL_ORDERS: tuple[PrefillOrder, ...] = ("continue_first", "fifo")
 
 #: The RFC's default slack on the mixed-step token budget.
 DEFAULT_SLACK_RATIO = 1.15
+#: Largest accepted running-request cap.
+MAX_NUM_SEQS_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class StepDecision:
-    """Requests that run in one step: ``p_step`` prefill (one chunk each), ``d_step`` decode."""
+    """Requests that run in one step: ``p_step`` prefill (one chunk each), ``d_step`` decode.
+
+    ``prefill_tokens`` is the chunk each selected prefill request computes; ``None`` means the
+    planned chunk (``chunk_query_len``). Engine policies that size chunks to the budget left
+    after decode (vLLM, SGLang mixed chunk) set it, within ``[1, prefill_remaining]``.
+    """
 
     p_step: int
     d_step: int
+    prefill_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulerState:
-    """What a scheduler sees before a step."""
+    """What a scheduler sees before a step.
+
+    ``chunk_query_len`` is the planned chunk of the front prefill requests
+    (``min(max_batched_tokens, prefill_remaining)``; ``max_batched_tokens`` when none is
+    pending) and ``prefill_remaining`` the tokens they still have to prefill (0 when none).
+    """
 
     ready_decode: int
     pending_prefill: int
     chunk_query_len: int
     max_batched_tokens: int
+    prefill_remaining: int = 0
 
 
 class Scheduler(ABC):
@@ -49,6 +63,11 @@ class Scheduler(ABC):
     name: ClassVar[str] = "scheduler"
     #: ``True`` when ``decide`` depends on the state only (enables fast-forwarding).
     stateless: bool = True
+    #: ``True`` when ``decide`` reads ``prefill_remaining`` (otherwise the loop may reuse a
+    #: decision for states that differ only there).
+    reads_prefill_remaining: bool = False
+    #: Cap on requests running at once (prefill or decode), e.g. vLLM's ``max_num_seqs``.
+    max_running: int | None = None
     #: Where a request that finished a non-final chunk goes: the front of the prefill queue
     #: (``continue_first``, vLLM-like) or the back (``fifo``, msmodeling parity).
     prefill_order: PrefillOrder = "continue_first"
@@ -108,3 +127,148 @@ class DecodeFirstWithSlack(Scheduler):
             f"DecodeFirstWithSlack(slack_ratio={self.slack_ratio}, "
             f"prefill_order={self.prefill_order!r})"
         )
+
+
+MixedLatency = Literal["max", "sum"]
+MIXED_LATENCIES: tuple[MixedLatency, ...] = ("max", "sum")
+
+
+class _EnginePolicy(Scheduler):
+    """Shared parameters of the engine policies: a running cap and the mixed-step cost.
+
+    ``mixed_latency``: ``max`` (the RFC's overlap of the prefill and decode forwards) or
+    ``sum`` (they run one after the other).
+    """
+
+    reads_prefill_remaining = True
+
+    def __init__(
+        self,
+        *,
+        max_num_seqs: int | None = None,
+        mixed_latency: MixedLatency = "max",
+    ) -> None:
+        if max_num_seqs is not None and (
+            not isinstance(max_num_seqs, int)
+            or isinstance(max_num_seqs, bool)
+            or not 1 <= max_num_seqs <= MAX_NUM_SEQS_LIMIT
+        ):
+            raise InvalidParameterError(
+                "max_num_seqs", max_num_seqs, f"an integer in [1, {MAX_NUM_SEQS_LIMIT}]"
+            )
+        if mixed_latency not in MIXED_LATENCIES:
+            raise InvalidParameterError(
+                "mixed_latency", mixed_latency, f"one of {', '.join(MIXED_LATENCIES)}"
+            )
+        self.max_running = max_num_seqs
+        self.mixed_latency = mixed_latency
+
+    def step_latency(self, prefill_latency: float, decode_latency: float) -> float:
+        if self.mixed_latency == "sum":
+            return prefill_latency + decode_latency
+        return max(prefill_latency, decode_latency)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            **Scheduler.describe(self),
+            "max_num_seqs": self.max_running,
+            "mixed_latency": self.mixed_latency,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(max_num_seqs={self.max_running}, "
+            f"mixed_latency={self.mixed_latency!r})"
+        )
+
+
+def _fill(state: SchedulerState, budget: int, d_step: int) -> StepDecision:
+    """Prefill as many front requests as fit in ``budget`` tokens, each chunk cut to fit."""
+    if not state.pending_prefill or budget <= 0:
+        return StepDecision(0, d_step)
+    tokens = min(state.prefill_remaining, budget, state.max_batched_tokens)
+    return StepDecision(min(state.pending_prefill, budget // tokens), d_step, tokens)
+
+
+class VllmScheduler(_EnginePolicy):
+    """vLLM (V1) chunked prefill: running decodes first, one token each; the budget left
+    (``max_batched_tokens - decodes``) goes to prefill, the running request's chunk first
+    (``continue_first``), each chunk cut to what is left. ``max_num_seqs`` caps running
+    requests. Requests that would need a slice of a chunk beside full ones wait a step."""
+
+    name: ClassVar[str] = "vllm"
+
+    def decide(self, state: SchedulerState) -> StepDecision:
+        d_step = min(state.ready_decode, state.max_batched_tokens)
+        return _fill(state, state.max_batched_tokens - d_step, d_step)
+
+
+class SglangScheduler(_EnginePolicy):
+    """SGLang's default: prefill first. While requests wait to prefill, a prefill batch of up
+    to ``max_batched_tokens`` (its ``chunked_prefill_size``) runs and decode pauses; then
+    every running request decodes."""
+
+    name: ClassVar[str] = "sglang"
+
+    def decide(self, state: SchedulerState) -> StepDecision:
+        if state.pending_prefill:
+            return _fill(state, state.max_batched_tokens, 0)
+        return StepDecision(0, state.ready_decode)
+
+
+class SglangMixedChunkScheduler(_EnginePolicy):
+    """SGLang with ``--enable-mixed-chunk``: prefill first, with the running decodes folded
+    into the prefill batch and subtracted from its token budget."""
+
+    name: ClassVar[str] = "sglang_mixed_chunk"
+
+    def decide(self, state: SchedulerState) -> StepDecision:
+        d_step = state.ready_decode
+        return _fill(state, state.max_batched_tokens - d_step, d_step)
+
+
+SCHEDULERS: dict[str, type[Scheduler]] = {
+    DecodeFirstWithSlack.name: DecodeFirstWithSlack,
+    VllmScheduler.name: VllmScheduler,
+    SglangScheduler.name: SglangScheduler,
+    SglangMixedChunkScheduler.name: SglangMixedChunkScheduler,
+}
+DEFAULT_SCHEDULER = DecodeFirstWithSlack.name
+
+
+def make_scheduler(
+    name: str = DEFAULT_SCHEDULER,
+    *,
+    max_num_seqs: int | None = None,
+    mixed_latency: MixedLatency | None = None,
+    slack_ratio: float | None = None,
+    prefill_order: PrefillOrder | None = None,
+) -> Scheduler:
+    """A scheduler by name with its options; options a policy does not have are rejected."""
+    if name not in SCHEDULERS:
+        raise UnknownSchedulerError(name, SCHEDULERS)
+    given: dict[str, object] = {
+        "max_num_seqs": max_num_seqs,
+        "mixed_latency": mixed_latency,
+        "slack_ratio": slack_ratio,
+        "prefill_order": prefill_order,
+    }
+    own = (
+        ("slack_ratio", "prefill_order")
+        if name == DecodeFirstWithSlack.name
+        else (
+            "max_num_seqs",
+            "mixed_latency",
+        )
+    )
+    for option, value in given.items():
+        if value is not None and option not in own:
+            raise InvalidParameterError(option, value, f"omitted for scheduler {name!r}")
+    if name == DecodeFirstWithSlack.name:
+        return DecodeFirstWithSlack(
+            DEFAULT_SLACK_RATIO if slack_ratio is None else slack_ratio,
+            "continue_first" if prefill_order is None else prefill_order,
+        )
+    engine = SCHEDULERS[name]
+    assert issubclass(engine, _EnginePolicy)
+    return engine(max_num_seqs=max_num_seqs, mixed_latency=mixed_latency or "max")

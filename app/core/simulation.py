@@ -50,18 +50,24 @@ class BatchLatencyModel(Protocol):
 class StepRun:
     """``repeat`` consecutive steps that share one decision.
 
-    With ``p_step > 0`` step ``i`` of the run prefills chunk ``chunk_index + i`` of the same
-    ``p_step`` requests (a request walking through its chunks); with ``p_step == 0`` the run is
-    decode-only. ``first_tokens`` requests emit their first token and ``finished`` requests
-    complete at the end of the run's last step; nothing else changes inside a run.
+    With ``p_step > 0`` step ``i`` of the run prefills ``prefill_tokens`` more tokens of the
+    same ``p_step`` requests, which had ``prefill_start`` tokens done before the run (a request
+    walking through its chunks); with ``p_step == 0`` the run is decode-only. ``first_tokens``
+    requests emit their first token and ``finished`` requests complete at the end of the run's
+    last step; nothing else changes inside a run.
     """
 
     p_step: int
-    chunk_index: int
+    prefill_start: int
+    prefill_tokens: int
     d_step: int
     repeat: int
     first_tokens: int
     finished: int
+
+    def prefill_seq_len(self, step: int) -> int:
+        """Context after step ``step`` (0-based) of the run."""
+        return self.prefill_start + (step + 1) * self.prefill_tokens
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,10 +82,10 @@ class SimulationPlan:
     decode_seq_len: int
     runs: tuple[StepRun, ...]
 
-    def prefill_shape(self, p_step: int, chunk_index: int) -> ForwardShape:
-        chunk = self.chunk_plan[chunk_index]
+    @staticmethod
+    def prefill_shape(p_step: int, query_len: int, seq_len: int) -> ForwardShape:
         return ForwardShape(
-            is_decode=False, concurrency=p_step, query_len=chunk.query_len, seq_len=chunk.seq_len
+            is_decode=False, concurrency=p_step, query_len=query_len, seq_len=seq_len
         )
 
     def decode_shape(self, d_step: int) -> ForwardShape:
@@ -94,15 +100,17 @@ class SimulationPlan:
     def shapes(self) -> tuple[ForwardShape, ...]:
         """Every distinct forward shape the plan needs, sorted."""
         decode_steps: set[int] = set()
-        prefill_steps: set[tuple[int, int]] = set()
+        prefill_steps: set[tuple[int, int, int]] = set()
         for run in self.runs:
             if run.d_step:
                 decode_steps.add(run.d_step)
             if run.p_step:
-                start = run.chunk_index
-                prefill_steps.update((run.p_step, k) for k in range(start, start + run.repeat))
+                prefill_steps.update(
+                    (run.p_step, run.prefill_tokens, run.prefill_seq_len(i))
+                    for i in range(run.repeat)
+                )
         shapes = [self.decode_shape(d) for d in decode_steps]
-        shapes.extend(self.prefill_shape(p, k) for p, k in prefill_steps)
+        shapes.extend(self.prefill_shape(*key) for key in prefill_steps)
         return tuple(sorted(shapes))
 
     @property
@@ -193,8 +201,9 @@ def check_serving_args(
 
 
 def _decide(scheduler: Scheduler, state: SchedulerState) -> StepDecision:
+    """Ask the scheduler, check the answer, and resolve ``prefill_tokens`` (0 without prefill)."""
     decision = scheduler.decide(state)
-    p_step, d_step = decision.p_step, decision.d_step
+    p_step, d_step, tokens = decision.p_step, decision.d_step, decision.prefill_tokens
     for name, value, upper in (
         ("p_step", p_step, state.pending_prefill),
         ("d_step", d_step, state.ready_decode),
@@ -207,6 +216,16 @@ def _decide(scheduler: Scheduler, state: SchedulerState) -> StepDecision:
     if p_step == 0 and d_step == 0:
         raise SimulationError(
             f"scheduler {scheduler.name!r} made no progress (p_step = d_step = 0) for {state}"
+        )
+    if p_step == 0:
+        return StepDecision(0, d_step, 0)
+    if tokens is None:
+        return StepDecision(p_step, d_step, state.chunk_query_len)
+    upper = min(state.prefill_remaining, state.max_batched_tokens)
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or not 1 <= tokens <= upper:
+        raise SimulationError(
+            f"scheduler {scheduler.name!r} returned prefill_tokens={tokens!r} for {state}; "
+            f"it must be an integer in [1, {upper}]"
         )
     return decision
 
@@ -226,12 +245,13 @@ class RequestRecords:
 
 
 class _Segment:
-    """Consecutive pending requests on the same chunk; ``parts`` keeps their arrival runs."""
+    """Consecutive pending requests with the same prefill progress (``done`` tokens);
+    ``parts`` keeps their arrival runs."""
 
-    __slots__ = ("chunk", "count", "parts")
+    __slots__ = ("count", "done", "parts")
 
-    def __init__(self, chunk: int, count: int, parts: deque[list[int]]) -> None:
-        self.chunk = chunk
+    def __init__(self, done: int, count: int, parts: deque[list[int]]) -> None:
+        self.done = done
         self.count = count
         self.parts = parts  # [requests, arrival_run], in queue order
 
@@ -249,7 +269,7 @@ class _Segment:
                 taken.append(self.parts.popleft())
                 need -= part[0]
         self.count -= count
-        return _Segment(self.chunk, count, taken)
+        return _Segment(self.done, count, taken)
 
 
 def plan_runs(
@@ -270,18 +290,12 @@ def plan_runs(
     requests are in prefill or decode at once (KV-cache admission); the others wait in arrival
     order and are invisible to the scheduler until admitted.
     """
-    num_chunks = len(plan)
-    last_chunk = num_chunks - 1
+    effective = plan[-1].seq_len
     decode_tokens = output_length - 1  # tokens left after the first one
     continue_first = scheduler.prefill_order == "continue_first"
     stateless = scheduler.stateless
-    memo: dict[tuple[int, int, int], StepDecision] = {}
-
-    # chain_end[k] = last index j >= k with plan[j].query_len == plan[k].query_len.
-    chain_end = [0] * num_chunks
-    for k in range(last_chunk, -1, -1):
-        same_next = k < last_chunk and plan[k + 1].query_len == plan[k].query_len
-        chain_end[k] = chain_end[k + 1] if same_next else k
+    reads_remaining = scheduler.reads_prefill_remaining
+    memo: dict[tuple[int, int, int, int], StepDecision] = {}
 
     waiting: deque[list[int]] = deque([[clients, -1]])  # [requests, arrival_run]
     pending: deque[_Segment] = deque()
@@ -294,13 +308,13 @@ def plan_runs(
     first_records: list[tuple[int, int, int]] = []
     finish_records: list[tuple[int, int, int]] = []
 
-    def decide(ready: int, pend: int, chunk_query_len: int) -> StepDecision:
-        key = (ready, pend, chunk_query_len)
+    def decide(ready: int, pend: int, remaining: int) -> StepDecision:
+        chunk_query_len = min(max_batched_tokens, remaining) if pend else max_batched_tokens
+        key = (ready, pend, chunk_query_len, remaining if reads_remaining else -1)
         decision = memo.get(key) if stateless else None
         if decision is None:
-            decision = _decide(
-                scheduler, SchedulerState(ready, pend, chunk_query_len, max_batched_tokens)
-            )
+            state = SchedulerState(ready, pend, chunk_query_len, max_batched_tokens, remaining)
+            decision = _decide(scheduler, state)
             if stateless:
                 memo[key] = decision
         return decision
@@ -321,7 +335,7 @@ def plan_runs(
                 part[0] -= take
             room -= take
             pending_total += take
-            if pending and pending[-1].chunk == 0:
+            if pending and pending[-1].done == 0:
                 pending[-1].count += take
                 pending[-1].parts.append([take, part[1]])
             else:
@@ -342,18 +356,18 @@ def plan_runs(
                 else:
                     waiting.append([more, run])
 
-    def front_state() -> tuple[int, int, int]:
+    def front_state() -> tuple[int, int]:
+        """Requests at the front with the same progress, and the tokens they have left."""
         if pending:
-            front = pending[0]
-            return front.count, front.chunk, plan[front.chunk].query_len
-        return 0, -1, max_batched_tokens
+            return pending[0].count, effective - pending[0].done
+        return 0, 0
 
     while done < num_requests:
         admit()
-        pend, chunk_index, chunk_query_len = front_state()
+        pend, remaining = front_state()
         ready = decode.ready
-        decision = decide(ready, pend, chunk_query_len)
-        p_step, d_step = decision.p_step, decision.d_step
+        decision = decide(ready, pend, remaining)
+        p_step, d_step, tokens = decision.p_step, decision.d_step, decision.prefill_tokens or 0
         all_advance = d_step == ready
 
         if stateless and p_step == 0 and not all_advance:
@@ -371,14 +385,14 @@ def plan_runs(
                 admit()
                 if ready_now == 0 and not pending:
                     return False
-                pend_now, _, query_now = front_state()
-                return decide(ready_now, pend_now, query_now) == decision
+                return decide(ready_now, *front_state()) == decision
 
             for repeat, who in decode.rotate(d_step, on_finish):
                 runs.append(
                     StepRun(
                         p_step=0,
-                        chunk_index=-1,
+                        prefill_start=-1,
+                        prefill_tokens=0,
                         d_step=d_step,
                         repeat=repeat,
                         first_tokens=0,
@@ -393,23 +407,33 @@ def plan_runs(
             if p_step == 0:
                 repeat = decode.min_remaining()
             elif p_step == pend and (continue_first or len(pending) == 1):
-                repeat = chain_end[chunk_index] - chunk_index + 1
-                if ready:
-                    repeat = min(repeat, decode.min_remaining())
+                # The front group walks through its chunks while the decision stays the same.
+                limit = decode.min_remaining() if ready else remaining
+                if reads_remaining:
+                    while repeat < limit:
+                        left = remaining - repeat * tokens
+                        if left <= 0 or decide(ready, pend, left) != decision:
+                            break
+                        repeat += 1
+                elif remaining >= max_batched_tokens:
+                    # Same state (and so decision) while a full planned chunk is left.
+                    repeat = min(limit, 1 + (remaining - max_batched_tokens) // tokens)
 
         run_index = len(runs)
         finished_now: list[tuple[int, int]] = []
         # Decode: the front d_step requests (all of them when all advance) emit a token.
         selected = decode.take(d_step) if d_step and not all_advance else []
 
-        # Prefill: p_step requests at the front advance ``repeat`` chunks.
+        # Prefill: p_step requests at the front compute ``tokens`` more, ``repeat`` times.
         first_tokens = 0
+        prefill_start = -1
         if p_step:
             front = pending[0]
+            prefill_start = front.done
             moved = pending.popleft() if front.count == p_step else front.split_front(p_step)
             pending_total -= p_step
-            moved.chunk = chunk_index + repeat
-            if moved.chunk > last_chunk:
+            moved.done += tokens * repeat
+            if moved.done >= effective:
                 first_tokens = p_step
                 for count, arrival in moved.parts:
                     first_records.append((count, arrival, run_index))
@@ -423,12 +447,12 @@ def plan_runs(
             else:
                 pending_total += p_step
                 if continue_first:
-                    if pending and pending[0].chunk == moved.chunk:
+                    if pending and pending[0].done == moved.done:
                         pending[0].count += p_step
                         pending[0].parts.extendleft(reversed(moved.parts))
                     else:
                         pending.appendleft(moved)
-                elif pending and pending[-1].chunk == moved.chunk:
+                elif pending and pending[-1].done == moved.done:
                     pending[-1].count += p_step
                     pending[-1].parts.extend(moved.parts)
                 else:
@@ -442,7 +466,8 @@ def plan_runs(
         runs.append(
             StepRun(
                 p_step=p_step,
-                chunk_index=chunk_index if p_step else -1,
+                prefill_start=prefill_start,
+                prefill_tokens=tokens,
                 d_step=d_step,
                 repeat=repeat,
                 first_tokens=first_tokens,
@@ -531,7 +556,7 @@ def run_clock(
     ends: list[float] = []
     timeline: list[StepRecord] = []
     decode_ms: dict[int, float] = {0: 0.0}
-    prefill_ms: dict[tuple[int, int], float] = {}
+    prefill_ms: dict[tuple[int, int, int], float] = {}
     for run in plan.runs:
         d_ms = decode_ms.get(run.d_step)
         if d_ms is None:
@@ -539,7 +564,7 @@ def run_clock(
         d_shape = plan.decode_shape(run.d_step) if record_steps and run.d_step else None
         if run.p_step:
             for i in range(run.repeat):
-                key = (run.p_step, run.chunk_index + i)
+                key = (run.p_step, run.prefill_tokens, run.prefill_seq_len(i))
                 p_ms = prefill_ms.get(key)
                 if p_ms is None:
                     p_ms = prefill_ms[key] = latencies[plan.prefill_shape(*key)]

@@ -213,12 +213,7 @@ def replay_closed_loop(
         if not start_ms < t_ms <= end_ms:
             continue
         steps += run.repeat
-        if run.p_step:
-            chunk_tokens = sum(
-                chunk_plan[k].query_len
-                for k in range(run.chunk_index, run.chunk_index + run.repeat)
-            )
-            prefill_tokens += run.p_step * chunk_tokens
+        prefill_tokens += run.p_step * run.prefill_tokens * run.repeat
         decode_step_tokens += run.d_step * run.repeat
         batch += (run.p_step + run.d_step) * run.repeat
         output_tokens += run.first_tokens + run.d_step * run.repeat
@@ -337,8 +332,9 @@ def simulate_serving(
     Each replica serves its share of the clients (``concurrency / dp``, as evenly as integers
     allow) with its own budget and KV cache; ``num_requests`` (default 10 per client) is
     shared in proportion. When the latency model knows its KV capacity, requests queue for KV
-    blocks of ``input_length + output_length`` tokens; ``max_num_seqs`` caps running requests
-    too. Throughputs add over replicas; latencies are request-weighted means.
+    blocks of ``input_length + output_length`` tokens; ``max_num_seqs`` and the scheduler's
+    ``max_running`` cap running requests too. Throughputs add over replicas; latencies are
+    request-weighted means.
     """
     check_int("concurrency", concurrency, 1, MAX_REQUESTS)
     check_int("dp", dp, 1, 1 << 16)
@@ -347,7 +343,9 @@ def simulate_serving(
     if num_requests is None:
         num_requests = min(DEFAULT_REQUESTS_PER_CLIENT * concurrency, MAX_REQUESTS)
     check_int("num_requests", num_requests, concurrency, MAX_REQUESTS)
-    max_running = max_num_seqs
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    caps = [c for c in (max_num_seqs, scheduler.max_running) if c is not None]
+    max_running = min(caps) if caps else None
     if isinstance(latency, KvAdmissionModel):
         context = data.input_length + data.output_length
         kv_cap = latency.kv_capacity_requests(context, data.max_batched_tokens)
@@ -357,7 +355,6 @@ def simulate_serving(
                 "weights, the reserve and the activations"
             )
         max_running = kv_cap if max_running is None else min(max_running, kv_cap)
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
     parts: list[tuple[ServingResult, int]] = []
     for clients, replicas in _split(concurrency, dp):
         requests = max(clients, round(num_requests * clients / concurrency))

@@ -107,8 +107,8 @@ class ReferenceResult:
     finish: dict[int, float] = field(default_factory=dict)
 
 
-def _at_chunk(chunk: int, request: list[int]) -> bool:
-    return request[1] == chunk
+def _at_progress(progress: int, request: list[int]) -> bool:
+    return request[1] == progress
 
 
 def reference_simulation(
@@ -130,10 +130,10 @@ def reference_simulation(
     its finish time (closed loop); ``max_running`` caps requests in prefill or decode.
     """
     total = concurrency if num_requests is None else num_requests
-    last = len(plan) - 1
+    effective = plan[-1].seq_len
     waiting: deque[int] = deque(range(concurrency))
     arrival = dict.fromkeys(range(concurrency), 0.0)
-    pending: deque[list[int]] = deque()
+    pending: deque[list[int]] = deque()  # [request id, tokens prefilled]
     decode: deque[list[int]] = deque()
     first: dict[int, float] = {}
     finish: dict[int, float] = {}
@@ -145,15 +145,19 @@ def reference_simulation(
         while waiting and (max_running is None or len(pending) + len(decode) < max_running):
             pending.append([waiting.popleft(), 0])
         if pending:
-            k = pending[0][1]
-            pend = len(list(takewhile(partial(_at_chunk, k), pending)))
-            q = plan[k].query_len
+            done = pending[0][1]
+            pend = len(list(takewhile(partial(_at_progress, done), pending)))
+            remaining = effective - done
+            q = min(max_batched_tokens, remaining)
         else:
-            k, pend, q = -1, 0, max_batched_tokens
-        decision = scheduler.decide(SchedulerState(len(decode), pend, q, max_batched_tokens))
+            done, pend, remaining, q = 0, 0, 0, max_batched_tokens
+        decision = scheduler.decide(
+            SchedulerState(len(decode), pend, q, max_batched_tokens, remaining)
+        )
         p, d = decision.p_step, decision.d_step
+        tokens = decision.prefill_tokens or q
         assert p or d
-        p_ms = latency.prefill_ms(p, plan[k].query_len, plan[k].seq_len) if p else 0.0
+        p_ms = latency.prefill_ms(p, tokens, done + tokens) if p else 0.0
         d_ms = latency.decode_ms(d, q_dec, ctx_dec) if d else 0.0
         t += scheduler.step_latency(p_ms, d_ms)
         steps += 1
@@ -161,15 +165,15 @@ def reference_simulation(
         selected_prefill = [pending.popleft() for _ in range(p)]
         advanced = []
         done_now = []
-        for rid, chunk in selected_prefill:
-            if chunk == last:
+        for rid, progress in selected_prefill:
+            if progress + tokens >= effective:
                 first[rid] = t
                 if output_length == 1:
                     done_now.append(rid)
                 else:
                     decode.append([rid, output_length - 1])
             else:
-                advanced.append([rid, chunk + 1])
+                advanced.append([rid, progress + tokens])
         if scheduler.prefill_order == "continue_first":
             pending.extendleft(reversed(advanced))
         else:

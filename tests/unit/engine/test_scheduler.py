@@ -6,8 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.errors import InvalidParameterError
-from app.core.scheduler import DecodeFirstWithSlack, SchedulerState, StepDecision
+from app.core.errors import InvalidParameterError, UnknownSchedulerError
+from app.core.scheduler import (
+    SCHEDULERS,
+    DecodeFirstWithSlack,
+    SchedulerState,
+    StepDecision,
+    make_scheduler,
+)
 
 
 def test_mixed_step_fits_in_slack() -> None:
@@ -60,3 +66,48 @@ def test_decisions_respect_the_slack_budget(
     assert decision.p_step * chunk + decision.d_step <= int(budget * 1.15)
     if ready == 0 and pending:
         assert decision.p_step >= 1  # a chunk never exceeds the budget: progress is guaranteed
+
+
+def test_vllm_cuts_the_chunk_to_the_budget_left() -> None:
+    policy = make_scheduler("vllm")
+    # 300 decodes leave 700 of 1000 tokens: the front request prefills 700 of its 5000.
+    assert policy.decide(SchedulerState(300, 2, 1000, 1000, 5000)) == StepDecision(1, 300, 700)
+    # Short prompts: as many whole prompts as fit.
+    assert policy.decide(SchedulerState(100, 9, 200, 1000, 200)) == StepDecision(4, 100, 200)
+    assert policy.decide(SchedulerState(5000, 3, 1000, 1000, 800)) == StepDecision(0, 1000)
+    assert policy.step_latency(3, 5) == 5
+
+
+def test_sglang_runs_prefill_first() -> None:
+    policy = make_scheduler("sglang")
+    assert policy.decide(SchedulerState(64, 3, 1000, 1000, 3000)) == StepDecision(1, 0, 1000)
+    assert policy.decide(SchedulerState(64, 0, 1000, 1000, 0)) == StepDecision(0, 64)
+
+
+def test_sglang_mixed_chunk_folds_decodes_into_the_prefill_batch() -> None:
+    policy = make_scheduler("sglang_mixed_chunk", mixed_latency="sum")
+    assert policy.decide(SchedulerState(64, 3, 1000, 1000, 3000)) == StepDecision(1, 64, 936)
+    assert policy.decide(SchedulerState(2000, 3, 1000, 1000, 3000)) == StepDecision(0, 2000)
+    assert policy.step_latency(3, 5) == 8
+    assert policy.describe() == {
+        "name": "sglang_mixed_chunk",
+        "prefill_order": "continue_first",
+        "max_num_seqs": None,
+        "mixed_latency": "sum",
+    }
+
+
+def test_make_scheduler_names_and_options() -> None:
+    assert set(SCHEDULERS) == {"decode_first_with_slack", "vllm", "sglang", "sglang_mixed_chunk"}
+    assert isinstance(make_scheduler(), DecodeFirstWithSlack)
+    assert make_scheduler("vllm", max_num_seqs=256).max_running == 256
+    with pytest.raises(UnknownSchedulerError, match="valid: decode_first_with_slack, sglang"):
+        make_scheduler("tgi")
+    with pytest.raises(InvalidParameterError, match="max_num_seqs"):
+        make_scheduler("decode_first_with_slack", max_num_seqs=8)
+    with pytest.raises(InvalidParameterError, match="slack_ratio"):
+        make_scheduler("vllm", slack_ratio=1.2)
+    with pytest.raises(InvalidParameterError, match="max_num_seqs"):
+        make_scheduler("vllm", max_num_seqs=0)
+    with pytest.raises(InvalidParameterError, match="mixed_latency"):
+        make_scheduler("sglang", mixed_latency="min")  # type: ignore[arg-type]
