@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TypedDict
 
 import anyio
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 
 from app import __version__
 from app.api import catalog, forward, health, planning
@@ -15,6 +18,8 @@ from app.api.errors import install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from app.services import ServiceContext, create_context
 from app.settings import Settings, get_settings
+
+WEB_DIR = Path(__file__).with_name("web")  # the dashboard's static assets (package data)
 
 
 class LifespanState(TypedDict):
@@ -54,4 +59,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(planning.router)
     app.include_router(forward.router)
     app.include_router(catalog.router)
+    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def dashboard() -> FileResponse:
+        return FileResponse(WEB_DIR / "index.html")
+
     return app

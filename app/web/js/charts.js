@@ -1,0 +1,291 @@
+// Charts over the vendored Chart.js (window.Chart, loaded by index.html before this module).
+import { fmt, fmtMs, h } from "./util.js";
+
+const PALETTE = [
+  "#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed",
+  "#0891b2", "#db2777", "#65a30d", "#4b5563", "#9333ea",
+];
+
+const charts = new Map();
+
+function draw(canvas, config) {
+  charts.get(canvas.id)?.destroy();
+  if (!window.Chart) throw new Error("the chart library did not load");
+  const chart = new window.Chart(canvas, config);
+  charts.set(canvas.id, chart);
+  return chart;
+}
+
+export function chartOf(id) {
+  return charts.get(id);
+}
+
+const baseOptions = () => ({
+  responsive: true,
+  maintainAspectRatio: false,
+  animation: false,
+  interaction: { mode: "nearest", intersect: false },
+  plugins: { legend: { position: "bottom", labels: { boxWidth: 12, usePointStyle: true } } },
+});
+
+/** Feasible probes grouped per (role, layout), sorted by concurrency. */
+export function probeSeries(response) {
+  const roles = new Set(response.probes.map((p) => p.role));
+  const series = new Map();
+  for (const probe of response.probes) {
+    if (!probe.feasible) continue;
+    const key = roles.size > 1 ? `${probe.role} ${probe.parallel}` : probe.parallel;
+    if (!series.has(key)) series.set(key, { label: key, role: probe.role, probes: [] });
+    series.get(key).probes.push(probe);
+  }
+  for (const s of series.values()) s.probes.sort((a, b) => a.concurrency - b.concurrency);
+  return [...series.values()];
+}
+
+function datasets(series, x) {
+  return series
+    .map((s, i) => ({
+      label: s.label,
+      data: s.probes
+        .filter((p) => x(p, s) !== null && x(p, s) !== undefined)
+        .map((p) => ({ x: x(p, s), y: p.throughput_tokens_s, probe: p })),
+      borderColor: PALETTE[i % PALETTE.length],
+      backgroundColor: PALETTE[i % PALETTE.length],
+      showLine: true,
+      pointRadius: 3,
+      borderWidth: 2,
+    }))
+    .filter((d) => d.data.length);
+}
+
+function probeTooltip(ctx) {
+  const p = ctx.raw.probe;
+  return [
+    `${ctx.dataset.label}: ${fmt(p.throughput_tokens_s, 0)} tokens/s`,
+    `concurrency ${p.concurrency} (batch ${p.batch_size}/replica)`,
+    `TTFT ${fmtMs(p.ttft_ms)} · TPOT ${fmtMs(p.tpot_ms)}`,
+  ];
+}
+
+function throughputAxis(response) {
+  const kind = response.best?.throughput_kind ?? (response.mode === "disagg_prefill" ? "input" : "output");
+  return { title: { display: true, text: `${kind} tokens/s` }, beginAtZero: true };
+}
+
+export function drawConcurrencyChart(canvas, response) {
+  const series = probeSeries(response);
+  const data = datasets(series, (p) => p.concurrency);
+  draw(canvas, {
+    type: "scatter",
+    data: { datasets: data },
+    options: {
+      ...baseOptions(),
+      scales: {
+        x: { type: "logarithmic", title: { display: true, text: "concurrency (requests, log scale)" } },
+        y: throughputAxis(response),
+      },
+      plugins: { ...baseOptions().plugins, tooltip: { callbacks: { label: probeTooltip } } },
+    },
+  });
+  return data.reduce((n, d) => n + d.data.length, 0);
+}
+
+/** metric: "tpot_ms" or "ttft_ms"; prefill series always use TTFT. */
+export function drawLatencyChart(canvas, response, metric) {
+  const series = probeSeries(response);
+  const x = (p, s) => (s.role === "prefill" ? p.ttft_ms : p[metric]);
+  const data = datasets(series, x);
+  const label =
+    response.mode === "disagg_prefill"
+      ? "TTFT (ms)"
+      : response.mode === "pd_ratio"
+        ? `${metric === "ttft_ms" ? "TTFT" : "TPOT"} (ms; prefill layouts: TTFT)`
+        : `${metric === "ttft_ms" ? "TTFT" : "TPOT"} (ms)`;
+  draw(canvas, {
+    type: "scatter",
+    data: { datasets: data },
+    options: {
+      ...baseOptions(),
+      scales: { x: { title: { display: true, text: label } }, y: throughputAxis(response) },
+      plugins: { ...baseOptions().plugins, tooltip: { callbacks: { label: probeTooltip } } },
+    },
+  });
+  return data.reduce((n, d) => n + d.data.length, 0);
+}
+
+// -- step timeline of /v1/simulate ------------------------------------------------------
+const LANES = ["finished", "first token", "decode", "prefill"]; // y = index
+const EXPAND = 64; // draw a repeated prefill step's chunks one by one up to this many repeats
+
+/** Segments and markers of a simulate timeline (exported for tests through the page). */
+export function timelineData(timeline) {
+  const prefill = [];
+  const decode = [];
+  const first = [];
+  const done = [];
+  const segment = (out, y, start, end, step) => {
+    out.push({ x: start, y, step }, { x: end, y, step }, { x: end, y: null });
+  };
+  for (const step of timeline) {
+    const { start_ms: t0, step_ms: dt, repeat } = step;
+    const expand = repeat <= EXPAND;
+    if (step.p_step > 0) {
+      if (expand) {
+        for (let r = 0; r < repeat; r += 1) {
+          segment(prefill, 3, t0 + r * dt, t0 + r * dt + step.prefill_ms, step);
+        }
+      } else {
+        segment(prefill, 3, t0, t0 + (repeat - 1) * dt + step.prefill_ms, step);
+      }
+    }
+    if (step.d_step > 0) {
+      segment(decode, 2, t0, t0 + (repeat - 1) * dt + step.decode_ms, step);
+    }
+    // First tokens and finishes happen at the end of the entry's last step (API semantics).
+    if (step.first_tokens) first.push({ x: t0 + repeat * dt, y: 1, count: step.first_tokens, step });
+    if (step.finished) done.push({ x: t0 + repeat * dt, y: 0, count: step.finished, step });
+  }
+  return { prefill, decode, first, done };
+}
+
+export function drawTimeline(canvas, sim) {
+  const { prefill, decode, first, done } = timelineData(sim.timeline || []);
+  const lane = (label, data, color) => ({
+    label,
+    data,
+    borderColor: color,
+    backgroundColor: color,
+    showLine: true,
+    spanGaps: false,
+    borderWidth: 14,
+    borderCapStyle: "butt",
+    pointRadius: 0,
+    pointHitRadius: 4,
+  });
+  const marker = (label, data, color, style) => ({
+    label,
+    data,
+    borderColor: color,
+    backgroundColor: color,
+    showLine: false,
+    pointStyle: style,
+    pointRadius: 4,
+    pointHoverRadius: 8,
+  });
+  draw(canvas, {
+    type: "scatter",
+    data: {
+      datasets: [
+        lane("prefill chunks", prefill, "#d97706"),
+        lane("decode steps", decode, "#2563eb"),
+        marker("first token", first, "#059669", "triangle"),
+        marker("finished", done, "#dc2626", "rectRot"),
+      ],
+    },
+    options: {
+      ...baseOptions(),
+      interaction: { mode: "nearest", intersect: true },
+      scales: {
+        x: { min: 0, title: { display: true, text: "time (ms)" } },
+        y: {
+          min: -0.6,
+          max: 3.6,
+          afterBuildTicks: (axis) => {
+            axis.ticks = [0, 1, 2, 3].map((v) => ({ value: v }));
+          },
+          ticks: { callback: (v) => LANES[v] ?? "" },
+          grid: { display: false },
+        },
+      },
+      plugins: {
+        ...baseOptions().plugins,
+        legend: {
+          position: "bottom",
+          labels: {
+            boxWidth: 12,
+            usePointStyle: true,
+            generateLabels: (chart) =>
+              window.Chart.defaults.plugins.legend.labels
+                .generateLabels(chart)
+                .map((item) => (item.datasetIndex < 2 ? { ...item, lineWidth: 1, pointStyle: "rect" } : item)),
+          },
+        },
+        tooltip: {
+          callbacks: {
+            label: (ctx) => {
+              const { step, count } = ctx.raw;
+              if (!step) return "";
+              const at = `t = ${fmt(ctx.raw.x, 1)} ms`;
+              if (count) return `${count} ${ctx.dataset.label} · ${at}`;
+              const shape = ctx.dataset.label.startsWith("prefill") ? step.prefill : step.decode;
+              const n = ctx.dataset.label.startsWith("prefill") ? step.p_step : step.d_step;
+              return [
+                `${ctx.dataset.label}: ${n} request(s)${step.repeat > 1 ? ` × ${step.repeat} steps` : ""}`,
+                shape ? `query ${shape.query_len}, context ${shape.seq_len}` : "",
+                `step ${fmt(step.step_ms, 2)} ms (prefill ${fmt(step.prefill_ms, 2)}, decode ${fmt(step.decode_ms, 2)})`,
+                at,
+              ];
+            },
+          },
+        },
+      },
+    },
+  });
+  return { prefill: prefill.length / 3, decode: decode.length / 3, first: first.length, done: done.length };
+}
+
+// -- chunk plan (HTML, no chart library) ----------------------------------------------
+const MAX_DRAWN_CHUNKS = 48;
+
+export function renderChunkPlan(container, plan) {
+  const total = plan.input_length || 1;
+  const pct = (tokens) => `${((100 * tokens) / total).toFixed(3)}%`;
+  const bar = h("div", { class: "plan-bar", role: "img", "aria-label": planSentence(plan) });
+  if (plan.cached_prefix_tokens > 0) {
+    bar.append(
+      h("div", { class: "plan-seg cached", style: `flex-basis:${pct(plan.cached_prefix_tokens)}`, title: `cached prefix: ${plan.cached_prefix_tokens} tokens` }, "cached"),
+    );
+  }
+  const chunks = plan.chunks;
+  const drawn = chunks.length > MAX_DRAWN_CHUNKS ? chunks.slice(0, MAX_DRAWN_CHUNKS - 1) : chunks;
+  drawn.forEach((c, i) => {
+    bar.append(
+      h(
+        "div",
+        { class: `plan-seg chunk c${i % 2}`, style: `flex-basis:${pct(c.query_len)}`, title: `chunk ${c.index + 1}: query ${c.query_len}, context after ${c.seq_len}` },
+        drawn.length <= 12 ? String(c.index + 1) : "",
+      ),
+    );
+  });
+  if (drawn.length < chunks.length) {
+    const rest = chunks.slice(drawn.length).reduce((n, c) => n + c.query_len, 0);
+    bar.append(h("div", { class: "plan-seg chunk more", style: `flex-basis:${pct(rest)}`, title: `${chunks.length - drawn.length} more chunks` }, "…"));
+  }
+  const rows = chunks.slice(0, 12).map((c) =>
+    h("tr", {}, h("td", { class: "num" }, c.index + 1), h("td", { class: "num" }, fmt(c.query_len)), h("td", { class: "num" }, fmt(c.seq_len)), h("td", {}, c.is_last_chunk ? "yes (first token)" : "")),
+  );
+  container.replaceChildren(
+    h("p", { class: "plan-text" }, planSentence(plan)),
+    bar,
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { class: "data compact" },
+        h("caption", { class: "sr-only" }, "Prefill chunks"),
+        h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "chunk"), h("th", { scope: "col" }, "query_len"), h("th", { scope: "col" }, "seq_len"), h("th", { scope: "col" }, "last"))),
+        h("tbody", {}, rows),
+      ),
+    ),
+    chunks.length > 12 ? h("p", { class: "hint" }, `first 12 of ${fmt(chunks.length)} chunks`) : "",
+  );
+}
+
+function planSentence(plan) {
+  return (
+    `${fmt(plan.input_length)} input tokens, ${fmt(plan.cached_prefix_tokens)} cached: ` +
+    `effective input ${fmt(plan.effective_input_length)} tokens in ${fmt(plan.prefill_num_chunks)} ` +
+    `chunk${plan.prefill_num_chunks === 1 ? "" : "s"} of at most ${fmt(plan.max_batched_tokens)} tokens`
+  );
+}

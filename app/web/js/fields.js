@@ -1,0 +1,324 @@
+// The optimize form: one spec per field (label, bounds, CLI flag), rendered, read and
+// validated here. Bounds and messages mirror the API (app/models, pydantic wording), so a
+// value the API would reject is flagged next to its field before the request is sent; the
+// API's own problem+json `errors` are shown the same way (showErrors).
+import { h } from "./util.js";
+
+const MODES = [
+  ["agg", "Aggregated (agg)"],
+  ["disagg_prefill", "Disaggregated prefill (TTFT)"],
+  ["disagg_decode", "Disaggregated decode (TPOT)"],
+  ["pd_ratio", "PD ratio (instance split)"],
+];
+
+/**
+ * kind: int | float | select | model | list-int | list-float | bool
+ * ge/le/gt/lt: bounds as in app/models; cli: flag of `chunkwise optimize`.
+ */
+export const FIELDS = [
+  // Deployment
+  { name: "model", group: "deployment", label: "Model", kind: "model", required: true,
+    cli: null, value: "Qwen/Qwen3-32B",
+    hint: "Catalog name or Hugging Face id (case-insensitive)" },
+  { name: "device", group: "deployment", label: "Device", kind: "select", required: true,
+    cli: "--device", value: "ATLAS_800_A2_376T_64G", options: [] },
+  { name: "num_devices", group: "deployment", label: "Device count", kind: "int", required: true,
+    ge: 1, le: 1024, cli: "--num-devices", value: 8, hint: "tp × dp devices to search over" },
+  { name: "quantize_linear_action", group: "deployment", label: "Linear quantization",
+    kind: "select", cli: "--quantize-linear-action", value: "DISABLED", default: "DISABLED",
+    options: ["DISABLED"] },
+  { name: "quantize_attention_action", group: "deployment", label: "Attention quantization",
+    kind: "select", cli: "--quantize-attention-action", value: "DISABLED", default: "DISABLED",
+    options: ["DISABLED"] },
+  // Workload
+  { name: "input_length", group: "workload", label: "Input length", unit: "tokens",
+    kind: "int", required: true, ge: 1, le: 1048576, cli: "--input-length", value: 3500 },
+  { name: "output_length", group: "workload", label: "Output length", unit: "tokens",
+    kind: "int", required: true, ge: 1, le: 131072, cli: "--output-length", value: 1500 },
+  { name: "max_batched_tokens", group: "workload", label: "Max batched tokens", unit: "tokens",
+    kind: "int", required: true, ge: 1, le: 1048576, cli: "--max-batched-tokens", value: 2048,
+    hint: "Token budget of one engine step and the largest prefill chunk" },
+  { name: "prefix_cache_hit_rate", group: "workload", label: "Prefix-cache hit rate",
+    kind: "float", ge: 0, lt: 1, step: "0.05", cli: "--prefix-cache-hit-rate", value: 0,
+    default: 0, hint: "Share of the prompt already cached, in [0, 1)" },
+  // Mode and limits
+  { name: "mode", group: "mode", label: "Mode", kind: "select", cli: null, value: "agg",
+    options: MODES },
+  { name: "ttft_limit_ms", group: "mode", label: "TTFT limit", unit: "ms", kind: "float",
+    gt: 0, cli: "--ttft-limit", value: null, modes: ["agg", "disagg_prefill", "pd_ratio"] },
+  { name: "tpot_limit_ms", group: "mode", label: "TPOT limit", unit: "ms", kind: "float",
+    gt: 0, cli: "--tpot-limit", value: 50, modes: ["agg", "disagg_decode", "pd_ratio"] },
+  { name: "prefill_devices_per_instance", group: "mode", label: "Prefill devices / instance",
+    kind: "int", ge: 1, le: 1024, cli: "--prefill-devices-per-instance", value: null,
+    modes: ["pd_ratio"], hint: "Default: half the devices" },
+  { name: "decode_devices_per_instance", group: "mode", label: "Decode devices / instance",
+    kind: "int", ge: 1, le: 1024, cli: "--decode-devices-per-instance", value: null,
+    modes: ["pd_ratio"], hint: "Default: half the devices" },
+  // MTP
+  { name: "num_mtp_tokens", group: "mtp", label: "MTP draft tokens", kind: "int", ge: 0, le: 8,
+    cli: "--num-mtp-tokens", value: 0, default: 0, hint: "Multi-token prediction, 0 = off" },
+  { name: "mtp_acceptance_rates", group: "mtp", label: "MTP acceptance rates",
+    kind: "list-float", ge: 0, le: 1, maxItems: 8, cli: "--mtp-acceptance-rates", value: "",
+    hint: "One rate per draft token, e.g. 0.8 0.6" },
+  // Search (advanced)
+  { name: "tp_sizes", group: "advanced", label: "TP sizes", kind: "list-int", ge: 1, le: 1024,
+    maxItems: 16, cli: "--tp-sizes", value: "", hint: "e.g. 1 2 4 8 (default: powers of two)" },
+  { name: "ep_sizes", group: "advanced", label: "EP sizes (MoE)", kind: "list-int", ge: 1,
+    le: 1024, maxItems: 16, cli: "--ep-sizes", value: "" },
+  { name: "max_batch_size", group: "advanced", label: "Max batch size / replica", kind: "int",
+    ge: 1, le: 65536, cli: "--max-batch-size", value: 4096, default: 4096 },
+  { name: "top_k", group: "advanced", label: "Rows (top k)", kind: "int", ge: 1, le: 100,
+    cli: "--top-k", value: 10, default: 10 },
+  { name: "reserved_memory_gb", group: "advanced", label: "Reserved memory", unit: "GB",
+    kind: "float", ge: 0, le: 4096, cli: "--reserved-memory-gb", value: null,
+    hint: "Default: the runner's" },
+  { name: "serving_overhead_ms", group: "advanced", label: "Serving overhead (prefill)",
+    unit: "ms", kind: "float", ge: 0, le: 60000, cli: null, value: 0, default: 0,
+    modes: ["disagg_prefill", "pd_ratio"] },
+  { name: "slack_ratio", group: "advanced", label: "Scheduler slack ratio", kind: "float",
+    ge: 1, le: 4, step: "0.05", cli: "--slack-ratio", value: 1.15, default: 1.15,
+    parent: "scheduler" },
+  { name: "prefill_order", group: "advanced", label: "Prefill order", kind: "select",
+    cli: "--prefill-order", value: "continue_first", default: "continue_first",
+    parent: "scheduler",
+    options: [["continue_first", "continue first (vLLM)"], ["fifo", "FIFO, chunk-major (msmodeling)"]] },
+  { name: "force_simulation", group: "advanced", label: "Force the time simulation",
+    kind: "bool", cli: "--force-simulation", value: false, default: false,
+    hint: "Also when the prompt fits in one chunk" },
+];
+
+export const GROUPS = [
+  ["deployment", "Deployment"],
+  ["workload", "Workload"],
+  ["mode", "Mode and limits"],
+  ["mtp", "Multi-token prediction"],
+  ["advanced", "Search and scheduler"],
+];
+
+const byName = new Map(FIELDS.map((f) => [f.name, f]));
+export const fieldSpec = (name) => byName.get(name);
+
+const inputId = (name) => `f-${name}`;
+const errorId = (name) => `err-${name}`;
+
+function boundsText(f) {
+  const parts = [];
+  if (f.ge !== undefined) parts.push(`≥ ${f.ge}`);
+  if (f.gt !== undefined) parts.push(`> ${f.gt}`);
+  if (f.le !== undefined) parts.push(`≤ ${f.le.toLocaleString("en-US")}`);
+  if (f.lt !== undefined) parts.push(`< ${f.lt}`);
+  return parts.join(", ");
+}
+
+function control(f) {
+  const common = {
+    id: inputId(f.name),
+    name: f.name,
+    "aria-describedby": `${errorId(f.name)} hint-${f.name}`,
+  };
+  if (f.kind === "select") {
+    const select = h("select", common);
+    setOptions(select, f.options, f.value);
+    return select;
+  }
+  if (f.kind === "bool") {
+    return h("input", { ...common, type: "checkbox", checked: f.value ? true : null });
+  }
+  if (f.kind === "model") {
+    return h("input", {
+      ...common,
+      type: "text",
+      list: "model-options",
+      autocomplete: "off",
+      spellcheck: "false",
+      required: true,
+      value: f.value,
+    });
+  }
+  const numeric = f.kind === "int" || f.kind === "float";
+  return h("input", {
+    ...common,
+    type: "text",
+    inputmode: numeric ? (f.kind === "int" ? "numeric" : "decimal") : "text",
+    autocomplete: "off",
+    required: f.required ? true : null,
+    value: f.value ?? "",
+    placeholder: f.required ? null : f.default !== undefined ? String(f.default) : "none",
+  });
+}
+
+export function setOptions(select, options, selected) {
+  const current = selected ?? (select.value || fieldSpec(select.name)?.value);
+  select.replaceChildren(
+    ...options.map((opt) => {
+      const [value, label] = Array.isArray(opt) ? opt : [opt, opt];
+      return h("option", { value, selected: value === current ? true : null }, label);
+    }),
+  );
+  if (current && [...select.options].some((o) => o.value === current)) select.value = current;
+}
+
+/** Build the fieldsets into `form` (before its action bar). */
+export function renderForm(form, before) {
+  for (const [group, title] of GROUPS) {
+    const fields = FIELDS.filter((f) => f.group === group);
+    const body = fields.map((f) => {
+      const label = h("label", { for: inputId(f.name) }, f.label, f.unit ? ` (${f.unit})` : "");
+      const hint = [f.hint, boundsText(f)].filter(Boolean).join(" · ");
+      const wrap = h(
+        "div",
+        { class: `field field-${f.kind}`, dataset: { field: f.name } },
+        f.kind === "bool" ? [control(f), label] : [label, control(f)],
+        h("p", { class: "hint", id: `hint-${f.name}` }, hint),
+        h("p", { class: "error", id: errorId(f.name), "aria-live": "polite" }),
+      );
+      return wrap;
+    });
+    const fieldset =
+      group === "advanced"
+        ? h(
+            "details",
+            { class: "group advanced", id: "advanced" },
+            h("summary", {}, title),
+            h("div", { class: "grid" }, body),
+          )
+        : h(
+            "fieldset",
+            { class: "group", id: `group-${group}` },
+            h("legend", {}, title),
+            h("div", { class: "grid" }, body),
+          );
+    form.insertBefore(fieldset, before);
+  }
+  form.append(h("datalist", { id: "model-options" }));
+}
+
+export function input(name) {
+  return document.getElementById(inputId(name));
+}
+
+/** Show only the fields that apply to the selected mode (others are disabled, not sent). */
+export function applyMode() {
+  const mode = input("mode").value;
+  for (const f of FIELDS) {
+    if (!f.modes) continue;
+    const on = f.modes.includes(mode);
+    const wrap = input(f.name).closest(".field");
+    wrap.hidden = !on;
+    input(f.name).disabled = !on;
+  }
+}
+
+// -- reading and validating (messages in pydantic's words) ------------------------------
+const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
+function checkNumber(f, raw, isInt) {
+  if (!NUMBER.test(raw)) {
+    return isInt ? ["Input should be a valid integer", null] : ["Input should be a valid number", null];
+  }
+  const value = Number(raw);
+  if (isInt && !Number.isInteger(value)) {
+    return ["Input should be a valid integer, got a number with a fractional part", null];
+  }
+  if (f.ge !== undefined && value < f.ge) return [`Input should be greater than or equal to ${f.ge}`, null];
+  if (f.gt !== undefined && value <= f.gt) return [`Input should be greater than ${f.gt}`, null];
+  if (f.le !== undefined && value > f.le) return [`Input should be less than or equal to ${f.le}`, null];
+  if (f.lt !== undefined && value >= f.lt) return [`Input should be less than ${f.lt}`, null];
+  return [null, value];
+}
+
+/** Parse one field: [error message | null, value | undefined (= not sent)]. */
+function readField(f) {
+  const el = input(f.name);
+  if (el.disabled) return [null, undefined];
+  if (f.kind === "bool") return [null, el.checked];
+  const raw = el.value.trim();
+  if (f.kind === "select") return [null, raw];
+  if (f.kind === "model") return raw ? [null, raw] : ["Field required", undefined];
+  if (raw === "") return f.required ? ["Field required", undefined] : [null, undefined];
+  if (f.kind === "int" || f.kind === "float") return checkNumber(f, raw, f.kind === "int");
+  // lists: "1 2 4", "1,2,4"
+  const items = raw.split(/[\s,]+/).filter(Boolean);
+  if (items.length > f.maxItems) {
+    return [`List should have at most ${f.maxItems} items after validation, not ${items.length}`, undefined];
+  }
+  const values = [];
+  for (const item of items) {
+    const [error, value] = checkNumber(f, item, f.kind === "list-int");
+    if (error) return [`${item}: ${error}`, undefined];
+    values.push(value);
+  }
+  return [null, values];
+}
+
+/** The form as an OptimizeRequest body, plus the client-side errors by field. */
+export function readForm() {
+  const body = {};
+  const errors = {};
+  for (const f of FIELDS) {
+    const [error, value] = readField(f);
+    if (error) {
+      errors[f.name] = error;
+      continue;
+    }
+    if (value === undefined) continue;
+    if (f.parent) {
+      body[f.parent] ??= {};
+      body[f.parent][f.name] = value;
+    } else {
+      body[f.name] = value;
+    }
+  }
+  return { body, errors };
+}
+
+/** Field name of a problem+json error `loc` (["body", "scheduler", "slack_ratio"] etc.). */
+export function fieldOfLoc(loc) {
+  const parts = (loc || []).filter((p) => p !== "body");
+  for (let i = parts.length - 1; i >= 0; i -= 1) {
+    if (typeof parts[i] === "string" && byName.has(parts[i])) return parts[i];
+  }
+  return null;
+}
+
+export function clearErrors() {
+  for (const f of FIELDS) showError(f.name, "");
+}
+
+export function showError(name, message) {
+  const el = input(name);
+  const slot = document.getElementById(errorId(name));
+  if (!el || !slot) return false;
+  slot.textContent = message;
+  el.closest(".field").classList.toggle("invalid", Boolean(message));
+  if (message) el.setAttribute("aria-invalid", "true");
+  else el.removeAttribute("aria-invalid");
+  if (message) {
+    // An error in a collapsed section must be visible.
+    const details = el.closest("details");
+    if (details) details.open = true;
+  }
+  return true;
+}
+
+/** Show errors {field: message}; focus the first one. Returns messages not tied to a field. */
+export function showErrors(errors) {
+  const unplaced = [];
+  let first = null;
+  for (const [name, message] of Object.entries(errors)) {
+    if (showError(name, message)) first ??= input(name);
+    else unplaced.push(`${name}: ${message}`);
+  }
+  first?.focus();
+  return unplaced;
+}
+
+/** Current raw values (for restoring the form from the URL). */
+export function formState() {
+  const state = {};
+  for (const f of FIELDS) {
+    const el = input(f.name);
+    state[f.name] = f.kind === "bool" ? el.checked : el.value;
+  }
+  return state;
+}

@@ -1,0 +1,311 @@
+// Dashboard entry point: catalogs -> form; optimize -> summary, table, charts, chunk plan;
+// a selected row -> /v1/simulate step timeline. Errors never leave a blank page.
+import { ApiError, getJson, postJson } from "./api.js";
+import { drawConcurrencyChart, drawLatencyChart, drawTimeline, renderChunkPlan } from "./charts.js";
+import { cliCommand, curlCommand } from "./commands.js";
+import {
+  applyMode, clearErrors, fieldOfLoc, input, readForm, renderForm, setOptions, showErrors,
+} from "./fields.js";
+import { exportCsv, exportJson, renderSummary, renderTable } from "./results.js";
+import { fmt, fmtMs, h } from "./util.js";
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  catalog: { models: [], devices: [] },
+  response: null,
+  controller: null, // AbortController of the running optimize
+  simController: null,
+};
+// For the end-to-end tests and the curious: the last results.
+window.chunkwise = state;
+
+// -- banner (errors that belong to no field) ------------------------------------------------
+function showBanner(title, detail, extra = []) {
+  const banner = $("banner");
+  banner.replaceChildren(
+    h("strong", {}, title),
+    detail ? h("span", {}, ` ${detail}`) : "",
+    extra.length ? h("ul", {}, extra.map((e) => h("li", {}, e))) : "",
+    h("button", { type: "button", class: "close", "aria-label": "Dismiss", onclick: hideBanner }, "×"),
+  );
+  banner.hidden = false;
+}
+
+function hideBanner() {
+  $("banner").hidden = true;
+  $("banner").replaceChildren();
+}
+
+window.addEventListener("error", (event) => {
+  showBanner("Something went wrong in the page:", event.message || String(event.error));
+});
+window.addEventListener("unhandledrejection", (event) => {
+  showBanner("Something went wrong in the page:", String(event.reason?.message || event.reason));
+});
+
+/** Show an ApiError: field errors next to their fields, the rest in the banner. */
+function showProblem(err, what) {
+  if (!(err instanceof ApiError)) {
+    showBanner(`${what} failed:`, String(err.message || err));
+    return;
+  }
+  const p = err.problem;
+  const byField = {};
+  const loose = [];
+  for (const e of p.errors || []) {
+    const field = fieldOfLoc(e.loc);
+    let msg = e.msg;
+    if (p.valid && (field === "model" || field === "device")) {
+      msg = `${msg}. Valid: ${p.valid.slice(0, 12).join(", ")}${p.valid.length > 12 ? ", …" : ""}`;
+    }
+    if (field) byField[field] = byField[field] ? `${byField[field]}; ${msg}` : msg;
+    else loose.push(`${(e.loc || []).filter((x) => x !== "body").join(".")}: ${msg}`);
+  }
+  loose.push(...showErrors(byField));
+  const status = p.status ? ` (${p.status})` : "";
+  if (Object.keys(byField).length && !loose.length) {
+    showBanner(`${p.title || "Invalid input"}${status}:`, "see the marked fields.");
+  } else {
+    showBanner(`${p.title || what + " failed"}${status}:`, p.detail || "", loose);
+  }
+}
+
+// -- catalogs -> form ------------------------------------------------------------------------
+async function loadCatalogs() {
+  try {
+    const [models, devices] = await Promise.all([getJson("/v1/models"), getJson("/v1/devices")]);
+    state.catalog = { models: models.models, devices: devices.devices };
+    $("model-options").replaceChildren(...models.models.map((m) => h("option", { value: m.name })));
+    setOptions(input("device"), devices.devices.map((d) => [d.name, `${d.name} (${fmt(d.hbm_capacity_gb, 0)} GB)`]));
+    setOptions(input("quantize_linear_action"), models.quantize_linear_actions);
+    setOptions(input("quantize_attention_action"), models.quantize_attention_actions);
+    describeModel();
+    describeDevice();
+  } catch (err) {
+    // The form still works with typed names; the API validates them.
+    const device = input("device");
+    const text = h("input", { id: device.id, name: device.name, type: "text", value: "ATLAS_800_A2_376T_64G", "aria-describedby": device.getAttribute("aria-describedby") });
+    device.replaceWith(text);
+    showProblem(err, "Loading the model and device catalogs");
+  }
+}
+
+function describeModel() {
+  const name = input("model").value.trim().toLowerCase();
+  const m = state.catalog.models.find((x) => x.name.toLowerCase() === name);
+  const hint = $("hint-model");
+  hint.textContent = m
+    ? `${m.model_type} · ${fmt(m.num_params / 1e9, 1)}B params${m.num_active_params !== m.num_params ? ` (${fmt(m.num_active_params / 1e9, 1)}B active)` : ""} · ${m.num_layers} layers`
+    : "Catalog name or Hugging Face id (case-insensitive)";
+}
+
+function describeDevice() {
+  const d = state.catalog.devices.find((x) => x.name === input("device").value);
+  $("hint-device").textContent = d ? `${d.vendor} · ${fmt(d.hbm_capacity_gb, 1)} GB HBM · ${fmt(d.hbm_bandwidth_gb_s, 0)} GB/s · ${fmt(d.peak_bf16_tflops, 0)} BF16 TFLOPS` : "";
+}
+
+// -- optimize ----------------------------------------------------------------------------------
+let timer = null;
+
+function setBusy(busy, label = "Optimizing…") {
+  $("run").disabled = busy;
+  $("cancel").hidden = !busy;
+  $("results").setAttribute("aria-busy", String(busy));
+  $("results").classList.toggle("busy", busy);
+  $("progress").hidden = !busy;
+  clearInterval(timer);
+  if (busy) {
+    const started = performance.now();
+    const tick = () => {
+      $("progress-text").textContent = `${label} ${fmt((performance.now() - started) / 1000, 1)} s`;
+    };
+    tick();
+    timer = setInterval(tick, 100);
+  }
+}
+
+function validate() {
+  clearErrors();
+  const { body, errors } = readForm();
+  if (Object.keys(errors).length) {
+    showErrors(errors);
+    showBanner("Please fix the marked fields.", "");
+    return null;
+  }
+  return body;
+}
+
+async function runOptimize(event) {
+  event.preventDefault();
+  hideBanner();
+  const body = validate();
+  if (!body) return;
+  state.controller?.abort();
+  const controller = new AbortController();
+  state.controller = controller;
+  setBusy(true);
+  const planBody = {
+    input_length: body.input_length,
+    prefix_cache_hit_rate: body.prefix_cache_hit_rate ?? 0,
+    max_batched_tokens: body.max_batched_tokens,
+  };
+  try {
+    const [response, plan] = await Promise.all([
+      postJson("/v1/optimize", { ...body, include_probes: true }, controller.signal),
+      postJson("/v1/chunk-plan", planBody, controller.signal).catch((err) => err),
+    ]);
+    state.response = response;
+    renderResults(response, plan);
+  } catch (err) {
+    if (err.name === "AbortError") showBanner("Cancelled.", "The previous results are kept.");
+    else showProblem(err, "Optimize");
+  } finally {
+    if (state.controller === controller) {
+      state.controller = null;
+      setBusy(false);
+    }
+  }
+}
+
+function renderResults(response, plan) {
+  $("placeholder").hidden = true;
+  $("output").hidden = false;
+  renderSummary($("summary"), response);
+  const table = renderTable($("table"), response, simulateRow);
+  const infeasible = $("infeasible");
+  infeasible.hidden = !response.infeasible.length;
+  infeasible.querySelector("ul").replaceChildren(...response.infeasible.map((i) => h("li", {}, `${i.role} ${i.parallel}: ${i.reason}`)));
+  infeasible.querySelector("summary").textContent = `Infeasible layouts (${response.infeasible.length})`;
+  const s = response.stats;
+  $("stats").textContent = `${fmt(s.layouts)} layouts, ${fmt(s.probes)} probes, ${fmt(s.forward_evaluations)} forwards computed, ${fmt(s.cache.hits)} cache hits${s.cache.response_cache_hit ? " (cached response)" : ""}, ${fmt(s.elapsed_ms, 0)} ms on the server`;
+  const metric = $("latency-metric");
+  metric.value = response.mode === "disagg_prefill" ? "ttft_ms" : "tpot_ms";
+  metric.disabled = response.mode === "disagg_prefill";
+  try {
+    drawConcurrencyChart($("chart-concurrency"), response);
+    drawLatencyChart($("chart-latency"), response, metric.value);
+  } catch (err) {
+    showBanner("The charts could not be drawn:", String(err.message || err));
+  }
+  if (plan instanceof Error) {
+    $("chunk-plan").replaceChildren(h("p", { class: "warn" }, `Chunk plan unavailable: ${plan.message}`));
+  } else {
+    renderChunkPlan($("chunk-plan"), plan);
+  }
+  resetTimeline();
+  if (response.rows.length) table.select(1);
+  if (window.innerWidth < 900) $("summary").scrollIntoView({ block: "start" });
+}
+
+function resetTimeline() {
+  $("timeline-text").textContent = "Choose “Timeline” on a row to simulate it.";
+  drawTimeline($("chart-timeline"), { timeline: [] });
+}
+
+// -- simulate a row -----------------------------------------------------------------------------
+const SIM_FIELDS = [
+  "model", "device", "quantize_linear_action", "quantize_attention_action", "reserved_memory_gb",
+  "input_length", "prefix_cache_hit_rate", "max_batched_tokens", "output_length",
+  "num_mtp_tokens", "mtp_acceptance_rates", "scheduler", "force_simulation",
+];
+
+async function simulateRow(row) {
+  const input = state.response.input;
+  const body = { include_timeline: true, tp_size: row.tp, ep_size: row.ep, dp_size: row.dp, concurrency: row.batch_size };
+  for (const key of SIM_FIELDS) if (input[key] !== null && input[key] !== undefined) body[key] = input[key];
+  state.simController?.abort();
+  const controller = new AbortController();
+  state.simController = controller;
+  const text = $("timeline-text");
+  text.textContent = `Simulating ${row.parallel} at ${row.batch_size} requests per replica…`;
+  $("timeline-panel").setAttribute("aria-busy", "true");
+  try {
+    let sim = await postJson("/v1/simulate", body, controller.signal);
+    let forced = "";
+    if (!sim.timeline?.length && !body.force_simulation) {
+      // Closed-form waves (one chunk) have no steps: simulate the same point step by step.
+      const closed = sim;
+      sim = await postJson("/v1/simulate", { ...body, force_simulation: true }, controller.signal);
+      forced = ` · steps from the time simulation (the ${closed.method.replace(/_/g, " ")} give TTFT ${fmtMs(closed.ttft_ms)}, TPOT ${fmtMs(closed.tpot_ms)})`;
+    }
+    state.simulation = sim;
+    const counts = drawTimeline($("chart-timeline"), sim);
+    const role = row.role === "agg" ? "" : ` (${row.role} row, simulated as one aggregated replica)`;
+    text.textContent =
+      `Rank ${row.rank}: ${sim.parallel}${role}, ${sim.batch_size} requests per replica at t = 0 · ` +
+      `TTFT ${fmtMs(sim.ttft_ms)} · TPOT ${fmtMs(sim.tpot_ms)} · makespan ${fmtMs(sim.makespan_ms)} · ` +
+      `${fmt(sim.steps)} steps (${sim.method.replace(/_/g, " ")}) · ${fmt(counts.prefill)} prefill and ` +
+      `${fmt(counts.decode)} decode segments` +
+      forced +
+      (sim.timeline_truncated ? " · timeline truncated" : "") +
+      (sim.feasible ? "" : ` · infeasible: ${sim.reason}`);
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    text.textContent = "The simulation failed (see the message above).";
+    showProblem(err, "Simulate");
+  } finally {
+    if (state.simController === controller) {
+      state.simController = null;
+      $("timeline-panel").setAttribute("aria-busy", "false");
+    }
+  }
+}
+
+// -- copy as CLI / curl ---------------------------------------------------------------------
+async function copyCommand(kind) {
+  hideBanner();
+  clearErrors();
+  const { body, errors } = readForm();
+  showErrors(errors);
+  const cli = cliCommand(body);
+  const text = kind === "cli" ? cli.text : curlCommand(body, window.location.origin);
+  const notes = kind === "cli" ? cli.notes : [];
+  $("copy-box").hidden = false;
+  $("copy-label").textContent = kind === "cli" ? "CLI command" : "curl command";
+  $("copy-text").value = text;
+  $("copy-text").dataset.kind = kind;
+  const status = $("copy-status");
+  const warn = Object.keys(errors).length ? " Some fields are invalid; the command carries the valid ones." : "";
+  try {
+    await navigator.clipboard.writeText(text);
+    status.textContent = `Copied to the clipboard.${warn} ${notes.join("; ")}`.trim();
+  } catch {
+    $("copy-text").select();
+    status.textContent = `Select the text and copy it (the clipboard is not available here).${warn} ${notes.join("; ")}`.trim();
+  }
+}
+
+// -- boot --------------------------------------------------------------------------------------
+function boot() {
+  const form = $("plan-form");
+  renderForm(form, $("form-actions"));
+  $("form-loading").remove();
+  applyMode();
+  input("mode").addEventListener("change", applyMode);
+  input("model").addEventListener("input", describeModel);
+  input("device").addEventListener("change", describeDevice);
+  form.addEventListener("submit", runOptimize);
+  form.addEventListener("input", (event) => {
+    // Editing a field clears its error.
+    const wrap = event.target.closest?.(".field");
+    if (wrap?.classList.contains("invalid")) {
+      wrap.classList.remove("invalid");
+      event.target.removeAttribute("aria-invalid");
+      wrap.querySelector(".error").textContent = "";
+    }
+  });
+  $("cancel").addEventListener("click", () => state.controller?.abort());
+  $("copy-cli").addEventListener("click", () => copyCommand("cli"));
+  $("copy-curl").addEventListener("click", () => copyCommand("curl"));
+  $("export-csv").addEventListener("click", () => state.response && exportCsv(state.response));
+  $("export-json").addEventListener("click", () => state.response && exportJson(state.response));
+  $("latency-metric").addEventListener("change", (e) => {
+    if (state.response) drawLatencyChart($("chart-latency"), state.response, e.target.value);
+  });
+  return loadCatalogs().then(() => {
+    document.body.dataset.ready = "true";
+  });
+}
+
+boot().catch((err) => showBanner("The dashboard failed to start:", String(err.message || err)));

@@ -1,0 +1,213 @@
+// The best configuration, the ranked table (sortable, selectable) and the exports.
+import { download, fmt, fmtMs, h, timestamp } from "./util.js";
+
+/** Columns of the ranked table: [key, header, digits | formatter, title]. */
+export const COLUMNS = [
+  ["rank", "#", 0, "rank by throughput"],
+  ["role", "role", null, "agg, prefill or decode instances"],
+  ["parallel", "layout", null, "parallel layout"],
+  ["concurrency", "concurrency", 0, "requests over all replicas"],
+  ["batch_size", "batch", 0, "requests per replica"],
+  ["ttft_ms", "TTFT ms", 1, "mean time to first token"],
+  ["tpot_ms", "TPOT ms", 2, "mean time per output token"],
+  ["throughput_tokens_s", "tokens/s", 0, "throughput of all replicas"],
+  ["throughput_per_device", "tokens/s/dev", 1, "throughput per device"],
+  ["request_throughput", "req/s", 3, "requests per second"],
+  ["prefill_num_chunks", "chunks", 0, "prefill_num_chunks"],
+  ["effective_input_length", "eff. input", 0, "effective_input_length (uncached tokens)"],
+  ["kv_cache_gb", "KV GB", 2, "KV cache per device (memory_gb.kv_cache_gb)"],
+  ["weights_gb", "weights GB", 2, "weights per device (memory_gb.weights_gb)"],
+  ["memory_left_gb", "mem left GB", 2, "memory left per device"],
+  ["method", "method", null, "time_simulation or closed_form_waves"],
+];
+
+export function tableRows(response) {
+  return response.rows.map((row, i) => ({
+    ...row,
+    rank: i + 1,
+    kv_cache_gb: row.memory_gb?.kv_cache_gb ?? null,
+    weights_gb: row.memory_gb?.weights_gb ?? null,
+  }));
+}
+
+function compare(key, dir) {
+  return (a, b) => {
+    const x = a[key];
+    const y = b[key];
+    if (x === y) return a.rank - b.rank;
+    if (x === null || x === undefined) return 1;
+    if (y === null || y === undefined) return -1;
+    const out = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y), "en", { numeric: true });
+    return dir === "ascending" ? out : -out;
+  };
+}
+
+/**
+ * Render the table into `container`; `onSelect(row)` runs when a row's "timeline" button is used.
+ * Returns a controller with `select(rank)`.
+ */
+export function renderTable(container, response, onSelect) {
+  const rows = tableRows(response);
+  const showRole = new Set(rows.map((r) => r.role)).size > 1 || response.mode !== "agg";
+  const columns = COLUMNS.filter(([key]) => key !== "role" || showRole);
+  let sortKey = "rank";
+  let sortDir = "ascending";
+  let selected = null;
+  const table = h("table", { class: "data", id: "results-table" });
+  const caption = h("caption", {}, "Ranked configurations (best per parallel layout). Sort by a column header; “Timeline” simulates a row.");
+  const thead = h("thead");
+  const tbody = h("tbody");
+  table.append(caption, thead, tbody);
+
+  function header() {
+    const cells = columns.map(([key, label, digits, title]) => {
+      const sorted = key === sortKey;
+      return h(
+        "th",
+        { scope: "col", "aria-sort": sorted ? sortDir : null, class: digits === null ? "" : "num", dataset: { key } },
+        h(
+          "button",
+          { type: "button", class: "sort", title: `${title}; sort`, onclick: () => sortBy(key) },
+          label,
+          h("span", { class: "sort-mark", "aria-hidden": "true" }, sorted ? (sortDir === "ascending" ? " ▲" : " ▼") : ""),
+        ),
+      );
+    });
+    cells.splice(1, 0, h("th", { scope: "col" }, h("span", { class: "sr-only" }, "actions")));
+    thead.replaceChildren(h("tr", {}, cells));
+  }
+
+  function body() {
+    const sorted = [...rows].sort(compare(sortKey, sortDir));
+    tbody.replaceChildren(
+      ...sorted.map((row) => {
+        const tr = h("tr", { dataset: { rank: row.rank }, class: row.rank === selected ? "selected" : "", "aria-selected": row.rank === selected ? "true" : "false" });
+        for (const [key, , digits] of columns) {
+          const value = row[key];
+          const text = digits === null ? value ?? "–" : fmt(value, digits);
+          tr.append(key === "parallel" ? h("th", { scope: "row" }, text) : h("td", { class: digits === null ? "" : "num", dataset: { key } }, text));
+        }
+        tr.insertBefore(
+          h("td", {}, h("button", { type: "button", class: "small", "aria-label": `Simulate the step timeline of rank ${row.rank} (${row.parallel})`, onclick: () => controller.select(row.rank) }, "Timeline")),
+          tr.children[1],
+        );
+        return tr;
+      }),
+    );
+  }
+
+  function sortBy(key) {
+    if (key === sortKey) sortDir = sortDir === "ascending" ? "descending" : "ascending";
+    else {
+      sortKey = key;
+      const numeric = rows.some((r) => typeof r[key] === "number");
+      sortDir = numeric && key !== "rank" ? "descending" : "ascending";
+    }
+    header();
+    body();
+  }
+
+  const controller = {
+    select(rank) {
+      selected = rank;
+      body();
+      const row = rows.find((r) => r.rank === rank);
+      if (row) onSelect(row);
+    },
+  };
+  header();
+  body();
+  container.replaceChildren(rows.length ? h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Ranked configurations" }, table) : h("p", { class: "empty" }, "No feasible configuration."));
+  return controller;
+}
+
+// -- summary card ------------------------------------------------------------------------
+function stat(label, value, hint) {
+  return h("div", { class: "stat" }, h("dt", {}, label), h("dd", { title: hint || null }, value));
+}
+
+export function renderSummary(container, response) {
+  const input = response.input;
+  const heading = `${input.model} on ${input.num_devices} × ${input.device}`;
+  if (response.mode === "pd_ratio" && response.pd_ratio) {
+    const pd = response.pd_ratio;
+    const split = pd.split;
+    container.replaceChildren(
+      h("h2", { id: "summary-title" }, "Best PD split"),
+      h("p", { class: "sub" }, heading),
+      split
+        ? h(
+            "dl",
+            { class: "stats" },
+            stat("output tokens/s", fmt(pd.output_throughput, 0)),
+            stat("tokens/s/device", fmt(pd.throughput_per_device, 1)),
+            stat("prefill : decode instances", `${split.prefill_instances} : ${split.decode_instances}`),
+            stat("devices used", fmt(split.devices_used)),
+            stat("PD ratio (D_QPS / P_QPS)", fmt(pd.pd_ratio, 3)),
+            stat("balanced QPS", fmt(split.balanced_qps, 2)),
+            stat("prefill layout", pd.prefill_row ? `${pd.prefill_row.parallel} @ ${pd.prefill_row.concurrency}` : "–"),
+            stat("decode layout", pd.decode_row ? `${pd.decode_row.parallel} @ ${pd.decode_row.concurrency}` : "–"),
+            stat("TTFT", fmtMs(pd.prefill_row?.ttft_ms)),
+            stat("TPOT", fmtMs(pd.decode_row?.tpot_ms)),
+          )
+        : h("p", { class: "warn" }, pd.reason || response.reason || "no feasible split"),
+    );
+    container.classList.toggle("infeasible", !split);
+    return;
+  }
+  const best = response.best;
+  if (!best) {
+    container.replaceChildren(
+      h("h2", { id: "summary-title" }, "No feasible configuration"),
+      h("p", { class: "sub" }, heading),
+      h("p", { class: "warn" }, response.reason || "every probed configuration violates a limit or memory"),
+    );
+    container.classList.add("infeasible");
+    return;
+  }
+  container.classList.remove("infeasible");
+  const role = best.role === "agg" ? "" : ` (${best.role} instances)`;
+  container.replaceChildren(
+    h("h2", { id: "summary-title" }, `Best: ${best.parallel}${role}, concurrency ${fmt(best.concurrency)}`),
+    h("p", { class: "sub" }, `${heading} · ${best.quantization} · ${best.method.replace(/_/g, " ")}`),
+    h(
+      "dl",
+      { class: "stats" },
+      stat(`${best.throughput_kind} tokens/s`, fmt(best.throughput_tokens_s, 0)),
+      stat("tokens/s/device", fmt(best.throughput_per_device, 1)),
+      stat("TTFT", fmtMs(best.ttft_ms)),
+      stat("TPOT", fmtMs(best.tpot_ms)),
+      stat("requests/s", fmt(best.request_throughput, 3)),
+      stat("batch / replica", fmt(best.batch_size)),
+      stat("prefill chunks", fmt(best.prefill_num_chunks), "prefill_num_chunks"),
+      stat("effective input", `${fmt(best.effective_input_length)} tokens`, "effective_input_length"),
+      stat("max batched tokens", fmt(best.max_batched_tokens)),
+      stat("memory left", `${fmt(best.memory_left_gb, 2)} GB`, "per device"),
+    ),
+  );
+}
+
+// -- exports -------------------------------------------------------------------------------
+const csvCell = (value) => {
+  if (value === null || value === undefined) return "";
+  const text = typeof value === "object" ? JSON.stringify(value) : String(value);
+  return /[",\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+};
+
+export function rowsCsv(response) {
+  const rows = response.rows;
+  if (!rows.length) return "";
+  const memoryKeys = [...new Set(rows.flatMap((r) => Object.keys(r.memory_gb || {})))];
+  const keys = Object.keys(rows[0]).filter((k) => k !== "memory_gb");
+  const header = [...keys, ...memoryKeys.map((k) => `memory_gb.${k}`)];
+  const lines = rows.map((r) => [...keys.map((k) => r[k]), ...memoryKeys.map((k) => r.memory_gb?.[k])].map(csvCell).join(","));
+  return `${[header.join(","), ...lines].join("\n")}\n`;
+}
+
+export function exportCsv(response) {
+  download(`chunkwise-optimize-${timestamp()}.csv`, rowsCsv(response), "text/csv");
+}
+
+export function exportJson(response) {
+  download(`chunkwise-optimize-${timestamp()}.json`, `${JSON.stringify(response, null, 2)}\n`, "application/json");
+}

@@ -1,0 +1,334 @@
+"""The dashboard at ``/`` in a real browser: form -> optimize -> table, charts, chunk plan and
+step timeline; validation errors next to their fields; "Copy as CLI" runs through the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from app import cli, services
+from app.models.optimize import OptimizeRequest
+from tests.e2e.conftest import PageErrors, open_page
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "Qwen/Qwen3-32B"
+DEVICE = "ATLAS_800_A2_376T_64G"
+
+
+def load(page: Page) -> None:
+    page.goto("/")
+    page.wait_for_selector("body[data-ready=true]")
+
+
+def fill(page: Page, **values: str) -> None:
+    """Fill fields by their accessible labels' ids (``f-<api field name>``)."""
+    for name, value in values.items():
+        field = page.locator(f"#f-{name}")
+        if field.evaluate("el => el.closest('details') !== null"):
+            page.locator("#advanced").evaluate("el => { el.open = true; }")
+        if field.evaluate("el => el.tagName") == "SELECT":
+            field.select_option(value)
+        else:
+            field.fill(value)
+
+
+def fill_standard(page: Page) -> None:
+    fill(
+        page,
+        model=MODEL,
+        device=DEVICE,
+        num_devices="8",
+        input_length="3500",
+        output_length="1500",
+        max_batched_tokens="2048",
+        tpot_limit_ms="50",
+        tp_sizes="2 4 8",
+    )
+
+
+def run_optimize(page: Page) -> None:
+    page.evaluate(
+        """() => {
+          window.__sawProgress = false;
+          const el = document.getElementById("progress");
+          new MutationObserver(() => { if (!el.hidden) window.__sawProgress = true; })
+            .observe(el, { attributes: true });
+        }"""
+    )
+    page.get_by_role("button", name="Optimize").click()
+    expect(page.locator("#results-table tbody tr").first).to_be_visible()
+    expect(page.locator("#progress")).to_be_hidden()
+    assert page.evaluate("window.__sawProgress"), "no progress indication while the request ran"
+
+
+def chart_points(page: Page, canvas_id: str) -> list[int]:
+    """Plotted points per dataset of a Chart.js chart (gaps between lane segments excluded)."""
+    counts = page.evaluate(
+        "id => Chart.getChart(id).data.datasets.map(d => d.data.filter(p => p.y !== null).length)",
+        canvas_id,
+    )
+    return [int(n) for n in counts]
+
+
+def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artifacts: Path) -> None:
+    load(page)
+    expect(page.get_by_label("Model")).to_have_value(MODEL)
+    fill_standard(page)
+    run_optimize(page)
+
+    summary = page.locator("#summary")
+    expect(summary).to_contain_text("Best: TP")
+    expect(summary).to_contain_text("prefill chunks")
+    rows = page.locator("#results-table tbody tr")
+    response = page.evaluate("window.chunkwise.response")
+    assert rows.count() == len(response["rows"]) >= 1
+    first = response["rows"][0]
+    expect(rows.first.locator("th")).to_have_text(first["parallel"])
+    headers = page.locator("#results-table thead th").all_inner_texts()
+    for column in ("chunks", "eff. input", "KV GB", "mem left GB"):
+        assert any(column in h for h in headers), headers
+    expect(rows.first.locator("td[data-key=prefill_num_chunks]")).to_have_text("2")
+    expect(rows.first.locator("td[data-key=effective_input_length]")).to_have_text("3,500")
+
+    # Both charts plot every feasible probe, one series per layout.
+    feasible = [p for p in response["probes"] if p["feasible"]]
+    layouts = {p["parallel"] for p in feasible}
+    assert len(chart_points(page, "chart-concurrency")) == len(layouts)
+    assert sum(chart_points(page, "chart-concurrency")) == len(feasible) > 0
+    assert sum(chart_points(page, "chart-latency")) == len(feasible)
+
+    # Chunk plan: 3500 tokens in chunks of at most 2048.
+    expect(page.locator("#chunk-plan")).to_contain_text("in 2 chunks of at most 2,048 tokens")
+    expect(page.locator("#chunk-plan .plan-seg.chunk")).to_have_count(2)
+
+    # The best row is simulated: lanes and markers; every request gets a first token.
+    expect(page.locator("#timeline-text")).to_contain_text("makespan")
+    sim = page.evaluate("window.chunkwise.simulation")
+    assert sim["concurrency"] == first["concurrency"]
+    lanes = chart_points(page, "chart-timeline")
+    assert lanes[0] > 0 and lanes[1] > 0  # prefill and decode segments
+    counts = page.evaluate(
+        "[2, 3].map(i => Chart.getChart('chart-timeline').data.datasets[i].data"
+        ".reduce((n, p) => n + p.count, 0))"
+    )
+    assert counts == [sim["batch_size"], sim["batch_size"]]
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(artifacts / "dashboard-1280x800.png"), full_page=True)
+
+    # Sorting: tokens/s descending, then ascending.
+    header = page.locator("#results-table thead th[data-key=throughput_tokens_s]")
+    header.get_by_role("button").click()
+    expect(header).to_have_attribute("aria-sort", "descending")
+    ordered = [r["throughput_tokens_s"] for r in response["rows"]]
+    ranks = [
+        int(x)
+        for x in page.locator("#results-table tbody tr").evaluate_all(
+            "trs => trs.map(tr => tr.dataset.rank)"
+        )
+    ]
+    assert [response["rows"][r - 1]["throughput_tokens_s"] for r in ranks] == sorted(
+        ordered, reverse=True
+    )
+    header.get_by_role("button").click()
+    expect(header).to_have_attribute("aria-sort", "ascending")
+
+    # Another row's timeline.
+    if len(response["rows"]) > 1:
+        page.locator("#results-table tbody tr[data-rank='2']").get_by_role("button").click()
+        expect(page.locator("#timeline-text")).to_contain_text("Rank 2")
+        expect(page.locator("#results-table tbody tr[data-rank='2']")).to_have_class("selected")
+
+    # Exports.
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="Export CSV").click()
+    text = Path(download_info.value.path()).read_text(encoding="utf-8")
+    table = list(csv.DictReader(io.StringIO(text)))
+    assert len(table) == len(response["rows"])
+    assert table[0]["prefill_num_chunks"] == "2"
+    assert {"effective_input_length", "memory_gb.kv_cache_gb"} <= set(table[0])
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="Export JSON").click()
+    exported = json.loads(Path(download_info.value.path()).read_text(encoding="utf-8"))
+    assert exported["rows"] == response["rows"]
+
+
+def test_validation_errors_are_shown_next_to_their_fields(
+    page: Page, base_url: str, page_errors: PageErrors
+) -> None:
+    page_errors.allowed.append("status of 422")  # the unknown model below
+    load(page)
+    fill_standard(page)
+    fill(page, max_batched_tokens="0", input_length="35.5")
+    page.get_by_role("button", name="Optimize").click()
+    # The same message the API gives for this field.
+    body = {
+        "model": MODEL,
+        "device": DEVICE,
+        "num_devices": 8,
+        "input_length": 3500,
+        "output_length": 1500,
+        "max_batched_tokens": 0,
+    }
+    problem = httpx.post(f"{base_url}/v1/optimize", json=body).json()
+    (api_error,) = problem["errors"]
+    assert api_error["loc"] == ["body", "max_batched_tokens"]
+    expect(page.locator("#err-max_batched_tokens")).to_have_text(api_error["msg"])
+    expect(page.get_by_label("Max batched tokens")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#err-input_length")).to_contain_text("valid integer")
+    expect(page.locator("#banner")).to_contain_text("fix the marked fields")
+    expect(page.locator("#output")).to_be_hidden()
+
+    # Fixed fields clear their error; an error only the API can find (an unknown model) comes
+    # back as problem+json and is shown next to the model field with the valid names.
+    fill(page, max_batched_tokens="2048", input_length="3500", model="Qwen/Qwen3-33B")
+    expect(page.locator("#err-max_batched_tokens")).to_have_text("")
+    page.get_by_role("button", name="Optimize").click()
+    expect(page.locator("#err-model")).to_contain_text("unknown model 'Qwen/Qwen3-33B'")
+    expect(page.locator("#err-model")).to_contain_text("Valid: ")
+    expect(page.locator("#banner")).to_contain_text("Unknown model (422)")
+    expect(page.locator("#f-model")).to_be_focused()
+
+
+def test_errors_without_a_field_are_shown_never_a_blank_page(
+    browser: Browser, base_url: str, page_errors: PageErrors
+) -> None:
+    page = open_page(browser, base_url, page_errors)
+    page_errors.allowed.append("Failed to load resource")
+    try:
+        # The catalogs fail: the form still renders (typed names) and says why.
+        page.route("**/v1/models", lambda route: route.abort())
+        load(page)
+        expect(page.locator("#banner")).to_contain_text("could not be reached")
+        expect(page.get_by_role("button", name="Optimize")).to_be_visible()
+        expect(page.get_by_label("Device", exact=True)).to_have_value(DEVICE)
+        # A deadline problem from the service lands in the banner.
+        problem = {
+            "type": "urn:chunkwise:problem:deadline",
+            "title": "Computation deadline exceeded",
+            "status": 503,
+            "detail": "the search took longer than 30 s",
+        }
+        page.route(
+            "**/v1/optimize",
+            lambda route: route.fulfill(
+                status=503, content_type="application/problem+json", body=json.dumps(problem)
+            ),
+        )
+        page.get_by_role("button", name="Optimize").click()
+        expect(page.locator("#banner")).to_contain_text("Computation deadline exceeded (503)")
+        expect(page.locator("#banner")).to_contain_text("longer than 30 s")
+        expect(page.get_by_role("button", name="Optimize")).to_be_enabled()
+    finally:
+        page.context.close()
+    assert not page_errors.unexpected(), page_errors.unexpected()
+
+
+def _copied(page: Page, button: str) -> str:
+    page.get_by_role("button", name=button).click()
+    expect(page.locator("#copy-status")).to_contain_text("Copied")
+    text = page.locator("#copy-text").input_value()
+    assert page.evaluate("navigator.clipboard.readText()") == text
+    return text
+
+
+@pytest.mark.parametrize(
+    ("mode", "extra"),
+    [
+        (
+            "agg",
+            {
+                "prefix_cache_hit_rate": "0.25",
+                "ttft_limit_ms": "4000",
+                "quantize_linear_action": "W8A8_DYNAMIC",
+                "num_mtp_tokens": "1",
+                "mtp_acceptance_rates": "0.7",
+                "slack_ratio": "1.2",
+                "prefill_order": "fifo",
+                "top_k": "5",
+            },
+        ),
+        ("pd_ratio", {"prefill_devices_per_instance": "4", "decode_devices_per_instance": "4"}),
+        ("disagg_decode", {}),
+    ],
+)
+def test_copy_as_cli_round_trips_through_the_cli(
+    page: Page,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    mode: str,
+    extra: dict[str, str],
+) -> None:
+    load(page)
+    fill_standard(page)
+    fill(page, mode=mode, **extra)
+    command = _copied(page, "Copy as CLI")
+    curl = shlex.split(_copied(page, "Copy as curl"))
+    assert curl[:2] == ["curl", "-sS"] and curl[2].endswith("/v1/optimize")
+    sent = OptimizeRequest.model_validate(json.loads(curl[curl.index("-d") + 1]))
+    assert sent.mode == mode
+
+    # The copied words run through the real CLI; the request it builds is the page's.
+    words = shlex.split(command)
+    assert words[:2] == ["chunkwise", "optimize"]
+    seen: list[OptimizeRequest] = []
+    real = services.optimize
+
+    def spy(context: Any, request: OptimizeRequest, **kwargs: Any) -> Any:
+        seen.append(request)
+        return real(context, request, **kwargs)
+
+    monkeypatch.setattr(services, "optimize", spy)
+    monkeypatch.setenv("APP_CACHE_BACKEND", "memory")
+    assert cli.main(words[1:]) == 0, capsys.readouterr().err
+    assert len(seen) == 1
+    ignore = {"include_probes"}
+    assert seen[0].model_dump(exclude=ignore) == sent.model_dump(exclude=ignore)
+
+
+def test_narrow_window(browser: Browser, base_url: str, artifacts: Path) -> None:
+    errors = PageErrors()
+    page = open_page(browser, base_url, errors, width=400, height=800)
+    try:
+        load(page)
+        fill_standard(page)
+        run_optimize(page)
+        expect(page.locator("#timeline-text")).to_contain_text("makespan")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 400, f"the page scrolls sideways ({width} px)"
+        expect(page.locator("#summary")).to_be_in_viewport()
+        page.screenshot(path=str(artifacts / "dashboard-400x800.png"), full_page=True)
+    finally:
+        page.context.close()
+    assert not errors.unexpected(), errors.unexpected()
+
+
+def test_assets_are_local_and_served(base_url: str) -> None:
+    """Nothing is loaded from a CDN: every script, stylesheet and module import is ours."""
+    page = httpx.get(f"{base_url}/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert "http://" not in html and "https://" not in html
+    web = Path(__file__).resolve().parents[2] / "app" / "web"
+    for path in sorted(web.rglob("*")):
+        if path.is_dir() or path.suffix not in {".js", ".css", ".html"}:
+            continue
+        rel = path.relative_to(web).as_posix()
+        if rel != "index.html":
+            served = httpx.get(f"{base_url}/static/{rel}")
+            assert served.status_code == 200, rel
+        if not rel.startswith("vendor/"):
+            text = path.read_text(encoding="utf-8")
+            for spec in re.findall(r"""(?:from|import)\s*["']([^"']+)["']""", text):
+                assert spec.startswith("./"), f"{rel}: non-local import {spec!r}"
+    assert (web / "vendor" / "chartjs" / "LICENSE.md").is_file()
