@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from app.core.chunking import OptimizerData
+from app.core.errors import InvalidParameterError
 from app.core.latency import ForwardShape
 from app.core.optimizer.common import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -18,7 +19,15 @@ from app.core.optimizer.common import (
 )
 from app.core.parallel import ParallelLayout
 from app.core.scheduler import DecodeFirstWithSlack, Scheduler
-from app.core.simulation import simulate
+from app.core.simulation import check_int, simulate
+from app.core.workload import (
+    DEFAULT_REQUESTS_PER_CLIENT,
+    WORKLOADS,
+    KvAdmissionModel,
+    Window,
+    Workload,
+    simulate_closed_loop,
+)
 
 
 def decode_shape(data: OptimizerData, batch_size: int) -> ForwardShape:
@@ -63,14 +72,36 @@ def optimize_agg(
     scheduler: Scheduler | None = None,
     force_simulation: bool = False,
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    workload: Workload = "burst",
+    window: Window = "benchmark",
+    requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
 ) -> OptimizeResult:
     """Best concurrency per layout under memory, TTFT and TPOT limits, ranked by throughput.
 
     Each data-parallel replica is simulated with its own ``batch_size`` requests and its own
     budget; totals multiply by ``dp`` (``concurrency = batch_size * dp``).
+
+    ``workload="burst"`` (the RFC): ``batch_size`` requests arrive at once per replica and a
+    probe is infeasible when their forwards do not fit in memory. ``"closed_loop"``:
+    ``batch_size`` clients per replica keep sending requests (``requests_per_client`` each);
+    requests beyond the KV cache queue (their wait counts in TTFT), so memory limits a probe
+    only when not even one request fits.
     """
     policy = scheduler if scheduler is not None else DecodeFirstWithSlack()
     plan = data.get_prefill_chunk_plan()
+    if workload not in WORKLOADS:
+        raise InvalidParameterError("workload", workload, f"one of {', '.join(WORKLOADS)}")
+    if workload == "closed_loop":
+        return _optimize_closed_loop(
+            data,
+            layouts,
+            serving_for,
+            deployment,
+            policy,
+            max_batch_size,
+            window,
+            requests_per_client,
+        )
 
     def evaluate_for(
         layout: ParallelLayout, memo: MemoLatency
@@ -91,6 +122,74 @@ def optimize_agg(
                 input_length=data.input_length,
                 num_mtp_tokens=data.num_mtp_tokens,
                 force_simulation=force_simulation,
+            )
+            reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
+            return Probe(
+                layout=layout,
+                batch_size=batch_size,
+                concurrency=batch_size * layout.dp,
+                feasible=reason is None,
+                reason=reason,
+                ttft_ms=result.ttft_ms,
+                tpot_ms=result.tpot_ms,
+                throughput_tokens_s=result.output_throughput * layout.dp,
+                request_throughput=result.request_throughput * layout.dp,
+                memory_left_gb=left_gb,
+                method=result.method,
+            )
+
+        return evaluate, decode_shape(data, 1)
+
+    return run_layout_searches(
+        "agg", data, deployment, layouts, serving_for, evaluate_for, "output", max_batch_size
+    )
+
+
+def _optimize_closed_loop(
+    data: OptimizerData,
+    layouts: Sequence[ParallelLayout],
+    serving_for: ServingFactory,
+    deployment: Deployment,
+    policy: Scheduler,
+    max_batch_size: int,
+    window: Window,
+    requests_per_client: int,
+) -> OptimizeResult:
+    """The aggregated search with each probe a closed loop of ``batch_size`` clients."""
+    check_int("requests_per_client", requests_per_client, 1, 1000)
+    context = data.input_length + data.output_length
+
+    def evaluate_for(
+        layout: ParallelLayout, memo: MemoLatency
+    ) -> tuple[Callable[[int], Probe], ForwardShape]:
+        model = memo.model
+        kv_cap = (
+            model.kv_capacity_requests(context, data.max_batched_tokens)
+            if isinstance(model, KvAdmissionModel)
+            else None
+        )
+        caps = [c for c in (kv_cap, policy.max_running) if c is not None]
+        max_running = min(caps) if caps else None
+
+        def evaluate(batch_size: int) -> Probe:
+            running = batch_size if max_running is None else min(batch_size, max_running)
+            left_gb = memory_left_gb(
+                memo, (decode_shape(data, max(running, 1)), largest_prefill_shape(data, 1))
+            )
+            if max_running == 0 or left_gb < 0:
+                return out_of_memory_probe(layout, batch_size, left_gb)
+            result = simulate_closed_loop(
+                data.get_prefill_chunk_plan(),
+                batch_size,
+                data.output_length,
+                data.max_batched_tokens,
+                memo,
+                policy,
+                input_length=data.input_length,
+                num_mtp_tokens=data.num_mtp_tokens,
+                num_requests=batch_size * requests_per_client,
+                window=window,
+                max_running=max_running,
             )
             reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
             return Probe(

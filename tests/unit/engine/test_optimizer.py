@@ -235,3 +235,44 @@ def test_pd_ratio_end_to_end() -> None:
             DEPLOYMENT,
             device_budget=1,
         )
+
+
+class KvFake(LinearLatency):
+    def __init__(self, tp: int, capacity: int) -> None:
+        super().__init__(base_ms=2.0, per_token_ms=0.02 / tp, per_context_ms=0.0002 / tp)
+        self.capacity = capacity
+
+    def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
+        return self.capacity
+
+
+def test_agg_closed_loop_queues_instead_of_failing_on_memory() -> None:
+    data = OptimizerData(
+        input_length=2048,
+        output_length=128,
+        max_batched_tokens=4096,
+        ttft_limit_ms=5000.0,
+        tpot_limit_ms=60.0,
+    )
+    result = optimize_agg(
+        data,
+        enumerate_layouts(2),
+        lambda layout: KvFake(layout.tp, 16),
+        DEPLOYMENT,
+        workload="closed_loop",
+        requests_per_client=4,
+    )
+    assert result.rows
+    for row in result.rows:
+        assert row.method == "closed_loop_simulation"
+        assert row.ttft_ms is not None and row.ttft_ms <= 5000.0
+        assert row.tpot_ms is not None and row.tpot_ms <= 60.0
+    # Past the KV capacity clients queue: probes above 16 per replica stay feasible until
+    # the TTFT limit, rather than failing on memory.
+    assert any(p.batch_size > 16 and p.feasible for p in result.probes)
+    none_fit = optimize_agg(
+        data, [ParallelLayout()], lambda layout: KvFake(1, 0), DEPLOYMENT, workload="closed_loop"
+    )
+    assert none_fit.rows == () and none_fit.infeasible["TP1 DP1"].startswith("memory")
+    with pytest.raises(InvalidParameterError, match="workload"):
+        optimize_agg(data, [ParallelLayout()], serving_for, DEPLOYMENT, workload="poisson")  # type: ignore[arg-type]

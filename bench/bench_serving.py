@@ -1,0 +1,95 @@
+"""Closed-loop serving benchmarks with the real latency model (issue: steady-state serving).
+
+Run: ``python -m bench.bench_serving``. Prints the cost of one closed-loop evaluation
+(C = 256 clients, ISL 4096, OSL 1024, 10 requests per client) of a 64-layer model
+(Qwen3-32B, FP8, TP8 on 8 H100, so all 256 requests fit the KV cache at once) and of a full closed-loop concurrency search over 4 layouts
+(TP1/2/4/8 on 8 H100). Each run starts from a fresh runner, so every forward shape is computed
+(nothing cached between repeats); best of ``--repeats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+from app.core.chunking import OptimizerData
+from app.core.latency import ServingModel
+from app.core.optimizer import Deployment, enumerate_layouts, optimize_agg
+from app.core.parallel import ParallelLayout
+from app.core.runner import RunnerServingModel, build_runner
+from app.core.workload import simulate_serving
+
+MODEL = "Qwen/Qwen3-32B"
+DEVICE = "NVIDIA_H100_SXM_80G"
+
+
+def serving_model(layout: ParallelLayout) -> RunnerServingModel:
+    runner = build_runner(MODEL, DEVICE, parallel=layout, quantize_linear_action="FP8")
+    return RunnerServingModel(runner)
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    data = OptimizerData(input_length=4096, output_length=1024, max_batched_tokens=8192)
+
+    tp8 = ParallelLayout(tp=8)
+
+    def one_evaluation() -> object:
+        return simulate_serving(data, 256, serving_model(tp8))
+
+    seconds = best_of(one_evaluation, args.repeats)
+    result = simulate_serving(data, 256, serving_model(tp8))
+    print(
+        f"closed loop C=256 ISL 4096 OSL 1024, {MODEL} FP8 TP8 on 8 x {DEVICE}: "
+        f"{seconds * 1000:.1f} ms (target < 300 ms); {result.steps} engine steps, "
+        f"{result.forward_evaluations} forward shapes, TTFT {result.ttft_ms:.0f} ms, "
+        f"TPOT {result.tpot_ms:.2f} ms, KV admits {result.max_running} at once"
+    )
+
+    limits = OptimizerData(
+        input_length=4096,
+        output_length=1024,
+        max_batched_tokens=8192,
+        ttft_limit_ms=10_000.0,
+        tpot_limit_ms=50.0,
+    )
+    layouts = enumerate_layouts(8)
+
+    def factory(layout: ParallelLayout) -> ServingModel:
+        return serving_model(layout)
+
+    deployment = Deployment(model=MODEL, device=DEVICE, quantization="FP8")
+
+    def search() -> object:
+        return optimize_agg(limits, layouts, factory, deployment, workload="closed_loop")
+
+    seconds = best_of(search, args.repeats)
+    found = optimize_agg(limits, layouts, factory, deployment, workload="closed_loop")
+    best = found.best
+    summary = (
+        f"best {best.parallel} C={best.concurrency} {best.throughput_tokens_s:.0f} tok/s"
+        if best
+        else "no feasible row"
+    )
+    print(
+        f"closed-loop search over {len(layouts)} layouts (TTFT <= 10 s, TPOT <= 50 ms): "
+        f"{seconds:.2f} s (target < 3 s); {len(found.probes)} probes, "
+        f"{found.forward_evaluations} forward shapes; {summary}"
+    )
+
+
+if __name__ == "__main__":
+    main()
