@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from app.core.chunking import OptimizerData
 from app.core.errors import InvalidParameterError
@@ -61,6 +62,49 @@ def limit_reason(data: OptimizerData, ttft_ms: float | None, tpot_ms: float | No
     if data.tpot_limit_ms is not None and tpot_ms is not None and tpot_ms > data.tpot_limit_ms:
         return f"tpot_limit: {tpot_ms:.3f} ms > {data.tpot_limit_ms:g} ms"
     return None
+
+
+class SimulatedMetrics(Protocol):
+    """What a probe needs of a simulation result (burst or closed loop), per replica."""
+
+    @property
+    def ttft_ms(self) -> float: ...
+
+    @property
+    def tpot_ms(self) -> float: ...
+
+    @property
+    def output_throughput(self) -> float: ...
+
+    @property
+    def request_throughput(self) -> float: ...
+
+    @property
+    def method(self) -> str: ...
+
+
+def simulated_probe(
+    data: OptimizerData,
+    layout: ParallelLayout,
+    batch_size: int,
+    left_gb: float,
+    result: SimulatedMetrics,
+) -> Probe:
+    """A probe from one replica's simulated metrics, checked against the limits."""
+    reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
+    return Probe(
+        layout=layout,
+        batch_size=batch_size,
+        concurrency=batch_size * layout.dp,
+        feasible=reason is None,
+        reason=reason,
+        ttft_ms=result.ttft_ms,
+        tpot_ms=result.tpot_ms,
+        throughput_tokens_s=result.output_throughput * layout.dp,
+        request_throughput=result.request_throughput * layout.dp,
+        memory_left_gb=left_gb,
+        method=result.method,
+    )
 
 
 def optimize_agg(
@@ -123,20 +167,7 @@ def optimize_agg(
                 num_mtp_tokens=data.num_mtp_tokens,
                 force_simulation=force_simulation,
             )
-            reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
-            return Probe(
-                layout=layout,
-                batch_size=batch_size,
-                concurrency=batch_size * layout.dp,
-                feasible=reason is None,
-                reason=reason,
-                ttft_ms=result.ttft_ms,
-                tpot_ms=result.tpot_ms,
-                throughput_tokens_s=result.output_throughput * layout.dp,
-                request_throughput=result.request_throughput * layout.dp,
-                memory_left_gb=left_gb,
-                method=result.method,
-            )
+            return simulated_probe(data, layout, batch_size, left_gb, result)
 
         return evaluate, decode_shape(data, 1)
 
@@ -191,20 +222,7 @@ def _optimize_closed_loop(
                 window=window,
                 max_running=max_running,
             )
-            reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
-            return Probe(
-                layout=layout,
-                batch_size=batch_size,
-                concurrency=batch_size * layout.dp,
-                feasible=reason is None,
-                reason=reason,
-                ttft_ms=result.ttft_ms,
-                tpot_ms=result.tpot_ms,
-                throughput_tokens_s=result.output_throughput * layout.dp,
-                request_throughput=result.request_throughput * layout.dp,
-                memory_left_gb=left_gb,
-                method=result.method,
-            )
+            return simulated_probe(data, layout, batch_size, left_gb, result)
 
         return evaluate, decode_shape(data, 1)
 
