@@ -484,6 +484,32 @@ def optimizer_data(request: WorkloadMixin, num_devices: int) -> OptimizerData:
     )
 
 
+def check_simulation_size(data: OptimizerData, requests: int, field: str) -> None:
+    """Refuse simulations whose cost would pin a worker (bounds documented in README)."""
+    chunks = data.prefill_num_chunks
+    if chunks > limits.MAX_PREFILL_CHUNKS:
+        raise SearchLimitError(
+            f"the prompt needs {chunks} prefill chunks (effective_input_length "
+            f"{data.effective_input_length} / max_batched_tokens {data.max_batched_tokens}); at "
+            f"most {limits.MAX_PREFILL_CHUNKS}: raise max_batched_tokens"
+        )
+    if chunks * requests > limits.MAX_CHUNK_REQUESTS:
+        raise SearchLimitError(
+            f"prefill_num_chunks x {field} = {chunks} x {requests} exceeds "
+            f"{limits.MAX_CHUNK_REQUESTS}: lower {field} to <= "
+            f"{limits.MAX_CHUNK_REQUESTS // chunks} or raise max_batched_tokens"
+        )
+
+
+def search_cap(request: OptimizeRequest, data: OptimizerData) -> int:
+    """The optimizer's batch-size cap: the default shrinks to the bound, an explicit one not."""
+    if "max_batch_size" in request.model_fields_set:
+        check_simulation_size(data, request.max_batch_size, "max_batch_size")
+        return request.max_batch_size
+    check_simulation_size(data, 1, "max_batch_size")
+    return min(request.max_batch_size, limits.MAX_CHUNK_REQUESTS // data.prefill_num_chunks)
+
+
 def make_scheduler(options: SchedulerOptions) -> DecodeFirstWithSlack:
     return DecodeFirstWithSlack(
         slack_ratio=options.slack_ratio, prefill_order=options.prefill_order
@@ -592,6 +618,16 @@ def simulate(
     deployment = resolve_deployment(request, allow_paths=allow_paths)
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     data = optimizer_data(request, layout.num_devices)
+    check_simulation_size(data, request.concurrency, "concurrency")
+    if (
+        request.include_timeline
+        and data.prefill_num_chunks * request.concurrency > limits.MAX_TIMELINE_CHUNK_REQUESTS
+    ):
+        raise SearchLimitError(
+            f"a step timeline needs prefill_num_chunks x concurrency <= "
+            f"{limits.MAX_TIMELINE_CHUNK_REQUESTS} (here {data.prefill_num_chunks} x "
+            f"{request.concurrency}); drop include_timeline or shrink the request"
+        )
     scheduler = make_scheduler(request.scheduler)
     factory = ModelFactory(context, deployment)
     model = factory(layout)
@@ -814,6 +850,8 @@ def optimize(
 ) -> OptimizeResponse:
     """The throughput search; identical requests are answered from the response cache."""
     started = time.perf_counter()
+    # Validate the workload and the search size first (also for a response-cache hit).
+    max_batch = search_cap(request, optimizer_data(request, request.num_devices))
     use_response_cache = context.settings.response_cache and not allow_paths
     key = response_key("optimize", request.model_dump_json()) if use_response_cache else None
     if key is not None:
@@ -845,7 +883,6 @@ def optimize(
     label = deployment.label
     scheduler = make_scheduler(request.scheduler)
     mode = request.mode
-    max_batch = request.max_batch_size
     sections: list[_Section] = []
     pd: PdRatioOut | None = None
     reason: str | None = None

@@ -17,3 +17,8 @@ MAX_PLAN_CHUNKS = 65_536  # chunks returned by /v1/chunk-plan
 MAX_TIMELINE_ENTRIES = 20_000  # step records returned by /v1/simulate
 MAX_RESERVED_MEMORY_GB = 4096.0
 MAX_SEARCH_BATCH_SIZE = 65_536  # per-replica batch size an optimize search may probe
+MAX_PREFILL_CHUNKS = 1024  # chunks per request in /v1/simulate and /v1/optimize
+# prefill chunks x requests per replica (simulate concurrency / optimize max_batch_size): the
+# time simulation's cost grows with it (a chunk-major "fifo" order takes about 4 us per pair).
+MAX_CHUNK_REQUESTS = 1_048_576
+MAX_TIMELINE_CHUNK_REQUESTS = 65_536  # the same product when a step timeline is requested

@@ -328,3 +328,36 @@ def test_api_forward_matches_the_cli_document(
     assert code == 0
     cli = json.loads(capsys.readouterr().out)
     assert {k: v for k, v in api.items() if k not in ("input", "cache")} == cli
+
+
+def test_simulation_size_is_bounded(client: TestClient) -> None:
+    too_many_chunks = {**SIMULATE, "input_length": 1_048_576, "max_batched_tokens": 512}
+    body = problem(client.post("/v1/simulate", json=too_many_chunks), 422)
+    assert body["type"].endswith("search-limit") and "raise max_batched_tokens" in body["detail"]
+    product = {**SIMULATE, "input_length": 65536, "max_batched_tokens": 64, "concurrency": 2048}
+    body = problem(client.post("/v1/simulate", json=product), 422)
+    assert "lower concurrency to <= 1024" in body["detail"]
+    timeline = {**SIMULATE, "concurrency": 40_000, "include_timeline": True}
+    assert "timeline" in problem(client.post("/v1/simulate", json=timeline), 422)["detail"]
+
+
+def test_optimize_search_cap_shrinks_by_default_and_refuses_when_explicit(
+    client: TestClient,
+) -> None:
+    long_prompt = {**OPTIMIZE, "input_length": 262_144, "max_batched_tokens": 512}  # 512 chunks
+    assert client.post("/v1/optimize", json=long_prompt).status_code == 200
+    explicit = {**long_prompt, "max_batch_size": 4096}
+    body = problem(client.post("/v1/optimize", json=explicit), 422)
+    assert "lower max_batch_size to <= 2048" in body["detail"]
+
+
+def test_a_computation_past_its_deadline_is_503() -> None:
+    from app.main import create_app
+    from app.settings import Settings
+
+    app = create_app(Settings(request_deadline_s=1e-6, response_cache=False, log_level="error"))
+    with TestClient(app) as slow:
+        response = slow.post("/v1/optimize", json=OPTIMIZE)
+    body = problem(response, 503)
+    assert body["type"].endswith("deadline")
+    assert response.headers["retry-after"] == "1"
