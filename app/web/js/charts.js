@@ -25,7 +25,7 @@ const baseOptions = () => ({
   maintainAspectRatio: false,
   animation: false,
   interaction: { mode: "nearest", intersect: false },
-  plugins: { legend: { position: "bottom", labels: { boxWidth: 12, usePointStyle: true } } },
+  plugins: { legend: { position: "bottom", labels: { boxWidth: 8, boxHeight: 8, usePointStyle: true } } },
 });
 
 /** Feasible probes grouped per (role, layout), sorted by concurrency. */
@@ -67,9 +67,33 @@ function probeTooltip(ctx) {
   ];
 }
 
-function throughputAxis(response) {
-  const kind = response.best?.throughput_kind ?? (response.mode === "disagg_prefill" ? "input" : "output");
-  return { title: { display: true, text: `${kind} tokens/s` }, beginAtZero: true };
+function throughputAxis(response, roles) {
+  const text =
+    roles.has("prefill") && roles.size > 1
+      ? "tokens/s (P: input, D: output)"
+      : roles.has("prefill")
+        ? "input tokens/s"
+        : "output tokens/s";
+  return { title: { display: true, text }, beginAtZero: true };
+}
+
+/** Log-axis labels at 1, 2, 5 × 10^k only. */
+function logTick(value) {
+  if (!(value > 0)) return "";
+  const r = value / 10 ** Math.floor(Math.log10(value) + 1e-9);
+  return [1, 2, 5].some((m) => Math.abs(r - m) < 1e-6) ? fmt(value, value < 1 ? 1 : 0) : "";
+}
+
+/** "No data" note next to a chart's canvas. */
+function note(canvas, points, text) {
+  const box = canvas.parentElement;
+  let el = box.querySelector(".chart-note");
+  if (!el) {
+    el = h("p", { class: "chart-note" });
+    box.append(el);
+  }
+  el.textContent = points ? "" : text;
+  el.hidden = Boolean(points);
 }
 
 export function drawConcurrencyChart(canvas, response) {
@@ -81,36 +105,49 @@ export function drawConcurrencyChart(canvas, response) {
     options: {
       ...baseOptions(),
       scales: {
-        x: { type: "logarithmic", title: { display: true, text: "concurrency (requests, log scale)" } },
-        y: throughputAxis(response),
+        x: {
+          type: "logarithmic",
+          title: { display: true, text: "concurrency (requests, log scale)" },
+          ticks: { callback: logTick, autoSkip: false, maxRotation: 0 },
+        },
+        y: throughputAxis(response, new Set(series.map((s) => s.role))),
       },
       plugins: { ...baseOptions().plugins, tooltip: { callbacks: { label: probeTooltip } } },
     },
   });
-  return data.reduce((n, d) => n + d.data.length, 0);
+  const points = data.reduce((n, d) => n + d.data.length, 0);
+  note(canvas, points, "No feasible probe to plot.");
+  return points;
 }
 
-/** metric: "tpot_ms" or "ttft_ms"; prefill series always use TTFT. */
+/**
+ * metric: "tpot_ms" or "ttft_ms". Prefill instances have no TPOT: with TPOT they are left out
+ * (pd_ratio), and disagg_prefill always plots TTFT; with TTFT, pd_ratio shows the prefill side.
+ */
 export function drawLatencyChart(canvas, response, metric) {
-  const series = probeSeries(response);
-  const x = (p, s) => (s.role === "prefill" ? p.ttft_ms : p[metric]);
-  const data = datasets(series, x);
-  const label =
-    response.mode === "disagg_prefill"
-      ? "TTFT (ms)"
-      : response.mode === "pd_ratio"
-        ? `${metric === "ttft_ms" ? "TTFT" : "TPOT"} (ms; prefill layouts: TTFT)`
-        : `${metric === "ttft_ms" ? "TTFT" : "TPOT"} (ms)`;
+  let series = probeSeries(response);
+  if (response.mode === "pd_ratio") {
+    series = series.filter((s) => (metric === "ttft_ms" ? s.role === "prefill" : s.role === "decode"));
+  }
+  const key = response.mode === "disagg_prefill" ? "ttft_ms" : metric;
+  const data = datasets(series, (p) => p[key]);
+  const side = response.mode === "pd_ratio" ? (key === "ttft_ms" ? ", prefill layouts" : ", decode layouts") : "";
+  const label = `${key === "ttft_ms" ? "TTFT" : "TPOT"} (ms${side})`;
   draw(canvas, {
     type: "scatter",
     data: { datasets: data },
     options: {
       ...baseOptions(),
-      scales: { x: { title: { display: true, text: label } }, y: throughputAxis(response) },
+      scales: {
+        x: { title: { display: true, text: label } },
+        y: throughputAxis(response, new Set(series.map((s) => s.role))),
+      },
       plugins: { ...baseOptions().plugins, tooltip: { callbacks: { label: probeTooltip } } },
     },
   });
-  return data.reduce((n, d) => n + d.data.length, 0);
+  const points = data.reduce((n, d) => n + d.data.length, 0);
+  note(canvas, points, "No feasible probe to plot.");
+  return points;
 }
 
 // -- step timeline of /v1/simulate ------------------------------------------------------

@@ -172,6 +172,7 @@ function renderResults(response, plan) {
   $("placeholder").hidden = true;
   $("output").hidden = false;
   renderSummary($("summary"), response);
+  $("export-csv").disabled = !response.rows.length;
   const table = renderTable($("table"), response, simulateRow);
   const infeasible = $("infeasible");
   infeasible.hidden = !response.infeasible.length;

@@ -145,8 +145,8 @@ export function renderSummary(container, response) {
             stat("devices used", fmt(split.devices_used)),
             stat("PD ratio (D_QPS / P_QPS)", fmt(pd.pd_ratio, 3)),
             stat("balanced QPS", fmt(split.balanced_qps, 2)),
-            stat("prefill layout", pd.prefill_row ? `${pd.prefill_row.parallel} @ ${pd.prefill_row.concurrency}` : "–"),
-            stat("decode layout", pd.decode_row ? `${pd.decode_row.parallel} @ ${pd.decode_row.concurrency}` : "–"),
+            stat("prefill layout", pd.prefill_row ? `${pd.prefill_row.parallel} · ${pd.prefill_row.concurrency} req` : "–"),
+            stat("decode layout", pd.decode_row ? `${pd.decode_row.parallel} · ${pd.decode_row.concurrency} req` : "–"),
             stat("TTFT", fmtMs(pd.prefill_row?.ttft_ms)),
             stat("TPOT", fmtMs(pd.decode_row?.tpot_ms)),
           )
