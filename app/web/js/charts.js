@@ -152,46 +152,90 @@ export function drawLatencyChart(canvas, response, metric) {
 
 // -- step timeline of /v1/simulate ------------------------------------------------------
 const LANES = ["finished", "first token", "decode", "prefill"]; // y = index
-const EXPAND = 64; // draw a repeated prefill step's chunks one by one up to this many repeats
+const BINS = 800; // time resolution of the lanes (about a pixel at 1280 px)
+const EXACT = 64; // place a repeated step's work step by step up to this many repeats
 
-/** Segments and markers of a simulate timeline (exported for tests through the page). */
+/**
+ * The lanes as bars: the run is cut into BINS time bins, each bin knows how busy the lane
+ * was (prefill or decode forward time / bin width), and runs of bins at the same busy level
+ * (quarters) become one bar, drawn as opaque as the lane was busy. Thousands of sub-pixel
+ * steps thus read as a bar whose shade is their duty cycle. Markers are exact.
+ */
 export function timelineData(timeline) {
-  const prefill = [];
-  const decode = [];
   const first = [];
   const done = [];
-  const segment = (out, y, start, end, step) => {
-    out.push({ x: start, y, step }, { x: end, y, step }, { x: end, y: null });
+  const last = timeline[timeline.length - 1];
+  const span = last ? last.start_ms + last.repeat * last.step_ms : 0;
+  const width = span / BINS || 1;
+  const busy = { prefill: new Float64Array(BINS), decode: new Float64Array(BINS) };
+  const add = (bins, a, b, share) => {
+    let i = Math.min(BINS - 1, Math.floor(a / width));
+    while (a < b && i < BINS) {
+      const e = Math.min(b, (i + 1) * width);
+      bins[i] += (e - a) * share;
+      a = e;
+      i += 1;
+    }
   };
   for (const step of timeline) {
     const { start_ms: t0, step_ms: dt, repeat } = step;
-    const expand = repeat <= EXPAND;
-    if (step.p_step > 0) {
-      if (expand) {
-        for (let r = 0; r < repeat; r += 1) {
-          segment(prefill, 3, t0 + r * dt, t0 + r * dt + step.prefill_ms, step);
-        }
+    for (const [lane, active, ms] of [
+      ["prefill", step.p_step > 0, step.prefill_ms],
+      ["decode", step.d_step > 0, step.decode_ms],
+    ]) {
+      if (!active || !(ms > 0)) continue;
+      if (repeat <= EXACT) {
+        for (let r = 0; r < repeat; r += 1) add(busy[lane], t0 + r * dt, t0 + r * dt + ms, 1);
       } else {
-        segment(prefill, 3, t0, t0 + (repeat - 1) * dt + step.prefill_ms, step);
+        add(busy[lane], t0, t0 + repeat * dt, Math.min(1, ms / dt));
       }
-    }
-    if (step.d_step > 0) {
-      segment(decode, 2, t0, t0 + (repeat - 1) * dt + step.decode_ms, step);
     }
     // First tokens and finishes happen at the end of the entry's last step (API semantics).
     if (step.first_tokens) first.push({ x: t0 + repeat * dt, y: 1, count: step.first_tokens, step });
     if (step.finished) done.push({ x: t0 + repeat * dt, y: 0, count: step.finished, step });
   }
-  return { prefill, decode, first, done };
+  const bars = (bins, y) => {
+    const out = [];
+    let open = null;
+    const close = (i) => {
+      if (!open) return;
+      const end = i * width;
+      out.push({ x: open.start, y, level: open.level, busy: open.busy / (end - open.start) }, { x: end, y }, { x: end, y: null });
+      open = null;
+    };
+    for (let i = 0; i < BINS; i += 1) {
+      const share = bins[i] / width;
+      const level = share < 0.02 ? 0 : Math.max(0.25, Math.round(share * 4) / 4);
+      if (open && level !== open.level) close(i);
+      if (level && !open) open = { start: i * width, level, busy: 0 };
+      if (open) open.busy += bins[i];
+    }
+    close(BINS);
+    return out;
+  };
+  return { prefill: bars(busy.prefill, 3), decode: bars(busy.decode, 2), first, done };
+}
+
+function withAlpha(hex, alpha) {
+  const n = Number.parseInt(hex.slice(1), 16);
+  return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha.toFixed(3)})`;
 }
 
 export function drawTimeline(canvas, sim) {
   const { prefill, decode, first, done } = timelineData(sim.timeline || []);
+  const seconds = (sim.makespan_ms ?? 0) > 10000;
   const lane = (label, data, color) => ({
     label,
     data,
     borderColor: color,
     backgroundColor: color,
+    // A bar is as opaque as the lane was busy inside it (decode inside mixed steps: faint).
+    segment: {
+      borderColor: (ctx) => {
+        const level = data[ctx.p0DataIndex].level ?? 1;
+        return level >= 1 ? color : withAlpha(color, 0.15 + 0.85 * level);
+      },
+    },
     showLine: true,
     spanGaps: false,
     borderWidth: 14,
@@ -223,7 +267,11 @@ export function drawTimeline(canvas, sim) {
       ...baseOptions(),
       interaction: { mode: "nearest", intersect: true },
       scales: {
-        x: { min: 0, title: { display: true, text: "time (ms)" } },
+        x: {
+          min: 0,
+          title: { display: true, text: seconds ? "time (s)" : "time (ms)" },
+          ticks: { callback: (v) => (seconds ? fmt(v / 1000, v % 1000 ? 1 : 0) : fmt(v)) },
+        },
         y: {
           min: -0.6,
           max: 3.6,
@@ -250,18 +298,16 @@ export function drawTimeline(canvas, sim) {
         tooltip: {
           callbacks: {
             label: (ctx) => {
-              const { step, count } = ctx.raw;
-              if (!step) return "";
-              const at = `t = ${fmt(ctx.raw.x, 1)} ms`;
-              if (count) return `${count} ${ctx.dataset.label} · ${at}`;
-              const shape = ctx.dataset.label.startsWith("prefill") ? step.prefill : step.decode;
-              const n = ctx.dataset.label.startsWith("prefill") ? step.p_step : step.d_step;
-              return [
-                `${ctx.dataset.label}: ${n} request(s)${step.repeat > 1 ? ` × ${step.repeat} steps` : ""}`,
-                shape ? `query ${shape.query_len}, context ${shape.seq_len}` : "",
-                `step ${fmt(step.step_ms, 2)} ms (prefill ${fmt(step.prefill_ms, 2)}, decode ${fmt(step.decode_ms, 2)})`,
-                at,
-              ];
+              const { count, step } = ctx.raw;
+              const unit = seconds ? 1000 : 1;
+              const t = (ms) => `${fmt(ms / unit, seconds ? 2 : 1)} ${seconds ? "s" : "ms"}`;
+              if (count) {
+                return [`${count} ${ctx.dataset.label} at ${t(ctx.raw.x)}`, `(step of ${fmt(step.p_step)} prefill, ${fmt(step.d_step)} decode requests)`];
+              }
+              const start = ctx.dataset.data[ctx.dataIndex - (ctx.raw.level === undefined ? 1 : 0)];
+              const end = ctx.dataset.data[ctx.dataIndex + (ctx.raw.level === undefined ? 0 : 1)];
+              if (!start || !end) return "";
+              return `${ctx.dataset.label}: busy ${fmt(100 * start.busy, 0)}% of ${t(start.x)} – ${t(end.x)}`;
             },
           },
         },
@@ -272,7 +318,7 @@ export function drawTimeline(canvas, sim) {
 }
 
 // -- chunk plan (HTML, no chart library) ----------------------------------------------
-const MAX_DRAWN_CHUNKS = 48;
+const MAX_DRAWN_CHUNKS = 1000;
 
 export function renderChunkPlan(container, plan) {
   const total = plan.input_length || 1;
@@ -290,7 +336,7 @@ export function renderChunkPlan(container, plan) {
       h(
         "div",
         { class: `plan-seg chunk c${i % 2}`, style: `flex-basis:${pct(c.query_len)}`, title: `chunk ${c.index + 1}: query ${c.query_len}, context after ${c.seq_len}` },
-        drawn.length <= 12 ? String(c.index + 1) : "",
+        drawn.length <= 24 ? String(c.index + 1) : "",
       ),
     );
   });
@@ -298,8 +344,11 @@ export function renderChunkPlan(container, plan) {
     const rest = chunks.slice(drawn.length).reduce((n, c) => n + c.query_len, 0);
     bar.append(h("div", { class: "plan-seg chunk more", style: `flex-basis:${pct(rest)}`, title: `${chunks.length - drawn.length} more chunks` }, "…"));
   }
-  const rows = chunks.slice(0, 12).map((c) =>
-    h("tr", {}, h("td", { class: "num" }, c.index + 1), h("td", { class: "num" }, fmt(c.query_len)), h("td", { class: "num" }, fmt(c.seq_len)), h("td", {}, c.is_last_chunk ? "yes (first token)" : "")),
+  const shown = chunks.length > 12 ? [...chunks.slice(0, 8), null, ...chunks.slice(-3)] : chunks;
+  const rows = shown.map((c) =>
+    c === null
+      ? h("tr", {}, h("td", { class: "num", colspan: "4" }, `… ${fmt(chunks.length - 11)} more`))
+      : h("tr", {}, h("td", { class: "num" }, c.index + 1), h("td", { class: "num" }, fmt(c.query_len)), h("td", { class: "num" }, fmt(c.seq_len)), h("td", {}, c.is_last_chunk ? "yes (first token)" : "")),
   );
   container.replaceChildren(
     h("p", { class: "plan-text" }, planSentence(plan)),
@@ -315,7 +364,7 @@ export function renderChunkPlan(container, plan) {
         h("tbody", {}, rows),
       ),
     ),
-    chunks.length > 12 ? h("p", { class: "hint" }, `first 12 of ${fmt(chunks.length)} chunks`) : "",
+
   );
 }
 

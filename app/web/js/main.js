@@ -231,13 +231,12 @@ async function simulateRow(row) {
       forced = ` · steps from the time simulation (the ${closed.method.replace(/_/g, " ")} give TTFT ${fmtMs(closed.ttft_ms)}, TPOT ${fmtMs(closed.tpot_ms)})`;
     }
     state.simulation = sim;
-    const counts = drawTimeline($("chart-timeline"), sim);
+    drawTimeline($("chart-timeline"), sim);
     const role = row.role === "agg" ? "" : ` (${row.role} row, simulated as one aggregated replica)`;
     text.textContent =
       `Rank ${row.rank}: ${sim.parallel}${role}, ${sim.batch_size} requests per replica at t = 0 · ` +
       `TTFT ${fmtMs(sim.ttft_ms)} · TPOT ${fmtMs(sim.tpot_ms)} · makespan ${fmtMs(sim.makespan_ms)} · ` +
-      `${fmt(sim.steps)} steps (${sim.method.replace(/_/g, " ")}) · ${fmt(counts.prefill)} prefill and ` +
-      `${fmt(counts.decode)} decode segments` +
+      `${fmt(sim.steps)} steps (${sim.method.replace(/_/g, " ")}) · ${fmt(sim.timeline?.length ?? 0)} step records` +
       forced +
       (sim.timeline_truncated ? " · timeline truncated" : "") +
       (sim.feasible ? "" : ` · infeasible: ${sim.reason}`);
