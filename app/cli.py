@@ -222,10 +222,18 @@ def _add_common_flags(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--num-mtp-tokens", type=int, default=0)
     cmd.add_argument("--mtp-acceptance-rates", type=_rates, nargs="+", default=None)
     cmd.add_argument("--reserved-memory-gb", type=float, default=None)
-    cmd.add_argument("--slack-ratio", type=float, default=1.15, help="mixed-step token slack")
     cmd.add_argument(
-        "--prefill-order", choices=("continue_first", "fifo"), default="continue_first"
+        "--scheduler",
+        choices=("decode_first_with_slack", "vllm", "sglang", "sglang_mixed_chunk"),
+        default="decode_first_with_slack",
     )
+    cmd.add_argument("--slack-ratio", type=float, default=None, help="decode_first_with_slack")
+    cmd.add_argument("--prefill-order", choices=("continue_first", "fifo"), default=None)
+    cmd.add_argument("--max-num-seqs", type=int, default=None, help="vllm / sglang policies")
+    cmd.add_argument("--mixed-latency", choices=("max", "sum"), default=None)
+    cmd.add_argument("--workload", choices=("burst", "closed_loop"), default="burst")
+    cmd.add_argument("--window", choices=("benchmark", "steady_state"), default="benchmark")
+    cmd.add_argument("--requests-per-client", type=int, default=10, help="closed_loop")
     cmd.add_argument(
         "--force-simulation", action="store_true", help="time simulation even for one chunk"
     )
@@ -254,8 +262,17 @@ def _common_fields(args: argparse.Namespace) -> dict[str, Any]:
         "quantize_attention_action": args.quantize_attention_action,
         "num_mtp_tokens": args.num_mtp_tokens,
         "reserved_memory_gb": args.reserved_memory_gb,
-        "scheduler": {"slack_ratio": args.slack_ratio, "prefill_order": args.prefill_order},
+        "scheduler": {
+            "name": args.scheduler,
+            "slack_ratio": args.slack_ratio,
+            "prefill_order": args.prefill_order,
+            "max_num_seqs": args.max_num_seqs,
+            "mixed_latency": args.mixed_latency,
+        },
         "force_simulation": args.force_simulation,
+        "workload": args.workload,
+        "window": args.window,
+        "requests_per_client": args.requests_per_client,
     }
     rates = _flatten(args.mtp_acceptance_rates)
     if rates is not None:

@@ -45,6 +45,7 @@ from app.core.catalog import list_models as catalog_models
 from app.core.chunking import OptimizerData, effective_input_length, prefill_chunk_plan
 from app.core.errors import (
     DeadlineExceededError,
+    InfeasibleError,
     InvalidParameterError,
     SearchLimitError,
     UnknownModelError,
@@ -73,8 +74,10 @@ from app.core.runner import (
     forward_to_dict,
     parallel_layout,
 )
-from app.core.scheduler import DecodeFirstWithSlack
+from app.core.scheduler import Scheduler
+from app.core.scheduler import make_scheduler as core_make_scheduler
 from app.core.simulation import StepRecord, plan_serving, replay
+from app.core.workload import ServingResult, simulate_serving
 from app.models import limits
 from app.models.catalog import DeviceInfo, DeviceList, ModelInfo, ModelList
 from app.models.common import CacheCounters
@@ -212,6 +215,10 @@ class ShapeEvaluator(Protocol):
 
     def evaluate(self, shape: ForwardShape) -> ForwardRecord: ...
 
+    def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
+        """Requests whose KV cache of ``context_len`` tokens fits on one replica."""
+        ...
+
 
 @dataclass(slots=True)
 class CacheUsage:
@@ -337,6 +344,10 @@ class CachedServingModel:
             is_decode=is_decode, concurrency=concurrency, query_len=query_len, seq_len=seq_len
         )
         return self._record(shape).memory_gb
+
+    def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
+        """KV admission (closed-loop workloads): asked of the evaluator, not cached."""
+        return self._evaluator.kv_capacity_requests(context_len, max_batched_tokens)
 
     @property
     def shapes_seen(self) -> int:
@@ -510,9 +521,13 @@ def search_cap(request: OptimizeRequest, data: OptimizerData) -> int:
     return min(request.max_batch_size, limits.MAX_CHUNK_REQUESTS // data.prefill_num_chunks)
 
 
-def make_scheduler(options: SchedulerOptions) -> DecodeFirstWithSlack:
-    return DecodeFirstWithSlack(
-        slack_ratio=options.slack_ratio, prefill_order=options.prefill_order
+def make_scheduler(options: SchedulerOptions) -> Scheduler:
+    return core_make_scheduler(
+        options.name,
+        max_num_seqs=options.max_num_seqs,
+        mixed_latency=options.mixed_latency,
+        slack_ratio=options.slack_ratio,
+        prefill_order=options.prefill_order,
     )
 
 
@@ -528,6 +543,9 @@ class _RunnerEvaluator:
 
     def evaluate(self, shape: ForwardShape) -> ForwardRecord:
         return evaluate_forward(self._serving, shape)
+
+    def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
+        return self._serving.kv_capacity_requests(context_len, max_batched_tokens)
 
 
 def deadline_from(settings: Settings) -> float:
@@ -632,6 +650,8 @@ def simulate(
     factory = ModelFactory(context, deployment)
     model = factory(layout)
     batch = request.concurrency
+    if request.workload == "closed_loop":
+        return _simulate_closed_loop(request, data, layout, scheduler, factory, model, started)
     plan = plan_serving(
         data.get_prefill_chunk_plan(),
         batch,
@@ -680,6 +700,90 @@ def simulate(
         request_throughput=result.request_throughput * layout.dp,
         throughput_per_device=output_throughput / layout.num_devices,
         steps=result.steps,
+        memory_left_gb=left_gb,
+        memory_gb=dict(memory[0].memory_gb),
+        feasible=reason is None,
+        reason=reason,
+        timeline=timeline,
+        timeline_truncated=truncated,
+        stats=RunStats(
+            elapsed_ms=(time.perf_counter() - started) * 1e3,
+            forward_evaluations=factory.usage.computed,
+            shapes=factory.shapes,
+            layouts=1,
+            probes=1,
+            cache=factory.counters(),
+        ),
+    )
+
+
+def _simulate_closed_loop(
+    request: SimulateRequest,
+    data: OptimizerData,
+    layout: ParallelLayout,
+    scheduler: Scheduler,
+    factory: ModelFactory,
+    model: CachedServingModel,
+    started: float,
+) -> SimulateResponse:
+    """``concurrency`` clients per replica, each re-sending; KV admission queues the rest."""
+    batch = request.concurrency
+    concurrency = batch * layout.dp
+    result: ServingResult | None = None
+    reason: str | None = None
+    try:
+        result = simulate_serving(
+            data,
+            concurrency,
+            model,
+            scheduler,
+            dp=layout.dp,
+            num_requests=concurrency * request.requests_per_client,
+            window=request.window,
+            record_steps=request.include_timeline,
+        )
+    except InfeasibleError as exc:
+        reason = f"memory: {exc}"
+    running = batch if result is None or result.max_running is None else result.max_running
+    memory_shapes = (
+        decode_shape(data, max(1, min(batch, running))),
+        largest_prefill_shape(data, 1),
+    )
+    memory = model.records(memory_shapes)
+    left_gb = min(r.memory_left_gb for r in memory)
+    factory.flush()
+    if result is not None and reason is None:
+        reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
+    timeline = None
+    truncated = False
+    if result is not None and result.timeline is not None:
+        truncated = len(result.timeline) > limits.MAX_TIMELINE_ENTRIES
+        timeline = [_step_out(step) for step in result.timeline[: limits.MAX_TIMELINE_ENTRIES]]
+    output = result.output_throughput if result else 0.0
+    return SimulateResponse(
+        input=request,
+        method=result.method if result else "none",
+        parallel=layout.label,
+        num_devices=layout.num_devices,
+        batch_size=batch,
+        concurrency=concurrency,
+        effective_input_length=data.effective_input_length,
+        prefill_num_chunks=data.prefill_num_chunks,
+        ttft_ms=result.ttft_ms if result else 0.0,
+        tpot_ms=result.tpot_ms if result else 0.0,
+        makespan_ms=result.duration_ms if result else 0.0,
+        output_throughput=output,
+        request_throughput=result.request_throughput if result else 0.0,
+        throughput_per_device=output / layout.num_devices,
+        steps=result.steps if result else 0,
+        workload="closed_loop",
+        window=request.window,
+        num_requests=result.num_requests if result else None,
+        measured_requests=result.measured_requests if result else None,
+        e2e_ms=result.e2e_ms if result else None,
+        total_throughput=result.total_throughput if result else None,
+        mean_running_batch=result.mean_running_batch if result else None,
+        max_running=result.max_running if result else 0,
         memory_left_gb=left_gb,
         memory_gb=dict(memory[0].memory_gb),
         feasible=reason is None,
@@ -852,6 +956,11 @@ def optimize(
     started = time.perf_counter()
     # Validate the workload and the search size first (also for a response-cache hit).
     max_batch = search_cap(request, optimizer_data(request, request.num_devices))
+    if request.workload != "burst" and request.mode != "agg":
+        raise InvalidParameterError(
+            "workload", request.workload, f"'burst' for mode {request.mode!r} (closed_loop: agg)"
+        )
+    scheduler = make_scheduler(request.scheduler)
     use_response_cache = context.settings.response_cache and not allow_paths
     key = response_key("optimize", request.model_dump_json()) if use_response_cache else None
     if key is not None:
@@ -881,7 +990,6 @@ def optimize(
 
         factory.on_layout = on_layout
     label = deployment.label
-    scheduler = make_scheduler(request.scheduler)
     mode = request.mode
     sections: list[_Section] = []
     pd: PdRatioOut | None = None
@@ -975,6 +1083,9 @@ def optimize(
                         scheduler=scheduler,
                         force_simulation=request.force_simulation,
                         max_batch_size=max_batch,
+                        workload=request.workload,
+                        window=request.window,
+                        requests_per_client=request.requests_per_client,
                     ),
                     mode,
                 )

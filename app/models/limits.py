@@ -22,3 +22,4 @@ MAX_PREFILL_CHUNKS = 1024  # chunks per request in /v1/simulate and /v1/optimize
 # time simulation's cost grows with it (a chunk-major "fifo" order takes about 4 us per pair).
 MAX_CHUNK_REQUESTS = 1_048_576
 MAX_TIMELINE_CHUNK_REQUESTS = 65_536  # the same product when a step timeline is requested
+MAX_REQUESTS_PER_CLIENT = 100  # closed-loop workloads

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from app.models import limits
 from app.models.common import CacheCounters
-from app.models.workload import DeploymentMixin, WorkloadMixin
+from app.models.workload import DeploymentMixin, Window, Workload, WorkloadMixin
 
 Mode = Literal["agg", "disagg_prefill", "disagg_decode", "pd_ratio"]
 Role = Literal["agg", "prefill", "decode"]
@@ -44,6 +44,15 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
     )
     serving_overhead_ms: float = Field(
         default=0.0, ge=0.0, le=60_000.0, description="fixed TTFT overhead of prefill instances"
+    )
+    workload: Workload = Field(
+        default="burst",
+        description="burst (RFC): batch_size requests at t = 0 per replica; closed_loop: "
+        "batch_size clients per replica re-sending (agg mode only)",
+    )
+    window: Window = Field(default="benchmark", description="closed_loop measurement window")
+    requests_per_client: int = Field(
+        default=10, strict=True, ge=1, le=limits.MAX_REQUESTS_PER_CLIENT, description="closed_loop"
     )
     max_batch_size: int = Field(
         default=4096,

@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from app.models import limits
 from app.models.optimize import RunStats
-from app.models.workload import DeploymentMixin, WorkloadMixin
+from app.models.workload import DeploymentMixin, Window, Workload, WorkloadMixin
 
 
 class SimulateRequest(DeploymentMixin, WorkloadMixin):
@@ -23,6 +23,15 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     ttft_limit_ms: float | None = Field(default=None, gt=0)
     tpot_limit_ms: float | None = Field(default=None, gt=0)
     include_timeline: bool = Field(default=False, description="return the step timeline")
+    workload: Workload = Field(
+        default="burst",
+        description="burst (RFC): concurrency requests at t = 0 per replica; closed_loop: "
+        "concurrency clients per replica, each sending its next request when one ends",
+    )
+    window: Window = Field(default="benchmark", description="closed_loop measurement window")
+    requests_per_client: int = Field(
+        default=10, strict=True, ge=1, le=limits.MAX_REQUESTS_PER_CLIENT, description="closed_loop"
+    )
 
 
 class ForwardShapeOut(BaseModel):
@@ -63,6 +72,16 @@ class SimulateResponse(BaseModel):
     request_throughput: float
     throughput_per_device: float
     steps: int
+    workload: str = "burst"
+    window: str | None = Field(default=None, description="closed_loop only")
+    num_requests: int | None = Field(default=None, description="closed_loop: requests sent")
+    measured_requests: int | None = None
+    e2e_ms: float | None = None
+    total_throughput: float | None = Field(
+        default=None, description="closed_loop: (input + output) tokens/s over all replicas"
+    )
+    mean_running_batch: float | None = None
+    max_running: int | None = Field(default=None, description="closed_loop: KV / policy cap")
     memory_left_gb: float
     memory_gb: dict[str, float]
     feasible: bool

@@ -58,16 +58,32 @@ DeviceRef = Annotated[
 ]
 
 
-class SchedulerOptions(StrictModel):
-    """The decode-first step scheduler of the RFC."""
+SchedulerName = Literal["decode_first_with_slack", "vllm", "sglang", "sglang_mixed_chunk"]
 
-    name: Literal["decode_first_with_slack"] = "decode_first_with_slack"
-    slack_ratio: float = Field(default=1.15, ge=1.0, le=4.0)
-    prefill_order: Literal["continue_first", "fifo"] = Field(
-        default="continue_first",
-        description="continue_first: a started prompt keeps prefilling (vLLM); "
+
+class SchedulerOptions(StrictModel):
+    """The step scheduler: the RFC's decode-first policy (default) or an engine's policy.
+
+    ``slack_ratio`` / ``prefill_order`` belong to ``decode_first_with_slack``;
+    ``max_num_seqs`` / ``mixed_latency`` to ``vllm``, ``sglang`` and ``sglang_mixed_chunk``.
+    Options of another policy are rejected (422).
+    """
+
+    name: SchedulerName = "decode_first_with_slack"
+    slack_ratio: float | None = Field(default=None, ge=1.0, le=4.0, description="default 1.15")
+    prefill_order: Literal["continue_first", "fifo"] | None = Field(
+        default=None,
+        description="continue_first (default): a started prompt keeps prefilling (vLLM); "
         "fifo: chunk-major (msmodeling parity)",
     )
+    max_num_seqs: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
+    mixed_latency: Literal["max", "sum"] | None = Field(
+        default=None, description="mixed prefill+decode step: overlapped (max) or serial (sum)"
+    )
+
+
+Workload = Literal["burst", "closed_loop"]
+Window = Literal["benchmark", "steady_state"]
 
 
 class LengthsMixin(StrictModel):

@@ -157,3 +157,16 @@ def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run([*argv, "--tp-size", "4", "--format", "json"], capsys)
     assert code == 0
     assert json.loads(out)["method"] == "closed_form_waves"
+
+
+def test_scheduler_and_workload_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", *BASE, "--max-batched-tokens", "2048", "--concurrency", "8"]
+    flags = ["--scheduler", "vllm", "--workload", "closed_loop", "--requests-per-client", "2"]
+    code, out, _ = run([*argv, "--tp-size", "4", *flags, "--format", "json"], capsys)
+    assert code == 0
+    body = json.loads(out)
+    assert body["workload"] == "closed_loop" and body["num_requests"] == 16
+    code, _, err = run(
+        [*argv, "--tp-size", "4", "--scheduler", "vllm", "--slack-ratio", "1.2"], capsys
+    )
+    assert code == 2 and "slack_ratio" in err

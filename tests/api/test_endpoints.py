@@ -361,3 +361,57 @@ def test_a_computation_past_its_deadline_is_503() -> None:
     body = problem(response, 503)
     assert body["type"].endswith("deadline")
     assert response.headers["retry-after"] == "1"
+
+
+def test_scheduler_names_match_the_engine() -> None:
+    from typing import get_args
+
+    from app.core.scheduler import SCHEDULERS
+    from app.models.workload import SchedulerName
+
+    assert set(get_args(SchedulerName)) == set(SCHEDULERS)
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    [
+        {"name": "vllm"},
+        {"name": "sglang", "max_num_seqs": 8},
+        {"name": "sglang_mixed_chunk", "mixed_latency": "sum"},
+        {"name": "decode_first_with_slack", "slack_ratio": 1.0, "prefill_order": "fifo"},
+    ],
+)
+def test_simulate_with_each_scheduler(client: TestClient, scheduler: dict[str, Any]) -> None:
+    body = client.post("/v1/simulate", json={**SIMULATE, "scheduler": scheduler}).json()
+    assert body["ttft_ms"] > 0
+    assert body["input"]["scheduler"]["name"] == scheduler["name"]
+
+
+def test_scheduler_options_of_another_policy_are_422(client: TestClient) -> None:
+    bad = {**SIMULATE, "scheduler": {"name": "vllm", "slack_ratio": 1.2}}
+    body = problem(client.post("/v1/simulate", json=bad), 422)
+    assert body["errors"][0]["loc"] == ["body", "slack_ratio"]
+    problem(client.post("/v1/simulate", json={**SIMULATE, "scheduler": {"name": "tgi"}}), 422)
+
+
+def test_closed_loop_simulate(client: TestClient) -> None:
+    body = client.post(
+        "/v1/simulate",
+        json={**SIMULATE, "workload": "closed_loop", "dp_size": 2, "requests_per_client": 3},
+    ).json()
+    assert body["workload"] == "closed_loop"
+    assert body["num_requests"] == 16 * 2 * 3
+    assert body["concurrency"] == 32
+    assert body["ttft_ms"] > 0 and body["e2e_ms"] > body["ttft_ms"]
+    assert body["total_throughput"] > body["output_throughput"] > 0
+
+
+def test_closed_loop_optimize_agg_only(client: TestClient) -> None:
+    body = client.post(
+        "/v1/optimize", json={**OPTIMIZE, "workload": "closed_loop", "window": "steady_state"}
+    ).json()
+    assert body["best"]["tpot_ms"] <= 50
+    assert body["input"]["workload"] == "closed_loop"
+    wrong = {**OPTIMIZE, "workload": "closed_loop", "mode": "disagg_decode"}
+    body = problem(client.post("/v1/optimize", json=wrong), 422)
+    assert body["errors"][0]["loc"] == ["body", "workload"]
