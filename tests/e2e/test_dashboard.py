@@ -7,7 +7,7 @@ import csv
 import io
 import json
 import re
-import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,7 @@ def fill(page: Page, **values: str) -> None:
     """Fill fields by their accessible labels' ids (``f-<api field name>``)."""
     for name, value in values.items():
         field = page.locator(f"#f-{name}")
-        if field.evaluate("el => el.closest('details') !== null"):
-            page.locator("#advanced").evaluate("el => { el.open = true; }")
+        field.evaluate("el => { const d = el.closest('details'); if (d) d.open = true; }")
         if field.evaluate("el => el.tagName") == "SELECT":
             field.select_option(value)
         else:
@@ -241,6 +240,16 @@ def _copied(page: Page, button: str) -> str:
     return text
 
 
+def shell_words(command: str) -> list[str]:
+    """The words bash passes to the command (quotes, escapes and line continuations)."""
+    program = command.split(maxsplit=1)[0]
+    script = f'{program}() {{ printf "%s\\0" "$@"; }}\n{command}\n'
+    out = subprocess.run(
+        ["bash", "-c", script], capture_output=True, check=True, timeout=10
+    ).stdout.decode()
+    return [program, *out.split("\0")[:-1]]
+
+
 @pytest.mark.parametrize(
     ("mode", "extra"),
     [
@@ -255,6 +264,17 @@ def _copied(page: Page, button: str) -> str:
                 "slack_ratio": "1.2",
                 "prefill_order": "fifo",
                 "top_k": "5",
+            },
+        ),
+        (
+            "agg",
+            {
+                "scheduler_name": "vllm",
+                "max_num_seqs": "64",
+                "mixed_latency": "sum",
+                "workload": "closed_loop",
+                "window": "steady_state",
+                "requests_per_client": "3",
             },
         ),
         ("pd_ratio", {"prefill_devices_per_instance": "4", "decode_devices_per_instance": "4"}),
@@ -272,13 +292,13 @@ def test_copy_as_cli_round_trips_through_the_cli(
     fill_standard(page)
     fill(page, mode=mode, **extra)
     command = _copied(page, "Copy as CLI")
-    curl = shlex.split(_copied(page, "Copy as curl"))
+    curl = shell_words(_copied(page, "Copy as curl"))
     assert curl[:2] == ["curl", "-sS"] and curl[2].endswith("/v1/optimize")
     sent = OptimizeRequest.model_validate(json.loads(curl[curl.index("-d") + 1]))
     assert sent.mode == mode
 
     # The copied words run through the real CLI; the request it builds is the page's.
-    words = shlex.split(command)
+    words = shell_words(command)
     assert words[:2] == ["chunkwise", "optimize"]
     seen: list[OptimizeRequest] = []
     real = services.optimize

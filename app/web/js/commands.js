@@ -2,52 +2,49 @@
 import { FIELDS } from "./fields.js";
 import { shellQuote } from "./util.js";
 
-/** Flags that differ from their default, in the order of the form. */
+const CONTINUE = " \\\n  "; // shell line continuation
+
+const join = (lines) => lines.map((line) => line.map(shellQuote).join(" ")).join(CONTINUE);
+
+/** `chunkwise optimize` with the flags that differ from their defaults, one flag per line. */
 export function cliCommand(body) {
-  const words = ["chunkwise", "optimize", body.model ?? ""];
+  const lines = [["chunkwise", "optimize", body.model ?? ""]];
   const notes = [];
   const mode = body.mode ?? "agg";
   if (mode === "disagg_prefill" || mode === "disagg_decode") {
-    words.push("--disagg");
+    lines.push(["--disagg"]);
     const limit = mode === "disagg_prefill" ? "ttft_limit_ms" : "tpot_limit_ms";
     if (body[limit] === undefined) {
       notes.push(`without a ${limit === "ttft_limit_ms" ? "TTFT" : "TPOT"} limit, --disagg runs both sides`);
     }
   } else if (mode === "pd_ratio") {
-    words.push("--enable-optimize-prefill-decode-ratio");
+    lines.push(["--enable-optimize-prefill-decode-ratio"]);
   }
   for (const f of FIELDS) {
     if (!f.cli) continue;
-    const value = f.parent ? body[f.parent]?.[f.name] : body[f.name];
+    const value = f.parent ? body[f.parent]?.[f.key ?? f.name] : body[f.name];
     if (value === undefined || value === null) continue;
     if (f.default !== undefined && value === f.default) continue;
     if (f.kind === "bool") {
-      if (value) words.push(f.cli);
+      if (value) lines.push([f.cli]);
     } else if (Array.isArray(value)) {
-      if (value.length) words.push(f.cli, ...value.map(String));
+      if (value.length) lines.push([f.cli, ...value.map(String)]);
     } else {
-      words.push(f.cli, String(value));
+      lines.push([f.cli, String(value)]);
     }
   }
   for (const f of FIELDS) {
-    if (!f.cli && f.name in body && f.name !== "model" && f.name !== "mode" && body[f.name] !== f.default) {
+    if (!f.cli && !["model", "mode"].includes(f.name) && f.name in body && body[f.name] !== f.default) {
       notes.push(`${f.name} has no CLI flag (curl and the dashboard send it)`);
     }
   }
-  return { text: words.map(shellQuote).join(" "), notes };
+  return { text: join(lines), notes };
 }
 
 export function curlCommand(body, origin) {
-  const json = JSON.stringify(body);
-  return [
-    "curl",
-    "-sS",
-    `${origin}/v1/optimize`,
-    "-H",
-    "content-type: application/json",
-    "-d",
-    json,
-  ]
-    .map(shellQuote)
-    .join(" ");
+  return join([
+    ["curl", "-sS", `${origin}/v1/optimize`],
+    ["-H", "content-type: application/json"],
+    ["-d", JSON.stringify(body)],
+  ]);
 }

@@ -45,15 +45,15 @@ export const FIELDS = [
   { name: "mode", group: "mode", label: "Mode", kind: "select", cli: null, value: "agg",
     options: MODES },
   { name: "ttft_limit_ms", group: "mode", label: "TTFT limit", unit: "ms", kind: "float",
-    gt: 0, cli: "--ttft-limit", value: null, modes: ["agg", "disagg_prefill", "pd_ratio"] },
+    gt: 0, cli: "--ttft-limit", value: null, when: (v) => v.mode !== "disagg_decode" },
   { name: "tpot_limit_ms", group: "mode", label: "TPOT limit", unit: "ms", kind: "float",
-    gt: 0, cli: "--tpot-limit", value: 50, modes: ["agg", "disagg_decode", "pd_ratio"] },
+    gt: 0, cli: "--tpot-limit", value: 50, when: (v) => v.mode !== "disagg_prefill" },
   { name: "prefill_devices_per_instance", group: "mode", label: "Prefill devices / instance",
     kind: "int", ge: 1, le: 1024, cli: "--prefill-devices-per-instance", value: null,
-    modes: ["pd_ratio"], hint: "Default: half the devices" },
+    when: (v) => v.mode === "pd_ratio", hint: "Default: half the devices" },
   { name: "decode_devices_per_instance", group: "mode", label: "Decode devices / instance",
     kind: "int", ge: 1, le: 1024, cli: "--decode-devices-per-instance", value: null,
-    modes: ["pd_ratio"], hint: "Default: half the devices" },
+    when: (v) => v.mode === "pd_ratio", hint: "Default: half the devices" },
   // MTP
   { name: "num_mtp_tokens", group: "mtp", label: "MTP draft tokens", kind: "int", ge: 0, le: 8,
     cli: "--num-mtp-tokens", value: 0, default: 0, hint: "Multi-token prediction, 0 = off" },
@@ -74,15 +74,43 @@ export const FIELDS = [
     hint: "Default: the runner's" },
   { name: "serving_overhead_ms", group: "advanced", label: "Serving overhead (prefill)",
     unit: "ms", kind: "float", ge: 0, le: 60000, cli: null, value: 0, default: 0,
-    modes: ["disagg_prefill", "pd_ratio"] },
-  { name: "slack_ratio", group: "advanced", label: "Scheduler slack ratio", kind: "float",
-    ge: 1, le: 4, step: "0.05", cli: "--slack-ratio", value: 1.15, default: 1.15,
-    parent: "scheduler" },
-  { name: "prefill_order", group: "advanced", label: "Prefill order", kind: "select",
-    cli: "--prefill-order", value: "continue_first", default: "continue_first",
-    parent: "scheduler",
-    options: [["continue_first", "continue first (vLLM)"], ["fifo", "FIFO, chunk-major (msmodeling)"]] },
-  { name: "force_simulation", group: "advanced", label: "Force the time simulation",
+    when: (v) => v.mode === "disagg_prefill" || v.mode === "pd_ratio" },
+  { name: "scheduler_name", key: "name", parent: "scheduler", group: "scheduler",
+    label: "Scheduler policy", kind: "select", cli: "--scheduler",
+    value: "decode_first_with_slack", default: "decode_first_with_slack",
+    options: [
+      ["decode_first_with_slack", "decode first with slack (RFC)"],
+      ["vllm", "vLLM"],
+      ["sglang", "SGLang"],
+      ["sglang_mixed_chunk", "SGLang mixed chunk"],
+    ] },
+  { name: "slack_ratio", parent: "scheduler", group: "scheduler", label: "Slack ratio",
+    kind: "float", ge: 1, le: 4, cli: "--slack-ratio", value: null, placeholder: "1.15",
+    when: (v) => v.scheduler_name === "decode_first_with_slack",
+    hint: "Mixed-step token slack" },
+  { name: "prefill_order", parent: "scheduler", group: "scheduler", label: "Prefill order",
+    kind: "select", cli: "--prefill-order", value: "",
+    when: (v) => v.scheduler_name === "decode_first_with_slack",
+    options: [["", "default (continue first)"], ["continue_first", "continue first (vLLM)"], ["fifo", "FIFO, chunk-major (msmodeling)"]] },
+  { name: "max_num_seqs", parent: "scheduler", group: "scheduler", label: "Max running requests",
+    kind: "int", ge: 1, le: 1000000, cli: "--max-num-seqs", value: null,
+    placeholder: "policy default", when: (v) => v.scheduler_name !== "decode_first_with_slack" },
+  { name: "mixed_latency", parent: "scheduler", group: "scheduler", label: "Mixed step latency",
+    kind: "select", cli: "--mixed-latency", value: "",
+    when: (v) => v.scheduler_name !== "decode_first_with_slack",
+    options: [["", "policy default"], ["max", "max (overlapped)"], ["sum", "sum (serial)"]] },
+  { name: "workload", group: "scheduler", label: "Workload", kind: "select", cli: "--workload",
+    value: "burst", default: "burst", when: (v) => v.mode === "agg",
+    hint: "burst: all requests at t = 0 (RFC); closed loop: clients re-send",
+    options: [["burst", "burst (RFC)"], ["closed_loop", "closed loop"]] },
+  { name: "window", group: "scheduler", label: "Measurement window", kind: "select",
+    cli: "--window", value: "benchmark", default: "benchmark",
+    when: (v) => v.mode === "agg" && v.workload === "closed_loop",
+    options: [["benchmark", "benchmark"], ["steady_state", "steady state"]] },
+  { name: "requests_per_client", group: "scheduler", label: "Requests per client", kind: "int",
+    ge: 1, le: 100, cli: "--requests-per-client", value: 10, default: 10,
+    when: (v) => v.mode === "agg" && v.workload === "closed_loop" },
+  { name: "force_simulation", group: "scheduler", label: "Force the time simulation",
     kind: "bool", cli: "--force-simulation", value: false, default: false,
     hint: "Also when the prompt fits in one chunk" },
 ];
@@ -92,7 +120,8 @@ export const GROUPS = [
   ["workload", "Workload"],
   ["mode", "Mode and limits"],
   ["mtp", "Multi-token prediction"],
-  ["advanced", "Search and scheduler"],
+  ["advanced", "Search"],
+  ["scheduler", "Scheduler and workload"],
 ];
 
 const byName = new Map(FIELDS.map((f) => [f.name, f]));
@@ -143,7 +172,7 @@ function control(f) {
     autocomplete: "off",
     required: f.required ? true : null,
     value: f.value ?? "",
-    placeholder: f.required ? null : f.default !== undefined ? String(f.default) : "none",
+    placeholder: f.placeholder ?? (f.required ? null : f.default !== undefined ? String(f.default) : "none"),
   });
 }
 
@@ -175,10 +204,10 @@ export function renderForm(form, before) {
       return wrap;
     });
     const fieldset =
-      group === "advanced"
+      group === "advanced" || group === "scheduler"
         ? h(
             "details",
-            { class: "group advanced", id: "advanced" },
+            { class: "group advanced", id: group },
             h("summary", {}, title),
             h("div", { class: "grid" }, body),
           )
@@ -197,14 +226,14 @@ export function input(name) {
   return document.getElementById(inputId(name));
 }
 
-/** Show only the fields that apply to the selected mode (others are disabled, not sent). */
+/** Show only the fields that apply (mode, scheduler, workload); hidden ones are not sent. */
 export function applyMode() {
-  const mode = input("mode").value;
+  const values = {};
+  for (const f of FIELDS) if (f.kind === "select") values[f.name] = input(f.name).value;
   for (const f of FIELDS) {
-    if (!f.modes) continue;
-    const on = f.modes.includes(mode);
-    const wrap = input(f.name).closest(".field");
-    wrap.hidden = !on;
+    if (!f.when) continue;
+    const on = f.when(values);
+    input(f.name).closest(".field").hidden = !on;
     input(f.name).disabled = !on;
   }
 }
@@ -233,7 +262,7 @@ function readField(f) {
   if (el.disabled) return [null, undefined];
   if (f.kind === "bool") return [null, el.checked];
   const raw = el.value.trim();
-  if (f.kind === "select") return [null, raw];
+  if (f.kind === "select") return [null, raw === "" ? undefined : raw];
   if (f.kind === "model") return raw ? [null, raw] : ["Field required", undefined];
   if (raw === "") return f.required ? ["Field required", undefined] : [null, undefined];
   if (f.kind === "int" || f.kind === "float") return checkNumber(f, raw, f.kind === "int");
@@ -261,10 +290,11 @@ export function readForm() {
       errors[f.name] = error;
       continue;
     }
-    if (value === undefined) continue;
+    // Defaults are left to the API (a short curl body; the same request as the CLI's).
+    if (value === undefined || (f.default !== undefined && value === f.default)) continue;
     if (f.parent) {
       body[f.parent] ??= {};
-      body[f.parent][f.name] = value;
+      body[f.parent][f.key ?? f.name] = value;
     } else {
       body[f.name] = value;
     }
@@ -275,6 +305,8 @@ export function readForm() {
 /** Field name of a problem+json error `loc` (["body", "scheduler", "slack_ratio"] etc.). */
 export function fieldOfLoc(loc) {
   const parts = (loc || []).filter((p) => p !== "body");
+  const nested = FIELDS.find((f) => f.parent && f.parent === parts[0] && (f.key ?? f.name) === parts[1]);
+  if (nested) return nested.name;
   for (let i = parts.length - 1; i >= 0; i -= 1) {
     if (typeof parts[i] === "string" && byName.has(parts[i])) return parts[i];
   }

@@ -209,6 +209,7 @@ const SIM_FIELDS = [
   "model", "device", "quantize_linear_action", "quantize_attention_action", "reserved_memory_gb",
   "input_length", "prefix_cache_hit_rate", "max_batched_tokens", "output_length",
   "num_mtp_tokens", "mtp_acceptance_rates", "scheduler", "force_simulation",
+  "workload", "window", "requests_per_client",
 ];
 
 async function simulateRow(row) {
@@ -238,6 +239,9 @@ async function simulateRow(row) {
       `TTFT ${fmtMs(sim.ttft_ms)} · TPOT ${fmtMs(sim.tpot_ms)} · makespan ${fmtMs(sim.makespan_ms)} · ` +
       `${fmt(sim.steps)} steps (${sim.method.replace(/_/g, " ")}) · ${fmt(sim.timeline?.length ?? 0)} step records` +
       forced +
+      (sim.workload === "closed_loop"
+        ? ` · closed loop: ${fmt(sim.num_requests)} requests, mean running batch ${fmt(sim.mean_running_batch, 1)}`
+        : "") +
       (sim.timeline_truncated ? " · timeline truncated" : "") +
       (sim.feasible ? "" : ` · infeasible: ${sim.reason}`);
   } catch (err) {
@@ -264,6 +268,7 @@ async function copyCommand(kind) {
   $("copy-box").hidden = false;
   $("copy-label").textContent = kind === "cli" ? "CLI command" : "curl command";
   $("copy-text").value = text;
+  $("copy-text").rows = Math.min(14, text.split("\n").length + 1);
   $("copy-text").dataset.kind = kind;
   const status = $("copy-status");
   const warn = Object.keys(errors).length ? " Some fields are invalid; the command carries the valid ones." : "";
@@ -282,7 +287,7 @@ function boot() {
   renderForm(form, $("form-actions"));
   $("form-loading").remove();
   applyMode();
-  input("mode").addEventListener("change", applyMode);
+  for (const name of ["mode", "scheduler_name", "workload"]) input(name).addEventListener("change", applyMode);
   input("model").addEventListener("input", describeModel);
   input("device").addEventListener("change", describeDevice);
   form.addEventListener("submit", runOptimize);
