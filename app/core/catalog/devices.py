@@ -43,6 +43,9 @@ class InterconnectTier:
 
     ``max_devices`` is how many devices a collective can span while staying inside this tier
     (cumulative: a node of 8 GPUs has ``max_devices=8``). Bandwidth is per device and direction.
+    ``switched``: every device reaches every other in one hop through a switch (NVSwitch), so
+    small collectives run as one-/two-shot kernels (each rank reads or writes its peers' buffers
+    directly) that pay one link latency per phase instead of ``n - 1`` ring steps.
     """
 
     name: str
@@ -50,6 +53,7 @@ class InterconnectTier:
     bandwidth_gb_s: float
     latency_us: float
     efficiency: float
+    switched: bool = False
 
     def __post_init__(self) -> None:
         _positive("interconnect.max_devices", self.max_devices)
@@ -207,6 +211,7 @@ def _nvlink_node(nvlink_gb_s: float, nic_gb_s: float) -> tuple[InterconnectTier,
             bandwidth_gb_s=nvlink_gb_s,
             latency_us=_NVLINK_LATENCY_US,
             efficiency=_NVLINK_EFF,
+            switched=True,
         ),
         InterconnectTier(
             name="infiniband",
@@ -545,6 +550,7 @@ _BUILTIN: tuple[Device, ...] = (
                 bandwidth_gb_s=900.0,
                 latency_us=_NVLINK_LATENCY_US,
                 efficiency=_NVLINK_EFF,
+                switched=True,
             ),
             InterconnectTier(
                 name="infiniband",

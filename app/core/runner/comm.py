@@ -5,7 +5,10 @@ bottleneck link). Bandwidth term (ring): all-reduce moves ``2 (n-1)/n`` of the m
 device; all-gather, reduce-scatter and all-to-all move ``(n-1)/n``. Latency term: a ring pays
 ``n-1`` link latencies per phase (two phases for all-reduce); beyond ``RING_MAX_DEVICES`` (one
 node) libraries switch to tree / hierarchical algorithms, modelled as ``ceil(log2 n)`` latencies
-per phase. Bandwidth is per device and direction, scaled by the tier's efficiency.
+per phase. On a switched tier (NVSwitch) every rank reaches every peer in one hop, and the
+engines' one-shot / two-shot kernels (TensorRT-LLM custom all-reduce, NCCL NVLS) synchronise
+the ranks in ``ceil(log2 n)`` latencies per phase at any ``n``. Bandwidth is per device and
+direction, scaled by the tier's efficiency.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ def collective_time_s(
     if kind is Collective.SEND_RECV:
         return message_bytes / bandwidth + latency
     share = (n - 1) / n
-    steps = n - 1 if n <= RING_MAX_DEVICES else math.ceil(math.log2(n))
+    ring = n <= RING_MAX_DEVICES and not tier.switched
+    steps = n - 1 if ring else math.ceil(math.log2(n))
     if kind is Collective.ALL_REDUCE:
         share *= ALL_REDUCE_PHASES
         steps *= ALL_REDUCE_PHASES

@@ -27,7 +27,7 @@ from app.core.runner.layers import LOGIT_BYTES, Q_AND_O, ForwardBuilder, Shape
 from app.core.runner.ops import Bound, OpCategory, OpCost
 from app.core.runner.plan import ACTIVATION_BYTES, ShardPlan, build_plan
 
-RUNNER_MODEL_VERSION = "runner-v1"  # bump when formulas change: cache keys include it
+RUNNER_MODEL_VERSION = "runner-v2"  # bump when formulas change: cache keys include it
 KV_BLOCK_TOKENS = 128
 DEFAULT_RESERVED_MEMORY_GB = 10.0
 RESIDUAL_STREAMS = 2  # residual and hidden state live across every op
@@ -215,7 +215,7 @@ class ModelRunner:
         return f"{RUNNER_MODEL_VERSION}:{hashlib.sha256(text.encode()).hexdigest()}"
 
     def identity(self) -> str:
-        """Stable key: ``runner-v1:<sha256>`` of model numbers, device numbers, layout,
+        """Stable key: ``runner-v2:<sha256>`` of model numbers, device numbers, layout,
         quantization and runner options (names alone are not trusted: a custom device or
         inline config with the same name but other numbers gets another key)."""
         return self._identity

@@ -21,7 +21,7 @@ def test_forward_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert document["request"]["seq_len"] == 1024 + 512
     assert {c["category"] for c in document["breakdown"]["categories"]} >= {"gemm", "attention"}
     assert set(document["memory"]) >= {"weights_gb", "kv_cache_gb", "available_gb"}
-    assert document["identity"].startswith("runner-v1:")
+    assert document["identity"].startswith("runner-v2:")
 
 
 def test_forward_table_with_parallel_and_quantization(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from app.core.catalog import InterconnectTier
@@ -34,3 +36,21 @@ def test_large_groups_pay_logarithmic_latency() -> None:
     # 64 devices: ring bandwidth share, tree-like 2 * log2(64) = 12 latencies.
     expected = 2 * 63 / 64 * 1e3 / BW + 12 * LAT
     assert collective_time_s(Collective.ALL_REDUCE, 1e3, 64, TIER) == pytest.approx(expected)
+
+
+def test_switched_tier_pays_logarithmic_latency_inside_a_node() -> None:
+    # NVSwitch: one-/two-shot kernels, 2 * log2(8) = 6 latencies instead of the ring's 14.
+    switched = dataclasses.replace(TIER, switched=True)
+    expected = 2 * 7 / 8 * 64e3 / BW + 6 * LAT
+    assert collective_time_s(Collective.ALL_REDUCE, 64e3, 8, switched) == pytest.approx(expected)
+    assert collective_time_s(Collective.ALL_REDUCE, 64e3, 8, switched) < collective_time_s(
+        Collective.ALL_REDUCE, 64e3, 8, TIER
+    )
+
+
+def test_nvidia_nvlink_tiers_are_switched() -> None:
+    from app.core.catalog.devices import get_device
+
+    assert get_device("NVIDIA_H100_SXM_80G").interconnect[0].switched
+    assert not get_device("NVIDIA_H100_SXM_80G").interconnect[1].switched
+    assert not get_device("ATLAS_800_A2_376T_64G").interconnect[0].switched

@@ -60,7 +60,7 @@ def test_memory_left_goes_negative_with_concurrency() -> None:
 def test_identity_is_stable_and_sensitive() -> None:
     base = _runner().identity()
     assert base == _runner().identity()
-    assert base.startswith("runner-v1:")
+    assert base.startswith("runner-v2:")
     assert _runner(reserved_memory_gb=20).identity() != base
     assert _runner(num_mtp_tokens=1).identity() != base
     other_device = ModelRunner(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from app.core.runner.validation import (
     SERVING_TPOT_KIND,
     SERVING_TTFT_KIND,
@@ -21,7 +23,12 @@ def test_every_measured_row_gives_a_ttft_and_a_tpot_case() -> None:
         "NVIDIA_H200_SXM_141G",
         "NVIDIA_B200_SXM_180G",
     }
-    assert {c.precision for c in cases} == {"FP8+KV8", "NVFP4+KV8", "BF16"}
+    assert {c.precision for c in cases} == {"FP8+KV8", "NVFP4+KV8", "FP8", "BF16"}
+    # TensorRT-LLM 1.0.0rc3 sweep: FP8 GEMMs with the default 16-bit KV cache; the others
+    # quantize the KV cache too.
+    for case in cases:
+        if case.precision.startswith("FP8"):
+            assert (case.precision == "FP8") == (case.engine == "trtllm 1.0.0rc3")
     deepseek = [c for c in cases if c.model == "deepseek-ai/DeepSeek-R1" and c.dp == 8]
     assert deepseek and all(c.ep == 8 for c in deepseek)
     for case in cases:
@@ -33,6 +40,25 @@ def test_unrecorded_precision_can_be_read_as_fp8() -> None:
     cases = load_agg_serving_cases(unrecorded_precision="FP8")
     llama = {c.precision for c in cases if c.model == "meta-llama/Llama-3.1-8B-Instruct"}
     assert llama == {"FP8"}
+
+
+def test_trtllm_kv_pool_is_a_fraction_of_the_free_memory() -> None:
+    from app.core.runner.validation import (
+        TRTLLM_KV_FREE_MEMORY_FRACTION,
+        TRTLLM_MAX_NUM_TOKENS,
+        TRTLLM_RUNTIME_MEMORY_GB,
+        _serving_models,
+        trtllm_kv_capacity_requests,
+    )
+
+    serving, _ = _serving_models(
+        "meta-llama/Llama-3.1-70B", "NVIDIA_H200_SXM_141G", 1, 1, 1, "FP8+KV8"
+    )
+    assert serving.runner.reserved_memory_gb == TRTLLM_RUNTIME_MEMORY_GB
+    full = serving.kv_capacity_requests(9216, TRTLLM_MAX_NUM_TOKENS)
+    pool = trtllm_kv_capacity_requests(serving, 9216)
+    assert 1 <= pool <= full
+    assert pool == pytest.approx(full * TRTLLM_KV_FREE_MEMORY_FRACTION, abs=1)
 
 
 def test_predictions_are_grouped_by_device_engine_and_model() -> None:
