@@ -123,6 +123,7 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
     assert counts == [sim["batch_size"], sim["batch_size"]]
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(artifacts / "dashboard-1280x800.png"), full_page=True)
+    assert page.url.endswith("#tp_sizes=2+4+8")  # the form, as far as it differs
 
     # Sorting: tokens/s descending, then ascending.
     header = page.locator("#results-table thead th[data-key=throughput_tokens_s]")
@@ -352,3 +353,15 @@ def test_assets_are_local_and_served(base_url: str) -> None:
             for spec in re.findall(r"""(?:from|import)\s*["']([^"']+)["']""", text):
                 assert spec.startswith("./"), f"{rel}: non-local import {spec!r}"
     assert (web / "vendor" / "chartjs" / "LICENSE.md").is_file()
+
+
+def test_the_url_keeps_the_form(page: Page) -> None:
+    """A link with the form in its fragment fills the form and runs it."""
+    page.goto("/#input_length=5000&max_batched_tokens=1024&mode=disagg_decode&top_k=2")
+    page.wait_for_selector("body[data-ready=true]")
+    expect(page.get_by_label("Input length (tokens)")).to_have_value("5000")
+    expect(page.get_by_label("Mode", exact=True)).to_have_value("disagg_decode")
+    expect(page.get_by_label("TTFT limit (ms)")).to_be_hidden()
+    expect(page.locator("#chunk-plan")).to_contain_text("in 5 chunks of at most 1,024 tokens")
+    expect(page.locator("#results-table tbody tr")).to_have_count(2)
+    expect(page.locator("#results-table tbody tr").first).to_contain_text("decode")

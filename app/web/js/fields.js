@@ -345,12 +345,30 @@ export function showErrors(errors) {
   return unplaced;
 }
 
-/** Current raw values (for restoring the form from the URL). */
+/** Raw values that differ from the form's initial ones (for the URL). */
 export function formState() {
   const state = {};
   for (const f of FIELDS) {
     const el = input(f.name);
-    state[f.name] = f.kind === "bool" ? el.checked : el.value;
+    const value = f.kind === "bool" ? String(el.checked) : el.value;
+    const initial = f.kind === "bool" ? String(Boolean(f.value)) : String(f.value ?? "");
+    if (value !== initial) state[f.name] = value;
   }
   return state;
+}
+
+/** Put raw values back (unknown names are ignored); returns how many were applied. */
+export function setFormState(state) {
+  let applied = 0;
+  for (const [name, value] of Object.entries(state)) {
+    const f = byName.get(name);
+    const el = f && input(name);
+    if (!el) continue;
+    if (f.kind === "bool") el.checked = value === "true";
+    else if (el.tagName === "SELECT" && ![...el.options].some((o) => o.value === value)) continue;
+    else el.value = value;
+    applied += 1;
+  }
+  applyMode();
+  return applied;
 }

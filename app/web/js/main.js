@@ -4,7 +4,8 @@ import { ApiError, getJson, postJson } from "./api.js";
 import { drawConcurrencyChart, drawLatencyChart, drawTimeline, renderChunkPlan } from "./charts.js";
 import { cliCommand, curlCommand } from "./commands.js";
 import {
-  applyMode, clearErrors, fieldOfLoc, input, readForm, renderForm, setOptions, showErrors,
+  applyMode, clearErrors, fieldOfLoc, formState, input, readForm, renderForm, setFormState,
+  setOptions, showErrors,
 } from "./fields.js";
 import { exportCsv, exportJson, renderSummary, renderTable } from "./results.js";
 import { fmt, fmtMs, h } from "./util.js";
@@ -141,6 +142,9 @@ async function runOptimize(event) {
   hideBanner();
   const body = validate();
   if (!body) return;
+  // The URL keeps the form: reload or share the link to get the same results.
+  const query = new URLSearchParams(formState()).toString();
+  history.replaceState(null, "", query ? `#${query}` : window.location.pathname);
   state.controller?.abort();
   const controller = new AbortController();
   state.controller = controller;
@@ -308,8 +312,11 @@ function boot() {
   $("latency-metric").addEventListener("change", (e) => {
     if (state.response) drawLatencyChart($("chart-latency"), state.response, e.target.value);
   });
+  const fromUrl = Object.fromEntries(new URLSearchParams(window.location.hash.slice(1)));
+  setFormState(fromUrl); // selects filled from the catalogs get theirs below
   return loadCatalogs().then(() => {
     document.body.dataset.ready = "true";
+    if (setFormState(fromUrl)) form.requestSubmit();
   });
 }
 
