@@ -123,6 +123,18 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
     assert counts == [sim["batch_size"], sim["batch_size"]]
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(artifacts / "dashboard-1280x800.png"), full_page=True)
+
+    # Zoom into 1% of the run: single decode steps become separate bars.
+    bars_whole = chart_points(page, "chart-timeline")[1]
+    page.get_by_label("Zoom").select_option("0.01")
+    page.get_by_label("from").fill("30")
+    scale = page.evaluate(
+        "(() => { const x = Chart.getChart('chart-timeline').scales.x; return [x.min, x.max]; })()"
+    )
+    assert scale[1] - scale[0] == pytest.approx(0.01 * sim["makespan_ms"], rel=0.01)
+    assert scale[0] == pytest.approx(0.3 * sim["makespan_ms"], rel=0.01)
+    assert chart_points(page, "chart-timeline")[1] > 0
+    assert bars_whole > 0
     assert page.url.endswith("#tp_sizes=2+4+8")  # the form, as far as it differs
 
     # Sorting: tokens/s descending, then ascending.

@@ -161,17 +161,22 @@ const EXACT = 64; // place a repeated step's work step by step up to this many r
  * (quarters) become one bar, drawn as opaque as the lane was busy. Thousands of sub-pixel
  * steps thus read as a bar whose shade is their duty cycle. Markers are exact.
  */
-export function timelineData(timeline) {
+export function timelineSpan(timeline) {
+  const last = timeline[timeline.length - 1];
+  return last ? last.start_ms + last.repeat * last.step_ms : 0;
+}
+
+export function timelineData(timeline, from = 0, to = timelineSpan(timeline)) {
   const first = [];
   const done = [];
-  const last = timeline[timeline.length - 1];
-  const span = last ? last.start_ms + last.repeat * last.step_ms : 0;
-  const width = span / BINS || 1;
+  const width = (to - from) / BINS || 1;
   const busy = { prefill: new Float64Array(BINS), decode: new Float64Array(BINS) };
   const add = (bins, a, b, share) => {
-    let i = Math.min(BINS - 1, Math.floor(a / width));
+    a = Math.max(a, from);
+    b = Math.min(b, to);
+    let i = Math.min(BINS - 1, Math.floor((a - from) / width));
     while (a < b && i < BINS) {
-      const e = Math.min(b, (i + 1) * width);
+      const e = Math.min(b, from + (i + 1) * width);
       bins[i] += (e - a) * share;
       a = e;
       i += 1;
@@ -179,6 +184,8 @@ export function timelineData(timeline) {
   };
   for (const step of timeline) {
     const { start_ms: t0, step_ms: dt, repeat } = step;
+    if (t0 > to) break;
+    if (t0 + repeat * dt < from) continue;
     for (const [lane, active, ms] of [
       ["prefill", step.p_step > 0, step.prefill_ms],
       ["decode", step.d_step > 0, step.decode_ms],
@@ -191,15 +198,18 @@ export function timelineData(timeline) {
       }
     }
     // First tokens and finishes happen at the end of the entry's last step (API semantics).
-    if (step.first_tokens) first.push({ x: t0 + repeat * dt, y: 1, count: step.first_tokens, step });
-    if (step.finished) done.push({ x: t0 + repeat * dt, y: 0, count: step.finished, step });
+    const end = t0 + repeat * dt;
+    if (end >= from && end <= to) {
+      if (step.first_tokens) first.push({ x: end, y: 1, count: step.first_tokens, step });
+      if (step.finished) done.push({ x: end, y: 0, count: step.finished, step });
+    }
   }
   const bars = (bins, y) => {
     const out = [];
     let open = null;
     const close = (i) => {
       if (!open) return;
-      const end = i * width;
+      const end = from + i * width;
       out.push({ x: open.start, y, level: open.level, busy: open.busy / (end - open.start) }, { x: end, y }, { x: end, y: null });
       open = null;
     };
@@ -207,7 +217,7 @@ export function timelineData(timeline) {
       const share = bins[i] / width;
       const level = share < 0.02 ? 0 : Math.max(0.25, Math.round(share * 4) / 4);
       if (open && level !== open.level) close(i);
-      if (level && !open) open = { start: i * width, level, busy: 0 };
+      if (level && !open) open = { start: from + i * width, level, busy: 0 };
       if (open) open.busy += bins[i];
     }
     close(BINS);
@@ -221,9 +231,13 @@ function withAlpha(hex, alpha) {
   return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha.toFixed(3)})`;
 }
 
-export function drawTimeline(canvas, sim) {
-  const { prefill, decode, first, done } = timelineData(sim.timeline || []);
-  const seconds = (sim.makespan_ms ?? 0) > 10000;
+/** view: {from, to} in ms (default: the whole run). */
+export function drawTimeline(canvas, sim, view = {}) {
+  const timeline = sim.timeline || [];
+  const from = view.from ?? 0;
+  const to = view.to ?? timelineSpan(timeline);
+  const { prefill, decode, first, done } = timelineData(timeline, from, to);
+  const seconds = to - from > 10000;
   const lane = (label, data, color) => ({
     label,
     data,
@@ -268,7 +282,8 @@ export function drawTimeline(canvas, sim) {
       interaction: { mode: "nearest", intersect: true },
       scales: {
         x: {
-          min: 0,
+          min: from,
+          max: to > from ? to : undefined,
           title: { display: true, text: seconds ? "time (s)" : "time (ms)" },
           ticks: { callback: (v) => (seconds ? fmt(v / 1000, v % 1000 ? 1 : 0) : fmt(v)) },
         },

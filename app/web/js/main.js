@@ -1,7 +1,9 @@
 // Dashboard entry point: catalogs -> form; optimize -> summary, table, charts, chunk plan;
 // a selected row -> /v1/simulate step timeline. Errors never leave a blank page.
 import { ApiError, getJson, postJson } from "./api.js";
-import { drawConcurrencyChart, drawLatencyChart, drawTimeline, renderChunkPlan } from "./charts.js";
+import {
+  drawConcurrencyChart, drawLatencyChart, drawTimeline, renderChunkPlan, timelineSpan,
+} from "./charts.js";
 import { cliCommand, curlCommand } from "./commands.js";
 import {
   applyMode, clearErrors, fieldOfLoc, formState, input, readForm, renderForm, setFormState,
@@ -203,7 +205,24 @@ function renderResults(response, plan) {
   if (window.innerWidth < 900) $("summary").scrollIntoView({ block: "start" });
 }
 
+/** Redraw the timeline for the zoom controls (start slider: % of the run). */
+function zoomTimeline() {
+  const sim = state.simulation;
+  const zoom = Number($("timeline-zoom").value);
+  const slider = $("timeline-start");
+  slider.disabled = zoom >= 1;
+  if (!sim) return;
+  const span = timelineSpan(sim.timeline || []);
+  const start = zoom >= 1 ? 0 : Math.min(Number(slider.value) / 100, 1 - zoom) * span;
+  slider.setAttribute("aria-valuetext", `${fmtMs(start)}`);
+  drawTimeline($("chart-timeline"), sim, { from: start, to: start + zoom * span });
+}
+
 function resetTimeline() {
+  state.simulation = null;
+  $("timeline-zoom").value = "1";
+  $("timeline-start").value = "0";
+  $("timeline-start").disabled = true;
   $("timeline-text").textContent = "Choose “Timeline” on a row to simulate it.";
   drawTimeline($("chart-timeline"), { timeline: [] });
 }
@@ -236,7 +255,7 @@ async function simulateRow(row) {
       forced = ` · steps from the time simulation (the ${closed.method.replace(/_/g, " ")} give TTFT ${fmtMs(closed.ttft_ms)}, TPOT ${fmtMs(closed.tpot_ms)})`;
     }
     state.simulation = sim;
-    drawTimeline($("chart-timeline"), sim);
+    zoomTimeline();
     const role = row.role === "agg" ? "" : ` (${row.role} row, simulated as one aggregated replica)`;
     text.textContent =
       `Rank ${row.rank}: ${sim.parallel}${role}, ${sim.batch_size} requests per replica at t = 0 · ` +
@@ -309,6 +328,8 @@ function boot() {
   $("copy-curl").addEventListener("click", () => copyCommand("curl"));
   $("export-csv").addEventListener("click", () => state.response && exportCsv(state.response));
   $("export-json").addEventListener("click", () => state.response && exportJson(state.response));
+  $("timeline-zoom").addEventListener("change", zoomTimeline);
+  $("timeline-start").addEventListener("input", zoomTimeline);
   $("latency-metric").addEventListener("change", (e) => {
     if (state.response) drawLatencyChart($("chart-latency"), state.response, e.target.value);
   });
