@@ -2,7 +2,8 @@
 
 Run: ``python -m bench.bench_serving``. Prints the cost of one closed-loop evaluation
 (C = 256 clients, ISL 4096, OSL 1024, 10 requests per client) of a 64-layer model
-(Qwen3-32B, FP8, TP8 on 8 H100, so all 256 requests fit the KV cache at once) and of a full closed-loop concurrency search over 4 layouts
+(Qwen3-32B, FP8, TP8 on 8 H100, so all 256 requests fit the KV cache at once) and of a
+full closed-loop concurrency search over 4 layouts
 (TP1/2/4/8 on 8 H100). Each run starts from a fresh runner, so every forward shape is computed
 (nothing cached between repeats); best of ``--repeats``.
 """
