@@ -283,7 +283,7 @@ export function drawTimeline(canvas, sim, view = {}) {
       scales: {
         x: {
           min: from,
-          max: to > from ? to : undefined,
+          max: view.to !== undefined && to > from ? to : undefined,
           title: { display: true, text: seconds ? "time (s)" : "time (ms)" },
           ticks: { callback: (v) => (seconds ? fmt(v / 1000, v % 1000 ? 1 : 0) : fmt(v)) },
         },

@@ -215,7 +215,7 @@ function zoomTimeline() {
   const span = timelineSpan(sim.timeline || []);
   const start = zoom >= 1 ? 0 : Math.min(Number(slider.value) / 100, 1 - zoom) * span;
   slider.setAttribute("aria-valuetext", `${fmtMs(start)}`);
-  drawTimeline($("chart-timeline"), sim, { from: start, to: start + zoom * span });
+  drawTimeline($("chart-timeline"), sim, zoom >= 1 ? {} : { from: start, to: start + zoom * span });
 }
 
 function resetTimeline() {

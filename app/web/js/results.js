@@ -8,16 +8,16 @@ export const COLUMNS = [
   ["parallel", "layout", null, "parallel layout"],
   ["concurrency", "concurrency", 0, "requests over all replicas"],
   ["batch_size", "batch", 0, "requests per replica"],
-  ["ttft_ms", "TTFT ms", 1, "mean time to first token"],
-  ["tpot_ms", "TPOT ms", 2, "mean time per output token"],
   ["throughput_tokens_s", "tokens/s", 0, "throughput of all replicas"],
   ["throughput_per_device", "tokens/s/dev", 1, "throughput per device"],
-  ["request_throughput", "req/s", 3, "requests per second"],
+  ["ttft_ms", "TTFT ms", 1, "mean time to first token"],
+  ["tpot_ms", "TPOT ms", 2, "mean time per output token"],
   ["prefill_num_chunks", "chunks", 0, "prefill_num_chunks"],
   ["effective_input_length", "eff. input", 0, "effective_input_length (uncached tokens)"],
+  ["memory_left_gb", "mem left GB", 2, "memory left per device"],
   ["kv_cache_gb", "KV GB", 2, "KV cache per device (memory_gb.kv_cache_gb)"],
   ["weights_gb", "weights GB", 2, "weights per device (memory_gb.weights_gb)"],
-  ["memory_left_gb", "mem left GB", 2, "memory left per device"],
+  ["request_throughput", "req/s", 3, "requests per second"],
   ["method", "method", null, "time_simulation or closed_form_waves"],
 ];
 
@@ -105,12 +105,15 @@ export function renderTable(container, response, onSelect) {
     }
     header();
     body();
+    thead.querySelector(`th[data-key="${key}"] button`)?.focus(); // keep the keyboard's place
   }
 
   const controller = {
     select(rank) {
+      const hadFocus = tbody.contains(document.activeElement);
       selected = rank;
       body();
+      if (hadFocus) tbody.querySelector(`tr[data-rank="${rank}"] button`)?.focus();
       const row = rows.find((r) => r.rank === rank);
       if (row) onSelect(row);
     },
