@@ -245,6 +245,23 @@ def test_errors_without_a_field_are_shown_never_a_blank_page(
     assert not page_errors.unexpected(), page_errors.unexpected()
 
 
+def test_a_page_whose_scripts_fail_says_so(
+    browser: Browser, base_url: str, page_errors: PageErrors
+) -> None:
+    page = open_page(browser, base_url, page_errors)
+    page_errors.allowed.append("Failed to load resource")
+    try:
+        page.clock.install()
+        page.route("**/static/js/main.js", lambda route: route.abort())
+        page.goto("/")
+        expect(page.locator("#form-loading")).to_have_text("Loading the form…")
+        page.clock.run_for(11_000)
+        expect(page.locator("#form-loading")).to_contain_text("The dashboard did not start")
+    finally:
+        page.context.close()
+    assert not page_errors.unexpected(), page_errors.unexpected()
+
+
 def _copied(page: Page, button: str) -> str:
     page.get_by_role("button", name=button).click()
     expect(page.locator("#copy-status")).to_contain_text("Copied")
