@@ -245,6 +245,33 @@ def test_errors_without_a_field_are_shown_never_a_blank_page(
     assert not page_errors.unexpected(), page_errors.unexpected()
 
 
+def test_a_running_optimize_shows_progress_and_can_be_cancelled(page: Page) -> None:
+    load(page)
+    # Hold /v1/optimize in the page for a minute (released by its abort signal).
+    page.evaluate(
+        """() => {
+          const real = window.fetch;
+          window.fetch = (url, options) => !String(url).includes("/v1/optimize")
+            ? real(url, options)
+            : new Promise((resolve, reject) => {
+                options.signal.addEventListener("abort", () =>
+                  reject(new DOMException("aborted", "AbortError")));
+                setTimeout(() => resolve(real(url, options)), 60000);
+              });
+        }"""
+    )
+    page.get_by_role("button", name="Optimize").click()
+    progress = page.get_by_role("status").filter(has_text="Optimizing")
+    expect(progress).to_contain_text(f"Optimizing {MODEL} on 8 × {DEVICE}")
+    expect(page.locator("#results")).to_have_attribute("aria-busy", "true")
+    expect(page.get_by_role("button", name="Optimize")).to_be_disabled()
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator("#progress")).to_be_hidden()
+    expect(page.locator("#banner")).to_contain_text("Cancelled.")
+    expect(page.get_by_role("button", name="Optimize")).to_be_enabled()
+    expect(page.locator("#results")).to_have_attribute("aria-busy", "false")
+
+
 def test_a_page_whose_scripts_fail_says_so(
     browser: Browser, base_url: str, page_errors: PageErrors
 ) -> None:

@@ -113,15 +113,16 @@ let timer = null;
 
 function setBusy(busy, label = "Optimizing…") {
   $("run").disabled = busy;
-  $("cancel").hidden = !busy;
   $("results").setAttribute("aria-busy", String(busy));
   $("results").classList.toggle("busy", busy);
   $("progress").hidden = !busy;
   clearInterval(timer);
   if (busy) {
+    // The label is announced once (role=status); the running clock is for the eyes only.
+    $("progress-text").textContent = label;
     const started = performance.now();
     const tick = () => {
-      $("progress-text").textContent = `${label} ${fmt((performance.now() - started) / 1000, 1)} s`;
+      $("progress-time").textContent = `${fmt((performance.now() - started) / 1000, 1)} s`;
     };
     tick();
     timer = setInterval(tick, 100);
@@ -150,7 +151,7 @@ async function runOptimize(event) {
   state.controller?.abort();
   const controller = new AbortController();
   state.controller = controller;
-  setBusy(true);
+  setBusy(true, `Optimizing ${body.model} on ${body.num_devices} × ${body.device}`);
   const planBody = {
     input_length: body.input_length,
     prefix_cache_hit_rate: body.prefix_cache_hit_rate ?? 0,
