@@ -175,7 +175,7 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
 
 
 def test_validation_errors_are_shown_next_to_their_fields(
-    page: Page, base_url: str, page_errors: PageErrors
+    page: Page, base_url: str, page_errors: PageErrors, artifacts: Path
 ) -> None:
     page_errors.allowed.append("status of 422")  # the unknown model below
     load(page)
@@ -199,6 +199,7 @@ def test_validation_errors_are_shown_next_to_their_fields(
     expect(page.locator("#err-input_length")).to_contain_text("valid integer")
     expect(page.locator("#banner")).to_contain_text("fix the marked fields")
     expect(page.locator("#output")).to_be_hidden()
+    page.screenshot(path=str(artifacts / "dashboard-validation.png"))
 
     # Fixed fields clear their error; an error only the API can find (an unknown model) comes
     # back as problem+json and is shown next to the model field with the valid names.

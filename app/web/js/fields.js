@@ -321,6 +321,7 @@ export function showError(name, message) {
   const el = input(name);
   const slot = document.getElementById(errorId(name));
   if (!el || !slot) return false;
+  if (message && el.closest(".field").hidden) return false; // not visible: the banner says it
   slot.textContent = message;
   el.closest(".field").classList.toggle("invalid", Boolean(message));
   if (message) el.setAttribute("aria-invalid", "true");
