@@ -7,7 +7,7 @@ factors and launch costs are calibrated once per device (and per quantization pa
 ``bench/README.md`` for the calibration figures.
 
 Units are in the field names. ``hbm_capacity_gb`` is decimal GB (1e9 bytes); capacities sold as
-"80 GB" are 80 GiB of HBM and are stored converted (``_gib``).
+"80 GB" are 80 GiB of HBM and are stored converted (``_gib``; ``_mib`` for nvidia-smi totals).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from app.core.catalog.quantization import COMPUTE_FALLBACKS, DType
 from app.core.errors import InvalidParameterError, UnknownDeviceError
 
 BYTES_PER_GIB = 1024**3
+BYTES_PER_MIB = 1024**2
 BYTES_PER_GB = 1e9
 BYTES_PER_TIB = 1024**4
 BYTES_PER_TB = 1e12
@@ -30,6 +31,11 @@ BYTES_PER_TB = 1e12
 def _gib(gib: float) -> float:
     """GiB -> decimal GB."""
     return gib * BYTES_PER_GIB / BYTES_PER_GB
+
+
+def _mib(mib: float) -> float:
+    """MiB (what ``nvidia-smi`` reports) -> decimal GB."""
+    return mib * BYTES_PER_MIB / BYTES_PER_GB
 
 
 def _tib_s(tib_per_s: float) -> float:
@@ -299,9 +305,15 @@ _ASCEND_A5 = {
 # per kernel, no extra per-forward cost at batch 1, and the small-M GEMM ramp. Per architecture:
 # the GEMM efficiency of the measured path (FP8 on Hopper/Ada, FP16 on Ampere) and the HBM
 # efficiency. Paths without data (Hopper 16-bit, every 4-bit path) are uncalibrated guesses.
+# The fixed cost of a kernel inside a captured CUDA graph (decode only; ttft_bs1 is eager) is
+# fitted on the serving TPOT rows (measured_agg_serving_cases.csv, 758 decode-dominated
+# means, jointly with TensorRT-LLM's per-iteration host cost): 3 µs = graph-node launch plus
+# the SM ramp-up / tail a tiny decode kernel cannot hide (2 / 3 / 4 µs -> TPOT median APE
+# 8.4 / 8.6 / 10.3 %, the 3 µs value the only one that brings the DeepSeek-R1 EP1 group,
+# ~20 kernels per layer, under 25 %).
 _NVIDIA_STACK = {
     "kernel_launch_us": 10.0,
-    "graph_kernel_launch_us": 2.0,
+    "graph_kernel_launch_us": 3.0,
     "forward_overhead_us": 0.0,
     "gemm_half_efficiency_tokens": 120.0,
     "attention_efficiency": 0.5,
@@ -487,7 +499,9 @@ _BUILTIN: tuple[Device, ...] = (
         peak_bf16_tflops=989.0,
         peak_fp8_tflops=1979.0,
         peak_int8_tops=1979.0,
-        hbm_capacity_gb=141.0,
+        # "141 GB" is GiB-class like the other SKUs: nvidia-smi reports 143771 MiB (150.8 GB);
+        # it was stored as 141 decimal GB, 9.8 GB short, which starved the KV pool.
+        hbm_capacity_gb=_mib(143771),
         hbm_bandwidth_gb_s=4800.0,
         interconnect=_nvlink_node(450.0, _IB_NDR_GB_S),
         source=_HW_SPECS,

@@ -395,7 +395,7 @@ class ForwardBuilder:
             in_matrices * width,
             category=OpCategory.MOE,
             weight_rows=touched * h * in_matrices * width,
-            rows_per_weight=routes,
+            rows_per_weight=routes / touched if touched > 0 else routes,
         )
         self.elementwise(
             "experts_act",
@@ -415,7 +415,7 @@ class ForwardBuilder:
             h,
             category=OpCategory.MOE,
             weight_rows=touched * width * h,
-            rows_per_weight=routes,
+            rows_per_weight=routes / touched if touched > 0 else routes,
         )
         if moe.shared_intermediate_size:
             self._mlp("shared_expert", scope, count, tokens, moe.shared_intermediate_size / p.tp)

@@ -93,24 +93,17 @@ SERVING_DEVICE_ALIASES: Mapping[str, str] = {
     "B200 180GB": "NVIDIA_B200_SXM_180G",
 }
 #: TensorRT-LLM serving with FP8/NVFP4 GEMMs keeps an FP8 KV cache (its quantized recipes
-#: quantize the KV cache together with the weights) ...
+#: quantize the KV cache together with the weights). Checked against the 16-bit-KV reading
+#: per engine sweep: the TensorRT-LLM 1.0.0rc3 (H100) sweep's TPOT would prefer 16-bit KV
+#: (its decode gap grows with concurrency x context), but its KV memory cannot hold it:
+#: Qwen3-32B TP1 at 64 clients x 4352 tokens needs 73 GB of 16-bit KV next to 35 GB of
+#: weights on an 80 GiB H100, and the measured TTFT (1.6 s) shows no queueing for KV. So the
+#: cache is FP8 everywhere, and that sweep's slower decode attention stays a residual.
 SERVING_PRECISIONS: Mapping[str, str] = {
     "fp8": "FP8+KV8",
     "fp8_block": "FP8+KV8",
     "nvfp4": "NVFP4+KV8",
 }
-#: ... except in the TensorRT-LLM 1.0.0rc3 sweep (the H100 sample), which ran the FP8
-#: checkpoints with FP8 GEMMs and the engine's default 16-bit KV cache (``kv_cache_dtype``
-#: auto: no KV scales in those checkpoints). The data decides it: the decode-time gap of the
-#: FP8-KV reading grows with concurrency x context in that sweep only (the KV read it leaves
-#: out), and the 16-bit-KV reading halves that group's TPOT error; the later samples (1.1,
-#: 1.2, the undated H200/B200 sweep) fit the FP8 KV cache and get worse with 16-bit.
-SERVING_PRECISIONS_16BIT_KV: Mapping[str, str] = {
-    "fp8": "FP8",
-    "fp8_block": "FP8",
-    "nvfp4": "NVFP4",
-}
-TRTLLM_16BIT_KV_ENGINES: frozenset[str] = frozenset({"trtllm 1.0.0rc3"})
 #: "unrecorded" precision: the model's native 16-bit weights (the data's README). Both
 #: readings were replayed (``load_agg_serving_cases(unrecorded_precision="FP8")``): 16-bit
 #: fits the Llama-3.1-8B rows (TPOT group median APE 6.4 % vs 18.2 % read as FP8).
@@ -125,11 +118,13 @@ TRTLLM_KV_FREE_MEMORY_FRACTION = 0.9
 TRTLLM_RUNTIME_MEMORY_GB = 3.0
 #: Host time of one TensorRT-LLM (PyTorch backend) executor iteration that the GPU waits for:
 #: scheduling, input preparation, sampling and response handling in Python. Fitted once on
-#: the serving TPOT rows (a constant decode-step gap of 1-2 ms over every model, layout and
-#: concurrency once collectives were costed as NVSwitch one-/two-shot kernels); scan
-#: 0.5/1/1.5/2/2.5 ms -> TPOT median APE 10.6/8.7/8.5/9.8/11.6 %. Engine policy, not device:
-#: the batch-1 ``ttft_bs1`` points (TensorRT-LLM 0.9 C++ runtime) do not carry it.
-TRTLLM_STEP_OVERHEAD_US = 1500.0
+#: the serving TPOT rows (a decode-step gap of 1-2 ms over every model, layout and
+#: concurrency once collectives were costed as NVSwitch one-/two-shot kernels), jointly with
+#: the NVIDIA graph-kernel cost (3 µs): 0.5 / 0.75 / 1 / 1.25 ms -> TPOT median APE
+#: 9.7 / 9.3 / 10.0 / 10.7 %, mean signed error -4.3 / -2.3 / -0.3 / +1.7 %; 0.75 ms taken.
+#: Engine policy, not device: the batch-1 ``ttft_bs1`` points (TensorRT-LLM 0.9 C++ runtime)
+#: do not carry it.
+TRTLLM_STEP_OVERHEAD_US = 750.0
 # Published precision -> (linear action, attention action). TensorRT-LLM 0.9 "FP8" = FP8
 # GEMMs; its context attention ran in 16-bit.
 PRECISIONS: Mapping[str, Quantization] = {
@@ -435,12 +430,7 @@ def load_agg_serving_cases(
             device = SERVING_DEVICE_ALIASES.get(row["hardware"])
             if device is None:
                 continue
-            readings = (
-                SERVING_PRECISIONS_16BIT_KV
-                if row["engine"] in TRTLLM_16BIT_KV_ENGINES
-                else SERVING_PRECISIONS
-            )
-            precision = readings.get(row["gemm_quant"], unrecorded_precision)
+            precision = SERVING_PRECISIONS.get(row["gemm_quant"], unrecorded_precision)
             model = row["model"]
             common: dict[str, Any] = {
                 "model": model,

@@ -23,12 +23,7 @@ def test_every_measured_row_gives_a_ttft_and_a_tpot_case() -> None:
         "NVIDIA_H200_SXM_141G",
         "NVIDIA_B200_SXM_180G",
     }
-    assert {c.precision for c in cases} == {"FP8+KV8", "NVFP4+KV8", "FP8", "BF16"}
-    # TensorRT-LLM 1.0.0rc3 sweep: FP8 GEMMs with the default 16-bit KV cache; the others
-    # quantize the KV cache too.
-    for case in cases:
-        if case.precision.startswith("FP8"):
-            assert (case.precision == "FP8") == (case.engine == "trtllm 1.0.0rc3")
+    assert {c.precision for c in cases} == {"FP8+KV8", "NVFP4+KV8", "BF16"}
     deepseek = [c for c in cases if c.model == "deepseek-ai/DeepSeek-R1" and c.dp == 8]
     assert deepseek and all(c.ep == 8 for c in deepseek)
     for case in cases:
