@@ -512,13 +512,37 @@ def check_simulation_size(data: OptimizerData, requests: int, field: str) -> Non
         )
 
 
+def check_closed_loop_size(
+    data: OptimizerData, clients: int, requests_per_client: int, field: str
+) -> None:
+    chunks = data.prefill_num_chunks
+    sent = clients * requests_per_client
+    if sent * chunks > limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS:
+        most = max(1, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // (requests_per_client * chunks))
+        raise SearchLimitError(
+            f"a closed loop of {clients} clients x {requests_per_client} requests x "
+            f"{chunks} prefill chunks exceeds {limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS}: lower "
+            f"{field} to <= {most}, requests_per_client, or raise max_batched_tokens"
+        )
+
+
 def search_cap(request: OptimizeRequest, data: OptimizerData) -> int:
     """The optimizer's batch-size cap: the default shrinks to the bound, an explicit one not."""
+    closed = request.workload == "closed_loop"
     if "max_batch_size" in request.model_fields_set:
         check_simulation_size(data, request.max_batch_size, "max_batch_size")
+        if closed:
+            check_closed_loop_size(
+                data, request.max_batch_size, request.requests_per_client, "max_batch_size"
+            )
         return request.max_batch_size
     check_simulation_size(data, 1, "max_batch_size")
-    return min(request.max_batch_size, limits.MAX_CHUNK_REQUESTS // data.prefill_num_chunks)
+    cap = min(request.max_batch_size, limits.MAX_CHUNK_REQUESTS // data.prefill_num_chunks)
+    if closed:
+        check_closed_loop_size(data, 1, request.requests_per_client, "max_batch_size")
+        per_client = request.requests_per_client * data.prefill_num_chunks
+        cap = min(cap, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // per_client)
+    return cap
 
 
 def make_scheduler(options: SchedulerOptions) -> Scheduler:
@@ -651,6 +675,7 @@ def simulate(
     model = factory(layout)
     batch = request.concurrency
     if request.workload == "closed_loop":
+        check_closed_loop_size(data, batch, request.requests_per_client, "concurrency")
         return _simulate_closed_loop(request, data, layout, scheduler, factory, model, started)
     plan = plan_serving(
         data.get_prefill_chunk_plan(),

@@ -23,3 +23,6 @@ MAX_PREFILL_CHUNKS = 1024  # chunks per request in /v1/simulate and /v1/optimize
 MAX_CHUNK_REQUESTS = 1_048_576
 MAX_TIMELINE_CHUNK_REQUESTS = 65_536  # the same product when a step timeline is requested
 MAX_REQUESTS_PER_CLIENT = 100  # closed-loop workloads
+# closed-loop workloads: requests sent per replica x prefill chunks (the planner's cost follows
+# it: about 10 us per scheduling run, roughly one run per request and chunk).
+MAX_CLOSED_LOOP_REQUEST_CHUNKS = 131_072

@@ -415,3 +415,11 @@ def test_closed_loop_optimize_agg_only(client: TestClient) -> None:
     wrong = {**OPTIMIZE, "workload": "closed_loop", "mode": "disagg_decode"}
     body = problem(client.post("/v1/optimize", json=wrong), 422)
     assert body["errors"][0]["loc"] == ["body", "workload"]
+
+
+def test_closed_loop_size_is_bounded(client: TestClient) -> None:
+    big = {**SIMULATE, "workload": "closed_loop", "concurrency": 10_000, "requests_per_client": 10}
+    body = problem(client.post("/v1/simulate", json=big), 422)
+    assert "lower concurrency to <= 6553" in body["detail"]
+    explicit = {**OPTIMIZE, "workload": "closed_loop", "max_batch_size": 20_000}
+    assert "max_batch_size" in problem(client.post("/v1/optimize", json=explicit), 422)["detail"]
