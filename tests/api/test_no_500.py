@@ -67,6 +67,17 @@ COMMON = {
     "num_mtp_tokens": st.integers(min_value=-1, max_value=10),
     "mtp_acceptance_rates": st.lists(rates, max_size=10),
     "quantize_linear_action": st.sampled_from(["DISABLED", "W8A8_DYNAMIC", "FP8", "MXFP4", "x"]),
+    "scheduler": st.fixed_dictionaries(
+        {"name": st.sampled_from(["decode_first_with_slack", "vllm", "sglang", "x"])},
+        optional={
+            "slack_ratio": rates,
+            "prefill_order": st.sampled_from(["fifo", "continue_first"]),
+            "max_num_seqs": st.integers(min_value=0, max_value=64),
+            "mixed_latency": st.sampled_from(["max", "sum"]),
+        },
+    ),
+    "workload": st.sampled_from(["burst", "closed_loop"]),
+    "requests_per_client": st.integers(min_value=0, max_value=5),
 }
 
 ENDPOINTS = {
