@@ -64,3 +64,25 @@ def test_request_id_is_echoed_or_generated(client: TestClient) -> None:
 def test_openapi_and_docs_are_served(client: TestClient) -> None:
     assert client.get("/openapi.json").status_code == 200
     assert client.get("/docs").status_code == 200
+
+
+def test_openapi_documents_every_endpoint_and_problem_responses(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    paths = spec["paths"]
+    for path in (
+        "/v1/optimize",
+        "/v1/simulate",
+        "/v1/chunk-plan",
+        "/v1/forward",
+        "/v1/models",
+        "/v1/devices",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ):
+        assert path in paths, path
+    optimize = paths["/v1/optimize"]["post"]
+    assert "application/problem+json" in optimize["responses"]["422"]["content"]
+    schema = spec["components"]["schemas"]["OptimizeRequest"]
+    assert schema["properties"]["max_batched_tokens"]["minimum"] == 1
+    assert "max_batched_tokens" in schema["required"]
