@@ -10,6 +10,7 @@ UnknownModelError/UnknownDevice    422     ``valid``: the names that exist
 UnsupportedError                   422     well-formed but not representable
 SearchLimitError                   422     the search bounds (see README)
 SimulationError                    422     the configuration cannot make progress
+InfeasibleError                    422     cannot run at all (results say why otherwise)
 DeadlineExceededError              503     ``Retry-After``
 other ChunkwiseError               400
 HTTPException                      its own status (404 unknown route, 405, ...)
@@ -31,6 +32,7 @@ from starlette.status import HTTP_500_INTERNAL_SERVER_ERROR
 from app.core.errors import (
     ChunkwiseError,
     DeadlineExceededError,
+    InfeasibleError,
     InvalidParameterError,
     SearchLimitError,
     SimulationError,
@@ -146,6 +148,8 @@ async def _domain(request: Request, exc: Exception) -> ProblemResponse:
         return problem_response(request, 422, "Search too large", detail, kind="search-limit")
     if isinstance(exc, SimulationError):
         return problem_response(request, 422, "Simulation failed", detail, kind="simulation")
+    if isinstance(exc, InfeasibleError):
+        return problem_response(request, 422, "Infeasible configuration", detail, kind="infeasible")
     if isinstance(exc, DeadlineExceededError):
         return problem_response(
             request,

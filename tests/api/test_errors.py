@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from app.core.errors import (
     ChunkwiseError,
     DeadlineExceededError,
+    InfeasibleError,
     InvalidParameterError,
     SearchLimitError,
     SimulationError,
@@ -29,6 +30,7 @@ RAISED: dict[str, Exception] = {
     "unsupported": UnsupportedError("model_type 'rwkv' is not supported"),
     "search": SearchLimitError("too many layouts"),
     "simulation": SimulationError("no progress"),
+    "infeasible": InfeasibleError("the KV cache of one request does not fit"),
     "deadline": DeadlineExceededError("took too long"),
     "generic": ChunkwiseError("something domain-specific"),
 }
@@ -67,6 +69,7 @@ def raising_client() -> Iterator[TestClient]:
         ("unsupported", 422),
         ("search", 422),
         ("simulation", 422),
+        ("infeasible", 422),
         ("deadline", 503),
         ("generic", 400),
     ],
