@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from app.cache import RedisLatencyCache
-from tests.integration.conftest import RedisServer
+from tests.integration.conftest import RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -99,5 +99,31 @@ def test_failures_are_skipped_for_the_retry_interval(redis_server: RedisServer) 
         assert cache.check().reachable  # a probe closes the breaker at once
         assert cache.get_many(["a"]) == [None]
         assert cache.stats.errors == errors
+    finally:
+        cache.close()
+
+
+@pytest.mark.fault
+def test_a_frozen_redis_costs_one_socket_timeout_then_recovers(redis_server: RedisServer) -> None:
+    import os
+    import signal
+    import time
+
+    cache = make_cache(redis_server, retry_interval_s=0.0)
+    assert redis_server.process is not None
+    pid = redis_server.process.pid
+    try:
+        cache.set_many({"k": {"v": 1}})
+        os.kill(pid, signal.SIGSTOP)  # accepts nothing, answers nothing: a hung server
+        try:
+            start = time.monotonic()
+            assert cache.get_many(["k"]) == [None]
+            elapsed = time.monotonic() - start
+            assert elapsed < 2.0, elapsed  # socket timeout 0.5 s, no client retries
+            assert not cache.check().reachable
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: cache.check().reachable, what="redis to answer again")
+        assert cache.get_many(["k"]) == [{"v": 1}]
     finally:
         cache.close()
