@@ -79,6 +79,11 @@ def chart_points(page: Page, canvas_id: str) -> list[int]:
     return [int(n) for n in counts]
 
 
+def chart_series(page: Page, canvas_id: str) -> dict[str, int]:
+    labels = page.evaluate("id => Chart.getChart(id).data.datasets.map(d => d.label)", canvas_id)
+    return dict(zip(labels, chart_points(page, canvas_id), strict=True))
+
+
 def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artifacts: Path) -> None:
     load(page)
     expect(page.get_by_label("Model")).to_have_value(MODEL)
@@ -99,12 +104,14 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
     expect(rows.first.locator("td[data-key=prefill_num_chunks]")).to_have_text("2")
     expect(rows.first.locator("td[data-key=effective_input_length]")).to_have_text("3,500")
 
-    # Both charts plot every feasible probe, one series per layout.
+    # Both charts plot every feasible probe, one series per layout, and star the best one.
     feasible = [p for p in response["probes"] if p["feasible"]]
     layouts = {p["parallel"] for p in feasible}
-    assert len(chart_points(page, "chart-concurrency")) == len(layouts)
-    assert sum(chart_points(page, "chart-concurrency")) == len(feasible) > 0
-    assert sum(chart_points(page, "chart-latency")) == len(feasible)
+    for chart in ("chart-concurrency", "chart-latency"):
+        series = chart_series(page, chart)
+        assert series.pop("best") == 1
+        assert set(series) == layouts
+        assert sum(series.values()) == len(feasible) > 0
 
     # Chunk plan: 3500 tokens in chunks of at most 2048.
     expect(page.locator("#chunk-plan")).to_contain_text("in 2 chunks of at most 2,048 tokens")

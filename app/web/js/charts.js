@@ -58,6 +58,54 @@ function datasets(series, x) {
     .filter((d) => d.data.length);
 }
 
+/** The best row ringed on a probe chart (it is one of the probes). */
+function bestDataset(response, x) {
+  const best = response.best;
+  if (!best) return [];
+  const probe = response.probes.find(
+    (p) => p.feasible && p.role === best.role && p.parallel === best.parallel && p.concurrency === best.concurrency,
+  );
+  const value = probe && x(probe);
+  if (value === null || value === undefined) return [];
+  return [
+    {
+      label: "best",
+      data: [{ x: value, y: probe.throughput_tokens_s, probe }],
+      borderColor: "#111827",
+      backgroundColor: "rgba(0, 0, 0, 0)",
+      pointStyle: "circle",
+      pointRadius: 9,
+      pointHoverRadius: 11,
+      borderWidth: 2.5,
+      showLine: false,
+    },
+  ];
+}
+
+/** A dashed vertical line at a limit (TTFT / TPOT), drawn by a tiny inline plugin. */
+const limitLine = {
+  id: "limitLine",
+  afterDatasetsDraw(chart, _args, options) {
+    if (!options || options.value === null || options.value === undefined) return;
+    const { ctx, chartArea: area, scales } = chart;
+    const x = scales.x.getPixelForValue(options.value);
+    if (x < area.left - 1 || x > area.right + 1) return;
+    ctx.save();
+    ctx.strokeStyle = "#6b7280";
+    ctx.setLineDash([5, 4]);
+    ctx.beginPath();
+    ctx.moveTo(x, area.top);
+    ctx.lineTo(x, area.bottom);
+    ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.font = "12px system-ui, sans-serif";
+    ctx.textAlign = x - area.left > ctx.measureText(options.label).width + 8 ? "right" : "left";
+    ctx.fillStyle = "#374151";
+    ctx.fillText(options.label, ctx.textAlign === "right" ? x + 2 : x - 2, area.top - 12);
+    ctx.restore();
+  },
+};
+
 function probeTooltip(ctx) {
   const p = ctx.raw.probe;
   return [
@@ -101,7 +149,7 @@ export function drawConcurrencyChart(canvas, response) {
   const data = datasets(series, (p) => p.concurrency);
   draw(canvas, {
     type: "scatter",
-    data: { datasets: data },
+    data: { datasets: [...data, ...bestDataset(response, (p) => p.concurrency)] },
     options: {
       ...baseOptions(),
       scales: {
@@ -133,16 +181,23 @@ export function drawLatencyChart(canvas, response, metric) {
   const data = datasets(series, (p) => p[key]);
   const side = response.mode === "pd_ratio" ? (key === "ttft_ms" ? ", prefill layouts" : ", decode layouts") : "";
   const label = `${key === "ttft_ms" ? "TTFT" : "TPOT"} (ms${side})`;
+  const limit = response.input[key === "ttft_ms" ? "ttft_limit_ms" : "tpot_limit_ms"];
   draw(canvas, {
     type: "scatter",
-    data: { datasets: data },
+    data: { datasets: [...data, ...bestDataset(response, (p) => p[key])] },
+    plugins: [limitLine],
     options: {
       ...baseOptions(),
+      layout: { padding: { top: limit ? 22 : 0 } }, // room for the limit's label
       scales: {
-        x: { title: { display: true, text: label } },
+        x: { title: { display: true, text: label }, suggestedMax: limit ? limit * 1.03 : undefined },
         y: throughputAxis(response, new Set(series.map((s) => s.role))),
       },
-      plugins: { ...baseOptions().plugins, tooltip: { callbacks: { label: probeTooltip } } },
+      plugins: {
+        ...baseOptions().plugins,
+        tooltip: { callbacks: { label: probeTooltip } },
+        limitLine: { value: limit ?? null, label: `${key === "ttft_ms" ? "TTFT" : "TPOT"} limit ${fmt(limit ?? 0, 0)} ms` },
+      },
     },
   });
   const points = data.reduce((n, d) => n + d.data.length, 0);
