@@ -67,6 +67,7 @@ from app.core.optimizer.agg import decode_shape, largest_prefill_shape, limit_re
 from app.core.parallel import ParallelLayout
 from app.core.runner import (
     DEFAULT_RESERVED_MEMORY_GB,
+    RUNNER_MODEL_VERSION,
     ModelRunner,
     RequestInfo,
     RunnerServingModel,
@@ -987,7 +988,11 @@ def optimize(
         )
     scheduler = make_scheduler(request.scheduler)
     use_response_cache = context.settings.response_cache and not allow_paths
-    key = response_key("optimize", request.model_dump_json()) if use_response_cache else None
+    key = (
+        response_key("optimize", f"{RUNNER_MODEL_VERSION}|{request.model_dump_json()}")
+        if use_response_cache
+        else None
+    )
     if key is not None:
         cached = context.cache.get_many([key])[0]
         if cached is not None:
