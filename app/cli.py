@@ -448,6 +448,10 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
             )
         if args.format == "json" and len(responses) > 1:
             print(json.dumps([r.model_dump(mode="json") for r in responses], indent=2))
+        elif args.format == "csv" and len(responses) > 1:  # one table: rows carry their role
+            print(
+                _csv([row for r in responses for row in r.model_dump(mode="json")["rows"]]), end=""
+            )
         else:
             for response in responses:
                 _print_optimize(response, args.format)

@@ -170,3 +170,12 @@ def test_scheduler_and_workload_flags(capsys: pytest.CaptureFixture[str]) -> Non
         [*argv, "--tp-size", "4", "--scheduler", "vllm", "--slack-ratio", "1.2"], capsys
     )
     assert code == 2 and "slack_ratio" in err
+
+
+def test_disagg_both_sides_csv_is_one_table(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*OPTIMIZE_NO_LIMIT, "8", "--disagg", "--tp-sizes", "4", "8", *JSON_8192[:2]]
+    code, out, _ = run([*argv, "--format", "csv"], capsys)
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert {r["role"] for r in rows} == {"prefill", "decode"}
+    assert out.count("role,") == 1
