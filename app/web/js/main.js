@@ -259,7 +259,10 @@ async function simulateRow(row) {
     zoomTimeline();
     const role = row.role === "agg" ? "" : ` (${row.role} row, simulated as one aggregated replica)`;
     text.textContent =
-      `Rank ${row.rank}: ${sim.parallel}${role}, ${sim.batch_size} requests per replica at t = 0 · ` +
+      `Rank ${row.rank}: ${sim.parallel}${role}, ` +
+      (sim.workload === "closed_loop"
+        ? `${sim.batch_size} clients per replica · `
+        : `${sim.batch_size} requests per replica at t = 0 · `) +
       `TTFT ${fmtMs(sim.ttft_ms)} · TPOT ${fmtMs(sim.tpot_ms)} · makespan ${fmtMs(sim.makespan_ms)} · ` +
       `${fmt(sim.steps)} steps (${sim.method.replace(/_/g, " ")}) · ${fmt(sim.timeline?.length ?? 0)} step records` +
       forced +
