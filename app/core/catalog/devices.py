@@ -308,9 +308,9 @@ _ASCEND_A5 = {
 # The fixed cost of a kernel inside a captured CUDA graph (decode only; ttft_bs1 is eager) is
 # fitted on the serving TPOT rows (measured_agg_serving_cases.csv, 758 decode-dominated
 # means, jointly with TensorRT-LLM's per-iteration host cost): 3 µs = graph-node launch plus
-# the SM ramp-up / tail a tiny decode kernel cannot hide (2 / 3 / 4 µs -> TPOT median APE
-# 8.4 / 8.6 / 10.3 %, the 3 µs value the only one that brings the DeepSeek-R1 EP1 group,
-# ~20 kernels per layer, under 25 %).
+# the SM ramp-up / tail a tiny decode kernel cannot hide (best TPOT median APE over the step
+# overhead: 2 / 3 / 4 µs -> 10.0 / 9.5 / 10.9 %; 2 µs leaves the DeepSeek-R1 EP1 group, ~20
+# kernels per layer, above 25 %). bench/README.md has the grid.
 _NVIDIA_STACK = {
     "kernel_launch_us": 10.0,
     "graph_kernel_launch_us": 3.0,
