@@ -54,7 +54,7 @@ export function renderTable(container, response, onSelect) {
   let sortDir = "ascending";
   let selected = null;
   const table = h("table", { class: "data", id: "results-table" });
-  const caption = h("caption", {}, "Ranked configurations (best per parallel layout). Sort by a column header; “Timeline” simulates a row.");
+  const caption = h("caption", { class: "sr-only" }, "Ranked configurations, best per parallel layout");
   const thead = h("thead");
   const tbody = h("tbody");
   table.append(caption, thead, tbody);
@@ -120,7 +120,14 @@ export function renderTable(container, response, onSelect) {
   };
   header();
   body();
-  container.replaceChildren(rows.length ? h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Ranked configurations" }, table) : h("p", { class: "empty" }, "No feasible configuration."));
+  container.replaceChildren(
+    ...(rows.length
+      ? [
+          h("p", { class: "hint table-hint" }, "Best row per parallel layout. Sort by a column header; “Timeline” simulates a row."),
+          h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Ranked configurations" }, table),
+        ]
+      : [h("p", { class: "empty" }, "No feasible configuration.")]),
+  );
   return controller;
 }
 
