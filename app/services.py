@@ -1258,21 +1258,44 @@ def forward(
 # GET /v1/models, GET /v1/devices
 
 
+def _model_info(arch: ModelArchitecture) -> ModelInfo:
+    return ModelInfo(
+        name=arch.name,
+        model_type=arch.model_type,
+        num_params=arch.num_params,
+        num_active_params=arch.num_active_params,
+        num_layers=arch.num_layers,
+        hidden_size=arch.hidden_size,
+        architecture=arch.to_dict(),
+    )
+
+
+def _device_info(d: Device) -> DeviceInfo:
+    return DeviceInfo(
+        name=d.name,
+        vendor=d.vendor,
+        description=d.description,
+        peak_bf16_tflops=d.peak_bf16_tflops,
+        peak_fp8_tflops=d.peak_fp8_tflops,
+        peak_int8_tops=d.peak_int8_tops,
+        peak_fp4_tflops=d.peak_fp4_tflops,
+        hbm_capacity_gb=d.hbm_capacity_gb,
+        hbm_bandwidth_gb_s=d.hbm_bandwidth_gb_s,
+        numbers=d.to_dict(),
+    )
+
+
+def get_model_info(name: str) -> ModelInfo:
+    """A built-in model by id or alias (never a local path); UnknownModelError otherwise."""
+    return _model_info(resolve_model(name))
+
+
+def get_device_info(name: str) -> DeviceInfo:
+    return _device_info(get_device(name))
+
+
 def list_models() -> ModelList:
-    models = []
-    for arch in catalog_models():
-        numbers = arch.to_dict()
-        models.append(
-            ModelInfo(
-                name=arch.name,
-                model_type=arch.model_type,
-                num_params=arch.num_params,
-                num_active_params=arch.num_active_params,
-                num_layers=arch.num_layers,
-                hidden_size=arch.hidden_size,
-                architecture=numbers,
-            )
-        )
+    models = [_model_info(arch) for arch in catalog_models()]
     return ModelList(
         models=models,
         quantize_linear_actions=linear_actions(),
@@ -1282,20 +1305,4 @@ def list_models() -> ModelList:
 
 
 def list_devices() -> DeviceList:
-    return DeviceList(
-        devices=[
-            DeviceInfo(
-                name=d.name,
-                vendor=d.vendor,
-                description=d.description,
-                peak_bf16_tflops=d.peak_bf16_tflops,
-                peak_fp8_tflops=d.peak_fp8_tflops,
-                peak_int8_tops=d.peak_int8_tops,
-                peak_fp4_tflops=d.peak_fp4_tflops,
-                hbm_capacity_gb=d.hbm_capacity_gb,
-                hbm_bandwidth_gb_s=d.hbm_bandwidth_gb_s,
-                numbers=d.to_dict(),
-            )
-            for d in catalog_devices()
-        ]
-    )
+    return DeviceList(devices=[_device_info(d) for d in catalog_devices()])

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 
 from app import services
-from app.models.catalog import DeviceList, ModelList
+from app.api.errors import PROBLEM_JSON, problem_response
+from app.core.errors import UnknownNameError
+from app.models.catalog import DeviceInfo, DeviceList, ModelInfo, ModelList
+from app.models.common import Problem
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": Problem, "content": {PROBLEM_JSON: {}}, "description": "unknown name"}
+}
+
+
+def _not_found(request: Request, exc: UnknownNameError) -> Response:
+    return problem_response(
+        request, 404, f"Unknown {exc.kind}", str(exc), kind=f"unknown-{exc.kind}", valid=exc.valid
+    )
 
 
 @router.get("/models", response_model=ModelList)
@@ -21,3 +35,21 @@ async def models() -> ModelList:
 async def devices() -> DeviceList:
     """Built-in devices with peaks, memory, bandwidth, efficiencies and interconnect tiers."""
     return await anyio.to_thread.run_sync(services.list_devices)
+
+
+@router.get("/models/{name:path}", response_model=ModelInfo, responses=NOT_FOUND)
+async def model(name: str, request: Request) -> ModelInfo | Response:
+    """One built-in model by Hugging Face id or alias (404 with the valid names otherwise)."""
+    try:
+        return await anyio.to_thread.run_sync(services.get_model_info, name)
+    except UnknownNameError as exc:
+        return _not_found(request, exc)
+
+
+@router.get("/devices/{name}", response_model=DeviceInfo, responses=NOT_FOUND)
+async def device(name: str, request: Request) -> DeviceInfo | Response:
+    """One built-in device (404 with the valid names otherwise)."""
+    try:
+        return await anyio.to_thread.run_sync(services.get_device_info, name)
+    except UnknownNameError as exc:
+        return _not_found(request, exc)

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.datastructures import Headers, MutableHeaders
@@ -111,6 +111,8 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_ServiceCollector(context))
+        # process_* (CPU, memory, start time): tells the workers apart when scraping several.
+        ProcessCollector(registry=self.registry)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()

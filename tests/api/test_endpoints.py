@@ -423,3 +423,11 @@ def test_closed_loop_size_is_bounded(client: TestClient) -> None:
     assert "lower concurrency to <= 6553" in body["detail"]
     explicit = {**OPTIMIZE, "workload": "closed_loop", "max_batch_size": 20_000}
     assert "max_batch_size" in problem(client.post("/v1/optimize", json=explicit), 422)["detail"]
+
+
+def test_catalog_items_by_name(client: TestClient) -> None:
+    assert client.get("/v1/models/qwen3-32b-instruct").json()["name"] == MODEL
+    assert client.get(f"/v1/devices/{DEVICE.lower()}").json()["name"] == DEVICE
+    body = problem(client.get("/v1/models/%2Fwork%2Fshared%2Fmodel_configs"), 404)
+    assert MODEL in body["valid"]
+    assert DEVICE in problem(client.get("/v1/devices/TPU9"), 404)["valid"]
