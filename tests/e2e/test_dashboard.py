@@ -429,3 +429,7 @@ def test_the_url_keeps_the_form(page: Page) -> None:
     expect(page.locator("#chunk-plan")).to_contain_text("in 5 chunks of at most 1,024 tokens")
     expect(page.locator("#results-table tbody tr")).to_have_count(2)
     expect(page.locator("#results-table tbody tr").first).to_contain_text("decode")
+    page.get_by_role("button", name="Reset").click()
+    expect(page.get_by_label("Input length (tokens)")).to_have_value("3500")
+    expect(page.get_by_label("TTFT limit (ms)")).to_be_visible()
+    assert "#" not in page.url

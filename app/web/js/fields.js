@@ -358,6 +358,17 @@ export function formState() {
   return state;
 }
 
+/** Back to the initial values. */
+export function resetForm() {
+  for (const f of FIELDS) {
+    const el = input(f.name);
+    if (f.kind === "bool") el.checked = Boolean(f.value);
+    else el.value = f.value ?? "";
+  }
+  clearErrors();
+  applyMode();
+}
+
 /** Put raw values back (unknown names are ignored); returns how many were applied. */
 export function setFormState(state) {
   let applied = 0;

@@ -6,8 +6,8 @@ import {
 } from "./charts.js";
 import { cliCommand, curlCommand } from "./commands.js";
 import {
-  applyMode, clearErrors, fieldOfLoc, formState, input, readForm, renderForm, setFormState,
-  setOptions, showErrors,
+  applyMode, clearErrors, fieldOfLoc, formState, input, readForm, renderForm, resetForm,
+  setFormState, setOptions, showErrors,
 } from "./fields.js";
 import { exportCsv, exportJson, renderSummary, renderTable } from "./results.js";
 import { fmt, fmtMs, h } from "./util.js";
@@ -330,6 +330,13 @@ function boot() {
   $("cancel").addEventListener("click", () => state.controller?.abort());
   $("copy-cli").addEventListener("click", () => copyCommand("cli"));
   $("copy-curl").addEventListener("click", () => copyCommand("curl"));
+  $("reset").addEventListener("click", () => {
+    resetForm();
+    hideBanner();
+    describeModel();
+    describeDevice();
+    history.replaceState(null, "", window.location.pathname);
+  });
   $("export-csv").addEventListener("click", () => state.response && exportCsv(state.response));
   $("export-json").addEventListener("click", () => state.response && exportJson(state.response));
   $("timeline-zoom").addEventListener("change", zoomTimeline);
