@@ -130,29 +130,37 @@ class LatencyCache(Protocol):
 
 
 class MemoryLatencyCache:
-    """In-process LRU bounded by entry count. Values are stored as JSON text, like Redis."""
+    """In-process LRU bounded by entry count and by bytes. Values are JSON text, like Redis."""
 
     backend = "memory"
 
-    def __init__(self, max_entries: int = 200_000) -> None:
-        if max_entries < 1:
-            raise ValueError("max_entries must be >= 1")
+    def __init__(self, max_entries: int = 200_000, max_bytes: int = 256 * 1024 * 1024) -> None:
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError("max_entries and max_bytes must be >= 1")
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.stats = CacheStats()
         self._data: OrderedDict[str, str] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._data)
 
+    @property
+    def size_bytes(self) -> int:
+        """Approximate: characters of keys and JSON values."""
+        return self._bytes
+
     def get_many(self, keys: Sequence[str]) -> list[JSONValue | None]:
-        out: list[JSONValue | None] = []
+        raws: list[str | None] = []
         with self._lock:
             for key in keys:
                 raw = self._data.get(key)
                 if raw is not None:
                     self._data.move_to_end(key)
-                out.append(_decode(raw))
+                raws.append(raw)
+        out = [_decode(raw) for raw in raws]  # decode outside the lock
         hits = sum(value is not None for value in out)
         self.stats.add(hits=hits, misses=len(out) - hits)
         return out
@@ -163,18 +171,29 @@ class MemoryLatencyCache:
             return
         with self._lock:
             for key, raw in encoded.items():
+                old = self._data.pop(key, None)
+                if old is not None:
+                    self._bytes -= len(key) + len(old)
                 self._data[key] = raw
-                self._data.move_to_end(key)
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
+                self._bytes += len(key) + len(raw)
+            while self._data and (
+                len(self._data) > self.max_entries or self._bytes > self.max_bytes
+            ):
+                key, raw = self._data.popitem(last=False)
+                self._bytes -= len(key) + len(raw)
         self.stats.add(writes=len(encoded))
 
     def check(self) -> CacheHealth:
-        return CacheHealth(backend=self.backend, reachable=True, detail=f"{len(self)} entries")
+        return CacheHealth(
+            backend=self.backend,
+            reachable=True,
+            detail=f"{len(self)} entries, {self._bytes} bytes",
+        )
 
     def close(self) -> None:
         with self._lock:
             self._data.clear()
+            self._bytes = 0
 
 
 class RedisLatencyCache:
@@ -295,7 +314,7 @@ def create_cache(settings: Settings) -> LatencyCache:
             socket_timeout_s=settings.redis_socket_timeout_s,
             retry_interval_s=settings.redis_retry_interval_s,
         )
-    return MemoryLatencyCache(settings.cache_max_entries)
+    return MemoryLatencyCache(settings.cache_max_entries, settings.cache_max_bytes)
 
 
 def _encode_all(items: Mapping[str, JSONValue]) -> dict[str, str]:

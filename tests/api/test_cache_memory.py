@@ -58,3 +58,13 @@ def test_settings_select_the_backend() -> None:
     redis_cache = create_cache(Settings(cache_backend="redis", redis_url="redis://127.0.0.1:1/0"))
     assert isinstance(redis_cache, RedisLatencyCache)
     redis_cache.close()
+
+
+def test_memory_cache_is_bounded_by_bytes_too() -> None:
+    cache = MemoryLatencyCache(max_entries=1000, max_bytes=200)
+    cache.set_many({f"k{i}": {"pad": "x" * 40} for i in range(10)})
+    assert cache.size_bytes <= 200
+    assert 0 < len(cache) < 10
+    assert cache.get_many(["k9"]) != [None]  # the newest survive
+    cache.set_many({"k9": {"pad": "y"}})  # replacing an entry keeps the count exact
+    assert cache.size_bytes == sum(len(k) + len(v) for k, v in cache._data.items())
