@@ -247,8 +247,10 @@ class CachedServingModel:
         usage: CacheUsage | None = None,
         stats: ServiceStats | None = None,
         deadline: float | None = None,
+        on_deadline: Callable[[], None] | None = None,
     ) -> None:
         self._evaluator = evaluator
+        self._on_deadline = on_deadline
         self._cache = cache
         self._digest = identity_digest(evaluator.identity())
         self._local: dict[ForwardShape, ForwardRecord] = {}
@@ -308,6 +310,8 @@ class CachedServingModel:
 
     def _check_deadline(self) -> None:
         if self._deadline is not None and time.monotonic() > self._deadline:
+            if self._on_deadline is not None:
+                self._on_deadline()  # keep what was computed: a narrower retry reuses it
             raise DeadlineExceededError(
                 "the computation ran past its deadline; narrow the search (fewer layouts, "
                 "shorter lengths or a larger max_batched_tokens)"
@@ -608,6 +612,7 @@ class ModelFactory:
             usage=self.usage,
             stats=self.context.stats,
             deadline=self.deadline,
+            on_deadline=self.flush,
         )
         self.models.append(model)
         return model

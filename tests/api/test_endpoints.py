@@ -431,3 +431,38 @@ def test_catalog_items_by_name(client: TestClient) -> None:
     body = problem(client.get("/v1/models/%2Fwork%2Fshared%2Fmodel_configs"), 404)
     assert MODEL in body["valid"]
     assert DEVICE in problem(client.get("/v1/devices/TPU9"), 404)["valid"]
+
+
+def test_work_done_before_a_deadline_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from app import services
+    from app.cache import MemoryLatencyCache
+    from app.core.errors import DeadlineExceededError
+    from app.core.latency import ForwardShape
+
+    class Fake:
+        def identity(self) -> str:
+            return "fake"
+
+        def evaluate(self, shape: ForwardShape) -> services.ForwardRecord:
+            return services.ForwardRecord(float(shape.concurrency), 1.0)
+
+        def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
+            return 1
+
+    cache = MemoryLatencyCache()
+    written: list[int] = []
+    model = services.CachedServingModel(
+        Fake(),
+        cache,
+        deadline=time.monotonic() + 60,
+        on_deadline=lambda: written.append(len(model.take_pending())),
+    )
+    first = ForwardShape(is_decode=True, concurrency=1, query_len=1, seq_len=10)
+    assert model.decode_ms(1, 1, 10) == 1.0
+    monkeypatch.setattr(time, "monotonic", lambda: 1e12)
+    with pytest.raises(DeadlineExceededError):
+        model.decode_ms(2, 1, 10)
+    assert written == [1]  # the record computed before the deadline was handed over
+    assert first in model._local
