@@ -18,6 +18,7 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from app.cache import (
+    JSONObject,
     JSONValue,
     LatencyCache,
     create_cache,
@@ -248,9 +249,12 @@ class CachedServingModel:
         stats: ServiceStats | None = None,
         deadline: float | None = None,
         on_deadline: Callable[[], None] | None = None,
+        preloaded: Mapping[str, JSONValue] | None = None,
     ) -> None:
         self._evaluator = evaluator
         self._on_deadline = on_deadline
+        self._preloaded = preloaded if preloaded is not None else {}
+        self.keys_seen: list[str] = []
         self._cache = cache
         self._digest = identity_digest(evaluator.identity())
         self._local: dict[ForwardShape, ForwardRecord] = {}
@@ -267,8 +271,15 @@ class CachedServingModel:
             return
         self._check_deadline()
         keys = [shape_key(self._digest, s) for s in wanted]
-        values = self._cache.get_many(keys)
-        self.usage.round_trips += 1
+        self.keys_seen.extend(keys)
+        preloaded = self._preloaded
+        values: list[JSONValue | None] = [preloaded.get(key) for key in keys]
+        missing = [i for i, value in enumerate(values) if value is None]
+        if missing:  # one MGET for what the request's manifest did not bring
+            fetched = self._cache.get_many([keys[i] for i in missing])
+            self.usage.round_trips += 1
+            for i, value in zip(missing, fetched, strict=True):
+                values[i] = value
         computed = 0
         for shape, key, value in zip(wanted, keys, values, strict=True):
             record = ForwardRecord.from_json(value) if value is not None else None
@@ -592,6 +603,31 @@ class ModelFactory:
         self.models: list[CachedServingModel] = []
         self.on_layout: Callable[[ParallelLayout], None] | None = None
         self._built: dict[ParallelLayout, RunnerServingModel] = {}
+        self.preloaded: dict[str, JSONValue] = {}
+        self._manifest_keys: frozenset[str] = frozenset()
+
+    def preload(self, manifest: JSONValue | None) -> None:
+        """Fetch every key a previous identical search used, in one MGET.
+
+        ``manifest`` is ``{"keys": [...]}`` as written by :meth:`manifest`; the search then
+        finds its forwards locally instead of asking the cache once per probe batch.
+        """
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("keys"), list):
+            return
+        keys = [k for k in manifest["keys"] if isinstance(k, str)][: limits.MAX_MANIFEST_KEYS]
+        if not keys:
+            return
+        self._manifest_keys = frozenset(keys)
+        values = self.context.cache.get_many(keys)
+        self.usage.round_trips += 1
+        self.preloaded.update((k, v) for k, v in zip(keys, values, strict=True) if v is not None)
+
+    def manifest(self) -> JSONObject | None:
+        """The keys this search used, when they differ from the manifest it was given."""
+        keys = frozenset(k for model in self.models for k in model.keys_seen)
+        if not keys or keys == self._manifest_keys or len(keys) > limits.MAX_MANIFEST_KEYS:
+            return None
+        return {"keys": sorted(keys)}
 
     def serving(self, layout: ParallelLayout) -> RunnerServingModel:
         """The runner's (uncached) serving model of a layout, built once per request."""
@@ -613,13 +649,14 @@ class ModelFactory:
             stats=self.context.stats,
             deadline=self.deadline,
             on_deadline=self.flush,
+            preloaded=self.preloaded,
         )
         self.models.append(model)
         return model
 
-    def flush(self) -> None:
-        """One pipelined write of everything computed by this request."""
-        pending: dict[str, JSONValue] = {}
+    def flush(self, extra: Mapping[str, JSONValue] | None = None) -> None:
+        """One pipelined write of everything computed by this request (plus ``extra``)."""
+        pending: dict[str, JSONValue] = dict(extra or {})
         for model in self.models:
             pending.update(model.take_pending())
         if pending:
@@ -998,8 +1035,14 @@ def optimize(
         if use_response_cache
         else None
     )
+    # The search's manifest: every forward key an identical search (top_k and include_probes
+    # aside) used, so a warm search reads all of them in one MGET.
+    search = request.model_dump_json(exclude={"top_k", "include_probes"})
+    manifest_key = response_key("manifest", f"{RUNNER_MODEL_VERSION}|{search}")
+    first_read = context.cache.get_many([manifest_key] if key is None else [manifest_key, key])
+    manifest = first_read[0]
     if key is not None:
-        cached = context.cache.get_many([key])[0]
+        cached = first_read[1]
         if cached is not None:
             try:
                 response = OptimizeResponse.model_validate(cached)
@@ -1015,6 +1058,8 @@ def optimize(
 
     deployment = resolve_deployment(request, allow_paths=allow_paths)
     factory = ModelFactory(context, deployment)
+    factory.usage.round_trips += 1  # the read above
+    factory.preload(manifest)
     if progress is not None:
         searched = 0
 
@@ -1154,7 +1199,8 @@ def optimize(
                     mode,
                 )
             )
-    factory.flush()
+    new_manifest = factory.manifest()
+    factory.flush({manifest_key: new_manifest} if new_manifest else None)
 
     rows: list[ResultRowOut] = []
     probes: list[ProbeOut] = []

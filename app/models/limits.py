@@ -26,3 +26,4 @@ MAX_REQUESTS_PER_CLIENT = 100  # closed-loop workloads
 # closed-loop workloads: requests sent per replica x prefill chunks (the planner's cost follows
 # it: about 10 us per scheduling run, roughly one run per request and chunk).
 MAX_CLOSED_LOOP_REQUEST_CHUNKS = 131_072
+MAX_MANIFEST_KEYS = 50_000  # forward keys remembered per optimize search (one MGET when warm)

@@ -121,6 +121,8 @@ def test_a_changed_request_reuses_cached_forwards(client: TestClient) -> None:
     assert not again["stats"]["cache"]["response_cache_hit"]
     assert again["stats"]["forward_evaluations"] == 0
     assert again["stats"]["cache"]["hits"] > 0
+    # One read (manifest + response cache), one MGET of every key the search needs.
+    assert again["stats"]["cache"]["round_trips"] == 2
     assert len(again["rows"]) <= 2
 
 

@@ -109,6 +109,26 @@ def test_a_forward_computed_by_one_worker_is_a_hit_for_the_other(
     assert sim_b["stats"]["cache"]["round_trips"] == 1
     assert sim_b["ttft_ms"] == sim_a["ttft_ms"]
 
+    # An optimize searched by A is read by B in two round trips (manifest, then one MGET).
+    optimize = {
+        "model": "Qwen/Qwen3-32B",
+        "device": "ATLAS_800_A2_376T_64G",
+        "num_devices": 8,
+        "input_length": 3500,
+        "output_length": 1500,
+        "max_batched_tokens": 2048,
+        "tpot_limit_ms": 50,
+        "tp_sizes": [4, 8],
+    }
+    opt_a = httpx.post(f"{a.base_url}/v1/optimize", json=optimize, timeout=30).json()
+    opt_b = httpx.post(
+        f"{b.base_url}/v1/optimize", json={**optimize, "top_k": 1}, timeout=30
+    ).json()
+    assert opt_a["stats"]["forward_evaluations"] > 0
+    assert opt_b["stats"]["forward_evaluations"] == 0
+    assert opt_b["stats"]["cache"]["round_trips"] == 2
+    assert opt_b["best"] == opt_a["best"]
+
     metrics_b = httpx.get(f"{b.base_url}/metrics").text
     assert 'chunkwise_cache_hits_total{backend="redis"}' in metrics_b
     assert "chunkwise_forward_evaluations_total 0.0" in metrics_b
