@@ -309,7 +309,7 @@ _ASCEND_A5 = {
 # fitted on the serving TPOT rows (measured_agg_serving_cases.csv, 758 decode-dominated
 # means, jointly with TensorRT-LLM's per-iteration host cost): 3 µs = graph-node launch plus
 # the SM ramp-up / tail a tiny decode kernel cannot hide (best TPOT median APE over the step
-# overhead: 2 / 3 / 4 µs -> 10.0 / 9.5 / 10.9 %; 2 µs leaves the DeepSeek-R1 EP1 group, ~20
+# overhead: 2 / 3 / 4 µs -> 9.3 / 8.8 / 10.5 %; 2 µs leaves the DeepSeek-R1 EP1 group, ~20
 # kernels per layer, above 25 %). bench/README.md has the grid.
 _NVIDIA_STACK = {
     "kernel_launch_us": 10.0,
@@ -337,7 +337,13 @@ _AMPERE = {
     "gemm_efficiency_8bit": 0.65,  # uncalibrated (INT8 path)
     "memory_efficiency": 0.9,  # fitted value 0.95 capped at a plausible streaming efficiency
 }
-_BLACKWELL = {**_HOPPER}  # uncalibrated: Hopper factors
+# Blackwell: Hopper's HBM efficiency; the GEMM efficiencies fitted on the B200 serving rows
+# whose TTFT is prefill-dominated (measured_agg_serving_cases.csv, Llama-3.1-70B, 8192-token
+# prompts, 24 FP8 + 24 NVFP4 rows; median APE 17.9 / 17.5 % with Hopper's factors): FP8
+# 0.45 / 0.5 / 0.55 -> 12.0 / 9.3 / 13.4 %, NVFP4 0.35 / 0.4 / 0.45 -> 9.3 / 10.2 / 12.7 %.
+# 0.5 / 0.4 taken (also the better TPOT: 4.5 / 9.2 % vs 5.9 / 12.0 %). Early Blackwell kernels
+# reach a smaller share of the doubled peak than Hopper's 0.61.
+_BLACKWELL = {**_HOPPER, "gemm_efficiency_8bit": 0.5, "gemm_efficiency_4bit": 0.4}
 # AMD: uncalibrated, ROCm kernels assumed less efficient than the NVIDIA stack.
 _CDNA3 = {
     **_NVIDIA_STACK,

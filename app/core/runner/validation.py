@@ -122,7 +122,7 @@ TRTLLM_RUNTIME_MEMORY_GB = 3.0
 #: the serving TPOT rows (a decode-step gap of 1-2 ms over every model, layout and
 #: concurrency once collectives were costed as NVSwitch one-/two-shot kernels), jointly with
 #: the NVIDIA graph-kernel cost (3 µs): 0.5 / 0.75 / 1 / 1.25 ms -> TPOT median APE
-#: 9.8 / 9.5 / 10.1 / 10.8 %, mean signed error -4.3 / -2.3 / -0.3 / +1.7 %; 0.75 ms taken.
+#: 9.1 / 8.8 / 9.6 / 10.6 %, mean signed error -3.8 / -1.8 / +0.2 / +2.2 %; 0.75 ms taken.
 #: Engine policy, not device: the batch-1 ``ttft_bs1`` points (TensorRT-LLM 0.9 C++ runtime)
 #: do not carry it.
 TRTLLM_STEP_OVERHEAD_US = 750.0
