@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,3 +99,16 @@ def test_compose_runs_api_workers_against_a_healthy_redis() -> None:
     assert command[:2] == ["chunkwise", "serve"]
     assert int(command[command.index("--workers") + 1]) >= 2
     assert any(str(port).endswith(":8000") for port in api["ports"])
+
+
+def test_compose_environment_is_valid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.settings import Settings
+
+    environment = compose()["services"]["api"]["environment"]
+    known = {f"APP_{name.upper()}" for name in Settings.model_fields}
+    assert set(environment) <= known, set(environment) - known
+    for name, value in environment.items():
+        monkeypatch.setenv(name, str(value))
+    settings = Settings()
+    assert settings.cache_backend == "redis"
+    assert settings.redis_url == "redis://redis:6379/0"
