@@ -555,7 +555,8 @@ def predict_serving(
 ) -> tuple[float, float]:
     """Mean TTFT and TPOT (ms) of a closed loop of ``concurrency`` clients, benchmark window
     (every request counted, as the measurements were taken), TensorRT-LLM's token budget,
-    KV-cache admission from the runner's memory model, the default scheduler."""
+    per-iteration host cost and KV pool (:func:`trtllm_kv_capacity_requests`), the default
+    scheduler (decode first, a mixed step costs the longer of its prefill and decode)."""
     serving, memo = _serving_models(model, device, tp, dp, ep, precision)
     data = OptimizerData(
         input_length=input_length,
