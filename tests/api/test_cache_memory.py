@@ -68,3 +68,23 @@ def test_memory_cache_is_bounded_by_bytes_too() -> None:
     assert cache.get_many(["k9"]) != [None]  # the newest survive
     cache.set_many({"k9": {"pad": "y"}})  # replacing an entry keeps the count exact
     assert cache.size_bytes == sum(len(k) + len(v) for k, v in cache._data.items())
+
+
+def test_keys_tell_budgets_apart_through_their_chunk_shapes() -> None:
+    from app.core.chunking import prefill_chunk_plan
+
+    digest = identity_digest("model|device|tp4|quant")
+
+    def keys(budget: int) -> set[str]:
+        return {
+            shape_key(
+                digest,
+                ForwardShape(
+                    is_decode=False, concurrency=1, query_len=c.query_len, seq_len=c.seq_len
+                ),
+            )
+            for c in prefill_chunk_plan(10_000, budget)
+        }
+
+    assert keys(4096).isdisjoint(keys(2048))
+    assert len(keys(4096)) == 3 and len(keys(2048)) == 5
