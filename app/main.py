@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app import __version__
 from app.api import catalog, forward, health, planning
+from app.api.compute import ComputeGate
 from app.api.errors import install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from app.services import ServiceContext, create_context
@@ -24,6 +25,7 @@ WEB_DIR = Path(__file__).with_name("web")  # the dashboard's static assets (pack
 
 class LifespanState(TypedDict):
     context: ServiceContext
+    gate: ComputeGate
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -35,7 +37,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         context = create_context(settings)
         app.state.context = context
         try:
-            yield {"context": context}
+            gate = ComputeGate.create(
+                settings.max_concurrent_computations, settings.max_queued_computations
+            )
+            yield {"context": context, "gate": gate}
         finally:
             app.state.context = None
             await anyio.to_thread.run_sync(context.close)

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
 
     # Identical optimize requests are answered from the cache backend (whole response).
     response_cache: bool = True
+    # CPU-bound computations per worker process: running at once, and waiting before a 503.
+    max_concurrent_computations: int = Field(default=8, ge=1, le=256)
+    max_queued_computations: int = Field(default=256, ge=0)
     # Largest accepted request body (an inline config.json is a few KB).
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     # Wall-clock budget of one optimize/simulate computation.

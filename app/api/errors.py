@@ -12,6 +12,7 @@ SearchLimitError                   422     the search bounds (see README)
 SimulationError                    422     the configuration cannot make progress
 InfeasibleError                    422     cannot run at all (results say why otherwise)
 DeadlineExceededError              503     ``Retry-After``
+OverloadedError (api.compute)      503     every computation slot and queue place taken
 other ChunkwiseError               400
 HTTPException                      its own status (404 unknown route, 405, ...)
 anything else                      500     logged with the request id; a bug
@@ -29,6 +30,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.status import HTTP_500_INTERNAL_SERVER_ERROR
 
+from app.api.compute import OverloadedError
 from app.core.errors import (
     ChunkwiseError,
     DeadlineExceededError,
@@ -162,6 +164,17 @@ async def _domain(request: Request, exc: Exception) -> ProblemResponse:
     return problem_response(request, 400, "Bad request", detail, kind="domain")
 
 
+async def _overloaded(request: Request, exc: Exception) -> ProblemResponse:
+    return problem_response(
+        request,
+        503,
+        "Service overloaded",
+        str(exc),
+        kind="overloaded",
+        headers={"Retry-After": "1"},
+    )
+
+
 async def _http(request: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, StarletteHTTPException)
     title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
@@ -185,5 +198,6 @@ async def _unhandled(request: Request, exc: Exception) -> ProblemResponse:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(ChunkwiseError, _domain)
+    app.add_exception_handler(OverloadedError, _overloaded)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(Exception, _unhandled)

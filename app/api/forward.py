@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from functools import partial
 
-import anyio
 from fastapi import APIRouter
 
 from app import services
-from app.api.deps import ContextDep
+from app.api.deps import ContextDep, GateDep
 from app.api.errors import PROBLEM_RESPONSES
 from app.models.forward import ForwardRequest, ForwardResponse
 
@@ -16,6 +15,6 @@ router = APIRouter(prefix="/v1", tags=["forward"], responses=PROBLEM_RESPONSES)
 
 
 @router.post("/forward", response_model=ForwardResponse)
-async def forward(request: ForwardRequest, context: ContextDep) -> ForwardResponse:
+async def forward(request: ForwardRequest, context: ContextDep, gate: GateDep) -> ForwardResponse:
     """Latency with a per-operator breakdown and the memory picture of one forward."""
-    return await anyio.to_thread.run_sync(partial(services.forward, context, request))
+    return await gate.run(partial(services.forward, context, request))

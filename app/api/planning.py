@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from functools import partial
 
-import anyio
 from fastapi import APIRouter
 
 from app import services
-from app.api.deps import ContextDep
+from app.api.deps import ContextDep, GateDep
 from app.api.errors import PROBLEM_RESPONSES
 from app.models.optimize import OptimizeRequest, OptimizeResponse
 from app.models.plan import ChunkPlanRequest, ChunkPlanResponse
@@ -21,24 +20,28 @@ router = APIRouter(prefix="/v1", tags=["planning"], responses=PROBLEM_RESPONSES)
 
 
 @router.post("/chunk-plan", response_model=ChunkPlanResponse)
-async def chunk_plan(request: ChunkPlanRequest) -> ChunkPlanResponse:
+async def chunk_plan(request: ChunkPlanRequest, gate: GateDep) -> ChunkPlanResponse:
     """The prefill chunk plan and the effective (uncached) input length."""
-    return await anyio.to_thread.run_sync(services.chunk_plan, request)
+    return await gate.run(partial(services.chunk_plan, request))
 
 
 @router.post("/simulate", response_model=SimulateResponse)
-async def simulate(request: SimulateRequest, context: ContextDep) -> SimulateResponse:
+async def simulate(
+    request: SimulateRequest, context: ContextDep, gate: GateDep
+) -> SimulateResponse:
     """One configuration at a given concurrency: TTFT, TPOT, throughput, optionally the steps.
 
     An infeasible configuration (memory, limits) is a 200 with ``feasible: false``.
     """
-    return await anyio.to_thread.run_sync(partial(services.simulate, context, request))
+    return await gate.run(partial(services.simulate, context, request))
 
 
 @router.post("/optimize", response_model=OptimizeResponse)
-async def optimize(request: OptimizeRequest, context: ContextDep) -> OptimizeResponse:
+async def optimize(
+    request: OptimizeRequest, context: ContextDep, gate: GateDep
+) -> OptimizeResponse:
     """The throughput optimizer: best concurrency per parallel layout, ranked.
 
     Every feasible probe is returned for plots (``include_probes``). Bounds: see README.
     """
-    return await anyio.to_thread.run_sync(partial(services.optimize, context, request))
+    return await gate.run(partial(services.optimize, context, request))
