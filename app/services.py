@@ -45,6 +45,7 @@ from app.core.catalog import list_devices as catalog_devices
 from app.core.catalog import list_models as catalog_models
 from app.core.chunking import OptimizerData, effective_input_length, prefill_chunk_plan
 from app.core.errors import (
+    ChunkwiseError,
     DeadlineExceededError,
     InfeasibleError,
     InvalidParameterError,
@@ -462,10 +463,53 @@ def evaluate_forward(serving: RunnerServingModel, shape: ForwardShape) -> Forwar
     )
 
 
+#: What a hostile inline config.json or custom device can make the catalog raise besides its
+#: domain errors (a string where a number belongs, a list where a mapping belongs, ...).
+_MALFORMED = (ValueError, TypeError, AttributeError, LookupError, ArithmeticError)
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_nextn_predict_layers")
+
+
+def _check_inline_numbers(field: str, value: object, path: str = "") -> None:
+    """Every number of an inline object finite and at most ``MAX_INLINE_NUMBER`` (422 otherwise)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_inline_numbers(field, item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_inline_numbers(field, item, f"{path}[{index}]")
+    elif (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and not (math.isfinite(value) and abs(value) <= limits.MAX_INLINE_NUMBER)
+    ):
+        raise InvalidParameterError(
+            f"{field}.{path}", value, f"a finite number of at most {limits.MAX_INLINE_NUMBER}"
+        )
+
+
+def _inline_model(ref: InlineModel) -> ModelArchitecture:
+    """``model_from_config`` on a client's config.json: bounded, and any failure is a 422."""
+    _check_inline_numbers("model.config", ref.config)
+    for key in _LAYER_KEYS:
+        layers = ref.config.get(key)
+        if isinstance(layers, int | float) and layers > limits.MAX_INLINE_LAYERS:
+            raise InvalidParameterError(
+                f"model.config.{key}", layers, f"at most {limits.MAX_INLINE_LAYERS}"
+            )
+    try:
+        return model_from_config(ref.config, name=ref.name or "inline")
+    except ChunkwiseError:
+        raise
+    except _MALFORMED as exc:
+        raise InvalidParameterError(
+            "model.config", "<inline config.json>", f"a well-formed config.json ({exc})"
+        ) from exc
+
+
 def resolve_model(ref: str | InlineModel, *, allow_paths: bool = False) -> ModelArchitecture:
     """A catalog name / HF id, or an inline config. Local paths only when ``allow_paths``."""
     if isinstance(ref, InlineModel):
-        return model_from_config(ref.config, name=ref.name or "inline")
+        return _inline_model(ref)
     hf_id = resolve_model_name(ref)
     if hf_id is not None:
         return get_model(hf_id)
@@ -476,7 +520,16 @@ def resolve_model(ref: str | InlineModel, *, allow_paths: bool = False) -> Model
 
 def resolve_device(ref: str | CustomDevice) -> Device:
     if isinstance(ref, CustomDevice):
-        return device_from_dict(ref.model_dump(exclude_none=True))
+        fields = ref.model_dump(exclude_none=True)
+        _check_inline_numbers("device", fields)
+        try:
+            return device_from_dict(fields)
+        except ChunkwiseError:
+            raise
+        except _MALFORMED as exc:
+            raise InvalidParameterError(
+                "device", ref.name, f"a well-formed custom device ({exc})"
+            ) from exc
     return get_device(ref)
 
 

@@ -27,3 +27,8 @@ MAX_REQUESTS_PER_CLIENT = 100  # closed-loop workloads
 # it: about 10 us per scheduling run, roughly one run per request and chunk).
 MAX_CLOSED_LOOP_REQUEST_CHUNKS = 131_072
 MAX_MANIFEST_KEYS = 50_000  # forward keys remembered per optimize search (one MGET when warm)
+# An inline model (``{"name": ..., "config": {...config.json...}}``) or a custom device: every
+# number finite and at most this (a config.json's largest is rope_theta, about 1e7), and at most
+# MAX_INLINE_LAYERS layers (the catalog builds one entry per layer).
+MAX_INLINE_NUMBER = 2**31 - 1
+MAX_INLINE_LAYERS = 1024
