@@ -1,0 +1,155 @@
+"""Service-level cost figures (prints them; not a pass/fail test), in-process, memory cache.
+
+1. simulation cost vs concurrency: ``services.simulate`` at 64 vs 4096 requests per replica,
+   cold (every forward computed) and warm (every forward a cache hit);
+2. simulation cost vs chunk count: the same request with ``max_batched_tokens`` shrinking so the
+   prefill takes 1 .. 1024 chunks (the service's bound);
+3. forward evaluations per optimize vs unique shapes: a cold search computes each distinct
+   forward shape exactly once (``forward_evaluations == shapes``), a warm one none.
+
+Qwen3-32B on ATLAS_800_A2_376T_64G (TP4 for simulations), best of ``--repeat`` runs.
+
+    python -m bench.bench_costs [--repeat 3] [--json bench/out/costs.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from app import services
+from app.models.optimize import OptimizeRequest
+from app.models.simulate import SimulateRequest
+from app.settings import Settings
+
+MODEL: dict[str, Any] = {"model": "Qwen/Qwen3-32B", "device": "ATLAS_800_A2_376T_64G"}
+SIMULATE: dict[str, Any] = {
+    **MODEL,
+    "input_length": 8192,
+    "output_length": 1024,
+    "max_batched_tokens": 2048,
+    "tp_size": 4,
+}
+OPTIMIZE: dict[str, Any] = {
+    **MODEL,
+    "num_devices": 8,
+    "input_length": 3500,
+    "output_length": 1500,
+    "tpot_limit_ms": 50,
+}
+
+
+def fresh_context() -> services.ServiceContext:
+    return services.create_context(
+        Settings(cache_backend="memory", response_cache=False, log_level="warning")
+    )
+
+
+def time_simulate(body: dict[str, Any], repeat: int) -> dict[str, Any]:
+    """Best cold and warm wall clock of one simulation (a fresh cache per cold run)."""
+    request = SimulateRequest.model_validate(body)
+    cold: list[float] = []
+    warm: list[float] = []
+    response = None
+    for _ in range(repeat):
+        context = fresh_context()
+        try:
+            started = time.perf_counter()
+            response = services.simulate(context, request)
+            cold.append((time.perf_counter() - started) * 1e3)
+            started = time.perf_counter()
+            services.simulate(context, request)
+            warm.append((time.perf_counter() - started) * 1e3)
+        finally:
+            context.close()
+    assert response is not None
+    return {
+        "cold_ms": round(min(cold), 1),
+        "warm_ms": round(min(warm), 1),
+        "forwards": response.stats.forward_evaluations,
+        "chunks": response.prefill_num_chunks,
+        "method": response.method,
+        "feasible": response.feasible,
+    }
+
+
+def optimize_evaluations(body: dict[str, Any]) -> dict[str, Any]:
+    request = OptimizeRequest.model_validate(body)
+    context = fresh_context()
+    try:
+        started = time.perf_counter()
+        cold = services.optimize(context, request)
+        cold_ms = (time.perf_counter() - started) * 1e3
+        started = time.perf_counter()
+        warm = services.optimize(context, request)
+        warm_ms = (time.perf_counter() - started) * 1e3
+    finally:
+        context.close()
+    return {
+        "layouts": cold.stats.layouts,
+        "probes": cold.stats.probes,
+        "unique_shapes": cold.stats.shapes,
+        "cold_forward_evaluations": cold.stats.forward_evaluations,
+        "warm_forward_evaluations": warm.stats.forward_evaluations,
+        "cold_ms": round(cold_ms, 1),
+        "warm_ms": round(warm_ms, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    figures: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    }
+    print("simulation cost vs concurrency (8192/1024 tokens, B=2048: 4 chunks, TP4)")
+    figures["concurrency"] = {}
+    for concurrency in (64, 4096):
+        row = time_simulate({**SIMULATE, "concurrency": concurrency}, args.repeat)
+        figures["concurrency"][concurrency] = row
+        print(f"  C={concurrency:<5} {row}")
+
+    print("simulation cost vs chunk count (C=64, input 8192 tokens, TP4)")
+    figures["chunks"] = {}
+    for budget in (8192, 2048, 512, 128, 32, 8):
+        row = time_simulate(
+            {**SIMULATE, "concurrency": 64, "max_batched_tokens": budget}, args.repeat
+        )
+        figures["chunks"][budget] = row
+        print(f"  B={budget:<5} {row}")
+
+    print("forward evaluations per optimize vs unique shapes (8 devices, 3500/1500, TPOT 50 ms)")
+    figures["optimize"] = {}
+    cases = {
+        "TP1/2/4/8, B=8192": {**OPTIMIZE, "max_batched_tokens": 8192, "tp_sizes": [1, 2, 4, 8]},
+        "TP1/2/4/8, B=2048": {**OPTIMIZE, "max_batched_tokens": 2048, "tp_sizes": [1, 2, 4, 8]},
+        "TP4/8, B=512": {**OPTIMIZE, "max_batched_tokens": 512, "tp_sizes": [4, 8]},
+        "TP8, B=2048, closed loop": {
+            **OPTIMIZE,
+            "max_batched_tokens": 2048,
+            "tp_sizes": [8],
+            "workload": "closed_loop",
+        },
+    }
+    for name, body in cases.items():
+        row = optimize_evaluations(body)
+        figures["optimize"][name] = row
+        print(f"  {name:<26} {row}")
+
+    if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(figures, out, indent=2)
+            out.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
