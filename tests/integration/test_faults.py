@@ -127,7 +127,7 @@ def test_redis_stopped_and_restarted_under_load(
     pids = worker_pids(service)
     assert len(pids) >= 2
     base = service.base_url
-    thread, holder, stop = background_load(service, duration_s=20)
+    thread, holder, stop = background_load(service, duration_s=20, clients=32)
     try:
         time.sleep(1.5)
         redis_server.stop()
