@@ -6,10 +6,8 @@ small valid ones (so the simulation and the optimizer really run, in bounded tim
 either returns or raises a :class:`ChunkwiseError`; anything else (``TypeError``,
 ``ZeroDivisionError``, ``OverflowError``, ...) would reach the API as a 500.
 
-Two catalog parsers do not meet the contract yet (``model_from_config`` and ``device_from_dict``
-on malformed input); their tests are strict xfails naming what they raise, so fixing the core
-turns them into failures to remove. The service maps those failures to 422 at its boundary
-(``app/services.py``, ``tests/api/test_hostile_inline.py``).
+The catalog parsers (``model_from_config``, ``device_from_dict``, ``get_model`` on paths) are
+held to the same contract on malformed input.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -242,18 +239,11 @@ def test_optimize_agg(
 @BOUNDED
 @given(name=st.one_of(st.text(max_size=30), st.sampled_from(["Qwen/Qwen3-32B", "qwen3-0.6b"])))
 def test_catalog_lookups(name: str) -> None:
-    # get_model also reads local paths (CLI); "~user" expansion is the xfail below.
-    if not name.strip().startswith("~"):
-        only_domain_errors(lambda: get_model(name))
+    # get_model also reads local paths (CLI), "~user" ones included.
+    only_domain_errors(lambda: get_model(name))
     only_domain_errors(lambda: get_device(name))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="core bug: get_model('~nosuchuser/...') lets Path.expanduser's RuntimeError out "
-    "(CLI only: the API never resolves paths)",
-)
 def test_get_model_with_an_unknown_home_directory() -> None:
     only_domain_errors(lambda: get_model("~nosuchuser-chunkwise/config.json"))
 
@@ -300,12 +290,6 @@ def test_runner(
 MISTRAL = json.loads((CONFIGS / "mistral-7b-v0.1.json").read_text())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ValueError, TypeError, AttributeError, OverflowError),
-    reason="core bug: model_from_config raises plain ValueError/TypeError on malformed fields "
-    "(sliding_window 'abc', NaN); the service maps them to 422",
-)
 @settings(
     max_examples=100,
     deadline=None,
@@ -323,12 +307,6 @@ def test_model_from_config(overrides: dict[str, Any]) -> None:
     only_domain_errors(lambda: model_from_config({**MISTRAL, "num_hidden_layers": 4, **overrides}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ValueError, TypeError, AttributeError),
-    reason="core bug: device_from_dict raises AttributeError for a non-list interconnect; the "
-    "service maps it to 422",
-)
 @settings(
     max_examples=100,
     deadline=None,

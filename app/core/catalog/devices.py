@@ -124,8 +124,14 @@ class Device:
             "gemm_half_efficiency_tokens",
         ):
             _non_negative(field, getattr(self, field))
-        if not self.interconnect:
-            raise InvalidParameterError("interconnect", self.interconnect, "at least one tier")
+        if (
+            not isinstance(self.interconnect, tuple)
+            or not self.interconnect
+            or not all(isinstance(tier, InterconnectTier) for tier in self.interconnect)
+        ):
+            raise InvalidParameterError(
+                "interconnect", self.interconnect, "a non-empty list of interconnect tiers"
+            )
         sizes = [tier.max_devices for tier in self.interconnect]
         if sizes != sorted(sizes):
             raise InvalidParameterError(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -290,7 +291,13 @@ def _int(config: Mapping[str, Any], *keys: str, default: int | None = None) -> i
     for key in keys:
         value = config.get(key)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+                or value != int(value)
+            ):
                 raise InvalidParameterError(key, value, "a non-negative integer")
             return int(value)
     if default is None:
@@ -313,19 +320,19 @@ def _native_quantization(config: Mapping[str, Any]) -> str | None:
 
 def _windows(config: Mapping[str, Any], num_layers: int, model_type: str) -> list[int | None]:
     """Per-layer sliding window (None = full attention)."""
-    window = config.get("sliding_window")
+    window = _int(config, "sliding_window", default=0)
     layer_types = config.get("layer_types")
     if isinstance(layer_types, list) and len(layer_types) == num_layers and window:
-        return [int(window) if t == "sliding_attention" else None for t in layer_types]
+        return [window if t == "sliding_attention" else None for t in layer_types]
     if model_type == "mistral" and window:
-        return [int(window)] * num_layers
+        return [window] * num_layers
     if (
         model_type in ("qwen2", "qwen3", "qwen3_moe")
         and config.get("use_sliding_window")
         and window
     ):
         first = _int(config, "max_window_layers", default=num_layers)
-        return [int(window) if i >= first else None for i in range(num_layers)]
+        return [window if i >= first else None for i in range(num_layers)]
     return [None] * num_layers
 
 
@@ -587,7 +594,10 @@ def get_model(name: str) -> ModelArchitecture:
     hf_id = resolve_model_name(text)
     if hf_id is not None:
         return _load_builtin(hf_id)
-    path = Path(text).expanduser()
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # "~user/..." with no such user: not a path we can read
+        raise UnknownModelError(text, model_names()) from None
     if text and (path.is_dir() or path.suffix == ".json") and path.exists():
         return model_from_path(path)
     raise UnknownModelError(text, model_names())
