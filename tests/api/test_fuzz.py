@@ -39,3 +39,35 @@ EXCLUDED = [positive_data_acceptance, negative_data_rejection]
 )
 def test_every_operation_conforms(case: schemathesis.Case[Any]) -> None:
     case.call_and_validate(excluded_checks=EXCLUDED)
+
+
+# The same operations with catalog names that exist, so generated numbers, schedulers,
+# workloads and search options reach the engine instead of stopping at an unknown name.
+VALID_NAMES_APP = create_app(
+    Settings(cache_backend="memory", log_level="critical", request_deadline_s=2)
+)
+valid_names = schemathesis.openapi.from_asgi("/openapi.json", VALID_NAMES_APP).include(
+    method="POST"
+)
+
+
+@valid_names.hook
+def map_body(context: Any, body: Any) -> Any:
+    if isinstance(body, dict):
+        if isinstance(body.get("model"), str):
+            body["model"] = "Qwen/Qwen3-0.6B"
+        if isinstance(body.get("device"), str):
+            body["device"] = "TEST_DEVICE"
+    return body
+
+
+@valid_names.parametrize()
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+    database=None,
+)
+def test_every_computation_with_valid_names_conforms(case: schemathesis.Case[Any]) -> None:
+    case.call_and_validate(excluded_checks=EXCLUDED)
