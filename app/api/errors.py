@@ -11,7 +11,7 @@ UnsupportedError                   422     well-formed but not representable
 SearchLimitError                   422     the search bounds (see README)
 SimulationError                    422     the configuration cannot make progress
 InfeasibleError                    422     cannot run at all (results say why otherwise)
-DeadlineExceededError              503     ``Retry-After``
+DeadlineExceededError              504     ``Retry-After``
 OverloadedError (api.compute)      503     every computation slot and queue place taken
 other ChunkwiseError               400
 HTTPException                      its own status (404 unknown route, 405, ...)
@@ -55,7 +55,8 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     for status, description in (
         (400, "Malformed request or domain error (problem+json)"),
         (422, "Invalid payload, unknown name or unsupported configuration (problem+json)"),
-        (503, "Deadline exceeded or overloaded (problem+json)"),
+        (503, "Overloaded: every computation slot busy (problem+json)"),
+        (504, "Computation deadline exceeded (problem+json)"),
     )
 }
 
@@ -155,7 +156,7 @@ async def _domain(request: Request, exc: Exception) -> ProblemResponse:
     if isinstance(exc, DeadlineExceededError):
         return problem_response(
             request,
-            503,
+            504,
             "Computation deadline exceeded",
             detail,
             kind="deadline",

@@ -353,14 +353,14 @@ def test_optimize_search_cap_shrinks_by_default_and_refuses_when_explicit(
     assert "lower max_batch_size to <= 2048" in body["detail"]
 
 
-def test_a_computation_past_its_deadline_is_503() -> None:
+def test_a_computation_past_its_deadline_is_504() -> None:
     from app.main import create_app
     from app.settings import Settings
 
     app = create_app(Settings(request_deadline_s=1e-6, response_cache=False, log_level="error"))
     with TestClient(app) as slow:
         response = slow.post("/v1/optimize", json=OPTIMIZE)
-    body = problem(response, 503)
+    body = problem(response, 504)
     assert body["type"].endswith("deadline")
     assert response.headers["retry-after"] == "1"
 

@@ -70,7 +70,7 @@ def raising_client() -> Iterator[TestClient]:
         ("search", 422),
         ("simulation", 422),
         ("infeasible", 422),
-        ("deadline", 503),
+        ("deadline", 504),
         ("generic", 400),
     ],
 )

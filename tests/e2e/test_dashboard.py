@@ -235,17 +235,17 @@ def test_errors_without_a_field_are_shown_never_a_blank_page(
         problem = {
             "type": "urn:chunkwise:problem:deadline",
             "title": "Computation deadline exceeded",
-            "status": 503,
+            "status": 504,
             "detail": "the search took longer than 30 s",
         }
         page.route(
             "**/v1/optimize",
             lambda route: route.fulfill(
-                status=503, content_type="application/problem+json", body=json.dumps(problem)
+                status=504, content_type="application/problem+json", body=json.dumps(problem)
             ),
         )
         page.get_by_role("button", name="Optimize").click()
-        expect(page.locator("#banner")).to_contain_text("Computation deadline exceeded (503)")
+        expect(page.locator("#banner")).to_contain_text("Computation deadline exceeded (504)")
         expect(page.locator("#banner")).to_contain_text("longer than 30 s")
         expect(page.get_by_role("button", name="Optimize")).to_be_enabled()
     finally:
