@@ -12,7 +12,9 @@ cache can fetch all shapes in one round trip:
 
 Semantics follow the RFC and DIGEST: ``N`` requests arrive at ``t = 0``; a request's first token
 is emitted by the step that completes its last chunk; decode steps emit one token per request;
-finished decode groups leave, the others re-queue behind groups promoted from prefill.
+finished decode groups leave, the others re-queue behind groups promoted from prefill. The same
+engine loop (:func:`plan_runs`) also takes later arrivals and a running cap, which the
+closed-loop workload (``app/core/workload.py``) uses.
 """
 
 from __future__ import annotations
