@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import anyio
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
 
 from app import __version__
 from app.api import catalog, forward, health, planning
@@ -21,6 +22,18 @@ from app.services import ServiceContext, create_context
 from app.settings import Settings, get_settings
 
 WEB_DIR = Path(__file__).with_name("web")  # the dashboard's static assets (package data)
+#: Browsers keep the dashboard's files but ask again (ETag / Last-Modified -> 304) before using
+#: them, so an upgrade never runs old scripts against a new API.
+REVALIDATE = {"Cache-Control": "no-cache"}
+
+
+class RevalidatedStaticFiles(StaticFiles):
+    """Static files answered with ``Cache-Control: no-cache``."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers.update(REVALIDATE)
+        return response
 
 
 class LifespanState(TypedDict):
@@ -64,10 +77,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(planning.router)
     app.include_router(forward.router)
     app.include_router(catalog.router)
-    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+    app.mount("/static", RevalidatedStaticFiles(directory=WEB_DIR), name="static")
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> FileResponse:
-        return FileResponse(WEB_DIR / "index.html")
+        return FileResponse(WEB_DIR / "index.html", headers=REVALIDATE)
 
     return app

@@ -86,3 +86,13 @@ def test_openapi_documents_every_endpoint_and_problem_responses(client: TestClie
     schema = spec["components"]["schemas"]["OptimizeRequest"]
     assert schema["properties"]["max_batched_tokens"]["minimum"] == 1
     assert "max_batched_tokens" in schema["required"]
+
+
+def test_dashboard_files_are_revalidated() -> None:
+    with TestClient(create_app(Settings())) as client:
+        page = client.get("/")
+        script = client.get("/static/js/main.js")
+        again = client.get("/static/js/main.js", headers={"If-None-Match": script.headers["etag"]})
+    assert page.status_code == 200 and page.headers["cache-control"] == "no-cache"
+    assert script.status_code == 200 and script.headers["cache-control"] == "no-cache"
+    assert again.status_code == 304
