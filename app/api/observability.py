@@ -157,9 +157,14 @@ class RequestContextMiddleware:
         start = time.perf_counter()
         limit = self.max_body_bytes
         received = 0
+        # A streamed body that grows past the limit: the app's own answer (the framework turns
+        # the failed read into a 400) is dropped and a 413 goes out instead.
+        overflow = {"hit": False, "answered": False}
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, started
+            if overflow["hit"] and not overflow["answered"]:
+                return
             if message["type"] == "http.response.start":
                 status = int(message["status"])
                 started = True
@@ -172,20 +177,26 @@ class RequestContextMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    overflow["hit"] = True
                     raise _BodyTooLarge
             return message
+
+        async def answer_too_large() -> None:
+            overflow["answered"] = True
+            await self._too_large(scope, request_id)(scope, receive, send_with_id)
 
         try:
             declared = headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limit:
-                await self._too_large(scope, request_id)(scope, receive, send_with_id)
+                await answer_too_large()
             else:
                 try:
                     await self.app(scope, limited_receive, send_with_id)
                 except _BodyTooLarge:
                     if started:
                         raise
-                    await self._too_large(scope, request_id)(scope, receive, send_with_id)
+                if overflow["hit"] and not started:
+                    await answer_too_large()
         finally:
             elapsed = time.perf_counter() - start
             route = getattr(scope.get("route"), "path", None) or "<unmatched>"

@@ -143,7 +143,7 @@ def test_a_huge_body_is_413_problem(client: TestClient) -> None:
     assert response.headers["x-request-id"]
 
 
-def test_a_huge_streamed_body_is_refused_not_a_500(client: TestClient) -> None:
+def test_a_huge_streamed_body_is_413_problem(client: TestClient) -> None:
     body = b'{"input_length": 1, "max_batched_tokens": 1, "pad": "' + b"a" * 2_000_000 + b'"}'
 
     def chunks() -> Iterator[bytes]:
@@ -153,5 +153,7 @@ def test_a_huge_streamed_body_is_refused_not_a_500(client: TestClient) -> None:
     response = client.post(
         "/v1/chunk-plan", content=chunks(), headers={"content-type": "application/json"}
     )
-    assert 400 <= response.status_code < 500
+    assert response.status_code == 413
     assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"].endswith("body-too-large")
+    assert response.headers["x-request-id"]
