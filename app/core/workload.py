@@ -18,7 +18,8 @@ Two measurement windows:
 
 KV-cache admission: ``max_running`` caps the requests in prefill or decode at once (the KV
 blocks of ``input_length + output_length`` tokens each must fit); the others queue, and their
-wait is part of their TTFT. :func:`max_running_for_kv` derives the cap from a KV capacity.
+wait is part of their TTFT. A latency model that knows its KV capacity
+(:class:`KvAdmissionModel`, e.g. the runner adapter) sets the cap in :func:`simulate_serving`.
 """
 
 from __future__ import annotations
@@ -51,23 +52,7 @@ CLOSED_LOOP_SIMULATION = "closed_loop_simulation"
 
 #: Requests sent per client when ``num_requests`` is not given (serving benchmarks send ~10).
 DEFAULT_REQUESTS_PER_CLIENT = 10
-#: Tokens per KV-cache block (vLLM, SGLang and TensorRT-LLM page the cache in blocks).
-KV_BLOCK_TOKENS = 128
 MAX_REQUESTS = 10_000_000
-
-
-def max_running_for_kv(
-    kv_capacity_tokens: int,
-    input_length: int,
-    output_length: int,
-    *,
-    block_tokens: int = KV_BLOCK_TOKENS,
-) -> int:
-    """Requests whose whole context (``input + output`` tokens, in blocks) fits the KV cache."""
-    check_int("kv_capacity_tokens", kv_capacity_tokens, 0, 10**15)
-    check_int("block_tokens", block_tokens, 1, 1 << 20)
-    blocks_per_request = -(-(input_length + output_length) // block_tokens)
-    return (kv_capacity_tokens // block_tokens) // blocks_per_request
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,7 +12,6 @@ from app.core.chunking import OptimizerData, prefill_chunk_plan
 from app.core.errors import InvalidParameterError
 from app.core.scheduler import DecodeFirstWithSlack, make_scheduler
 from app.core.workload import (
-    max_running_for_kv,
     plan_closed_loop,
     simulate_closed_loop,
     simulate_serving,
@@ -77,13 +76,6 @@ def test_steady_state_window() -> None:
         simulate_closed_loop(
             prefill_chunk_plan(64, 64), 8, 16, 64, latency, num_requests=8, window="steady_state"
         )
-
-
-def test_max_running_for_kv() -> None:
-    assert max_running_for_kv(128 * 100, 250, 50) == 33  # 3 blocks each
-    assert max_running_for_kv(127, 1, 1) == 0
-    with pytest.raises(InvalidParameterError, match="kv_capacity_tokens"):
-        max_running_for_kv(-1, 10, 10)
 
 
 @pytest.mark.parametrize(
