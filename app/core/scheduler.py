@@ -82,6 +82,13 @@ class Scheduler(ABC):
         """Parameters echoed in results."""
         return {"name": self.name, "prefill_order": self.prefill_order}
 
+    def stable_down_to(self, state: SchedulerState, decision: StepDecision) -> int | None:
+        """The smallest ``prefill_remaining`` for which ``decide`` still returns ``decision``
+        (every other field of ``state`` unchanged, and every value in between), or ``None``
+        when unknown. Lets the loop take a request's equal chunks in one move when the
+        decision reads ``prefill_remaining``; without it the loop asks at every chunk."""
+        return None
+
 
 class DecodeFirstWithSlack(Scheduler):
     """The RFC default: decode first, prefill fills ``floor(B * slack) - decode`` tokens.
@@ -174,6 +181,14 @@ class _EnginePolicy(Scheduler):
             "max_num_seqs": self.max_running,
             "mixed_latency": self.mixed_latency,
         }
+
+    def stable_down_to(self, state: SchedulerState, decision: StepDecision) -> int | None:
+        # A chunk cut by the budget (not by what is left) stays the same size, and so does
+        # everything else ``_fill`` decides, while at least one such chunk is left.
+        tokens = decision.prefill_tokens
+        if decision.p_step and tokens is not None and tokens < state.prefill_remaining:
+            return tokens
+        return None
 
     def __repr__(self) -> str:
         return (

@@ -101,16 +101,18 @@ class SimulationPlan:
     @property
     def shapes(self) -> tuple[ForwardShape, ...]:
         """Every distinct forward shape the plan needs, sorted."""
-        decode_steps: set[int] = set()
-        prefill_steps: set[tuple[int, int, int]] = set()
-        for run in self.runs:
-            if run.d_step:
-                decode_steps.add(run.d_step)
-            if run.p_step:
-                prefill_steps.update(
-                    (run.p_step, run.prefill_tokens, run.prefill_seq_len(i))
-                    for i in range(run.repeat)
-                )
+        decode_steps = {run.d_step for run in self.runs if run.d_step}
+        # Many requests walk through the same chunks: expand each distinct walk once.
+        walks = {
+            (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat)
+            for run in self.runs
+            if run.p_step
+        }
+        prefill_steps = {
+            (p_step, tokens, start + (i + 1) * tokens)
+            for p_step, tokens, start, repeat in walks
+            for i in range(repeat)
+        }
         shapes = [self.decode_shape(d) for d in decode_steps]
         shapes.extend(self.prefill_shape(*key) for key in prefill_steps)
         return tuple(sorted(shapes))
@@ -412,7 +414,17 @@ def plan_runs(
                 # The front group walks through its chunks while the decision stays the same.
                 limit = decode.min_remaining() if ready else remaining
                 if reads_remaining:
-                    while repeat < limit:
+                    state = SchedulerState(
+                        ready,
+                        pend,
+                        min(max_batched_tokens, remaining),
+                        max_batched_tokens,
+                        remaining,
+                    )
+                    floor = scheduler.stable_down_to(state, decision) if pend else None
+                    if floor is not None:
+                        repeat = min(limit, 1 + (remaining - floor) // tokens)
+                    while floor is None and repeat < limit:
                         left = remaining - repeat * tokens
                         if left <= 0 or decide(ready, pend, left) != decision:
                             break
@@ -559,12 +571,18 @@ def run_clock(
     timeline: list[StepRecord] = []
     decode_ms: dict[int, float] = {0: 0.0}
     prefill_ms: dict[tuple[int, int, int], float] = {}
+    # Duration of a prefill walk beside a decode batch, when the scheduler is pure.
+    walk_ms: dict[tuple[int, int, int, int, int], float] = {}
     for run in plan.runs:
         d_ms = decode_ms.get(run.d_step)
         if d_ms is None:
             d_ms = decode_ms[run.d_step] = latencies[plan.decode_shape(run.d_step)]
         d_shape = plan.decode_shape(run.d_step) if record_steps and run.d_step else None
-        if run.p_step:
+        walk = (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat, run.d_step)
+        if run.p_step and not record_steps and scheduler.stateless and walk in walk_ms:
+            t_ms += walk_ms[walk]
+        elif run.p_step:
+            walk_start_ms = t_ms
             for i in range(run.repeat):
                 key = (run.p_step, run.prefill_tokens, run.prefill_seq_len(i))
                 p_ms = prefill_ms.get(key)
@@ -589,6 +607,7 @@ def run_clock(
                         )
                     )
                 t_ms += step_ms
+            walk_ms[walk] = t_ms - walk_start_ms
         else:
             step_ms = scheduler.step_latency(0.0, d_ms)
             if record_steps:

@@ -111,3 +111,27 @@ def test_make_scheduler_names_and_options() -> None:
         make_scheduler("vllm", max_num_seqs=0)
     with pytest.raises(InvalidParameterError, match="mixed_latency"):
         make_scheduler("sglang", mixed_latency="min")  # type: ignore[arg-type]
+
+
+@given(
+    name=st.sampled_from(["vllm", "sglang", "sglang_mixed_chunk"]),
+    ready=st.integers(0, 300),
+    pending=st.integers(1, 50),
+    budget=st.integers(1, 512),
+    remaining=st.integers(1, 5000),
+)
+def test_engine_policies_say_how_long_a_decision_holds(
+    name: str, ready: int, pending: int, budget: int, remaining: int
+) -> None:
+    """``stable_down_to``: the same decision for every ``prefill_remaining`` down to it."""
+    policy = make_scheduler(name)
+    state = SchedulerState(ready, pending, min(budget, remaining), budget, remaining)
+    decision = policy.decide(state)
+    floor = policy.stable_down_to(state, decision)
+    if floor is None:
+        return
+    assert 1 <= floor <= remaining
+    for left in {floor, (floor + remaining) // 2, remaining}:
+        again = SchedulerState(ready, pending, min(budget, left), budget, left)
+        assert policy.decide(again) == decision
+    assert make_scheduler().stable_down_to(state, decision) is None
