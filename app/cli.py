@@ -258,8 +258,6 @@ def _common_fields(args: argparse.Namespace) -> dict[str, Any]:
         )
         if budget is None:
             budget = args.max_prefill_tokens
-    if budget is None:
-        raise _UsageError("--max-batched-tokens is required")
     fields: dict[str, Any] = {
         "model": args.model,
         "device": args.device,

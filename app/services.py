@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -77,7 +77,11 @@ from app.core.runner import (
     forward_to_dict,
     parallel_layout,
 )
-from app.core.scheduler import Scheduler
+from app.core.scheduler import (
+    SMALL_DEVICE_BATCHED_TOKENS,
+    Scheduler,
+    default_max_batched_tokens,
+)
 from app.core.scheduler import make_scheduler as core_make_scheduler
 from app.core.simulation import StepRecord, plan_serving, replay
 from app.core.workload import ServingResult, simulate_serving
@@ -550,11 +554,37 @@ def resolve_deployment(
     )
 
 
+def engine_budget(request: WorkloadMixin) -> int:
+    """``max_batched_tokens``, or the engine default for the request's device when omitted
+    (an unknown device falls back to the small-device default; resolving it fails later with
+    the valid names)."""
+    if request.max_batched_tokens is not None:
+        return request.max_batched_tokens
+    device = getattr(request, "device", None)
+    try:
+        resolved = resolve_device(device) if device is not None else None
+    except ChunkwiseError:
+        resolved = None
+    if resolved is None:
+        return SMALL_DEVICE_BATCHED_TOKENS
+    return default_max_batched_tokens(resolved.hbm_capacity_gb, resolved.name)
+
+
+RequestT = TypeVar("RequestT", bound=WorkloadMixin)
+
+
+def with_engine_budget(request: RequestT) -> RequestT:
+    """The request with ``max_batched_tokens`` filled in, so the echo shows what was used."""
+    if request.max_batched_tokens is not None:
+        return request
+    return request.model_copy(update={"max_batched_tokens": engine_budget(request)})
+
+
 def optimizer_data(request: WorkloadMixin, num_devices: int) -> OptimizerData:
     return OptimizerData(
         input_length=request.input_length,
         output_length=request.output_length,
-        max_batched_tokens=request.max_batched_tokens,
+        max_batched_tokens=engine_budget(request),
         prefix_cache_hit_rate=request.prefix_cache_hit_rate,
         ttft_limit_ms=getattr(request, "ttft_limit_ms", None),
         tpot_limit_ms=getattr(request, "tpot_limit_ms", None),
@@ -753,6 +783,7 @@ def simulate(
 ) -> SimulateResponse:
     """One configuration at a given concurrency: one MGET, the misses, one pipelined write."""
     started = time.perf_counter()
+    request = with_engine_budget(request)
     deployment = resolve_deployment(request, allow_paths=allow_paths)
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     data = optimizer_data(request, layout.num_devices)
@@ -807,6 +838,8 @@ def simulate(
     output_throughput = result.output_throughput * layout.dp
     return SimulateResponse(
         input=request,
+        max_batched_tokens=data.max_batched_tokens,
+        scheduler=scheduler.describe(),
         method=result.method,
         parallel=layout.label,
         num_devices=layout.num_devices,
@@ -883,6 +916,8 @@ def _simulate_closed_loop(
     output = result.output_throughput if result else 0.0
     return SimulateResponse(
         input=request,
+        max_batched_tokens=data.max_batched_tokens,
+        scheduler=scheduler.describe(),
         method=result.method if result else "none",
         parallel=layout.label,
         num_devices=layout.num_devices,
@@ -1075,6 +1110,7 @@ def optimize(
 ) -> OptimizeResponse:
     """The throughput search; identical requests are answered from the response cache."""
     started = time.perf_counter()
+    request = with_engine_budget(request)
     # Validate the workload and the search size first (also for a response-cache hit).
     max_batch = search_cap(request, optimizer_data(request, request.num_devices))
     if request.workload != "burst" and request.mode != "agg":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from app.models import limits
@@ -65,6 +67,10 @@ class SimulateResponse(BaseModel):
     concurrency: int = Field(description="requests over all replicas (batch_size * dp)")
     effective_input_length: int
     prefill_num_chunks: int
+    max_batched_tokens: int = Field(
+        description="the token budget used (the engine default if omitted)"
+    )
+    scheduler: dict[str, Any] = Field(description="the policy and its parameters")
     ttft_ms: float
     tpot_ms: float
     makespan_ms: float

@@ -109,6 +109,16 @@ class DeploymentMixin(StrictModel):
 
 
 class WorkloadMixin(LengthsMixin):
+    max_batched_tokens: int | None = Field(  # type: ignore[assignment]
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_BATCHED_TOKENS,
+        description="token budget of one engine step and the largest prefill chunk; omitted: "
+        "the engine default for the device (vLLM's 8192 on devices with >= 70 GiB other than "
+        "the A100, 2048 elsewhere)",
+        examples=[8192],
+    )
     output_length: int = Field(strict=True, ge=1, le=limits.MAX_OUTPUT_LENGTH, examples=[1500])
     num_mtp_tokens: int = Field(default=0, strict=True, ge=0, le=limits.MAX_MTP_TOKENS)
     mtp_acceptance_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(

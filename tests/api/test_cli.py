@@ -116,7 +116,6 @@ def test_disagg_and_pd_ratio(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["--max-batched-tokens", "0"], "--max-batched-tokens"),
         (["--max-batched-tokens", "-1"], "--max-batched-tokens"),
-        ([], "--max-batched-tokens is required"),
         (["--max-batched-tokens", "8192", "--prefix-cache-hit-rate", "1"], "prefix-cache-hit-rate"),
         (["--max-batched-tokens", "x"], "invalid int value"),
         (["--max-batched-tokens", "8192", "--tp-sizes", "3"], "tp_sizes"),
@@ -131,6 +130,17 @@ def test_invalid_input_is_one_line_and_exit_2(
     assert out == ""
     assert len(err.strip().splitlines()) == 1, err
     assert needle in err
+
+
+def test_omitted_budget_is_the_engine_default_for_the_device(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # ATLAS_800_A2_376T_64G has 64 GiB (< 70 GiB): vLLM's small-device default, 2048.
+    code, out, _ = run([*OPTIMIZE, "--format", "json"], capsys)
+    assert code == 0
+    document = json.loads(out)
+    assert document["input"]["max_batched_tokens"] == 2048
+    assert {row["max_batched_tokens"] for row in document["rows"]} == {2048}
 
 
 def test_unknown_device_names_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:

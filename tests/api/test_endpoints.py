@@ -468,3 +468,24 @@ def test_work_done_before_a_deadline_is_kept(monkeypatch: pytest.MonkeyPatch) ->
         model.decode_ms(2, 1, 10)
     assert written == [1]  # the record computed before the deadline was handed over
     assert first in model._local
+
+
+@pytest.mark.parametrize(
+    ("device", "budget"),
+    [("NVIDIA_H100_SXM_80G", 8192), ("NVIDIA_A100_SXM_80G", 2048), (DEVICE, 2048)],
+)
+def test_an_omitted_budget_is_the_engine_default_for_the_device(
+    client: TestClient, device: str, budget: int
+) -> None:
+    body = {k: v for k, v in SIMULATE.items() if k != "max_batched_tokens"}
+    response = client.post("/v1/simulate", json={**body, "device": device})
+    assert response.status_code == 200, response.text
+    document = response.json()
+    assert document["input"]["max_batched_tokens"] == budget
+    assert document["max_batched_tokens"] == budget
+    assert document["scheduler"]["name"] == "decode_first_with_slack"
+    assert document["prefill_num_chunks"] == -(-3500 // budget)
+    search = {k: v for k, v in OPTIMIZE.items() if k != "max_batched_tokens"}
+    found = client.post("/v1/optimize", json={**search, "device": device}).json()
+    assert found["input"]["max_batched_tokens"] == budget
+    assert {row["max_batched_tokens"] for row in found["rows"]} <= {budget}

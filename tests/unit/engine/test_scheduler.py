@@ -12,6 +12,7 @@ from app.core.scheduler import (
     DecodeFirstWithSlack,
     SchedulerState,
     StepDecision,
+    default_max_batched_tokens,
     make_scheduler,
 )
 
@@ -135,3 +136,10 @@ def test_engine_policies_say_how_long_a_decision_holds(
         again = SchedulerState(ready, pending, min(budget, left), budget, left)
         assert policy.decide(again) == decision
     assert make_scheduler().stable_down_to(state, decision) is None
+
+
+def test_engine_default_budget_follows_vllm() -> None:
+    assert default_max_batched_tokens(85.9, "NVIDIA_H100_SXM_80G") == 8192  # 80 GiB
+    assert default_max_batched_tokens(85.9, "NVIDIA_A100_SXM_80G") == 2048  # A100 excluded
+    assert default_max_batched_tokens(68.7, "ATLAS_800_A2_376T_64G") == 2048  # 64 GiB
+    assert default_max_batched_tokens(75.17, "CUSTOM") == 8192  # just over 70 GiB
