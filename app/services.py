@@ -830,11 +830,7 @@ def simulate(
         reason = f"memory: {left_gb:.2f} GB left per device"
     else:
         reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
-    timeline = None
-    truncated = False
-    if result.timeline is not None:
-        truncated = len(result.timeline) > limits.MAX_TIMELINE_ENTRIES
-        timeline = [_step_out(step) for step in result.timeline[: limits.MAX_TIMELINE_ENTRIES]]
+    timeline, truncated = _timeline_out(result.timeline)
     output_throughput = result.output_throughput * layout.dp
     return SimulateResponse(
         input=request,
@@ -860,14 +856,7 @@ def simulate(
         reason=reason,
         timeline=timeline,
         timeline_truncated=truncated,
-        stats=RunStats(
-            elapsed_ms=(time.perf_counter() - started) * 1e3,
-            forward_evaluations=factory.usage.computed,
-            shapes=factory.shapes,
-            layouts=1,
-            probes=1,
-            cache=factory.counters(),
-        ),
+        stats=_single_run_stats(factory, started),
     )
 
 
@@ -908,11 +897,7 @@ def _simulate_closed_loop(
     factory.flush()
     if result is not None and reason is None:
         reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
-    timeline = None
-    truncated = False
-    if result is not None and result.timeline is not None:
-        truncated = len(result.timeline) > limits.MAX_TIMELINE_ENTRIES
-        timeline = [_step_out(step) for step in result.timeline[: limits.MAX_TIMELINE_ENTRIES]]
+    timeline, truncated = _timeline_out(result.timeline if result is not None else None)
     output = result.output_throughput if result else 0.0
     return SimulateResponse(
         input=request,
@@ -946,14 +931,27 @@ def _simulate_closed_loop(
         reason=reason,
         timeline=timeline,
         timeline_truncated=truncated,
-        stats=RunStats(
-            elapsed_ms=(time.perf_counter() - started) * 1e3,
-            forward_evaluations=factory.usage.computed,
-            shapes=factory.shapes,
-            layouts=1,
-            probes=1,
-            cache=factory.counters(),
-        ),
+        stats=_single_run_stats(factory, started),
+    )
+
+
+def _timeline_out(steps: Sequence[StepRecord] | None) -> tuple[list[StepOut] | None, bool]:
+    """The step timeline of a response (its first entries) and whether it was cut."""
+    if steps is None:
+        return None, False
+    kept = [_step_out(step) for step in steps[: limits.MAX_TIMELINE_ENTRIES]]
+    return kept, len(steps) > limits.MAX_TIMELINE_ENTRIES
+
+
+def _single_run_stats(factory: ModelFactory, started: float) -> RunStats:
+    """Statistics of a request that evaluated one configuration."""
+    return RunStats(
+        elapsed_ms=(time.perf_counter() - started) * 1e3,
+        forward_evaluations=factory.usage.computed,
+        shapes=factory.shapes,
+        layouts=1,
+        probes=1,
+        cache=factory.counters(),
     )
 
 
