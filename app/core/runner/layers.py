@@ -1,12 +1,16 @@
 """Operators of one forward: per distinct layer kind once, multiplied by its layer count.
 
-Shapes are per device. ``tokens = concurrency * query_len`` new tokens run through every
-layer; attention of each request covers ``seq_len`` positions (causal over the new tokens,
-capped by a sliding window); the lm_head runs only on the tokens that sample.
+Shapes are per device. A forward runs one or more *sub-batches* (a :class:`Shape` each) as one
+token batch, the way serving engines flatten a prefill chunk and decodes into one step:
+``tokens = sum(concurrency * query_len)`` new tokens run through every GEMM, MoE, norm,
+embedding and collective; attention is costed per sub-batch (each request covers ``seq_len``
+positions, causal over its new tokens, capped by a sliding window); the lm_head runs only on
+the tokens that sample. One sub-batch is the ordinary prefill or decode forward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.core.catalog.models import KV_TENSORS, MTP_EH_INPUTS, FfnKind, LayerGroup
@@ -41,6 +45,18 @@ class Shape:
         return self.concurrency * self.query_len
 
 
+#: One attention sub-batch: its shape (pairs and context read) and the new tokens whose
+#: queries it reads and whose KV it appends (``shape.tokens``, except in an MTP draft pass,
+#: which appends one token per request over the verify step's shape).
+Part = tuple[Shape, int]
+
+
+def _context(shape: Shape, group: LayerGroup) -> int:
+    """KV positions one request of ``shape`` reads in a layer of ``group``."""
+    window = group.sliding_window
+    return shape.seq_len if window is None else min(shape.seq_len, window)
+
+
 def attended_pairs(query_len: int, seq_len: int, window: int | None) -> float:
     """(query, key) pairs of one request: positions ``seq_len-query_len+1 .. seq_len`` each
     attend to ``min(position, window)`` keys (causal)."""
@@ -53,16 +69,34 @@ def attended_pairs(query_len: int, seq_len: int, window: int | None) -> float:
 
 
 class ForwardBuilder:
-    """Collects the :class:`OpCost` list of one forward."""
+    """Collects the :class:`OpCost` list of one forward over ``batches`` (see the module doc).
 
-    __slots__ = ("launch_s", "ops", "plan", "shape")
+    Kernels pay the captured-graph launch cost only when every sub-batch decodes (a batch with
+    prefill tokens runs eager); MTP draft passes are decode-only forwards of their own and pay
+    the graph cost whenever ``graph_mode`` is on.
+    """
 
-    def __init__(self, plan: ShardPlan, shape: Shape, graph_mode: bool) -> None:
+    __slots__ = ("batches", "draft_launch_s", "launch_s", "ops", "plan")
+
+    def __init__(self, plan: ShardPlan, batches: Sequence[Shape], graph_mode: bool) -> None:
+        if not batches:
+            raise ValueError("a forward needs at least one sub-batch")
         self.plan = plan
-        self.shape = shape
-        graph = shape.is_decode and graph_mode
-        self.launch_s = plan.graph_launch_s if graph else plan.eager_launch_s
+        self.batches = tuple(batches)
+        decode_only = all(batch.is_decode for batch in self.batches)
+        self.launch_s = plan.graph_launch_s if graph_mode and decode_only else plan.eager_launch_s
+        self.draft_launch_s = plan.graph_launch_s if graph_mode else plan.eager_launch_s
         self.ops: list[OpCost] = []
+
+    @property
+    def tokens(self) -> int:
+        """New tokens of every sub-batch: the M of the dense parts."""
+        return sum(batch.tokens for batch in self.batches)
+
+    @property
+    def sample_tokens(self) -> int:
+        """Tokens that reach the lm_head: every decode token, one per prefill request."""
+        return sum(b.tokens if b.is_decode else b.concurrency for b in self.batches)
 
     # -- primitives ------------------------------------------------------------------------
     def gemm(
@@ -152,8 +186,16 @@ class ForwardBuilder:
         )
 
     # -- layers ----------------------------------------------------------------------------
-    def layer_group(self, group: LayerGroup, scope: str, count: int, tokens: int) -> None:
-        """Every op of one decoder layer of this group, ``count`` times."""
+    def layer_group(
+        self,
+        group: LayerGroup,
+        scope: str,
+        count: int,
+        tokens: int,
+        attention: Sequence[Part],
+    ) -> None:
+        """Every op of one decoder layer of this group, ``count`` times: the dense parts over
+        ``tokens``, the attention kernels once per sub-batch of ``attention``."""
         p, m = self.plan, self.plan.model
         h = m.hidden_size
         self.elementwise(
@@ -165,9 +207,9 @@ class ForwardBuilder:
             flops_per_element=NORM_FLOPS_PER_ELEMENT,
         )
         if m.mla is not None:
-            self._mla_attention(group, scope, count, tokens)
+            self._mla_attention(group, scope, count, tokens, attention)
         else:
-            self._gqa_attention(group, scope, count, tokens)
+            self._gqa_attention(group, scope, count, tokens, attention)
         if not m.parallel_attention:
             self.collective(
                 "attn_all_reduce",
@@ -198,8 +240,10 @@ class ForwardBuilder:
                 p.tp,
             )
 
-    def _gqa_attention(self, group: LayerGroup, scope: str, count: int, tokens: int) -> None:
-        p, m, s = self.plan, self.plan.model, self.shape
+    def _gqa_attention(
+        self, group: LayerGroup, scope: str, count: int, tokens: int, attention: Sequence[Part]
+    ) -> None:
+        p, m = self.plan, self.plan.model
         h, d = m.hidden_size, m.head_dim
         q_out = p.heads_local * d
         kv_out = KV_TENSORS * p.kv_heads_local * d
@@ -222,23 +266,24 @@ class ForwardBuilder:
             tensors=READ_WRITE,
             flops_per_element=ROPE_FLOPS_PER_ELEMENT,
         )
-        pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
-        context = (
-            s.seq_len if group.sliding_window is None else min(s.seq_len, group.sliding_window)
-        )
-        kv_read = s.concurrency * context * kv_out * p.kv_bytes_per_element
-        kv_write = tokens * kv_out * p.kv_bytes_per_element
-        self._attention_kernel(
-            scope,
-            count,
-            flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),  # QK^T then PV
-            hbm_bytes=kv_read + kv_write + Q_AND_O * tokens * q_out * ACTIVATION_BYTES,
-        )
+        for s, new_tokens in attention:
+            pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
+            kv_read = s.concurrency * _context(s, group) * kv_out * p.kv_bytes_per_element
+            kv_write = new_tokens * kv_out * p.kv_bytes_per_element
+            self._attention_kernel(
+                s,
+                scope,
+                count,
+                flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),  # QK^T then PV
+                hbm_bytes=kv_read + kv_write + Q_AND_O * new_tokens * q_out * ACTIVATION_BYTES,
+            )
         self.gemm("o_proj", scope, count, tokens, q_out, h)
 
-    def _attention_kernel(self, scope: str, count: int, *, flops: float, hbm_bytes: float) -> None:
+    def _attention_kernel(
+        self, shape: Shape, scope: str, count: int, *, flops: float, hbm_bytes: float
+    ) -> None:
         p = self.plan
-        name = "decode_attention" if self.shape.is_decode else "flash_attention"
+        name = "decode_attention" if shape.is_decode else "flash_attention"
         self.ops.append(
             roofline(
                 name=name,
@@ -253,9 +298,12 @@ class ForwardBuilder:
             )
         )
 
-    def _mla_attention(self, group: LayerGroup, scope: str, count: int, tokens: int) -> None:
-        """DeepSeek MLA: naive (decompressed) attention for prefill, absorbed for decode."""
-        p, m, s = self.plan, self.plan.model, self.shape
+    def _mla_attention(
+        self, group: LayerGroup, scope: str, count: int, tokens: int, attention: Sequence[Part]
+    ) -> None:
+        """DeepSeek MLA: naive (decompressed) attention for prefill, absorbed for decode; in a
+        mixed batch each sub-batch takes its own path, as the engines' MLA backends split it."""
+        p, m = self.plan, self.plan.model
         mla = m.mla
         assert mla is not None
         h, heads = m.hidden_size, p.heads_local
@@ -282,59 +330,60 @@ class ForwardBuilder:
             tensors=READ_WRITE,
             flops_per_element=ROPE_FLOPS_PER_ELEMENT,
         )
-        context = (
-            s.seq_len if group.sliding_window is None else min(s.seq_len, group.sliding_window)
-        )
-        pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
-        kv_read = s.concurrency * context * latent * p.kv_bytes_per_element
-        kv_write = tokens * latent * p.kv_bytes_per_element
-        if s.is_decode:
-            # Absorb W_UK into the query and W_UV after attention: MQA over the latent.
-            self.gemm(
-                "q_absorb",
-                scope,
-                count,
-                tokens,
-                mla.qk_nope_head_dim,
-                heads * mla.kv_lora_rank,
-                weight_rows=heads * mla.qk_nope_head_dim * mla.kv_lora_rank,
-            )
-            self._attention_kernel(
-                scope,
-                count,
-                flops=FLOPS_PER_MAC * pairs * heads * (latent + mla.kv_lora_rank),
-                hbm_bytes=kv_read
-                + kv_write
-                + tokens * heads * (latent + mla.kv_lora_rank) * ACTIVATION_BYTES,
-            )
-            self.gemm(
-                "v_up",
-                scope,
-                count,
-                tokens,
-                mla.kv_lora_rank,
-                heads * mla.v_head_dim,
-                weight_rows=heads * mla.kv_lora_rank * mla.v_head_dim,
-            )
-        else:
-            # Decompress the latent of every context token, then multi-head attention.
-            kv_b_out = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
-            self.gemm(
-                "kv_b_proj", scope, count, s.concurrency * context, mla.kv_lora_rank, kv_b_out
-            )
-            self._attention_kernel(
-                scope,
-                count,
-                flops=FLOPS_PER_MAC * pairs * heads * (mla.qk_head_dim + mla.v_head_dim),
-                hbm_bytes=kv_read
-                + kv_write
-                + s.concurrency
-                * context
-                * heads
-                * (mla.qk_head_dim + mla.v_head_dim)
-                * ACTIVATION_BYTES
-                + tokens * heads * (mla.qk_head_dim + mla.v_head_dim) * ACTIVATION_BYTES,
-            )
+        for s, new_tokens in attention:
+            context = _context(s, group)
+            pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
+            kv_read = s.concurrency * context * latent * p.kv_bytes_per_element
+            kv_write = new_tokens * latent * p.kv_bytes_per_element
+            if s.is_decode:
+                # Absorb W_UK into the query and W_UV after attention: MQA over the latent.
+                self.gemm(
+                    "q_absorb",
+                    scope,
+                    count,
+                    new_tokens,
+                    mla.qk_nope_head_dim,
+                    heads * mla.kv_lora_rank,
+                    weight_rows=heads * mla.qk_nope_head_dim * mla.kv_lora_rank,
+                )
+                self._attention_kernel(
+                    s,
+                    scope,
+                    count,
+                    flops=FLOPS_PER_MAC * pairs * heads * (latent + mla.kv_lora_rank),
+                    hbm_bytes=kv_read
+                    + kv_write
+                    + new_tokens * heads * (latent + mla.kv_lora_rank) * ACTIVATION_BYTES,
+                )
+                self.gemm(
+                    "v_up",
+                    scope,
+                    count,
+                    new_tokens,
+                    mla.kv_lora_rank,
+                    heads * mla.v_head_dim,
+                    weight_rows=heads * mla.kv_lora_rank * mla.v_head_dim,
+                )
+            else:
+                # Decompress the latent of every context token, then multi-head attention.
+                kv_b_out = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+                self.gemm(
+                    "kv_b_proj", scope, count, s.concurrency * context, mla.kv_lora_rank, kv_b_out
+                )
+                self._attention_kernel(
+                    s,
+                    scope,
+                    count,
+                    flops=FLOPS_PER_MAC * pairs * heads * (mla.qk_head_dim + mla.v_head_dim),
+                    hbm_bytes=kv_read
+                    + kv_write
+                    + s.concurrency
+                    * context
+                    * heads
+                    * (mla.qk_head_dim + mla.v_head_dim)
+                    * ACTIVATION_BYTES
+                    + new_tokens * heads * (mla.qk_head_dim + mla.v_head_dim) * ACTIVATION_BYTES,
+                )
         self.gemm("o_proj", scope, count, tokens, heads * mla.v_head_dim, h)
 
     def _mlp(self, name: str, scope: str, count: int, tokens: float, width: float) -> None:
@@ -513,21 +562,32 @@ class ForwardBuilder:
             )
         )
 
-    def mtp_drafts(self, drafts: int) -> None:
-        """``drafts`` sequential MTP draft passes, one token per request each."""
+    def mtp_drafts(self, drafts: int, decode: Shape) -> None:
+        """``drafts`` sequential MTP draft passes, one token per request of ``decode`` each
+        (decode-only forwards of their own: graph launch cost when graph mode is on)."""
         p, m = self.plan, self.plan.model
         if drafts <= 0 or not m.num_mtp_layers:
             return
-        tokens = self.shape.concurrency
+        tokens = decode.concurrency
         scope = "mtp"
         count = drafts * m.num_mtp_layers
-        self.embedding(scope, count, tokens)
-        self.gemm(
-            "mtp_eh_proj", scope, count, tokens, MTP_EH_INPUTS * m.hidden_size, m.hidden_size / p.tp
-        )
-        ffn = FfnKind.MOE if m.moe is not None else FfnKind.DENSE
-        self.layer_group(LayerGroup(ffn=ffn, sliding_window=None, count=1), scope, count, tokens)
-        self.lm_head(scope, count, tokens)
+        main_launch_s, self.launch_s = self.launch_s, self.draft_launch_s
+        try:
+            self.embedding(scope, count, tokens)
+            self.gemm(
+                "mtp_eh_proj",
+                scope,
+                count,
+                tokens,
+                MTP_EH_INPUTS * m.hidden_size,
+                m.hidden_size / p.tp,
+            )
+            ffn = FfnKind.MOE if m.moe is not None else FfnKind.DENSE
+            layer = LayerGroup(ffn=ffn, sliding_window=None, count=1)
+            self.layer_group(layer, scope, count, tokens, ((decode, tokens),))
+            self.lm_head(scope, count, tokens)
+        finally:
+            self.launch_s = main_launch_s
 
     def overhead(self) -> None:
         self.ops.append(

@@ -8,6 +8,11 @@
 Shapes are per data-parallel replica: ``concurrency`` requests each add ``query_len`` tokens on
 top of ``seq_len - query_len`` cached ones. For a decode step the caller passes the KV-cache
 context it wants memory accounted for as ``seq_len`` (the engine uses ``L + O // 2``).
+
+``runner.run_mixed(prefill, decode)`` costs a mixed engine step as ONE forward over the combined
+token batch (how vLLM, SGLang and TensorRT-LLM run a prefill chunk beside decodes): GEMMs, MoE,
+norms, embeddings, lm_head and collectives over all tokens, attention per part, the per-forward
+overhead once.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,20 +136,27 @@ class MemoryBreakdown:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForwardResult:
+    """One forward. ``fused_decode``: the decodes that ran in the same forward as the prefill
+    ``request`` (a fused mixed step), ``None`` for an ordinary forward."""
+
     latency_ms: float
     breakdown: Breakdown
     memory: MemoryBreakdown
     request: RequestInfo
     notes: tuple[str, ...] = field(default=())
+    fused_decode: RequestInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        body = {
             "latency_ms": self.latency_ms,
             "request": self.request.to_dict(),
             "breakdown": self.breakdown.to_dict(),
             "memory": self.memory.to_dict(),
             "notes": list(self.notes),
         }
+        if self.fused_decode is not None:
+            body["fused_decode"] = self.fused_decode.to_dict()
+        return body
 
 
 class ModelRunner:
@@ -222,38 +235,62 @@ class ModelRunner:
 
     # -- forward ----------------------------------------------------------------------------
     def run_inference(self, request: RequestInfo) -> ForwardResult:
+        return self._run((request,))
+
+    def run_mixed(self, prefill: RequestInfo | None, decode: RequestInfo | None) -> ForwardResult:
+        """A prefill chunk and decodes as ONE forward (a fused mixed step).
+
+        Either part may be missing: the result is then exactly that part's own forward.
+        The decode part keeps its MTP draft passes (``decode.mtp_draft_tokens``).
+        """
+        if prefill is not None and prefill.is_decode:
+            raise InvalidParameterError("prefill.is_decode", True, "False for the prefill part")
+        if decode is not None and not decode.is_decode:
+            raise InvalidParameterError("decode.is_decode", False, "True for the decode part")
+        parts = tuple(part for part in (prefill, decode) if part is not None)
+        if not parts:
+            raise InvalidParameterError("run_mixed", None, "a prefill part, a decode part or both")
+        return self._run(parts)
+
+    def _run(self, parts: tuple[RequestInfo, ...]) -> ForwardResult:
+        """One forward over every part's tokens; attention and draft passes per part."""
         plan = self.plan
-        shape = Shape(
-            is_decode=request.is_decode,
-            concurrency=request.concurrency,
-            query_len=request.query_len,
-            seq_len=request.seq_len,
+        shapes = tuple(
+            Shape(
+                is_decode=part.is_decode,
+                concurrency=part.concurrency,
+                query_len=part.query_len,
+                seq_len=part.seq_len,
+            )
+            for part in parts
         )
-        builder = ForwardBuilder(plan, shape, self.decode_graph_mode)
-        tokens = request.tokens
+        builder = ForwardBuilder(plan, shapes, self.decode_graph_mode)
+        tokens = builder.tokens
+        attention = tuple((shape, shape.tokens) for shape in shapes)
         builder.embedding("model", 1, tokens)
         for index, group in enumerate(plan.model.layer_groups):
             scope = f"layers[{index}]:{group.ffn.value}" + (
                 f":window{group.sliding_window}" if group.sliding_window else ""
             )
-            builder.layer_group(group, scope, group.count, tokens)
-        sample_tokens = tokens if request.is_decode else request.concurrency
-        builder.lm_head("model", 1, sample_tokens)
+            builder.layer_group(group, scope, group.count, tokens, attention)
+        builder.lm_head("model", 1, builder.sample_tokens)
         builder.pipeline_sends(tokens)
-        if request.is_decode:
-            builder.mtp_drafts(request.mtp_draft_tokens)
+        for part, shape in zip(parts, shapes, strict=True):
+            if part.is_decode:
+                builder.mtp_drafts(part.mtp_draft_tokens, shape)
         builder.overhead()
         ops = tuple(builder.ops)
         latency_ms = math.fsum(op.total_ms for op in ops)
         notes = list(plan.notes)
-        if request.mtp_draft_tokens and not plan.model.num_mtp_layers:
+        if any(part.mtp_draft_tokens for part in parts) and not plan.model.num_mtp_layers:
             notes.append("model has no MTP layers: draft cost not modelled")
         return ForwardResult(
             latency_ms=latency_ms,
             breakdown=_summarize(ops),
-            memory=self.memory(request),
-            request=request,
+            memory=self.parts_memory(parts),
+            request=parts[0],
             notes=tuple(notes),
+            fused_decode=parts[1] if len(parts) > 1 else None,
         )
 
     # -- memory -----------------------------------------------------------------------------
@@ -276,6 +313,10 @@ class ModelRunner:
         return self.plan.weights_bytes + extra
 
     def activation_bytes(self, request: RequestInfo) -> float:
+        return self._activation_bytes((request,))
+
+    def _activation_bytes(self, parts: Sequence[RequestInfo]) -> float:
+        """Activations of one forward over every part's tokens (one token batch)."""
         plan, m = self.plan, self.plan.model
         h = m.hidden_size
         # queries, outputs, keys and values of one token
@@ -286,24 +327,31 @@ class ModelRunner:
             width = m.mlp_matrices * m.moe.expert_intermediate_size / plan.moe_tp
             moe = plan.tokens_scale * m.moe.experts_per_token / plan.ep * (width + h)
         per_token = RESIDUAL_STREAMS * h + max(attn, mlp, moe)
-        total = request.tokens * per_token * ACTIVATION_BYTES
-        if m.mla is not None and not request.is_decode:
-            mla = m.mla
-            total += (
-                request.concurrency
-                * request.seq_len
-                * plan.heads_local
-                * (mla.qk_head_dim + mla.v_head_dim)
-                * ACTIVATION_BYTES
-            )
-        sample_tokens = request.tokens if request.is_decode else request.concurrency
+        total = sum(part.tokens for part in parts) * per_token * ACTIVATION_BYTES
+        sample_tokens = 0
+        for part in parts:
+            if m.mla is not None and not part.is_decode:
+                mla = m.mla
+                total += (
+                    part.concurrency
+                    * part.seq_len
+                    * plan.heads_local
+                    * (mla.qk_head_dim + mla.v_head_dim)
+                    * ACTIVATION_BYTES
+                )
+            sample_tokens += part.tokens if part.is_decode else part.concurrency
         return total + sample_tokens * m.vocab_size / plan.tp * LOGIT_BYTES
 
     def memory(self, request: RequestInfo) -> MemoryBreakdown:
+        return self.parts_memory((request,))
+
+    def parts_memory(self, parts: Sequence[RequestInfo]) -> MemoryBreakdown:
+        """Memory while one forward runs every part (a fused mixed step: prefill + decode)."""
         capacity = self.device.hbm_capacity_gb
         weights = self.weights_bytes() / BYTES_PER_GB
-        kv = self.kv_cache_bytes(request.concurrency, request.seq_len) / BYTES_PER_GB
-        act = self.activation_bytes(request) / BYTES_PER_GB
+        kv_bytes = math.fsum(self.kv_cache_bytes(p.concurrency, p.seq_len) for p in parts)
+        kv = kv_bytes / BYTES_PER_GB
+        act = self._activation_bytes(parts) / BYTES_PER_GB
         reserved = self.reserved_memory_gb
         return MemoryBreakdown(
             capacity_gb=capacity,
