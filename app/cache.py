@@ -13,6 +13,10 @@ Key layout (versioned; bump :data:`CACHE_SCHEMA_VERSION` when the value format o
 model changes)::
 
     chunkwise:v<schema>:<kind>:<digest of app version + runner identity>:<p|d>:<conc>:<q>:<s>
+    chunkwise:v<schema>:<kind>:<digest>:m:<p conc>:<p q>:<p s>:<d conc>:<d q>:<d s>
+
+The second form is a fused mixed step (a prefill part and a decode part in one forward): its own
+phase letter and six numbers, so it never collides with a prefill or decode key.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from app import __version__
-from app.core.latency import ForwardShape
+from app.core.latency import AnyShape, MixedShape
 from app.settings import Settings
 
 logger = logging.getLogger("chunkwise.cache")
@@ -56,13 +60,18 @@ def identity_digest(identity: str) -> str:
     return hashlib.sha256(payload).hexdigest()[:24]
 
 
-def shape_key(digest: str, shape: ForwardShape, kind: str = "lat") -> str:
-    """Cache key of one forward shape (``kind`` separates compact and full records)."""
-    phase = "d" if shape.is_decode else "p"
-    return (
-        f"{KEY_PREFIX}:v{CACHE_SCHEMA_VERSION}:{kind}:{digest}:"
-        f"{phase}:{shape.concurrency}:{shape.query_len}:{shape.seq_len}"
-    )
+def shape_key(digest: str, shape: AnyShape, kind: str = "lat") -> str:
+    """Cache key of one forward shape or fused mixed step (``kind`` separates compact and full
+    records)."""
+    if isinstance(shape, MixedShape):
+        p, d = shape.prefill, shape.decode
+        tail = (
+            f"m:{p.concurrency}:{p.query_len}:{p.seq_len}:{d.concurrency}:{d.query_len}:{d.seq_len}"
+        )
+    else:
+        phase = "d" if shape.is_decode else "p"
+        tail = f"{phase}:{shape.concurrency}:{shape.query_len}:{shape.seq_len}"
+    return f"{KEY_PREFIX}:v{CACHE_SCHEMA_VERSION}:{kind}:{digest}:{tail}"
 
 
 def response_key(kind: str, canonical_request: str) -> str:

@@ -53,7 +53,7 @@ from app.core.errors import (
     UnknownModelError,
     UnsupportedError,
 )
-from app.core.latency import ForwardShape
+from app.core.latency import AnyShape, ForwardShape, MixedShape
 from app.core.optimizer import (
     Deployment,
     OptimizeResult,
@@ -220,7 +220,7 @@ class ShapeEvaluator(Protocol):
         """Stable description of everything but the shape (goes into the cache key)."""
         ...
 
-    def evaluate(self, shape: ForwardShape) -> ForwardRecord: ...
+    def evaluate(self, shape: AnyShape) -> ForwardRecord: ...
 
     def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
         """Requests whose KV cache of ``context_len`` tokens fits on one replica."""
@@ -262,14 +262,14 @@ class CachedServingModel:
         self.keys_seen: list[str] = []
         self._cache = cache
         self._digest = identity_digest(evaluator.identity())
-        self._local: dict[ForwardShape, ForwardRecord] = {}
+        self._local: dict[AnyShape, ForwardRecord] = {}
         self._pending: dict[str, JSONValue] = {}
         self._stats = stats
         self._deadline = deadline
         self.usage = usage if usage is not None else CacheUsage()
 
     # -- batching ------------------------------------------------------------------------
-    def prefetch(self, shapes: Iterable[ForwardShape]) -> None:
+    def prefetch(self, shapes: Iterable[AnyShape]) -> None:
         """Make every shape available locally: one MGET, then compute the misses."""
         wanted = [s for s in dict.fromkeys(shapes) if s not in self._local]
         if not wanted:
@@ -313,11 +313,11 @@ class CachedServingModel:
         if pending:
             self._cache.set_many(pending)
 
-    def records(self, shapes: Sequence[ForwardShape]) -> list[ForwardRecord]:
+    def records(self, shapes: Sequence[AnyShape]) -> list[ForwardRecord]:
         self.prefetch(shapes)
         return [self._local[s] for s in shapes]
 
-    def _record(self, shape: ForwardShape) -> ForwardRecord:
+    def _record(self, shape: AnyShape) -> ForwardRecord:
         record = self._local.get(shape)
         if record is None:
             self.prefetch((shape,))
@@ -334,9 +334,12 @@ class CachedServingModel:
             )
 
     # -- engine interfaces ---------------------------------------------------------------
-    def forward_latencies_ms(self, shapes: Sequence[ForwardShape]) -> Mapping[ForwardShape, float]:
+    def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]:
         self.prefetch(shapes)
         return {s: self._local[s].latency_ms for s in shapes}
+
+    def mixed_ms(self, shape: MixedShape) -> float:
+        return self._record(shape).latency_ms
 
     def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         shape = ForwardShape(
@@ -453,8 +456,15 @@ def build_serving_model(
     )
 
 
-def evaluate_forward(serving: RunnerServingModel, shape: ForwardShape) -> ForwardRecord:
+def evaluate_forward(serving: RunnerServingModel, shape: AnyShape) -> ForwardRecord:
     """Latency (MTP-folded for decode), memory left and the memory picture of one shape."""
+    if isinstance(shape, MixedShape):
+        mixed = serving.mixed_memory(shape)
+        return ForwardRecord(
+            latency_ms=serving.mixed_ms(shape),
+            memory_left_gb=mixed.available_gb,
+            memory_gb=mixed.to_dict(),
+        )
     c, q, s = shape.concurrency, shape.query_len, shape.seq_len
     latency_ms = serving.decode_ms(c, q, s) if shape.is_decode else serving.prefill_ms(c, q, s)
     memory = serving.runner.memory(
@@ -664,7 +674,7 @@ class _RunnerEvaluator:
     def identity(self) -> str:
         return self._identity
 
-    def evaluate(self, shape: ForwardShape) -> ForwardRecord:
+    def evaluate(self, shape: AnyShape) -> ForwardRecord:
         return evaluate_forward(self._serving, shape)
 
     def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:

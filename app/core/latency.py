@@ -2,12 +2,20 @@
 
 The engine never builds a latency model itself: it receives any object with these methods.
 Tests inject fakes; the service injects a cached ``ModelRunner`` adapter.
+
+A mixed engine step (a prefill chunk beside decodes) is costed from its two parts by the
+scheduler's ``mixed_latency`` rule (``max``, ``sum``), or, with ``fused``, as one forward over
+the combined tokens: a :class:`MixedShape`, which only a :class:`MixedLatencyModel` (the
+analytic runner) can cost. Any other model is rejected with :class:`UnsupportedError` as soon
+as a fused mixed step needs a latency (no silent fallback to another rule).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from app.core.errors import InvalidParameterError, UnsupportedError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)
@@ -24,6 +32,35 @@ class ForwardShape:
     seq_len: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class MixedShape:
+    """One engine step that runs a prefill part and a decode part as ONE forward (fused).
+
+    The dense parts (GEMMs, MoE, norms, collectives, lm_head) see ``prefill`` and ``decode``
+    tokens together; attention stays per part; the per-forward overhead is paid once.
+    """
+
+    prefill: ForwardShape
+    decode: ForwardShape
+
+    def __post_init__(self) -> None:
+        if self.prefill.is_decode:
+            raise InvalidParameterError("prefill", self.prefill, "a prefill shape")
+        if not self.decode.is_decode:
+            raise InvalidParameterError("decode", self.decode, "a decode shape")
+
+
+#: What a latency model may be asked to cost: one forward, or a fused mixed step.
+AnyShape = ForwardShape | MixedShape
+
+
+def shape_order(shape: AnyShape) -> tuple[int, ForwardShape, ForwardShape]:
+    """Sort key over both kinds (pure shapes first, each kind in its own order)."""
+    if isinstance(shape, MixedShape):
+        return (1, shape.prefill, shape.decode)
+    return (0, shape, shape)
+
+
 @runtime_checkable
 class LatencyModel(Protocol):
     """Forward latency in milliseconds for one replica."""
@@ -31,6 +68,22 @@ class LatencyModel(Protocol):
     def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float: ...
 
     def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float: ...
+
+
+@runtime_checkable
+class MixedLatencyModel(Protocol):
+    """Optional capability: the latency of a fused mixed step (``mixed_latency="fused"``)."""
+
+    def mixed_ms(self, shape: MixedShape) -> float: ...
+
+
+def fused_unsupported(model: object) -> UnsupportedError:
+    """The error for ``mixed_latency="fused"`` over a model that cannot cost a mixed forward."""
+    return UnsupportedError(
+        f"mixed_latency='fused' costs a mixed step as one forward over the combined tokens, "
+        f"which needs the analytic runner's latency model; {type(model).__name__} only has "
+        "prefill_ms/decode_ms (use mixed_latency 'max' or 'sum' with it)"
+    )
 
 
 @runtime_checkable

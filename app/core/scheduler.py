@@ -20,6 +20,11 @@ from app.core.errors import InvalidParameterError, UnknownSchedulerError
 
 PrefillOrder = Literal["continue_first", "fifo"]
 PREFILL_ORDERS: tuple[PrefillOrder, ...] = ("continue_first", "fifo")
+#: How a mixed step's latency follows from its prefill and decode parts: ``max`` (the RFC's
+#: overlap), ``sum`` (the two forwards back to back) or ``fused`` (one forward over the
+#: combined tokens, costed by the latency model as a ``MixedShape``).
+MixedLatency = Literal["max", "sum", "fused"]
+MIXED_LATENCIES: tuple[MixedLatency, ...] = ("max", "sum", "fused")
 
 #: The RFC's default slack on the mixed-step token budget.
 DEFAULT_SLACK_RATIO = 1.15
@@ -71,6 +76,9 @@ class Scheduler(ABC):
     #: Where a request that finished a non-final chunk goes: the front of the prefill queue
     #: (``continue_first``, vLLM-like) or the back (``fifo``, msmodeling parity).
     prefill_order: PrefillOrder = "continue_first"
+    #: How mixed steps are costed. With ``fused`` the simulation asks the latency model for
+    #: the mixed forward itself and ``step_latency`` only sees one-sided steps.
+    mixed_latency: MixedLatency = "max"
 
     @abstractmethod
     def decide(self, state: SchedulerState) -> StepDecision: ...
@@ -80,7 +88,11 @@ class Scheduler(ABC):
 
     def describe(self) -> dict[str, object]:
         """Parameters echoed in results."""
-        return {"name": self.name, "prefill_order": self.prefill_order}
+        return {
+            "name": self.name,
+            "prefill_order": self.prefill_order,
+            "mixed_latency": self.mixed_latency,
+        }
 
     def stable_down_to(self, state: SchedulerState, decision: StepDecision) -> int | None:
         """The smallest ``prefill_remaining`` for which ``decide`` still returns ``decision``
@@ -136,15 +148,12 @@ class DecodeFirstWithSlack(Scheduler):
         )
 
 
-MixedLatency = Literal["max", "sum"]
-MIXED_LATENCIES: tuple[MixedLatency, ...] = ("max", "sum")
-
-
 class _EnginePolicy(Scheduler):
     """Shared parameters of the engine policies: a running cap and the mixed-step cost.
 
-    ``mixed_latency``: ``max`` (the RFC's overlap of the prefill and decode forwards) or
-    ``sum`` (they run one after the other).
+    ``mixed_latency``: ``max`` (the RFC's overlap of the prefill and decode forwards), ``sum``
+    (they run one after the other) or ``fused`` (one forward over the combined tokens, as the
+    engines run it; the simulation costs that step with the latency model's ``mixed_ms``).
     """
 
     reads_prefill_remaining = True
@@ -173,14 +182,11 @@ class _EnginePolicy(Scheduler):
     def step_latency(self, prefill_latency: float, decode_latency: float) -> float:
         if self.mixed_latency == "sum":
             return prefill_latency + decode_latency
+        # ``max``, and ``fused`` for one-sided steps (one of the two latencies is 0).
         return max(prefill_latency, decode_latency)
 
     def describe(self) -> dict[str, object]:
-        return {
-            **Scheduler.describe(self),
-            "max_num_seqs": self.max_running,
-            "mixed_latency": self.mixed_latency,
-        }
+        return {**Scheduler.describe(self), "max_num_seqs": self.max_running}
 
     def stable_down_to(self, state: SchedulerState, decision: StepDecision) -> int | None:
         # A chunk cut by the budget (not by what is left) stays the same size, and so does

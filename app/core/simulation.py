@@ -7,7 +7,9 @@ cache can fetch all shapes in one round trip:
    counts only) and record *runs*: consecutive steps with the same decision. A run of identical
    states (for example decode-only steps until the next request finishes, or one request walking
    through its chunks) is taken in one move, so cost follows scheduling decisions, not tokens;
-2. **evaluate** — the plan's unique :class:`ForwardShape` s go to the latency model once each;
+2. **evaluate** — the plan's unique shapes go to the latency model once each (a
+   :class:`ForwardShape` per forward; with a ``fused`` scheduler a mixed step is one
+   :class:`MixedShape`);
 3. **replay** — walk the runs, advance the clock, and accumulate TTFT, TPOT and the makespan.
 
 Semantics follow the RFC and DIGEST: ``N`` requests arrive at ``t = 0``; a request's first token
@@ -27,7 +29,15 @@ from typing import Literal, Protocol, runtime_checkable
 from app.core.chunking import MAX_LENGTH_TOKENS, PrefillChunk, prefill_chunk_plan
 from app.core.decode_queue import DecodeQueue
 from app.core.errors import InvalidParameterError, SimulationError
-from app.core.latency import ForwardShape, LatencyModel
+from app.core.latency import (
+    AnyShape,
+    ForwardShape,
+    LatencyModel,
+    MixedLatencyModel,
+    MixedShape,
+    fused_unsupported,
+    shape_order,
+)
 from app.core.scheduler import DecodeFirstWithSlack, Scheduler, SchedulerState, StepDecision
 
 Method = Literal["time_simulation", "closed_form_waves"]
@@ -41,11 +51,13 @@ MAX_CONCURRENCY = 1_000_000
 
 @runtime_checkable
 class BatchLatencyModel(Protocol):
-    """Optional batch interface: latencies of many shapes in one call (one cache round trip)."""
+    """Optional batch interface: latencies of many shapes in one call (one cache round trip).
 
-    def forward_latencies_ms(
-        self, shapes: Sequence[ForwardShape]
-    ) -> Mapping[ForwardShape, float]: ...
+    A batch model that is given :class:`MixedShape` s and cannot cost them raises
+    :class:`~app.core.errors.UnsupportedError` (see :func:`~app.core.latency.fused_unsupported`).
+    """
+
+    def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +95,8 @@ class SimulationPlan:
     decode_query_len: int
     decode_seq_len: int
     runs: tuple[StepRun, ...]
+    #: Mixed steps are one fused forward (:class:`MixedShape`), not two combined forwards.
+    fused_mixed: bool = False
 
     @staticmethod
     def prefill_shape(p_step: int, query_len: int, seq_len: int) -> ForwardShape:
@@ -98,24 +112,45 @@ class SimulationPlan:
             seq_len=self.decode_seq_len,
         )
 
+    def mixed_shape(self, p_step: int, query_len: int, seq_len: int, d_step: int) -> MixedShape:
+        return MixedShape(
+            prefill=self.prefill_shape(p_step, query_len, seq_len), decode=self.decode_shape(d_step)
+        )
+
+    def is_fused(self, run: StepRun) -> bool:
+        """Whether ``run``'s steps are fused mixed forwards (one :class:`MixedShape` each)."""
+        return self.fused_mixed and run.p_step > 0 and run.d_step > 0
+
     @property
-    def shapes(self) -> tuple[ForwardShape, ...]:
-        """Every distinct forward shape the plan needs, sorted."""
-        decode_steps = {run.d_step for run in self.runs if run.d_step}
-        # Many requests walk through the same chunks: expand each distinct walk once.
+    def shapes(self) -> tuple[AnyShape, ...]:
+        """Every distinct shape the plan needs, sorted (:func:`shape_order`)."""
+        decode_steps = {run.d_step for run in self.runs if run.d_step and not self.is_fused(run)}
+        # Many requests walk through the same chunks: expand each distinct walk once
+        # (with the decode batch it is fused with, if any).
         walks = {
-            (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat)
+            (
+                run.p_step,
+                run.prefill_tokens,
+                run.prefill_start,
+                run.repeat,
+                run.d_step if self.is_fused(run) else 0,
+            )
             for run in self.runs
             if run.p_step
         }
         prefill_steps = {
-            (p_step, tokens, start + (i + 1) * tokens)
-            for p_step, tokens, start, repeat in walks
+            (p_step, tokens, start + (i + 1) * tokens, d_step)
+            for p_step, tokens, start, repeat, d_step in walks
             for i in range(repeat)
         }
-        shapes = [self.decode_shape(d) for d in decode_steps]
-        shapes.extend(self.prefill_shape(*key) for key in prefill_steps)
-        return tuple(sorted(shapes))
+        shapes: list[AnyShape] = [self.decode_shape(d) for d in decode_steps]
+        shapes.extend(
+            self.mixed_shape(p_step, tokens, seq_len, d_step)
+            if d_step
+            else self.prefill_shape(p_step, tokens, seq_len)
+            for p_step, tokens, seq_len, d_step in prefill_steps
+        )
+        return tuple(sorted(shapes, key=shape_order))
 
     @property
     def steps(self) -> int:
@@ -124,7 +159,11 @@ class SimulationPlan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepRecord:
-    """One entry of the step timeline (``repeat`` identical consecutive steps)."""
+    """One entry of the step timeline (``repeat`` identical consecutive steps).
+
+    ``fused``: the prefill and decode parts ran as one forward, so both took the whole step
+    (``prefill_ms == decode_ms == step_ms``).
+    """
 
     start_ms: float
     step_ms: float
@@ -137,6 +176,7 @@ class StepRecord:
     decode_ms: float
     first_tokens: int
     finished: int
+    fused: bool = False
 
     @property
     def end_ms(self) -> float:
@@ -528,6 +568,7 @@ def plan_chunked_prefill(
         decode_query_len=1 + num_mtp_tokens,
         decode_seq_len=input_length + output_length // 2 + 1 + num_mtp_tokens,
         runs=runs,
+        fused_mixed=scheduler.mixed_latency == "fused",
     )
 
 
@@ -535,10 +576,12 @@ def plan_chunked_prefill(
 # phase 2: evaluate
 
 
-def evaluate_shapes(
-    shapes: Sequence[ForwardShape], latency: LatencyModel
-) -> dict[ForwardShape, float]:
-    """Latency of each distinct shape, asking the model once per shape (or once in all)."""
+def evaluate_shapes(shapes: Sequence[AnyShape], latency: LatencyModel) -> dict[AnyShape, float]:
+    """Latency of each distinct shape, asking the model once per shape (or once in all).
+
+    A :class:`MixedShape` needs a :class:`MixedLatencyModel` (or a batch model that costs it);
+    any other model raises :class:`~app.core.errors.UnsupportedError`.
+    """
     unique = tuple(dict.fromkeys(shapes))
     if isinstance(latency, BatchLatencyModel):
         found = latency.forward_latencies_ms(unique)
@@ -546,6 +589,11 @@ def evaluate_shapes(
     else:
         values = {}
         for shape in unique:
+            if isinstance(shape, MixedShape):
+                if not isinstance(latency, MixedLatencyModel):
+                    raise fused_unsupported(latency)
+                values[shape] = float(latency.mixed_ms(shape))
+                continue
             method = latency.decode_ms if shape.is_decode else latency.prefill_ms
             values[shape] = float(method(shape.concurrency, shape.query_len, shape.seq_len))
     for shape, value in values.items():
@@ -560,23 +608,32 @@ def evaluate_shapes(
 
 def run_clock(
     plan: SimulationPlan,
-    latencies: Mapping[ForwardShape, float],
+    latencies: Mapping[AnyShape, float],
     scheduler: Scheduler,
     *,
     record_steps: bool = False,
 ) -> tuple[list[float], tuple[StepRecord, ...] | None]:
-    """The time at the end of every run, and the step timeline when asked for."""
+    """The time at the end of every run, and the step timeline when asked for.
+
+    A mixed step costs ``scheduler.step_latency(prefill, decode)``, or the latency of its
+    :class:`MixedShape` when the plan fuses mixed steps (both parts then span the step).
+    """
     t_ms = 0.0
     ends: list[float] = []
     timeline: list[StepRecord] = []
     decode_ms: dict[int, float] = {0: 0.0}
     prefill_ms: dict[tuple[int, int, int], float] = {}
+    mixed_ms: dict[tuple[int, int, int, int], float] = {}
     # Duration of a prefill walk beside a decode batch, when the scheduler is pure.
     walk_ms: dict[tuple[int, int, int, int, int], float] = {}
     for run in plan.runs:
-        d_ms = decode_ms.get(run.d_step)
-        if d_ms is None:
-            d_ms = decode_ms[run.d_step] = latencies[plan.decode_shape(run.d_step)]
+        fused = plan.is_fused(run)
+        d_ms = 0.0
+        if not fused:
+            known = decode_ms.get(run.d_step)
+            if known is None:
+                known = decode_ms[run.d_step] = latencies[plan.decode_shape(run.d_step)]
+            d_ms = known
         d_shape = plan.decode_shape(run.d_step) if record_steps and run.d_step else None
         walk = (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat, run.d_step)
         if run.p_step and not record_steps and scheduler.stateless and walk in walk_ms:
@@ -585,10 +642,18 @@ def run_clock(
             walk_start_ms = t_ms
             for i in range(run.repeat):
                 key = (run.p_step, run.prefill_tokens, run.prefill_seq_len(i))
-                p_ms = prefill_ms.get(key)
-                if p_ms is None:
-                    p_ms = prefill_ms[key] = latencies[plan.prefill_shape(*key)]
-                step_ms = scheduler.step_latency(p_ms, d_ms)
+                if fused:
+                    mixed_key = (*key, run.d_step)
+                    step_ms = mixed_ms.get(mixed_key, -1.0)
+                    if step_ms < 0.0:
+                        shape = plan.mixed_shape(*key, run.d_step)
+                        step_ms = mixed_ms[mixed_key] = latencies[shape]
+                    p_ms = d_ms = step_ms
+                else:
+                    p_ms = prefill_ms.get(key, -1.0)
+                    if p_ms < 0.0:
+                        p_ms = prefill_ms[key] = latencies[plan.prefill_shape(*key)]
+                    step_ms = scheduler.step_latency(p_ms, d_ms)
                 if record_steps:
                     last = i == run.repeat - 1
                     timeline.append(
@@ -604,6 +669,7 @@ def run_clock(
                             decode_ms=d_ms,
                             first_tokens=run.first_tokens if last else 0,
                             finished=run.finished if last else 0,
+                            fused=fused,
                         )
                     )
                 t_ms += step_ms
@@ -633,7 +699,7 @@ def run_clock(
 
 def replay_chunked_prefill(
     plan: SimulationPlan,
-    latencies: Mapping[ForwardShape, float],
+    latencies: Mapping[AnyShape, float],
     scheduler: Scheduler | None = None,
     *,
     record_steps: bool = False,
@@ -766,7 +832,7 @@ def plan_closed_form_waves(
 
 
 def replay_closed_form_waves(
-    plan: WavesPlan, latencies: Mapping[ForwardShape, float]
+    plan: WavesPlan, latencies: Mapping[AnyShape, float]
 ) -> SimulationResult:
     """The RFC's compatibility formulas (DIGEST "Single chunk")."""
     c, n, r = plan.concurrency, plan.full_waves, plan.remainder
@@ -853,7 +919,7 @@ def plan_serving(
 
 def replay(
     plan: AnyPlan,
-    latencies: Mapping[ForwardShape, float],
+    latencies: Mapping[AnyShape, float],
     scheduler: Scheduler | None = None,
     *,
     record_steps: bool = False,

@@ -30,7 +30,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from app.core.chunking import OptimizerData, PrefillChunk
 from app.core.errors import InfeasibleError, InvalidParameterError
-from app.core.latency import ForwardShape, LatencyModel
+from app.core.latency import AnyShape, LatencyModel
 from app.core.scheduler import DecodeFirstWithSlack, Scheduler
 from app.core.simulation import (
     MS_PER_S,
@@ -68,7 +68,7 @@ class ClosedLoopPlan:
     max_running: int | None
 
     @property
-    def shapes(self) -> tuple[ForwardShape, ...]:
+    def shapes(self) -> tuple[AnyShape, ...]:
         return self.engine.shapes
 
 
@@ -141,6 +141,7 @@ def plan_closed_loop(
         decode_query_len=query_len,
         decode_seq_len=input_length + output_length // 2 + query_len,
         runs=runs,
+        fused_mixed=scheduler.mixed_latency == "fused",
     )
     return ClosedLoopPlan(
         engine=engine,
@@ -155,7 +156,7 @@ def plan_closed_loop(
 
 def replay_closed_loop(
     plan: ClosedLoopPlan,
-    latencies: Mapping[ForwardShape, float],
+    latencies: Mapping[AnyShape, float],
     scheduler: Scheduler | None = None,
     *,
     record_steps: bool = False,

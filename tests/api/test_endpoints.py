@@ -441,13 +441,14 @@ def test_work_done_before_a_deadline_is_kept(monkeypatch: pytest.MonkeyPatch) ->
     from app import services
     from app.cache import MemoryLatencyCache
     from app.core.errors import DeadlineExceededError
-    from app.core.latency import ForwardShape
+    from app.core.latency import AnyShape, ForwardShape
 
     class Fake:
         def identity(self) -> str:
             return "fake"
 
-        def evaluate(self, shape: ForwardShape) -> services.ForwardRecord:
+        def evaluate(self, shape: AnyShape) -> services.ForwardRecord:
+            assert isinstance(shape, ForwardShape)
             return services.ForwardRecord(float(shape.concurrency), 1.0)
 
         def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:

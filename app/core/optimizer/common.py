@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from app.core.chunking import OptimizerData
 from app.core.errors import InvalidParameterError
-from app.core.latency import ForwardShape, ServingModel
+from app.core.latency import AnyShape, ForwardShape, ServingModel
 from app.core.parallel import ParallelLayout
 from app.core.simulation import BatchLatencyModel, evaluate_shapes
 
@@ -144,10 +144,12 @@ class MemoLatency:
 
     def __init__(self, model: ServingModel) -> None:
         self.model = model
-        self.latency_ms: dict[ForwardShape, float] = {}
+        self.latency_ms: dict[AnyShape, float] = {}
         self.memory_left: dict[ForwardShape, float] = {}
 
-    def forward_latencies_ms(self, shapes: Sequence[ForwardShape]) -> Mapping[ForwardShape, float]:
+    def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]:
+        """Latencies through the memo; a fused mixed shape the wrapped model cannot cost raises
+        :class:`~app.core.errors.UnsupportedError` (from :func:`evaluate_shapes`)."""
         missing = [s for s in dict.fromkeys(shapes) if s not in self.latency_ms]
         if missing:
             if isinstance(self.model, BatchLatencyModel):

@@ -7,16 +7,23 @@ from collections.abc import Sequence
 
 from app.core.catalog.devices import BYTES_PER_GB
 from app.core.errors import InvalidParameterError
-from app.core.runner.runner import ModelRunner, RequestInfo
+from app.core.latency import MixedShape
+from app.core.runner.runner import MemoryBreakdown, ModelRunner, RequestInfo
 
 
 class RunnerServingModel:
-    """``prefill_ms`` / ``decode_ms`` / ``memory_left_gb`` over a :class:`ModelRunner`.
+    """``prefill_ms`` / ``decode_ms`` / ``mixed_ms`` / ``memory_left_gb`` over a
+    :class:`ModelRunner`.
 
     MTP folding: a decode step verifies ``1 + num_mtp_tokens`` tokens per request (the query
     length is raised to that if the caller passed less) and costs the main forward plus the
     draft passes; it emits ``1 + sum(mtp_acceptance_rates[:num_mtp_tokens])`` tokens on average,
     so ``decode_ms`` returns the step time divided by that: the time per emitted token.
+    ``mixed_ms`` folds the same way, the decode part only: the prefill forward plus the fused
+    forward's extra time over it, divided by the tokens per decode step (so a fused step with
+    no decodes is ``prefill_ms``, with no prefill ``decode_ms``, and it lies between
+    ``max(prefill_ms, decode_ms)`` and ``prefill_ms + decode_ms`` whenever the unfolded forward
+    does).
     """
 
     __slots__ = ("_tokens_per_step", "mtp_acceptance_rates", "num_mtp_tokens", "runner")
@@ -70,6 +77,26 @@ class RunnerServingModel:
     def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         request = self._decode_request(concurrency, query_len, seq_len)
         return self.runner.run_inference(request).latency_ms / self._tokens_per_step
+
+    def _mixed_requests(self, shape: MixedShape) -> tuple[RequestInfo, RequestInfo]:
+        p, d = shape.prefill, shape.decode
+        prefill = RequestInfo(
+            is_decode=False, concurrency=p.concurrency, query_len=p.query_len, seq_len=p.seq_len
+        )
+        return prefill, self._decode_request(d.concurrency, d.query_len, d.seq_len)
+
+    def mixed_ms(self, shape: MixedShape) -> float:
+        """A fused mixed step: one forward over the prefill chunk and the decodes."""
+        prefill, decode = self._mixed_requests(shape)
+        fused_ms = self.runner.run_mixed(prefill, decode).latency_ms
+        if self._tokens_per_step == 1.0:
+            return fused_ms
+        prefill_ms = self.runner.run_inference(prefill).latency_ms
+        return prefill_ms + (fused_ms - prefill_ms) / self._tokens_per_step
+
+    def mixed_memory(self, shape: MixedShape) -> MemoryBreakdown:
+        """Device memory while the fused mixed step runs (both parts' KV and activations)."""
+        return self.runner.parts_memory(self._mixed_requests(shape))
 
     def memory_left_gb(
         self, is_decode: bool, concurrency: int, query_len: int, seq_len: int

@@ -9,17 +9,18 @@ from functools import partial
 from itertools import takewhile
 
 from app.core.chunking import PrefillChunk
-from app.core.latency import ForwardShape
+from app.core.latency import AnyShape, ForwardShape, MixedShape
 from app.core.scheduler import Scheduler, SchedulerState, StepDecision
 
 
 class ConstantLatency:
-    """Every forward costs the same; counts the shapes it is asked for."""
+    """Every forward costs the same; counts the shapes it is asked for. It cannot cost a fused
+    mixed step (no ``mixed_ms``)."""
 
     def __init__(self, prefill_ms: float = 1.0, decode_ms: float = 1.0) -> None:
         self._prefill_ms = prefill_ms
         self._decode_ms = decode_ms
-        self.calls: Counter[ForwardShape] = Counter()
+        self.calls: Counter[AnyShape] = Counter()
 
     def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         self.calls[
@@ -70,6 +71,16 @@ class LinearLatency(ConstantLatency):
     def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         super().decode_ms(concurrency, query_len, seq_len)
         return self._cost(concurrency, query_len, seq_len)
+
+    def mixed_ms(self, shape: MixedShape) -> float:
+        """One forward over both parts: the fixed cost once, tokens and context of both."""
+        self.calls[shape] += 1
+        p, d = shape.prefill, shape.decode
+        return (
+            self._cost(p.concurrency, p.query_len, p.seq_len)
+            + self._cost(d.concurrency, d.query_len, d.seq_len)
+            - self.base_ms
+        )
 
     def memory_left_gb(
         self, is_decode: bool, concurrency: int, query_len: int, seq_len: int
@@ -157,9 +168,22 @@ def reference_simulation(
         p, d = decision.p_step, decision.d_step
         tokens = decision.prefill_tokens or q
         assert p or d
-        p_ms = latency.prefill_ms(p, tokens, done + tokens) if p else 0.0
-        d_ms = latency.decode_ms(d, q_dec, ctx_dec) if d else 0.0
-        t += scheduler.step_latency(p_ms, d_ms)
+        if p and d and scheduler.mixed_latency == "fused":
+            assert isinstance(latency, LinearLatency)
+            t += latency.mixed_ms(
+                MixedShape(
+                    prefill=ForwardShape(
+                        is_decode=False, concurrency=p, query_len=tokens, seq_len=done + tokens
+                    ),
+                    decode=ForwardShape(
+                        is_decode=True, concurrency=d, query_len=q_dec, seq_len=ctx_dec
+                    ),
+                )
+            )
+        else:
+            p_ms = latency.prefill_ms(p, tokens, done + tokens) if p else 0.0
+            d_ms = latency.decode_ms(d, q_dec, ctx_dec) if d else 0.0
+            t += scheduler.step_latency(p_ms, d_ms)
         steps += 1
         selected_decode = [decode.popleft() for _ in range(d)]
         selected_prefill = [pending.popleft() for _ in range(p)]

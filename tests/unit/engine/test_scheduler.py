@@ -48,6 +48,7 @@ def test_parameters_validated() -> None:
         "name": "decode_first_with_slack",
         "prefill_order": "fifo",
         "slack_ratio": 1.15,
+        "mixed_latency": "max",
     }
 
 
@@ -112,6 +113,12 @@ def test_make_scheduler_names_and_options() -> None:
         make_scheduler("vllm", max_num_seqs=0)
     with pytest.raises(InvalidParameterError, match="mixed_latency"):
         make_scheduler("sglang", mixed_latency="min")  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="mixed_latency"):
+        make_scheduler("decode_first_with_slack", mixed_latency="fused")
+    fused = make_scheduler("vllm", mixed_latency="fused")
+    assert fused.mixed_latency == "fused"
+    assert fused.describe()["mixed_latency"] == "fused"
+    assert fused.step_latency(0.0, 5.0) == fused.step_latency(5.0, 0.0) == 5.0  # one-sided
 
 
 @given(

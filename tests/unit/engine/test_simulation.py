@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from app.core.chunking import prefill_chunk_plan
 from app.core.errors import InvalidParameterError, SimulationError
+from app.core.latency import ForwardShape
 from app.core.scheduler import DecodeFirstWithSlack
 from app.core.simulation import (
     CLOSED_FORM_WAVES,
@@ -151,7 +152,7 @@ def test_decode_shape_uses_full_input_and_mtp_tokens() -> None:
     simulate_chunked_prefill(
         prefill_chunk_plan(6, 4), 1, 4, 4, latency, input_length=12, num_mtp_tokens=1
     )
-    decode = [s for s in latency.calls if s.is_decode]
+    decode = [s for s in latency.calls if isinstance(s, ForwardShape) and s.is_decode]
     assert {(s.query_len, s.seq_len) for s in decode} == {(2, 12 + 4 // 2 + 2)}
 
 

@@ -171,7 +171,7 @@ def test_burst_is_the_closed_loop_without_resubmission() -> None:
 policies = st.fixed_dictionaries(
     {
         "policy": st.sampled_from(["vllm", "sglang", "sglang_mixed_chunk"]),
-        "mixed": st.sampled_from(["max", "sum"]),
+        "mixed": st.sampled_from(["max", "sum", "fused"]),
         "effective": st.integers(1, 40),
         "budget": st.integers(1, 20),
         "clients": st.integers(1, 8),

@@ -27,8 +27,9 @@ from hypothesis import strategies as st
 
 from app.core.catalog import device_from_dict, get_device, get_model, parse_quantization
 from app.core.errors import InvalidParameterError
+from app.core.latency import ForwardShape, MixedShape
 from app.core.parallel import ParallelLayout
-from app.core.runner import ModelRunner, OpCategory, RequestInfo
+from app.core.runner import ModelRunner, OpCategory, RequestInfo, RunnerServingModel
 
 #: (model, tp, ep): dense GQA, MoE without and with expert parallelism, MLA, sliding windows.
 DEPLOYMENTS = [
@@ -178,6 +179,43 @@ def test_run_mixed_checks_its_parts() -> None:
     result = model.run_mixed(prefill(1, 10, 0), decode(3, 10))
     assert result.to_dict()["fused_decode"] == decode(3, 10).to_dict()
     assert "fused_decode" not in model.run_inference(decode(3, 10)).to_dict()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from([("deepseek-ai/DeepSeek-V3", 8, 8), ("Qwen/Qwen3-235B-A22B", 8, 8)]),
+    st.sampled_from(DEVICES),
+    st.integers(1, 3),
+    prefills,
+    st.integers(1, 512),
+    st.integers(1, 16384),
+)
+def test_serving_model_folds_mtp_into_the_decode_part_only(
+    deployment: tuple[str, int, int],
+    device: str,
+    mtp: int,
+    p: RequestInfo,
+    requests: int,
+    context: int,
+) -> None:
+    """MTP: ``mixed_ms`` is ``prefill_ms`` plus the fused forward's extra over it per emitted
+    token, so the serving model keeps max <= fused <= sum and the one-part identities."""
+    name, tp, ep = deployment
+    serving = RunnerServingModel(runner(name, tp, ep, device, mtp), mtp, [0.8] * mtp)
+    p_shape = ForwardShape(
+        is_decode=False, concurrency=p.concurrency, query_len=p.query_len, seq_len=p.seq_len
+    )
+    d_shape = ForwardShape(
+        is_decode=True, concurrency=requests, query_len=1 + mtp, seq_len=1 + mtp + context
+    )
+    prefill_ms = serving.prefill_ms(p.concurrency, p.query_len, p.seq_len)
+    decode_ms = serving.decode_ms(requests, 1 + mtp, 1 + mtp + context)
+    fused_ms = serving.mixed_ms(MixedShape(prefill=p_shape, decode=d_shape))
+    assert max(prefill_ms, decode_ms) <= fused_ms <= prefill_ms + decode_ms
+    raw = serving.runner.run_mixed(p, decode(requests, context, mtp)).latency_ms
+    assert fused_ms == pytest.approx(
+        prefill_ms + (raw - prefill_ms) / serving.tokens_per_decode_step
+    )
 
 
 def test_upper_bound_needs_graph_launch_not_far_below_eager() -> None:
