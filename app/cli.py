@@ -239,7 +239,12 @@ def _add_common_flags(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--slack-ratio", type=float, default=None, help="decode_first_with_slack")
     cmd.add_argument("--prefill-order", choices=("continue_first", "fifo"), default=None)
     cmd.add_argument("--max-num-seqs", type=int, default=None, help="vllm / sglang policies")
-    cmd.add_argument("--mixed-latency", choices=("max", "sum"), default=None)
+    cmd.add_argument(
+        "--mixed-latency",
+        choices=("max", "sum", "fused"),
+        default=None,
+        help="mixed step: max (overlap, default), sum (serial), fused (one forward)",
+    )
     cmd.add_argument("--workload", choices=("burst", "closed_loop"), default="burst")
     cmd.add_argument("--window", choices=("benchmark", "steady_state"), default="benchmark")
     cmd.add_argument("--requests-per-client", type=int, default=10, help="closed_loop")

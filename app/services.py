@@ -986,6 +986,7 @@ def _step_out(step: StepRecord) -> StepOut:
         decode_ms=step.decode_ms,
         first_tokens=step.first_tokens,
         finished=step.finished,
+        fused=step.fused,
     )
 
 

@@ -56,6 +56,11 @@ class StepOut(BaseModel):
     decode_ms: float
     first_tokens: int
     finished: int
+    fused: bool = Field(
+        default=False,
+        description="mixed_latency 'fused': prefill and decode ran as one forward, so both "
+        "spanned the whole step (prefill_ms == decode_ms == step_ms)",
+    )
 
 
 class SimulateResponse(BaseModel):

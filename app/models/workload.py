@@ -77,8 +77,10 @@ class SchedulerOptions(StrictModel):
         "fifo: chunk-major (msmodeling parity)",
     )
     max_num_seqs: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
-    mixed_latency: Literal["max", "sum"] | None = Field(
-        default=None, description="mixed prefill+decode step: overlapped (max) or serial (sum)"
+    mixed_latency: Literal["max", "sum", "fused"] | None = Field(
+        default=None,
+        description="mixed prefill+decode step: overlapped (max, default), serial (sum) or one "
+        "forward over the combined tokens (fused)",
     )
 
 

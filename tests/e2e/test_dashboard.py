@@ -342,6 +342,7 @@ def shell_words(command: str) -> list[str]:
                 "requests_per_client": "3",
             },
         ),
+        ("agg", {"scheduler_name": "sglang_mixed_chunk", "mixed_latency": "fused"}),
         ("pd_ratio", {"prefill_devices_per_instance": "4", "decode_devices_per_instance": "4"}),
         ("disagg_decode", {}),
     ],

@@ -63,6 +63,19 @@ REQUESTS: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     (
+        "/v1/simulate",
+        {
+            **MODEL,
+            "input_length": 5000,
+            "output_length": 100,
+            "max_batched_tokens": 1024,
+            "concurrency": 16,
+            "tp_size": 8,
+            "include_timeline": True,
+            "scheduler": {"name": "sglang_mixed_chunk", "mixed_latency": "fused"},
+        },
+    ),
+    (
         "/v1/optimize",
         {
             **MODEL,

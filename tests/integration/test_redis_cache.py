@@ -127,3 +127,55 @@ def test_a_frozen_redis_costs_one_socket_timeout_then_recovers(redis_server: Red
         assert cache.get_many(["k"]) == [{"v": 1}]
     finally:
         cache.close()
+
+
+def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -> None:
+    """A fused simulation computed by one context is read back by another (another worker):
+    the warm one computes nothing, and the mixed steps live under their own ``m`` keys."""
+    from app import services
+    from app.core.latency import MixedShape
+    from app.core.scheduler import make_scheduler
+    from app.core.simulation import plan_serving
+    from app.models.simulate import SimulateRequest
+    from app.settings import Settings
+
+    request = SimulateRequest.model_validate(
+        {
+            "model": "Qwen/Qwen3-32B",
+            "device": "NVIDIA_H100_SXM_80G",
+            "input_length": 4096,
+            "output_length": 128,
+            "max_batched_tokens": 2048,
+            "concurrency": 16,
+            "tp_size": 8,
+            "scheduler": {"name": "vllm", "mixed_latency": "fused"},
+        }
+    )
+    settings = Settings(cache_backend="redis", redis_url=redis_server.url, log_level="warning")
+    raw = redis_server.client()
+    raw.flushall()
+    responses = []
+    for _ in range(2):  # two contexts: nothing shared but Redis
+        context = services.create_context(settings)
+        try:
+            responses.append(services.simulate(context, request))
+        finally:
+            context.close()
+    cold, warm = responses
+    assert cold.stats.forward_evaluations == cold.stats.shapes > 0
+    assert warm.stats.forward_evaluations == 0
+    assert warm.stats.cache.hits == cold.stats.shapes
+    assert warm.ttft_ms == cold.ttft_ms and warm.makespan_ms == cold.makespan_ms
+    plan = plan_serving(
+        services.optimizer_data(request, 8).get_prefill_chunk_plan(),
+        16,
+        128,
+        2048,
+        make_scheduler("vllm", mixed_latency="fused"),
+        input_length=4096,
+    )
+    mixed = [s for s in plan.shapes if isinstance(s, MixedShape)]
+    assert mixed
+    keys = [k if isinstance(k, str) else k.decode() for k in raw.keys("chunkwise:v1:lat:*")]
+    assert sum(":m:" in k for k in keys) == len(mixed)
+    assert len(keys) == cold.stats.shapes  # every record one key, none overwritten

@@ -98,7 +98,7 @@ export const FIELDS = [
   { name: "mixed_latency", parent: "scheduler", group: "scheduler", label: "Mixed step latency",
     kind: "select", cli: "--mixed-latency", value: "",
     when: (v) => v.scheduler_name !== "decode_first_with_slack",
-    options: [["", "policy default"], ["max", "max (overlapped)"], ["sum", "sum (serial)"]] },
+    options: [["", "policy default"], ["max", "max (overlapped)"], ["sum", "sum (serial)"], ["fused", "fused (one forward)"]] },
   { name: "workload", group: "scheduler", label: "Workload", kind: "select", cli: "--workload",
     value: "burst", default: "burst", when: (v) => v.mode === "agg",
     hint: "burst: all requests at t = 0 (RFC); closed loop: clients re-send",
