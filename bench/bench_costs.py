@@ -5,7 +5,8 @@
 2. simulation cost vs chunk count: the same request with ``max_batched_tokens`` shrinking so the
    prefill takes 1 .. 1024 chunks (the service's bound);
 3. forward evaluations per optimize vs unique shapes: a cold search computes each distinct
-   forward shape exactly once (``forward_evaluations == shapes``), a warm one none.
+   forward shape exactly once (``forward_evaluations == shapes``; with ``mixed_latency:
+   fused`` a mixed step is one shape of its own), a warm one none.
 
 Qwen3-32B on ATLAS_800_A2_376T_64G (TP4 for simulations), best of ``--repeat`` runs.
 
@@ -136,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
             "max_batched_tokens": 2048,
             "tp_sizes": [8],
             "workload": "closed_loop",
+        },
+        "TP4/8, B=2048, vllm fused": {
+            **OPTIMIZE,
+            "max_batched_tokens": 2048,
+            "tp_sizes": [4, 8],
+            "scheduler": {"name": "vllm", "mixed_latency": "fused"},
         },
     }
     for name, body in cases.items():

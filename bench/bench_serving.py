@@ -2,8 +2,9 @@
 
 Run: ``python -m bench.bench_serving``. Prints the cost of one closed-loop evaluation
 (C = 256 clients, ISL 4096, OSL 1024, 10 requests per client) of a 64-layer model
-(Qwen3-32B, FP8, TP8 on 8 H100, so all 256 requests fit the KV cache at once) and of a
-full closed-loop concurrency search over 4 layouts
+(Qwen3-32B, FP8, TP8 on 8 H100, so all 256 requests fit the KV cache at once), the same run
+under the ``vllm`` policy with each mixed-step rule (``max``, ``sum``, ``fused``: wall time,
+forward shapes, TTFT, TPOT), and a full closed-loop concurrency search over 4 layouts
 (TP1/2/4/8 on 8 H100). Each run starts from a fresh runner, so every forward shape is computed
 (nothing cached between repeats); best of ``--repeats``.
 """
@@ -19,6 +20,7 @@ from app.core.latency import ServingModel
 from app.core.optimizer import Deployment, enumerate_layouts, optimize_agg
 from app.core.parallel import ParallelLayout
 from app.core.runner import RunnerServingModel, build_runner
+from app.core.scheduler import MIXED_LATENCIES, Scheduler, make_scheduler
 from app.core.workload import simulate_serving
 
 MODEL = "Qwen/Qwen3-32B"
@@ -59,6 +61,21 @@ def main() -> None:
         f"{result.forward_evaluations} forward shapes, TTFT {result.ttft_ms:.0f} ms, "
         f"TPOT {result.tpot_ms:.2f} ms, KV admits {result.max_running} at once"
     )
+
+    for rule in MIXED_LATENCIES:
+        vllm = make_scheduler("vllm", mixed_latency=rule)
+
+        def vllm_evaluation(vllm: Scheduler = vllm) -> object:
+            return simulate_serving(data, 256, serving_model(tp8), vllm)
+
+        seconds = best_of(vllm_evaluation, args.repeats)
+        result = simulate_serving(data, 256, serving_model(tp8), vllm)
+        print(
+            f"  vllm, mixed_latency={rule:<5}: {seconds * 1000:.1f} ms (target < 300 ms); "
+            f"{result.steps} engine steps, {result.forward_evaluations} forward shapes, "
+            f"TTFT {result.ttft_ms:.0f} ms, TPOT {result.tpot_ms:.2f} ms, "
+            f"{result.output_throughput:.0f} output tok/s"
+        )
 
     limits = OptimizerData(
         input_length=4096,
