@@ -58,10 +58,14 @@ class RunnerServingModel:
         rates = ",".join(f"{r:.6g}" for r in self.mtp_acceptance_rates[: self.num_mtp_tokens])
         return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}"
 
-    def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
-        request = RequestInfo(
+    @staticmethod
+    def _prefill_request(concurrency: int, query_len: int, seq_len: int) -> RequestInfo:
+        return RequestInfo(
             is_decode=False, concurrency=concurrency, query_len=query_len, seq_len=seq_len
         )
+
+    def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
+        request = self._prefill_request(concurrency, query_len, seq_len)
         return self.runner.run_inference(request).latency_ms
 
     def _decode_request(self, concurrency: int, query_len: int, seq_len: int) -> RequestInfo:
@@ -80,10 +84,10 @@ class RunnerServingModel:
 
     def _mixed_requests(self, shape: MixedShape) -> tuple[RequestInfo, RequestInfo]:
         p, d = shape.prefill, shape.decode
-        prefill = RequestInfo(
-            is_decode=False, concurrency=p.concurrency, query_len=p.query_len, seq_len=p.seq_len
+        return (
+            self._prefill_request(p.concurrency, p.query_len, p.seq_len),
+            self._decode_request(d.concurrency, d.query_len, d.seq_len),
         )
-        return prefill, self._decode_request(d.concurrency, d.query_len, d.seq_len)
 
     def mixed_ms(self, shape: MixedShape) -> float:
         """A fused mixed step: one forward over the prefill chunk and the decodes."""
@@ -104,9 +108,7 @@ class RunnerServingModel:
         if is_decode:
             request = self._decode_request(concurrency, query_len, seq_len)
         else:
-            request = RequestInfo(
-                is_decode=False, concurrency=concurrency, query_len=query_len, seq_len=seq_len
-            )
+            request = self._prefill_request(concurrency, query_len, seq_len)
         return self.runner.memory(request).available_gb
 
     def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
