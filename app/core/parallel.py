@@ -1,4 +1,4 @@
-"""Parallel layouts of one deployment."""
+"""Parallel layouts of one deployment, and how requests spread over data-parallel replicas."""
 
 from __future__ import annotations
 
@@ -41,3 +41,14 @@ class ParallelLayout:
         if self.ep > 1:
             parts.append(f"EP{self.ep}")
         return " ".join(parts)
+
+
+def split_over_replicas(total: int, replicas: int) -> list[tuple[int, int]]:
+    """``total`` requests (or clients) spread over ``replicas`` as evenly as integers allow.
+
+    Returns ``[(per replica, how many replicas), ...]``, larger shares first, without empty
+    entries: 10 over 4 -> ``[(3, 2), (2, 2)]``; 8 over 4 -> ``[(2, 4)]``; 2 over 4 ->
+    ``[(1, 2)]`` (two replicas idle).
+    """
+    base, extra = divmod(total, replicas)
+    return [(size, n) for size, n in ((base + 1, extra), (base, replicas - extra)) if size and n]

@@ -733,6 +733,37 @@ def replay_chunked_prefill(
     )
 
 
+def combine_replicas(parts: Sequence[tuple[SimulationResult, int]]) -> SimulationResult:
+    """Data-parallel replicas as one result: ``[(one replica's result, how many replicas)]``.
+
+    Throughputs, requests and steps add; TTFT and TPOT are request-weighted means; the makespan
+    is the slowest replica's; the timeline is the first part's (one replica's steps).
+    """
+    if not parts:
+        raise InvalidParameterError("parts", parts, "at least one replica result")
+    first = parts[0][0]
+    if len(parts) == 1 and parts[0][1] == 1:
+        return first
+    requests = sum(r.concurrency * n for r, n in parts)
+
+    def mean(attribute: str) -> float:
+        return sum(float(getattr(r, attribute)) * r.concurrency * n for r, n in parts) / requests
+
+    return SimulationResult(
+        method=first.method,
+        concurrency=requests,
+        ttft_ms=mean("ttft_ms"),
+        tpot_ms=mean("tpot_ms"),
+        makespan_ms=max(r.makespan_ms for r, _ in parts),
+        output_throughput=sum(r.output_throughput * n for r, n in parts),
+        request_throughput=sum(r.request_throughput * n for r, n in parts),
+        prefill_num_chunks=first.prefill_num_chunks,
+        steps=sum(r.steps * n for r, n in parts),
+        forward_evaluations=sum(r.forward_evaluations for r, _ in parts),
+        timeline=first.timeline,
+    )
+
+
 def _per_s(count: int, elapsed_ms: float) -> float:
     return MS_PER_S * count / elapsed_ms if elapsed_ms > 0 else 0.0
 

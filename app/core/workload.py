@@ -31,6 +31,7 @@ from typing import Literal, Protocol, runtime_checkable
 from app.core.chunking import OptimizerData, PrefillChunk
 from app.core.errors import InfeasibleError, InvalidParameterError
 from app.core.latency import AnyShape, LatencyModel
+from app.core.parallel import split_over_replicas
 from app.core.scheduler import DecodeFirstWithSlack, Scheduler
 from app.core.simulation import (
     MS_PER_S,
@@ -295,12 +296,6 @@ class KvAdmissionModel(Protocol):
     def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int: ...
 
 
-def _split(total: int, parts: int) -> list[tuple[int, int]]:
-    """``total`` spread over ``parts`` as evenly as possible: [(size, how many parts), ...]."""
-    base, extra = divmod(total, parts)
-    return [(size, n) for size, n in ((base + 1, extra), (base, parts - extra)) if size and n]
-
-
 def simulate_serving(
     data: OptimizerData,
     concurrency: int,
@@ -342,7 +337,7 @@ def simulate_serving(
             )
         max_running = kv_cap if max_running is None else min(max_running, kv_cap)
     parts: list[tuple[ServingResult, int]] = []
-    for clients, replicas in _split(concurrency, dp):
+    for clients, replicas in split_over_replicas(concurrency, dp):
         requests = max(clients, round(num_requests * clients / concurrency))
         result = simulate_closed_loop(
             data.get_prefill_chunk_plan(),
