@@ -463,6 +463,17 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     return _run_service(args, call)
 
 
+def _split_text(split: list[dict[str, Any]]) -> str:
+    """``8 on each of 4 replicas`` or ``3 on 2 replicas, 2 on 1 replica``."""
+
+    def replicas(n: int) -> str:
+        return f"{n} replica" if n == 1 else f"{n} replicas"
+
+    if len(split) == 1:
+        return f"{split[0]['concurrency']} on each of {replicas(split[0]['replicas'])}"
+    return ", ".join(f"{s['concurrency']} on {replicas(s['replicas'])}" for s in split)
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from app import services
     from app.models.simulate import SimulateRequest
@@ -513,9 +524,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                 "feasible",
                 "reason",
             )
-            width = max(len(k) for k in keys)
+            width = max(len(k) for k in (*keys, "replica_split"))
             for key in keys:
                 print(f"{key.ljust(width)}  {_fmt(body[key], 3)}")
+                if key == "concurrency":
+                    print(f"{'replica_split'.ljust(width)}  {_split_text(body['replica_split'])}")
             if body["timeline"] is not None:
                 print()
                 headers = ["start_ms", "step_ms", "repeat", "p_step", "d_step", "first", "done"]
@@ -567,7 +580,12 @@ def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
     simulate = sub.add_parser("simulate", help="simulate one configuration at a given concurrency")
     _add_common_flags(simulate)
-    simulate.add_argument("--concurrency", type=int, required=True, help="requests per replica")
+    simulate.add_argument(
+        "--concurrency",
+        type=int,
+        required=True,
+        help="requests (closed_loop: clients) in total, split over the --dp-size replicas",
+    )
     simulate.add_argument("--tp-size", type=int, default=1)
     simulate.add_argument("--ep-size", type=int, default=1)
     simulate.add_argument("--dp-size", type=int, default=1)

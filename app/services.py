@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -66,7 +66,7 @@ from app.core.optimizer import (
     optimize_pd_ratio,
 )
 from app.core.optimizer.agg import decode_shape, largest_prefill_shape, limit_reason
-from app.core.parallel import ParallelLayout
+from app.core.parallel import ParallelLayout, split_over_replicas
 from app.core.runner import (
     DEFAULT_RESERVED_MEMORY_GB,
     RUNNER_MODEL_VERSION,
@@ -83,7 +83,7 @@ from app.core.scheduler import (
     default_max_batched_tokens,
 )
 from app.core.scheduler import make_scheduler as core_make_scheduler
-from app.core.simulation import StepRecord, plan_serving, replay
+from app.core.simulation import StepRecord, combine_replicas, plan_serving, replay
 from app.core.workload import ServingResult, simulate_serving
 from app.models import limits
 from app.models.catalog import DeviceInfo, DeviceList, ModelInfo, ModelList
@@ -101,7 +101,13 @@ from app.models.optimize import (
     RunStats,
 )
 from app.models.plan import Chunk, ChunkPlanRequest, ChunkPlanResponse
-from app.models.simulate import ForwardShapeOut, SimulateRequest, SimulateResponse, StepOut
+from app.models.simulate import (
+    ForwardShapeOut,
+    ReplicaShare,
+    SimulateRequest,
+    SimulateResponse,
+    StepOut,
+)
 from app.models.workload import (
     CustomDevice,
     DeploymentMixin,
@@ -604,8 +610,14 @@ def optimizer_data(request: WorkloadMixin, num_devices: int) -> OptimizerData:
     )
 
 
-def check_simulation_size(data: OptimizerData, requests: int, field: str) -> None:
-    """Refuse simulations whose cost would pin a worker (bounds documented in README)."""
+def check_simulation_size(
+    data: OptimizerData, requests: int, field: str, *, replicas: int = 1
+) -> None:
+    """Refuse simulations whose cost would pin a worker (bounds documented in README).
+
+    ``requests`` is the busiest replica's share; with ``replicas > 1`` the advice names the
+    total over the replicas (what ``field`` holds in ``/v1/simulate``).
+    """
     chunks = data.prefill_num_chunks
     if chunks > limits.MAX_PREFILL_CHUNKS:
         raise SearchLimitError(
@@ -615,24 +627,30 @@ def check_simulation_size(data: OptimizerData, requests: int, field: str) -> Non
         )
     if chunks * requests > limits.MAX_CHUNK_REQUESTS:
         raise SearchLimitError(
-            f"prefill_num_chunks x {field} = {chunks} x {requests} exceeds "
-            f"{limits.MAX_CHUNK_REQUESTS}: lower {field} to <= "
-            f"{limits.MAX_CHUNK_REQUESTS // chunks} or raise max_batched_tokens"
+            f"prefill_num_chunks x {_per_replica(field, replicas)} = {chunks} x {requests} "
+            f"exceeds {limits.MAX_CHUNK_REQUESTS}: lower {field} to <= "
+            f"{limits.MAX_CHUNK_REQUESTS // chunks * replicas} or raise max_batched_tokens"
         )
 
 
 def check_closed_loop_size(
-    data: OptimizerData, clients: int, requests_per_client: int, field: str
+    data: OptimizerData, clients: int, requests_per_client: int, field: str, *, replicas: int = 1
 ) -> None:
+    """The closed loop's planning cost: requests sent per replica x prefill chunks."""
     chunks = data.prefill_num_chunks
     sent = clients * requests_per_client
     if sent * chunks > limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS:
         most = max(1, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // (requests_per_client * chunks))
         raise SearchLimitError(
-            f"a closed loop of {clients} clients x {requests_per_client} requests x "
-            f"{chunks} prefill chunks exceeds {limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS}: lower "
-            f"{field} to <= {most}, requests_per_client, or raise max_batched_tokens"
+            f"a closed loop of {clients} clients{_per_replica('', replicas)} x "
+            f"{requests_per_client} requests x {chunks} prefill chunks exceeds "
+            f"{limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS}: lower {field} to <= {most * replicas}, "
+            "requests_per_client, or raise max_batched_tokens"
         )
+
+
+def _per_replica(text: str, replicas: int) -> str:
+    return f"{text} per replica" if replicas > 1 else text
 
 
 def search_cap(request: OptimizeRequest, data: OptimizerData) -> int:
@@ -788,145 +806,217 @@ class ModelFactory:
 # POST /v1/simulate
 
 
+def replica_split(concurrency: int, dp: int) -> list[tuple[int, int]]:
+    """``concurrency`` (the total over ``dp`` replicas) as ``[(per replica, replicas), ...]``.
+
+    Uneven totals give two shares, the larger first (10 over 4: 3, 3, 2, 2). Fewer than one
+    request or client per replica is refused: an idle replica is not a deployment anyone asks
+    about, and the totals would silently describe fewer replicas than the layout names.
+    """
+    if concurrency < dp:
+        raise InvalidParameterError(
+            "concurrency",
+            concurrency,
+            f">= dp_size={dp}: concurrency is the total over the {dp} data-parallel replicas "
+            "and each needs at least one",
+        )
+    split = split_over_replicas(concurrency, dp)
+    if split[0][0] > limits.MAX_SIM_CONCURRENCY:
+        raise InvalidParameterError(
+            "concurrency",
+            concurrency,
+            f"<= {limits.MAX_SIM_CONCURRENCY * dp} ({limits.MAX_SIM_CONCURRENCY} per replica "
+            f"over dp_size={dp})",
+        )
+    return split
+
+
 def simulate(
     context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
 ) -> SimulateResponse:
-    """One configuration at a given concurrency: one MGET, the misses, one pipelined write."""
+    """One configuration: ``concurrency`` requests (or clients) in total over the replicas.
+
+    One MGET for every shape the plan needs, the misses computed, one pipelined write.
+    """
     started = time.perf_counter()
     request = with_engine_budget(request)
     deployment = resolve_deployment(request, allow_paths=allow_paths)
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     data = optimizer_data(request, layout.num_devices)
-    check_simulation_size(data, request.concurrency, "concurrency")
+    split = replica_split(request.concurrency, layout.dp)
+    busiest = split[0][0]
+    check_simulation_size(data, busiest, "concurrency", replicas=layout.dp)
     if (
         request.include_timeline
-        and data.prefill_num_chunks * request.concurrency > limits.MAX_TIMELINE_CHUNK_REQUESTS
+        and data.prefill_num_chunks * busiest > limits.MAX_TIMELINE_CHUNK_REQUESTS
     ):
         raise SearchLimitError(
-            f"a step timeline needs prefill_num_chunks x concurrency <= "
-            f"{limits.MAX_TIMELINE_CHUNK_REQUESTS} (here {data.prefill_num_chunks} x "
-            f"{request.concurrency}); drop include_timeline or shrink the request"
+            f"a step timeline needs prefill_num_chunks x {_per_replica('concurrency', layout.dp)}"
+            f" <= {limits.MAX_TIMELINE_CHUNK_REQUESTS} (here {data.prefill_num_chunks} x "
+            f"{busiest}); drop include_timeline or shrink the request"
         )
     scheduler = make_scheduler(request.scheduler)
     factory = ModelFactory(context, deployment)
     model = factory(layout)
-    batch = request.concurrency
+    run = _SimulationRun(request, data, layout, scheduler, factory, started)
     if request.workload == "closed_loop":
-        check_closed_loop_size(data, batch, request.requests_per_client, "concurrency")
-        return _simulate_closed_loop(request, data, layout, scheduler, factory, model, started)
-    plan = plan_serving(
-        data.get_prefill_chunk_plan(),
-        batch,
-        data.output_length,
-        data.max_batched_tokens,
-        scheduler,
-        input_length=data.input_length,
-        num_mtp_tokens=data.num_mtp_tokens,
-        force_simulation=request.force_simulation,
-    )
-    memory_shapes = (decode_shape(data, batch), largest_prefill_shape(data, batch))
-    model.prefetch((*plan.shapes, *memory_shapes))  # the request's only cache read
-    result = replay(
-        plan,
-        model.forward_latencies_ms(plan.shapes),
-        scheduler,
-        record_steps=request.include_timeline,
+        check_closed_loop_size(
+            data, busiest, request.requests_per_client, "concurrency", replicas=layout.dp
+        )
+        return _simulate_closed_loop(run, model, split)
+    plans = [
+        (
+            plan_serving(
+                data.get_prefill_chunk_plan(),
+                size,
+                data.output_length,
+                data.max_batched_tokens,
+                scheduler,
+                input_length=data.input_length,
+                num_mtp_tokens=data.num_mtp_tokens,
+                force_simulation=request.force_simulation,
+            ),
+            replicas,
+        )
+        for size, replicas in split
+    ]
+    memory_shapes = (decode_shape(data, busiest), largest_prefill_shape(data, busiest))
+    shapes = [shape for plan, _ in plans for shape in plan.shapes]
+    model.prefetch((*shapes, *memory_shapes))  # the request's only cache read
+    result = combine_replicas(
+        [
+            (
+                replay(
+                    plan,
+                    model.forward_latencies_ms(plan.shapes),
+                    scheduler,
+                    record_steps=request.include_timeline and index == 0,
+                ),
+                replicas,
+            )
+            for index, (plan, replicas) in enumerate(plans)
+        ]
     )
     memory = model.records(memory_shapes)
     left_gb = min(r.memory_left_gb for r in memory)
-    factory.flush()
-    reason = None
-    if left_gb < 0:
-        reason = f"memory: {left_gb:.2f} GB left per device"
-    else:
-        reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
-    timeline, truncated = _timeline_out(result.timeline)
-    output_throughput = result.output_throughput * layout.dp
-    return SimulateResponse(
-        input=request,
-        max_batched_tokens=data.max_batched_tokens,
-        scheduler=scheduler.describe(),
+    reason = (
+        f"memory: {left_gb:.2f} GB left per device"
+        if left_gb < 0
+        else limit_reason(data, result.ttft_ms, result.tpot_ms)
+    )
+    return run.response(
+        memory=memory,
+        reason=reason,
+        steps=result.timeline,
+        split=[ReplicaShare(replicas=n, concurrency=size, num_requests=size) for size, n in split],
         method=result.method,
-        parallel=layout.label,
-        num_devices=layout.num_devices,
-        batch_size=batch,
-        concurrency=batch * layout.dp,
-        effective_input_length=data.effective_input_length,
-        prefill_num_chunks=data.prefill_num_chunks,
+        batch_size=busiest,
+        concurrency=result.concurrency,
         ttft_ms=result.ttft_ms,
         tpot_ms=result.tpot_ms,
         makespan_ms=result.makespan_ms,
-        output_throughput=output_throughput,
-        request_throughput=result.request_throughput * layout.dp,
-        throughput_per_device=output_throughput / layout.num_devices,
-        steps=result.steps,
-        memory_left_gb=left_gb,
-        memory_gb=dict(memory[0].memory_gb),
-        feasible=reason is None,
-        reason=reason,
-        timeline=timeline,
-        timeline_truncated=truncated,
-        stats=_single_run_stats(factory, started),
+        output_throughput=result.output_throughput,
+        request_throughput=result.request_throughput,
+        engine_steps=result.steps,
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _SimulationRun:
+    """What every ``/v1/simulate`` response echoes, whatever the workload."""
+
+    request: SimulateRequest
+    data: OptimizerData
+    layout: ParallelLayout
+    scheduler: Scheduler
+    factory: ModelFactory
+    started: float
+
+    def response(
+        self,
+        *,
+        memory: Sequence[ForwardRecord],
+        reason: str | None,
+        steps: Sequence[StepRecord] | None,
+        split: list[ReplicaShare],
+        output_throughput: float,
+        engine_steps: int,
+        **metrics: Any,
+    ) -> SimulateResponse:
+        """The response; the cache writes of the request happen here (one pipeline)."""
+        self.factory.flush()
+        data, layout = self.data, self.layout
+        timeline, truncated = _timeline_out(steps)
+        return SimulateResponse(
+            input=self.request,
+            max_batched_tokens=data.max_batched_tokens,
+            scheduler=self.scheduler.describe(),
+            parallel=layout.label,
+            num_devices=layout.num_devices,
+            replica_split=split,
+            effective_input_length=data.effective_input_length,
+            prefill_num_chunks=data.prefill_num_chunks,
+            output_throughput=output_throughput,
+            throughput_per_device=output_throughput / layout.num_devices,
+            steps=engine_steps,
+            memory_left_gb=min(r.memory_left_gb for r in memory),
+            memory_gb=dict(memory[0].memory_gb),
+            feasible=reason is None,
+            reason=reason,
+            timeline=timeline,
+            timeline_truncated=truncated,
+            stats=_single_run_stats(self.factory, self.started),
+            **metrics,
+        )
+
+
 def _simulate_closed_loop(
-    request: SimulateRequest,
-    data: OptimizerData,
-    layout: ParallelLayout,
-    scheduler: Scheduler,
-    factory: ModelFactory,
-    model: CachedServingModel,
-    started: float,
+    run: _SimulationRun, model: CachedServingModel, split: list[tuple[int, int]]
 ) -> SimulateResponse:
-    """``concurrency`` clients per replica, each re-sending; KV admission queues the rest."""
-    batch = request.concurrency
-    concurrency = batch * layout.dp
+    """``concurrency`` clients in total, each re-sending; KV admission queues the rest."""
+    request, data = run.request, run.data
+    busiest = split[0][0]
     result: ServingResult | None = None
     reason: str | None = None
     try:
         result = simulate_serving(
             data,
-            concurrency,
+            request.concurrency,
             model,
-            scheduler,
-            dp=layout.dp,
-            num_requests=concurrency * request.requests_per_client,
+            run.scheduler,
+            dp=run.layout.dp,
+            num_requests=request.concurrency * request.requests_per_client,
             window=request.window,
             record_steps=request.include_timeline,
         )
     except InfeasibleError as exc:
         reason = f"memory: {exc}"
-    running = batch if result is None or result.max_running is None else result.max_running
+    running = busiest if result is None or result.max_running is None else result.max_running
     memory_shapes = (
-        decode_shape(data, max(1, min(batch, running))),
+        decode_shape(data, max(1, min(busiest, running))),
         largest_prefill_shape(data, 1),
     )
     memory = model.records(memory_shapes)
-    left_gb = min(r.memory_left_gb for r in memory)
-    factory.flush()
     if result is not None and reason is None:
         reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
-    timeline, truncated = _timeline_out(result.timeline if result is not None else None)
-    output = result.output_throughput if result else 0.0
-    return SimulateResponse(
-        input=request,
-        max_batched_tokens=data.max_batched_tokens,
-        scheduler=scheduler.describe(),
+    per_client = request.requests_per_client
+    return run.response(
+        memory=memory,
+        reason=reason,
+        steps=result.timeline if result is not None else None,
+        split=[
+            ReplicaShare(replicas=n, concurrency=size, num_requests=size * per_client)
+            for size, n in split
+        ],
         method=result.method if result else "none",
-        parallel=layout.label,
-        num_devices=layout.num_devices,
-        batch_size=batch,
-        concurrency=concurrency,
-        effective_input_length=data.effective_input_length,
-        prefill_num_chunks=data.prefill_num_chunks,
+        batch_size=busiest,
+        concurrency=request.concurrency,
         ttft_ms=result.ttft_ms if result else 0.0,
         tpot_ms=result.tpot_ms if result else 0.0,
         makespan_ms=result.duration_ms if result else 0.0,
-        output_throughput=output,
+        output_throughput=result.output_throughput if result else 0.0,
         request_throughput=result.request_throughput if result else 0.0,
-        throughput_per_device=output / layout.num_devices,
-        steps=result.steps if result else 0,
+        engine_steps=result.steps if result else 0,
         workload="closed_loop",
         window=request.window,
         num_requests=result.num_requests if result else None,
@@ -934,14 +1024,9 @@ def _simulate_closed_loop(
         e2e_ms=result.e2e_ms if result else None,
         total_throughput=result.total_throughput if result else None,
         mean_running_batch=result.mean_running_batch if result else None,
+        mean_prefill_tokens_per_step=result.mean_prefill_tokens_per_step if result else None,
+        mean_decode_tokens_per_step=result.mean_decode_tokens_per_step if result else None,
         max_running=result.max_running if result else 0,
-        memory_left_gb=left_gb,
-        memory_gb=dict(memory[0].memory_gb),
-        feasible=reason is None,
-        reason=reason,
-        timeline=timeline,
-        timeline_truncated=truncated,
-        stats=_single_run_stats(factory, started),
     )
 
 

@@ -53,7 +53,7 @@ SIMULATE: dict[str, Any] = {
     "input_length": 3500,
     "output_length": 1500,
     "max_batched_tokens": 2048,  # two chunks: the time simulation, not the closed form
-    "concurrency": 64,
+    "concurrency": 128,  # in total: 64 requests on each of the two replicas
     "tp_size": 4,
     "dp_size": 2,
 }

@@ -49,7 +49,7 @@ WARM: dict[str, tuple[str, dict[str, Any]]] = {
             "input_length": 3500,
             "output_length": 1500,
             "max_batched_tokens": 2048,  # two chunks: the time simulation
-            "concurrency": 64,
+            "concurrency": 128,  # in total: 64 on each of the two replicas
             "tp_size": 4,
             "dp_size": 2,
         },

@@ -11,7 +11,9 @@ MAX_SEARCH_LIST = 16  # entries in tp_sizes / ep_sizes
 MAX_LAYOUTS = 64  # parallel layouts one optimize request may search
 MAX_TOP_K = 100
 MAX_MTP_TOKENS = 8
-MAX_SIM_CONCURRENCY = 65_536  # requests per replica in /v1/simulate
+MAX_SIM_CONCURRENCY = 65_536  # requests (or clients) per replica in /v1/simulate
+# /v1/simulate's concurrency is the total over the data-parallel replicas
+MAX_SIM_TOTAL_CONCURRENCY = MAX_SIM_CONCURRENCY * MAX_PARALLEL_SIZE
 MAX_FORWARD_CONCURRENCY = 1_048_576  # requests in one /v1/forward
 MAX_PLAN_CHUNKS = 65_536  # chunks returned by /v1/chunk-plan
 MAX_TIMELINE_ENTRIES = 20_000  # step records returned by /v1/simulate

@@ -15,8 +15,10 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     concurrency: int = Field(
         strict=True,
         ge=1,
-        le=limits.MAX_SIM_CONCURRENCY,
-        description="requests per data-parallel replica, all arriving at t = 0",
+        le=limits.MAX_SIM_TOTAL_CONCURRENCY,
+        description="requests (burst) or clients (closed_loop) in total over the dp_size "
+        "replicas, split as evenly as integers allow (10 over 4 replicas: 3, 3, 2, 2); at least "
+        f"dp_size and at most {limits.MAX_SIM_CONCURRENCY} per replica",
         examples=[64],
     )
     tp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
@@ -27,8 +29,8 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     include_timeline: bool = Field(default=False, description="return the step timeline")
     workload: Workload = Field(
         default="burst",
-        description="burst (RFC): concurrency requests at t = 0 per replica; closed_loop: "
-        "concurrency clients per replica, each sending its next request when one ends",
+        description="burst (RFC): concurrency requests at t = 0; closed_loop: concurrency "
+        "clients, each sending its next request when one ends",
     )
     window: Window = Field(default="benchmark", description="closed_loop measurement window")
     requests_per_client: int = Field(
@@ -63,26 +65,40 @@ class StepOut(BaseModel):
     )
 
 
+class ReplicaShare(BaseModel):
+    """``replicas`` data-parallel replicas that each get this share of the workload."""
+
+    replicas: int
+    concurrency: int = Field(description="requests (burst) or clients (closed_loop) each")
+    num_requests: int = Field(description="requests each replica serves")
+
+
 class SimulateResponse(BaseModel):
     input: SimulateRequest
     method: str = Field(description="time_simulation or closed_form_waves")
     parallel: str
     num_devices: int
-    batch_size: int = Field(description="requests per replica")
-    concurrency: int = Field(description="requests over all replicas (batch_size * dp)")
+    batch_size: int = Field(
+        description="requests (closed_loop: clients) on the busiest replica, "
+        "ceil(concurrency / dp_size); the timeline shows that replica"
+    )
+    concurrency: int = Field(description="requests (closed_loop: clients) over all replicas")
+    replica_split: list[ReplicaShare] = Field(
+        description="how the workload spreads over the replicas, larger shares first"
+    )
     effective_input_length: int
     prefill_num_chunks: int
     max_batched_tokens: int = Field(
         description="the token budget used (the engine default if omitted)"
     )
     scheduler: dict[str, Any] = Field(description="the policy and its parameters")
-    ttft_ms: float
-    tpot_ms: float
-    makespan_ms: float
+    ttft_ms: float = Field(description="mean over every request of every replica")
+    tpot_ms: float = Field(description="mean over every request of every replica")
+    makespan_ms: float = Field(description="the slowest replica's")
     output_throughput: float = Field(description="output tokens/s over all replicas")
-    request_throughput: float
+    request_throughput: float = Field(description="requests/s over all replicas")
     throughput_per_device: float
-    steps: int
+    steps: int = Field(description="engine steps, summed over the replicas")
     workload: str = "burst"
     window: str | None = Field(default=None, description="closed_loop only")
     num_requests: int | None = Field(default=None, description="closed_loop: requests sent")
@@ -92,6 +108,12 @@ class SimulateResponse(BaseModel):
         default=None, description="closed_loop: (input + output) tokens/s over all replicas"
     )
     mean_running_batch: float | None = None
+    mean_prefill_tokens_per_step: float | None = Field(
+        default=None, description="closed_loop: prefill tokens per engine step"
+    )
+    mean_decode_tokens_per_step: float | None = Field(
+        default=None, description="closed_loop: decode tokens per engine step"
+    )
     max_running: int | None = Field(default=None, description="closed_loop: KV / policy cap")
     memory_left_gb: float
     memory_gb: dict[str, float]

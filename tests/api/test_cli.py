@@ -169,6 +169,21 @@ def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(out)["method"] == "closed_form_waves"
 
 
+def test_simulate_concurrency_is_split_over_the_replicas(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["simulate", *BASE, "--max-batched-tokens", "2048", "--tp-size", "2"]
+    code, out, err = run([*argv, "--concurrency", "10", "--dp-size", "4"], capsys)
+    assert code == 0, err
+    assert "replica_split           3 on 2 replicas, 2 on 2 replicas" in out
+    code, out, _ = run([*argv, "--concurrency", "10", "--dp-size", "4", "--format", "json"], capsys)
+    body = json.loads(out)
+    assert (body["concurrency"], body["batch_size"]) == (10, 3)
+    code, out, err = run([*argv, "--concurrency", "3", "--dp-size", "4"], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "concurrency=3" in err and "dp_size=4" in err
+
+
 def test_scheduler_and_workload_flags(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["simulate", *BASE, "--max-batched-tokens", "2048", "--concurrency", "8"]
     flags = ["--scheduler", "vllm", "--workload", "closed_loop", "--requests-per-client", "2"]

@@ -339,6 +339,11 @@ def test_simulation_size_is_bounded(client: TestClient) -> None:
     product = {**SIMULATE, "input_length": 65536, "max_batched_tokens": 64, "concurrency": 2048}
     body = problem(client.post("/v1/simulate", json=product), 422)
     assert "lower concurrency to <= 1024" in body["detail"]
+    # Over replicas the bound is per replica, and the advice names the total.
+    over_two = {**product, "concurrency": 4096, "dp_size": 2}
+    body = problem(client.post("/v1/simulate", json=over_two), 422)
+    assert "concurrency per replica = 1024 x 2048" in body["detail"]
+    assert "lower concurrency to <= 2048" in body["detail"]
     timeline = {**SIMULATE, "concurrency": 40_000, "include_timeline": True}
     assert "timeline" in problem(client.post("/v1/simulate", json=timeline), 422)["detail"]
 
@@ -402,10 +407,87 @@ def test_closed_loop_simulate(client: TestClient) -> None:
         json={**SIMULATE, "workload": "closed_loop", "dp_size": 2, "requests_per_client": 3},
     ).json()
     assert body["workload"] == "closed_loop"
-    assert body["num_requests"] == 16 * 2 * 3
-    assert body["concurrency"] == 32
+    # 16 clients in total: 8 on each of the two replicas, 3 requests each.
+    assert body["concurrency"] == 16 and body["batch_size"] == 8
+    assert body["replica_split"] == [{"replicas": 2, "concurrency": 8, "num_requests": 24}]
+    assert body["num_requests"] == 16 * 3
     assert body["ttft_ms"] > 0 and body["e2e_ms"] > body["ttft_ms"]
     assert body["total_throughput"] > body["output_throughput"] > 0
+    mix = body["mean_prefill_tokens_per_step"], body["mean_decode_tokens_per_step"]
+    assert mix[0] > 0 and mix[1] > 0
+
+
+@pytest.mark.parametrize("workload", ["burst", "closed_loop"])
+def test_simulate_concurrency_is_the_total_over_the_replicas(
+    client: TestClient, workload: str
+) -> None:
+    def run(concurrency: int, dp_size: int) -> dict[str, Any]:
+        body = {**SIMULATE, "workload": workload, "requests_per_client": 2}
+        response = client.post(
+            "/v1/simulate", json={**body, "concurrency": concurrency, "dp_size": dp_size}
+        )
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    one = run(8, 1)
+    two = run(16, 2)  # 8 on each replica: the same engine twice
+    assert two["concurrency"] == 16 and two["batch_size"] == 8
+    assert two["ttft_ms"] == pytest.approx(one["ttft_ms"])
+    assert two["tpot_ms"] == pytest.approx(one["tpot_ms"])
+    assert two["output_throughput"] == pytest.approx(2 * one["output_throughput"])
+    assert two["request_throughput"] == pytest.approx(2 * one["request_throughput"])
+
+    # 10 over 4 replicas: two serve 3, two serve 2; latencies are request-weighted means.
+    three, pair, split = run(3, 1), run(2, 1), run(10, 4)
+    assert split["batch_size"] == 3
+    assert [(s["replicas"], s["concurrency"]) for s in split["replica_split"]] == [(2, 3), (2, 2)]
+    assert split["ttft_ms"] == pytest.approx((6 * three["ttft_ms"] + 4 * pair["ttft_ms"]) / 10)
+    assert split["tpot_ms"] == pytest.approx((6 * three["tpot_ms"] + 4 * pair["tpot_ms"]) / 10)
+    assert split["output_throughput"] == pytest.approx(
+        2 * three["output_throughput"] + 2 * pair["output_throughput"]
+    )
+    assert split["makespan_ms"] == pytest.approx(max(three["makespan_ms"], pair["makespan_ms"]))
+
+
+def test_simulate_refuses_fewer_clients_than_replicas(client: TestClient) -> None:
+    for workload in ("burst", "closed_loop"):
+        bad = {**SIMULATE, "workload": workload, "concurrency": 3, "dp_size": 4}
+        body = problem(client.post("/v1/simulate", json=bad), 422)
+        assert body["type"].endswith("invalid-parameter")
+        assert body["errors"][0]["loc"] == ["body", "concurrency"]
+        assert "concurrency=3" in body["detail"] and "dp_size=4" in body["detail"]
+    assert client.post("/v1/simulate", json={**bad, "concurrency": 4}).status_code == 200
+
+
+def test_a_timeline_shows_the_busiest_replica(client: TestClient) -> None:
+    body = client.post(
+        "/v1/simulate",
+        json={**SIMULATE, "concurrency": 10, "dp_size": 4, "include_timeline": True},
+    ).json()
+    assert sum(step["finished"] for step in body["timeline"]) == body["batch_size"] == 3
+
+
+@pytest.mark.parametrize("workload", ["burst", "closed_loop"])
+def test_an_optimizer_row_simulates_to_the_same_numbers(client: TestClient, workload: str) -> None:
+    search = {**OPTIMIZE, "tp_sizes": [4], "workload": workload, "requests_per_client": 2}
+    row = client.post("/v1/optimize", json=search).json()["best"]
+    assert row["dp"] == 2 and row["concurrency"] == 2 * row["batch_size"]
+    keep = ("model", "device", "input_length", "output_length", "max_batched_tokens", "workload")
+    sim = client.post(
+        "/v1/simulate",
+        json={
+            **{key: search[key] for key in keep},
+            "requests_per_client": 2,
+            "tp_size": row["tp"],
+            "dp_size": row["dp"],
+            "concurrency": row["concurrency"],
+        },
+    ).json()
+    assert sim["concurrency"] == row["concurrency"] and sim["batch_size"] == row["batch_size"]
+    assert sim["ttft_ms"] == pytest.approx(row["ttft_ms"])
+    assert sim["tpot_ms"] == pytest.approx(row["tpot_ms"])
+    assert sim["output_throughput"] == pytest.approx(row["throughput_tokens_s"])
 
 
 def test_closed_loop_optimize_agg_only(client: TestClient) -> None:

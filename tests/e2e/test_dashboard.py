@@ -167,6 +167,18 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
         expect(page.locator("#timeline-text")).to_contain_text("Rank 2")
         expect(page.locator("#results-table tbody tr[data-rank='2']")).to_have_class("selected")
 
+    # A data-parallel row is simulated at its total concurrency (batch_size on each replica).
+    dp_rank = next(i for i, r in enumerate(response["rows"], start=1) if r["dp"] > 1)
+    row = response["rows"][dp_rank - 1]
+    page.locator(f"#results-table tbody tr[data-rank='{dp_rank}']").get_by_role("button").click()
+    expect(page.locator("#timeline-text")).to_contain_text(f"Rank {dp_rank}: {row['parallel']}")
+    expect(page.locator("#timeline-text")).to_contain_text(f"{row['batch_size']} per replica")
+    sim = page.evaluate("window.chunkwise.simulation")
+    assert sim["input"]["concurrency"] == row["concurrency"] == row["batch_size"] * row["dp"]
+    assert (sim["input"]["dp_size"], sim["batch_size"]) == (row["dp"], row["batch_size"])
+    assert sim["ttft_ms"] == pytest.approx(row["ttft_ms"])
+    assert sim["output_throughput"] == pytest.approx(row["throughput_tokens_s"])
+
     # Exports.
     with page.expect_download() as download_info:
         page.get_by_role("button", name="Export CSV").click()

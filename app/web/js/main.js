@@ -238,13 +238,14 @@ const SIM_FIELDS = [
 
 async function simulateRow(row) {
   const input = state.response.input;
-  const body = { include_timeline: true, tp_size: row.tp, ep_size: row.ep, dp_size: row.dp, concurrency: row.batch_size };
+  // A row's concurrency is its total over the replicas (batch_size each), as /v1/simulate takes it.
+  const body = { include_timeline: true, tp_size: row.tp, ep_size: row.ep, dp_size: row.dp, concurrency: row.concurrency };
   for (const key of SIM_FIELDS) if (input[key] !== null && input[key] !== undefined) body[key] = input[key];
   state.simController?.abort();
   const controller = new AbortController();
   state.simController = controller;
   const text = $("timeline-text");
-  text.textContent = `Simulating ${row.parallel} at ${row.batch_size} requests per replica…`;
+  text.textContent = `Simulating ${row.parallel} at ${fmt(row.concurrency)} requests (${fmt(row.batch_size)} per replica)…`;
   $("timeline-panel").setAttribute("aria-busy", "true");
   try {
     let sim = await postJson("/v1/simulate", body, controller.signal);
@@ -261,8 +262,8 @@ async function simulateRow(row) {
     text.textContent =
       `Rank ${row.rank}: ${sim.parallel}${role}, ` +
       (sim.workload === "closed_loop"
-        ? `${sim.batch_size} clients per replica · `
-        : `${sim.batch_size} requests per replica at t = 0 · `) +
+        ? `${fmt(sim.concurrency)} clients (${perReplica(sim)}) · `
+        : `${fmt(sim.concurrency)} requests at t = 0 (${perReplica(sim)}) · `) +
       `TTFT ${fmtMs(sim.ttft_ms)} · TPOT ${fmtMs(sim.tpot_ms)} · makespan ${fmtMs(sim.makespan_ms)} · ` +
       `${fmt(sim.steps)} steps (${sim.method.replace(/_/g, " ")}) · ${fmt(sim.timeline?.length ?? 0)} step records` +
       forced +
@@ -281,6 +282,13 @@ async function simulateRow(row) {
       $("timeline-panel").setAttribute("aria-busy", "false");
     }
   }
+}
+
+/** "8 per replica", or "3 on 2 replicas, 2 on 2" when the total does not divide evenly. */
+function perReplica(sim) {
+  const split = sim.replica_split || [];
+  if (split.length === 1) return `${fmt(split[0].concurrency)} per replica`;
+  return split.map((s, i) => `${fmt(s.concurrency)} on ${fmt(s.replicas)}${i ? "" : " replicas"}`).join(", ");
 }
 
 // -- copy as CLI / curl ---------------------------------------------------------------------
