@@ -144,16 +144,21 @@ class DecodeQueue:
         return finished
 
     def rotate(
-        self, d_step: int, on_finish: Callable[[int, list[Finished]], bool]
+        self,
+        d_step: int,
+        on_finish: Callable[[int, list[Finished], int], bool],
+        max_steps: int | None = None,
     ) -> list[tuple[int, list[Finished]]]:
         """Round-robin steps of ``d_step < ready`` requests while nobody joins the queue.
 
         Requests are served in sweeps over the queue order; a request with ``m`` tokens left
         finishes in its ``m``-th sweep, so its final slot is
         ``sum_y min(m_y, m - 1) + #{y up to it in queue order with m_y >= m}`` and its final
-        step ``ceil(slot / d_step)``. After each step with finishes, ``on_finish(ready, who)`` is
-        told and says whether the stretch goes on (the decision is unchanged). Returns the runs as
-        ``(repeat, finished at the run's end)`` and leaves the queue as it is then.
+        step ``ceil(slot / d_step)``. After each step with finishes, ``on_finish(ready, who,
+        steps so far)`` is told and says whether the stretch goes on (the decision is
+        unchanged). The stretch ends after ``max_steps`` steps at the latest (a request arriving
+        then). Returns the runs as ``(repeat, finished at the run's end)`` and leaves the queue
+        as it is then.
         """
         live = self._live()
         rem = [g.rem_base - self.shift for g in live]
@@ -193,12 +198,17 @@ class DecodeQueue:
         previous = 0
         ready = self.ready
         for step in sorted(events):
+            if max_steps is not None and step > max_steps:
+                if max_steps > previous:  # cut short: nobody finishes in the last run
+                    runs.append((max_steps - previous, []))
+                    previous = max_steps
+                break
             finished = events[step]
             runs.append((step - previous, finished))
             previous = step
             ready -= sum(count for count, _ in finished)
             self.ready = ready  # admission inside ``on_finish`` counts the running requests
-            keep_going = on_finish(ready, finished)
+            keep_going = on_finish(ready, finished, step)
             if ready == 0 or not keep_going:
                 break
 

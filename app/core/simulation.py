@@ -21,8 +21,9 @@ closed-loop workload (``app/core/workload.py``) uses.
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -279,13 +280,99 @@ class RequestRecords:
     """When requests arrived, emitted their first token and finished, as run indices.
 
     A run index ``r`` means "at the end of run ``r``"; ``-1`` means ``t = 0``.
-    ``first``: ``(requests, arrival_run, first_token_run)``;
+    ``first``: ``(requests, arrival, first_token_run)``;
     ``finish``: ``(requests, first_token_run, finish_run)``.
+
+    Without timed arrivals, ``arrival`` is a run index too. With them (``sent_ms`` set), it
+    indexes ``sent_ms``, the time each arrival was sent to the engine, and the clock ran while
+    planning: run ``r`` started at ``starts_ms[r]`` and ended at ``ends_ms[r]`` (idle gaps
+    between runs are possible).
     """
 
     first: tuple[tuple[int, int, int], ...]
     finish: tuple[tuple[int, int, int], ...]
     last_arrival_run: int
+    sent_ms: tuple[float, ...] | None = None
+    starts_ms: tuple[float, ...] | None = None
+    ends_ms: tuple[float, ...] | None = None
+
+
+#: The latency of one engine step: ``(p_step, prefill_tokens, prefill_seq_len, d_step) -> ms``.
+StepClock = Callable[[int, int, int, int], float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimedArrivals:
+    """Requests that arrive at given times (an open workload) and the clock that places them.
+
+    ``times_ms``: non-decreasing arrival times, one per request. ``max_in_flight`` caps the
+    requests sent and not finished, like a benchmark client's ``--max-concurrency``: an arrival
+    that finds every slot taken waits on the client side and is sent when a request finishes
+    (its TTFT counts from then). ``step_ms`` prices one engine step, so the loop knows when each
+    step ends and which arrivals it has seen.
+    """
+
+    times_ms: tuple[float, ...]
+    max_in_flight: int | None
+    step_ms: StepClock
+
+
+class _ArrivalQueue:
+    """The client side of timed arrivals: who arrived, who was sent, who waits for a slot."""
+
+    __slots__ = ("backlog", "cap", "in_flight", "next", "sent_ms", "times_ms")
+
+    def __init__(self, arrivals: TimedArrivals) -> None:
+        self.times_ms = arrivals.times_ms
+        self.cap = arrivals.max_in_flight
+        self.next = 0  # index of the next arrival
+        self.backlog = 0  # arrived, waiting for a free slot
+        self.in_flight = 0
+        self.sent_ms: list[float] = []
+
+    @property
+    def horizon_ms(self) -> float | None:
+        """When the next request arrives (``None``: every request arrived)."""
+        return self.times_ms[self.next] if self.next < len(self.times_ms) else None
+
+    def _send(self, count: int, at_ms: float, waiting: deque[list[int]]) -> None:
+        last = len(self.sent_ms) - 1
+        if last >= 0 and self.sent_ms[last] == at_ms and waiting and waiting[-1][1] == last:
+            waiting[-1][0] += count
+        else:
+            self.sent_ms.append(at_ms)
+            waiting.append([count, last + 1])
+        self.in_flight += count
+
+    def arrive(self, now_ms: float, waiting: deque[list[int]]) -> None:
+        """Arrivals up to ``now_ms``: sent when they arrived if a slot was free, else queued."""
+        times = self.times_ms
+        while self.next < len(times) and times[self.next] <= now_ms:
+            if self.backlog == 0 and (self.cap is None or self.in_flight < self.cap):
+                self._send(1, times[self.next], waiting)
+            else:
+                self.backlog += 1
+            self.next += 1
+
+    def release(self, finished: int, now_ms: float, waiting: deque[list[int]]) -> None:
+        """``finished`` requests completed at ``now_ms``: queued arrivals take their slots."""
+        self.in_flight -= finished
+        if self.backlog:  # only when a cap is set
+            free = min(self.backlog, (self.cap or 0) - self.in_flight)
+            if free > 0:
+                self.backlog -= free
+                self._send(free, now_ms, waiting)
+
+
+def steps_until(now_ms: float, horizon_ms: float | None, step_ms: float) -> int | None:
+    """Fewest steps of ``step_ms`` after ``now_ms`` that reach ``horizon_ms`` (at least 1);
+    ``None`` when there is no horizon or steps take no time."""
+    if horizon_ms is None or step_ms <= 0.0:
+        return None
+    steps = max(1, math.ceil((horizon_ms - now_ms) / step_ms))
+    while now_ms + steps * step_ms < horizon_ms:  # floating-point rounding
+        steps += 1
+    return steps
 
 
 class _Segment:
@@ -325,14 +412,20 @@ def plan_runs(
     *,
     num_requests: int,
     max_running: int | None = None,
+    arrivals: TimedArrivals | None = None,
 ) -> tuple[tuple[StepRun, ...], RequestRecords]:
-    """The engine loop over request groups, without a clock.
+    """The engine loop over request groups, without a clock unless arrivals are timed.
 
     ``clients`` requests arrive at ``t = 0``; while fewer than ``num_requests`` have been
     submitted, each finished request is replaced by a new one arriving when it finishes (a
     closed loop; ``num_requests == clients`` is the RFC's burst). At most ``max_running``
     requests are in prefill or decode at once (KV-cache admission); the others wait in arrival
     order and are invisible to the scheduler until admitted.
+
+    With ``arrivals`` (and ``clients == 0``) requests arrive at the given times instead (an open
+    workload, e.g. Poisson): the loop keeps the clock with ``arrivals.step_ms``, a run of
+    identical steps ends at the first step end at or after the next arrival (which the next
+    decision sees), and an idle engine waits for the next arrival.
     """
     effective = plan[-1].seq_len
     decode_tokens = output_length - 1  # tokens left after the first one
@@ -341,7 +434,7 @@ def plan_runs(
     reads_remaining = scheduler.reads_prefill_remaining
     memo: dict[tuple[int, int, int, int], StepDecision] = {}
 
-    waiting: deque[list[int]] = deque([[clients, -1]])  # [requests, arrival_run]
+    waiting: deque[list[int]] = deque([[clients, -1]] if clients else ())  # [requests, arrival]
     pending: deque[_Segment] = deque()
     pending_total = 0
     decode = DecodeQueue()
@@ -351,6 +444,10 @@ def plan_runs(
     runs: list[StepRun] = []
     first_records: list[tuple[int, int, int]] = []
     finish_records: list[tuple[int, int, int]] = []
+    queue = _ArrivalQueue(arrivals) if arrivals is not None else None
+    t_ms = 0.0  # with timed arrivals: the end of the last run
+    starts_ms: list[float] = []
+    ends_ms: list[float] = []
 
     def decide(ready: int, pend: int, remaining: int) -> StepDecision:
         chunk_query_len = min(max_batched_tokens, remaining) if pend else max_batched_tokens
@@ -386,8 +483,17 @@ def plan_runs(
                 pending.append(_Segment(0, take, deque([[take, part[1]]])))
 
     def finish(run: int, who: list[tuple[int, int]]) -> None:
-        """Record finishes at the end of ``run``; their clients submit the next requests."""
+        """Record finishes at the end of ``run``; their clients submit the next requests (or,
+        with timed arrivals, requests that arrived during the run are sent and take the slots
+        of the finished ones)."""
         nonlocal done, submitted, last_arrival_run
+        if queue is not None:
+            queue.arrive(t_ms, waiting)
+            for count, first_run in who:
+                finish_records.append((count, first_run, run))
+                done += count
+                queue.release(count, t_ms, waiting)
+            return
         for count, first_run in who:
             finish_records.append((count, first_run, run))
             done += count
@@ -406,8 +512,39 @@ def plan_runs(
             return pending[0].count, effective - pending[0].done
         return 0, 0
 
+    def timed_run(p_step: int, tokens: int, d_step: int, repeat: int) -> int:
+        """With timed arrivals: cut the run at the next arrival and advance the clock."""
+        nonlocal t_ms
+        assert arrivals is not None and queue is not None
+        horizon = queue.horizon_ms
+        if p_step == 0:
+            step = arrivals.step_ms(0, 0, 0, d_step)
+            cut = steps_until(t_ms, horizon, step)
+            repeat = repeat if cut is None else min(repeat, cut)
+            t_ms += repeat * step
+            return repeat
+        start = pending[0].done
+        elapsed_ms = 0.0
+        for i in range(repeat):
+            elapsed_ms += arrivals.step_ms(p_step, tokens, start + (i + 1) * tokens, d_step)
+            if horizon is not None and t_ms + elapsed_ms >= horizon:
+                repeat = i + 1
+                break
+        t_ms += elapsed_ms
+        return repeat
+
     while done < num_requests:
+        if queue is not None:
+            queue.arrive(t_ms, waiting)
         admit()
+        if queue is not None and not pending and not decode.ready:
+            horizon = queue.horizon_ms
+            if horizon is None:
+                raise SimulationError(
+                    f"{num_requests - done} requests neither ran nor were left to arrive"
+                )
+            t_ms = max(t_ms, horizon)  # idle until the next arrival
+            continue
         pend, remaining = front_state()
         ready = decode.ready
         decision = decide(ready, pend, remaining)
@@ -417,13 +554,21 @@ def plan_runs(
         if stateless and p_step == 0 and not all_advance:
             # Round robin with nobody joining decode: the whole stretch in one move.
             stretch_runs = [len(runs)]  # index of the run the next finish belongs to
+            stretch_start_ms = t_ms
+            d_ms = arrivals.step_ms(0, 0, 0, d_step) if arrivals is not None else 0.0
+            max_steps = steps_until(t_ms, queue.horizon_ms, d_ms) if queue is not None else None
 
             def on_finish(
                 ready_now: int,
                 who: list[tuple[int, int]],
+                steps: int,
                 stretch_runs: list[int] = stretch_runs,
                 decision: StepDecision = decision,
+                start_ms: float = stretch_start_ms,
+                d_ms: float = d_ms,
             ) -> bool:
+                nonlocal t_ms
+                t_ms = start_ms + steps * d_ms
                 finish(stretch_runs[0], who)
                 stretch_runs[0] += 1
                 admit()
@@ -431,7 +576,12 @@ def plan_runs(
                     return False
                 return decide(ready_now, *front_state()) == decision
 
-            for repeat, who in decode.rotate(d_step, on_finish):
+            stretch_steps = 0
+            for repeat, who in decode.rotate(d_step, on_finish, max_steps):
+                if queue is not None:
+                    starts_ms.append(stretch_start_ms + stretch_steps * d_ms)
+                    stretch_steps += repeat
+                    ends_ms.append(stretch_start_ms + stretch_steps * d_ms)
                 runs.append(
                     StepRun(
                         p_step=0,
@@ -443,6 +593,8 @@ def plan_runs(
                         finished=sum(count for count, _ in who),
                     )
                 )
+            if queue is not None:
+                t_ms = stretch_start_ms + stretch_steps * d_ms
             continue
 
         # How many identical steps can be taken in one move.
@@ -472,6 +624,11 @@ def plan_runs(
                 elif remaining >= max_batched_tokens:
                     # Same state (and so decision) while a full planned chunk is left.
                     repeat = min(limit, 1 + (remaining - max_batched_tokens) // tokens)
+
+        if queue is not None:
+            starts_ms.append(t_ms)
+            repeat = timed_run(p_step, tokens, d_step, repeat)
+            ends_ms.append(t_ms)
 
         run_index = len(runs)
         finished_now: list[tuple[int, int]] = []
@@ -533,6 +690,9 @@ def plan_runs(
         first=tuple(first_records),
         finish=tuple(finish_records),
         last_arrival_run=last_arrival_run,
+        sent_ms=tuple(queue.sent_ms) if queue is not None else None,
+        starts_ms=tuple(starts_ms) if queue is not None else None,
+        ends_ms=tuple(ends_ms) if queue is not None else None,
     )
     return tuple(runs), records
 
@@ -612,11 +772,14 @@ def run_clock(
     scheduler: Scheduler,
     *,
     record_steps: bool = False,
+    starts_ms: Sequence[float] | None = None,
 ) -> tuple[list[float], tuple[StepRecord, ...] | None]:
     """The time at the end of every run, and the step timeline when asked for.
 
     A mixed step costs ``scheduler.step_latency(prefill, decode)``, or the latency of its
-    :class:`MixedShape` when the plan fuses mixed steps (both parts then span the step).
+    :class:`MixedShape` when the plan fuses mixed steps (both parts then span the step). Runs
+    follow each other back to back unless ``starts_ms`` says when each one started (timed
+    arrivals: the engine may idle between runs).
     """
     t_ms = 0.0
     ends: list[float] = []
@@ -626,7 +789,9 @@ def run_clock(
     mixed_ms: dict[tuple[int, int, int, int], float] = {}
     # Duration of a prefill walk beside a decode batch, when the scheduler is pure.
     walk_ms: dict[tuple[int, int, int, int, int], float] = {}
-    for run in plan.runs:
+    for index, run in enumerate(plan.runs):
+        if starts_ms is not None:
+            t_ms = starts_ms[index]
         fused = plan.is_fused(run)
         d_ms = 0.0
         if not fused:

@@ -1,4 +1,4 @@
-"""Closed-loop serving: C clients that each send the next request when the previous one ends.
+"""Serving workloads over time: a closed loop of clients, or requests arriving at a rate.
 
 The RFC's ``burst`` workload starts N requests at ``t = 0`` and measures that one burst. The
 ``closed_loop`` workload is what ``benchmark_serving --max-concurrency C`` or aiperf measure:
@@ -20,17 +20,28 @@ KV-cache admission: ``max_running`` caps the requests in prefill or decode at on
 blocks of ``input_length + output_length`` tokens each must fit); the others queue, and their
 wait is part of their TTFT. A latency model that knows its KV capacity
 (:class:`KvAdmissionModel`, e.g. the runner adapter) sets the cap in :func:`simulate_serving`.
+
+The ``poisson`` workload is ``benchmark_serving --request-rate R [--max-concurrency C]``:
+requests arrive as a Poisson process (the first at ``t = 0``, exponential gaps of mean
+``1 / R``, drawn from a seeded generator), optionally at most ``C`` in flight (an arrival that
+finds every slot taken waits on the client side, and its TTFT counts from when it is sent).
+Arrival times do not follow from scheduling decisions, so the engine loop keeps the clock while
+it plans (:class:`~app.core.simulation.TimedArrivals`) and prices each step as it goes; every
+request counts (the ``benchmark`` window).
 """
 
 from __future__ import annotations
 
+import math
+import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from app.core.chunking import OptimizerData, PrefillChunk
 from app.core.errors import InfeasibleError, InvalidParameterError
-from app.core.latency import AnyShape, LatencyModel
+from app.core.latency import AnyShape, ForwardShape, LatencyModel, MixedShape
 from app.core.parallel import split_over_replicas
 from app.core.scheduler import DecodeFirstWithSlack, Scheduler
 from app.core.simulation import (
@@ -38,6 +49,7 @@ from app.core.simulation import (
     RequestRecords,
     SimulationPlan,
     StepRecord,
+    TimedArrivals,
     check_int,
     check_serving_args,
     evaluate_shapes,
@@ -45,15 +57,23 @@ from app.core.simulation import (
     run_clock,
 )
 
-Workload = Literal["burst", "closed_loop"]
-WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop")
+Workload = Literal["burst", "closed_loop", "poisson"]
+WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop", "poisson")
 Window = Literal["benchmark", "steady_state"]
 WINDOWS: tuple[Window, ...] = ("benchmark", "steady_state")
 CLOSED_LOOP_SIMULATION = "closed_loop_simulation"
+POISSON_SIMULATION = "poisson_simulation"
 
 #: Requests sent per client when ``num_requests`` is not given (serving benchmarks send ~10).
 DEFAULT_REQUESTS_PER_CLIENT = 10
 MAX_REQUESTS = 10_000_000
+#: Requests of a Poisson run when ``num_requests`` is not given (benchmark_serving's
+#: ``--num-prompts`` default).
+DEFAULT_POISSON_REQUESTS = 1000
+DEFAULT_POISSON_SEED = 0
+MAX_SEED = 2**32 - 1
+#: Decode batch sizes priced together around one the clock needs (one cache round trip).
+DECODE_PRICE_WINDOW = 32
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +87,7 @@ class ClosedLoopPlan:
     input_length: int
     window: Window
     max_running: int | None
+    workload: Workload = "closed_loop"
 
     @property
     def shapes(self) -> tuple[AnyShape, ...]:
@@ -75,7 +96,8 @@ class ClosedLoopPlan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingResult:
-    """Serving metrics of one replica under a closed loop of ``clients`` clients."""
+    """Serving metrics under a closed loop of ``clients`` clients or Poisson arrivals
+    (``clients == 0``: nobody re-sends)."""
 
     method: str
     workload: Workload
@@ -164,14 +186,28 @@ def replay_closed_loop(
 ) -> ServingResult:
     scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
     engine = plan.engine
-    ends, timeline = run_clock(engine, latencies, scheduler, record_steps=record_steps)
+    records = plan.records
+    if records.ends_ms is not None and records.sent_ms is not None:
+        # Timed arrivals: the clock ran while planning (idle gaps included).
+        ends = list(records.ends_ms)
+        timeline = (
+            run_clock(engine, latencies, scheduler, record_steps=True, starts_ms=records.starts_ms)[
+                1
+            ]
+            if record_steps
+            else None
+        )
+    else:
+        ends, timeline = run_clock(engine, latencies, scheduler, record_steps=record_steps)
 
     def at(run: int) -> float:
         return ends[run] if run >= 0 else 0.0
 
+    sent_ms = records.sent_ms
+    arrived = at if sent_ms is None else sent_ms.__getitem__
+
     output_length = engine.output_length
     decode_tokens = output_length - 1
-    records = plan.records
     if plan.window == "benchmark":
         start_ms, end_ms = 0.0, ends[-1]
         first = records.first
@@ -188,7 +224,7 @@ def replay_closed_loop(
             )
     measured_first = sum(r[0] for r in first)
     measured_finish = sum(r[0] for r in finish)
-    ttft_ms = sum(c * (at(f) - at(a)) for c, a, f in first) / measured_first
+    ttft_ms = sum(c * (at(f) - arrived(a)) for c, a, f in first) / measured_first
     decode_ms = sum(c * (at(e) - at(f)) for c, f, e in finish) / measured_finish
     tpot_ms = decode_ms / decode_tokens if decode_tokens else 0.0
 
@@ -211,8 +247,8 @@ def replay_closed_loop(
         return MS_PER_S * count / duration_ms if duration_ms > 0 else 0.0
 
     return ServingResult(
-        method=CLOSED_LOOP_SIMULATION,
-        workload="closed_loop",
+        method=POISSON_SIMULATION if plan.workload == "poisson" else CLOSED_LOOP_SIMULATION,
+        workload=plan.workload,
         window=plan.window,
         clients=plan.clients,
         num_requests=plan.num_requests,
@@ -319,23 +355,11 @@ def simulate_serving(
     """
     check_int("concurrency", concurrency, 1, MAX_REQUESTS)
     check_int("dp", dp, 1, 1 << 16)
-    if max_num_seqs is not None:
-        check_int("max_num_seqs", max_num_seqs, 1, MAX_REQUESTS)
     if num_requests is None:
         num_requests = min(DEFAULT_REQUESTS_PER_CLIENT * concurrency, MAX_REQUESTS)
     check_int("num_requests", num_requests, concurrency, MAX_REQUESTS)
     scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
-    caps = [c for c in (max_num_seqs, scheduler.max_running) if c is not None]
-    max_running = min(caps) if caps else None
-    if isinstance(latency, KvAdmissionModel):
-        context = data.input_length + data.output_length
-        kv_cap = latency.kv_capacity_requests(context, data.max_batched_tokens)
-        if kv_cap < 1:
-            raise InfeasibleError(
-                f"the KV cache of one request ({context} tokens) does not fit next to the "
-                "weights, the reserve and the activations"
-            )
-        max_running = kv_cap if max_running is None else min(max_running, kv_cap)
+    max_running = running_cap(data, latency, scheduler, max_num_seqs)
     parts: list[tuple[ServingResult, int]] = []
     for clients, replicas in split_over_replicas(concurrency, dp):
         requests = max(clients, round(num_requests * clients / concurrency))
@@ -357,6 +381,27 @@ def simulate_serving(
     if len(parts) == 1 and parts[0][1] == 1:
         return parts[0][0]
     return _combine(parts, concurrency)
+
+
+def running_cap(
+    data: OptimizerData, latency: LatencyModel, scheduler: Scheduler, max_num_seqs: int | None
+) -> int | None:
+    """Requests one replica runs at once: ``max_num_seqs``, the policy's cap, and the KV cache
+    (when the latency model knows its capacity); ``None`` when nothing caps them."""
+    if max_num_seqs is not None:
+        check_int("max_num_seqs", max_num_seqs, 1, MAX_REQUESTS)
+    caps = [c for c in (max_num_seqs, scheduler.max_running) if c is not None]
+    max_running = min(caps) if caps else None
+    if isinstance(latency, KvAdmissionModel):
+        context = data.input_length + data.output_length
+        kv_cap = latency.kv_capacity_requests(context, data.max_batched_tokens)
+        if kv_cap < 1:
+            raise InfeasibleError(
+                f"the KV cache of one request ({context} tokens) does not fit next to the "
+                "weights, the reserve and the activations"
+            )
+        max_running = kv_cap if max_running is None else min(max_running, kv_cap)
+    return max_running
 
 
 def _combine(parts: list[tuple[ServingResult, int]], concurrency: int) -> ServingResult:
@@ -398,3 +443,271 @@ def _combine(parts: list[tuple[ServingResult, int]], concurrency: int) -> Servin
         forward_evaluations=sum(r.forward_evaluations for r, _ in parts),
         timeline=first.timeline,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Poisson arrivals (an open workload: requests do not wait for each other)
+
+
+def check_request_rate(request_rate: object) -> float:
+    if (
+        not isinstance(request_rate, int | float)
+        or isinstance(request_rate, bool)
+        or not math.isfinite(request_rate)
+        or request_rate <= 0
+    ):
+        raise InvalidParameterError(
+            "request_rate", request_rate, "a finite number of requests per second > 0"
+        )
+    return float(request_rate)
+
+
+def poisson_arrivals_ms(request_rate: float, num_requests: int, seed: int) -> tuple[float, ...]:
+    """Arrival times of ``num_requests`` requests of a Poisson process of ``request_rate`` req/s.
+
+    The first request arrives at ``t = 0`` and the gaps are exponential with mean
+    ``1 / request_rate``, as ``benchmark_serving --request-rate`` sends them; the same ``seed``
+    gives the same times.
+    """
+    rate = check_request_rate(request_rate)
+    check_int("num_requests", num_requests, 1, MAX_REQUESTS)
+    check_int("seed", seed, 0, MAX_SEED)
+    draw = random.Random(seed).expovariate
+    mean_gap_ms = MS_PER_S / rate
+    t_ms = 0.0
+    times = [t_ms]
+    for _ in range(num_requests - 1):
+        t_ms += draw(1.0) * mean_gap_ms
+        times.append(t_ms)
+    return tuple(times)
+
+
+class StepPrices:
+    """Prices engine steps for a clock that runs while planning; asks each shape once.
+
+    Decode batch sizes near the one needed are asked in the same call (the batch interface of a
+    cached model answers them in one round trip), since the running batch drifts by a few
+    requests between steps. A ``fused`` scheduler's mixed step is one :class:`MixedShape`, as
+    :func:`~app.core.simulation.run_clock` costs it. ``latencies`` holds every shape asked.
+    """
+
+    def __init__(
+        self,
+        latency: LatencyModel,
+        scheduler: Scheduler,
+        *,
+        decode_query_len: int,
+        decode_seq_len: int,
+        max_decode: int,
+    ) -> None:
+        self._latency = latency
+        self._scheduler = scheduler
+        self._decode_query_len = decode_query_len
+        self._decode_seq_len = decode_seq_len
+        self._max_decode = max_decode
+        self._fused = scheduler.mixed_latency == "fused"
+        self.latencies: dict[AnyShape, float] = {}
+
+    def _decode_shape(self, d_step: int) -> ForwardShape:
+        return ForwardShape(
+            is_decode=True,
+            concurrency=d_step,
+            query_len=self._decode_query_len,
+            seq_len=self._decode_seq_len,
+        )
+
+    def _price(self, shape: AnyShape) -> float:
+        found = self.latencies.get(shape)
+        if found is not None:
+            return found
+        wanted = [shape]
+        if isinstance(shape, ForwardShape) and shape.is_decode:
+            low = max(1, shape.concurrency - DECODE_PRICE_WINDOW)
+            high = min(self._max_decode, shape.concurrency + DECODE_PRICE_WINDOW)
+            near = (self._decode_shape(d) for d in range(low, high + 1))
+            wanted.extend(s for s in near if s != shape and s not in self.latencies)
+        self.latencies.update(evaluate_shapes(wanted, self._latency))
+        return self.latencies[shape]
+
+    def __call__(
+        self, p_step: int, prefill_tokens: int, prefill_seq_len: int, d_step: int
+    ) -> float:
+        prefill = SimulationPlan.prefill_shape(p_step, prefill_tokens, prefill_seq_len)
+        if self._fused and p_step and d_step:
+            return self._price(MixedShape(prefill=prefill, decode=self._decode_shape(d_step)))
+        prefill_ms = self._price(prefill) if p_step else 0.0
+        decode_ms = self._price(self._decode_shape(d_step)) if d_step else 0.0
+        return self._scheduler.step_latency(prefill_ms, decode_ms)
+
+
+def plan_poisson(
+    chunk_plan: Sequence[PrefillChunk],
+    request_rate: float,
+    output_length: int,
+    max_batched_tokens: int,
+    latency: LatencyModel,
+    scheduler: Scheduler | None = None,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+    num_requests: int = DEFAULT_POISSON_REQUESTS,
+    seed: int = DEFAULT_POISSON_SEED,
+    max_concurrency: int | None = None,
+    max_running: int | None = None,
+) -> tuple[ClosedLoopPlan, dict[AnyShape, float]]:
+    """One replica's Poisson run planned with its clock; returns the plan and the latencies
+    of every shape it priced (what :func:`replay_closed_loop` needs)."""
+    # No clients: requests arrive on their own (the concurrency check is for its range only).
+    plan, input_length = check_serving_args(
+        chunk_plan, 1, output_length, max_batched_tokens, input_length, num_mtp_tokens
+    )
+    times_ms = poisson_arrivals_ms(request_rate, num_requests, seed)
+    for name, cap in (("max_concurrency", max_concurrency), ("max_running", max_running)):
+        if cap is not None:
+            check_int(name, cap, 1, MAX_REQUESTS)
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    query_len = 1 + num_mtp_tokens
+    decode_seq_len = input_length + output_length // 2 + query_len
+    caps = [c for c in (max_concurrency, max_running) if c is not None]
+    prices = StepPrices(
+        latency,
+        scheduler,
+        decode_query_len=query_len,
+        decode_seq_len=decode_seq_len,
+        max_decode=min([num_requests, *caps]),
+    )
+    runs, records = plan_runs(
+        plan,
+        0,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        num_requests=num_requests,
+        max_running=max_running,
+        arrivals=TimedArrivals(times_ms=times_ms, max_in_flight=max_concurrency, step_ms=prices),
+    )
+    engine = SimulationPlan(
+        chunk_plan=plan,
+        concurrency=0,
+        output_length=output_length,
+        max_batched_tokens=max_batched_tokens,
+        decode_query_len=query_len,
+        decode_seq_len=decode_seq_len,
+        runs=runs,
+        fused_mixed=scheduler.mixed_latency == "fused",
+    )
+    serving = ClosedLoopPlan(
+        engine=engine,
+        records=records,
+        clients=0,
+        num_requests=num_requests,
+        input_length=input_length,
+        window="benchmark",
+        max_running=max_running,
+        workload="poisson",
+    )
+    return serving, prices.latencies
+
+
+def simulate_poisson(
+    chunk_plan: Sequence[PrefillChunk],
+    request_rate: float,
+    output_length: int,
+    max_batched_tokens: int,
+    latency: LatencyModel,
+    scheduler: Scheduler | None = None,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+    num_requests: int = DEFAULT_POISSON_REQUESTS,
+    seed: int = DEFAULT_POISSON_SEED,
+    max_concurrency: int | None = None,
+    max_running: int | None = None,
+    record_steps: bool = False,
+) -> ServingResult:
+    """Poisson arrivals at ``request_rate`` req/s on one replica; every request counts."""
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    plan, latencies = plan_poisson(
+        chunk_plan,
+        request_rate,
+        output_length,
+        max_batched_tokens,
+        latency,
+        scheduler,
+        input_length=input_length,
+        num_mtp_tokens=num_mtp_tokens,
+        num_requests=num_requests,
+        seed=seed,
+        max_concurrency=max_concurrency,
+        max_running=max_running,
+    )
+    return replay_closed_loop(plan, latencies, scheduler, record_steps=record_steps)
+
+
+def _per_replica(total: int, dp: int, name: str) -> list[int]:
+    """``total`` over ``dp`` replicas, one entry per replica (at least one each)."""
+    if total < dp:
+        raise InvalidParameterError(name, total, f">= dp={dp} (at least one per replica)")
+    return [size for size, n in split_over_replicas(total, dp) for _ in range(n)]
+
+
+def simulate_poisson_serving(
+    data: OptimizerData,
+    request_rate: float,
+    latency: LatencyModel,
+    scheduler: Scheduler | None = None,
+    *,
+    dp: int = 1,
+    num_requests: int = DEFAULT_POISSON_REQUESTS,
+    seed: int = DEFAULT_POISSON_SEED,
+    max_concurrency: int | None = None,
+    max_num_seqs: int | None = None,
+    record_steps: bool = False,
+) -> ServingResult:
+    """Poisson arrivals at ``request_rate`` req/s in total over ``dp`` replicas.
+
+    A load balancer that routes each request to a random replica thins one Poisson stream into
+    ``dp`` independent streams of ``request_rate / dp``; the replicas are alike, so each
+    distinct share (``num_requests`` and ``max_concurrency`` split as evenly as integers allow)
+    is simulated once, with the same seed. KV admission and ``max_num_seqs`` cap running
+    requests as in :func:`simulate_serving`. Throughputs add, latencies are request-weighted.
+    """
+    rate = check_request_rate(request_rate)
+    check_int("dp", dp, 1, 1 << 16)
+    check_int("num_requests", num_requests, 1, MAX_REQUESTS)
+    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    max_running = running_cap(data, latency, scheduler, max_num_seqs)
+    requests = _per_replica(num_requests, dp, "num_requests")
+    caps: list[int | None] = (
+        [None] * dp
+        if max_concurrency is None
+        else list(
+            _per_replica(
+                check_int("max_concurrency", max_concurrency, 1, MAX_REQUESTS),
+                dp,
+                "max_concurrency",
+            )
+        )
+    )
+    shares = sorted(Counter(zip(requests, caps, strict=True)).items(), key=lambda s: -s[0][0])
+    parts: list[tuple[ServingResult, int]] = []
+    for (replica_requests, cap), replicas in shares:
+        result = simulate_poisson(
+            data.get_prefill_chunk_plan(),
+            rate / dp,
+            data.output_length,
+            data.max_batched_tokens,
+            latency,
+            scheduler,
+            input_length=data.input_length,
+            num_mtp_tokens=data.num_mtp_tokens,
+            num_requests=replica_requests,
+            seed=seed,
+            max_concurrency=cap,
+            max_running=max_running,
+            record_steps=record_steps and not parts,
+        )
+        parts.append((result, replicas))
+    if len(parts) == 1 and parts[0][1] == 1:
+        return parts[0][0]
+    return _combine(parts, 0)

@@ -30,6 +30,9 @@ from app.core.workload import (
     simulate_closed_loop,
 )
 
+#: Workloads the concurrency search runs (a request rate is not a concurrency).
+SEARCHED_WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop")
+
 
 def decode_shape(data: OptimizerData, batch_size: int) -> ForwardShape:
     return ForwardShape(
@@ -135,6 +138,13 @@ def optimize_agg(
     plan = data.get_prefill_chunk_plan()
     if workload not in WORKLOADS:
         raise InvalidParameterError("workload", workload, f"one of {', '.join(WORKLOADS)}")
+    if workload not in SEARCHED_WORKLOADS:
+        raise InvalidParameterError(
+            "workload",
+            workload,
+            f"one of {', '.join(SEARCHED_WORKLOADS)}: the search varies concurrency, not a "
+            "request rate (simulate a poisson workload one rate at a time)",
+        )
     if workload == "closed_loop":
         return _optimize_closed_loop(
             data,

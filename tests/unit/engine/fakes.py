@@ -116,6 +116,7 @@ class ReferenceResult:
     arrival: dict[int, float] = field(default_factory=dict)
     first: dict[int, float] = field(default_factory=dict)
     finish: dict[int, float] = field(default_factory=dict)
+    started: dict[int, float] = field(default_factory=dict)
 
 
 def _at_progress(progress: int, request: list[int]) -> bool:
@@ -134,16 +135,54 @@ def reference_simulation(
     *,
     num_requests: int | None = None,
     max_running: int | None = None,
+    arrival_times: Sequence[float] | None = None,
+    max_in_flight: int | None = None,
 ) -> ReferenceResult:
     """The DIGEST's step loop, one request at a time, no groups, no fast-forward.
 
     With ``num_requests > concurrency`` each finished request's client submits the next one at
     its finish time (closed loop); ``max_running`` caps requests in prefill or decode.
+
+    With ``arrival_times`` (and ``concurrency == 0``) request ``i`` arrives at
+    ``arrival_times[i]``; it is sent then if fewer than ``max_in_flight`` are in flight, else
+    when one finishes (``arrival`` holds the send times). Arrivals are seen at the first step
+    end at or after them (before that step's finishes free their slots); an idle engine waits
+    for the next arrival. ``started`` holds when each request's first prefill step began.
     """
-    total = concurrency if num_requests is None else num_requests
+    timed = arrival_times is not None
+    total = (
+        len(arrival_times)
+        if arrival_times is not None
+        else concurrency
+        if num_requests is None
+        else num_requests
+    )
     effective = plan[-1].seq_len
     waiting: deque[int] = deque(range(concurrency))
     arrival = dict.fromkeys(range(concurrency), 0.0)
+    started: dict[int, float] = {}
+    backlog: deque[int] = deque()
+    next_arrival = 0
+    in_flight = 0
+
+    def send(rid: int, at_ms: float) -> None:
+        nonlocal in_flight
+        arrival[rid] = at_ms
+        waiting.append(rid)
+        in_flight += 1
+
+    def arrive(now_ms: float) -> None:
+        nonlocal next_arrival
+        while arrival_times is not None and next_arrival < total:
+            if arrival_times[next_arrival] > now_ms:
+                break
+            rid = next_arrival
+            next_arrival += 1
+            if not backlog and (max_in_flight is None or in_flight < max_in_flight):
+                send(rid, arrival_times[rid])
+            else:
+                backlog.append(rid)
+
     pending: deque[list[int]] = deque()  # [request id, tokens prefilled]
     decode: deque[list[int]] = deque()
     first: dict[int, float] = {}
@@ -153,8 +192,13 @@ def reference_simulation(
     q_dec = 1 + num_mtp_tokens
     ctx_dec = input_length + output_length // 2 + q_dec
     while len(finish) < total:
+        arrive(t)
         while waiting and (max_running is None or len(pending) + len(decode) < max_running):
             pending.append([waiting.popleft(), 0])
+        if timed and not pending and not decode:
+            assert arrival_times is not None
+            t = max(t, arrival_times[next_arrival])
+            continue
         if pending:
             done = pending[0][1]
             pend = len(list(takewhile(partial(_at_progress, done), pending)))
@@ -168,6 +212,9 @@ def reference_simulation(
         p, d = decision.p_step, decision.d_step
         tokens = decision.prefill_tokens or q
         assert p or d
+        for rid, progress in list(pending)[:p]:
+            if progress == 0:
+                started[rid] = t
         if p and d and scheduler.mixed_latency == "fused":
             assert isinstance(latency, LinearLatency)
             t += latency.mixed_ms(
@@ -208,9 +255,14 @@ def reference_simulation(
                 done_now.append(req[0])
             else:
                 decode.append(req)
+        arrive(t)
         for rid in done_now:
             finish[rid] = t
-            if len(arrival) < total:
+            if timed:
+                in_flight -= 1
+                if backlog and (max_in_flight is None or in_flight < max_in_flight):
+                    send(backlog.popleft(), t)
+            elif len(arrival) < total:
                 new = len(arrival)
                 arrival[new] = t
                 waiting.append(new)
@@ -221,4 +273,4 @@ def reference_simulation(
         if output_length > 1
         else 0.0
     )
-    return ReferenceResult(ttft, tpot, max(finish.values()), steps, arrival, first, finish)
+    return ReferenceResult(ttft, tpot, max(finish.values()), steps, arrival, first, finish, started)

@@ -274,5 +274,7 @@ def test_agg_closed_loop_queues_instead_of_failing_on_memory() -> None:
         data, [ParallelLayout()], lambda layout: KvFake(1, 0), DEPLOYMENT, workload="closed_loop"
     )
     assert none_fit.rows == () and none_fit.infeasible["TP1 DP1"].startswith("memory")
-    with pytest.raises(InvalidParameterError, match="workload"):
-        optimize_agg(data, [ParallelLayout()], serving_for, DEPLOYMENT, workload="poisson")  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="not a request rate"):
+        optimize_agg(data, [ParallelLayout()], serving_for, DEPLOYMENT, workload="poisson")
+    with pytest.raises(InvalidParameterError, match="burst, closed_loop, poisson"):
+        optimize_agg(data, [ParallelLayout()], serving_for, DEPLOYMENT, workload="open")  # type: ignore[arg-type]
