@@ -245,9 +245,21 @@ def _add_common_flags(cmd: argparse.ArgumentParser) -> None:
         default=None,
         help="mixed step: max (overlap, default), sum (serial), fused (one forward)",
     )
-    cmd.add_argument("--workload", choices=("burst", "closed_loop"), default="burst")
-    cmd.add_argument("--window", choices=("benchmark", "steady_state"), default="benchmark")
-    cmd.add_argument("--requests-per-client", type=int, default=10, help="closed_loop")
+    cmd.add_argument(
+        "--workload",
+        choices=("burst", "closed_loop", "poisson"),
+        default="burst",
+        help="poisson: simulate only",
+    )
+    cmd.add_argument(
+        "--window",
+        choices=("benchmark", "steady_state"),
+        default=None,
+        help="closed_loop (default benchmark)",
+    )
+    cmd.add_argument(
+        "--requests-per-client", type=int, default=None, help="closed_loop (default 10)"
+    )
     cmd.add_argument(
         "--force-simulation", action="store_true", help="time simulation even for one chunk"
     )
@@ -283,9 +295,11 @@ def _common_fields(args: argparse.Namespace) -> dict[str, Any]:
         },
         "force_simulation": args.force_simulation,
         "workload": args.workload,
-        "window": args.window,
-        "requests_per_client": args.requests_per_client,
     }
+    # Given only when set, so a workload that does not take them can say so.
+    for name in ("window", "requests_per_client"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
     rates = _flatten(args.mtp_acceptance_rates)
     if rates is not None:
         fields["mtp_acceptance_rates"] = rates
@@ -464,14 +478,21 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def _split_text(split: list[dict[str, Any]]) -> str:
-    """``8 on each of 4 replicas`` or ``3 on 2 replicas, 2 on 1 replica``."""
+    """``8 on each of 4 replicas``, ``3 on 2 replicas, 2 on 1 replica``, or for poisson
+    ``500 requests at 2 req/s (max 4 in flight) on each of 4 replicas``."""
 
     def replicas(n: int) -> str:
         return f"{n} replica" if n == 1 else f"{n} replicas"
 
+    def share(s: dict[str, Any]) -> str:
+        if s.get("request_rate") is None:
+            return str(s["concurrency"])
+        cap = f" (max {s['concurrency']} in flight)" if s["concurrency"] is not None else ""
+        return f"{s['num_requests']} requests at {s['request_rate']:g} req/s{cap}"
+
     if len(split) == 1:
-        return f"{split[0]['concurrency']} on each of {replicas(split[0]['replicas'])}"
-    return ", ".join(f"{s['concurrency']} on {replicas(s['replicas'])}" for s in split)
+        return f"{share(split[0])} on each of {replicas(split[0]['replicas'])}"
+    return ", ".join(f"{share(s)} on {replicas(s['replicas'])}" for s in split)
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -479,18 +500,19 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from app.models.simulate import SimulateRequest
 
     def call(context: Any) -> int:
-        request = SimulateRequest.model_validate(
-            {
-                **_common_fields(args),
-                "concurrency": args.concurrency,
-                "tp_size": args.tp_size,
-                "ep_size": args.ep_size,
-                "dp_size": args.dp_size,
-                "ttft_limit_ms": args.ttft_limit,
-                "tpot_limit_ms": args.tpot_limit,
-                "include_timeline": args.timeline,
-            }
-        )
+        fields = {
+            **_common_fields(args),
+            "tp_size": args.tp_size,
+            "ep_size": args.ep_size,
+            "dp_size": args.dp_size,
+            "ttft_limit_ms": args.ttft_limit,
+            "tpot_limit_ms": args.tpot_limit,
+            "include_timeline": args.timeline,
+        }
+        for name in ("concurrency", "request_rate", "max_concurrency", "num_requests", "seed"):
+            if getattr(args, name) is not None:  # each workload takes its own
+                fields[name] = getattr(args, name)
+        request = SimulateRequest.model_validate(fields)
         response = services.simulate(context, request, allow_paths=True)
         body = response.model_dump(mode="json")
         if args.format == "json":
@@ -506,9 +528,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                 metrics = {k: v for k, v in body.items() if k not in ("input", "timeline", "stats")}
                 print(_csv([metrics]), end="")
         else:
-            keys = (
+            keys: tuple[str, ...] = (
+                "workload",
                 "method",
                 "parallel",
+                *(
+                    ("request_rate", "num_requests", "seed")
+                    if body["workload"] == "poisson"
+                    else ()
+                ),
                 "batch_size",
                 "concurrency",
                 "effective_input_length",
@@ -520,10 +548,17 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                 "throughput_per_device",
                 "request_throughput",
                 "steps",
-                "memory_left_gb",
-                "feasible",
-                "reason",
             )
+            if body["workload"] != "burst":
+                keys += (
+                    "e2e_ms",
+                    "total_throughput",
+                    "mean_running_batch",
+                    "mean_prefill_tokens_per_step",
+                    "mean_decode_tokens_per_step",
+                    "max_running",
+                )
+            keys += ("memory_left_gb", "feasible", "reason")
             width = max(len(k) for k in (*keys, "replica_split"))
             for key in keys:
                 print(f"{key.ljust(width)}  {_fmt(body[key], 3)}")
@@ -583,8 +618,24 @@ def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     simulate.add_argument(
         "--concurrency",
         type=int,
-        required=True,
-        help="requests (closed_loop: clients) in total, split over the --dp-size replicas",
+        default=None,
+        help="burst / closed_loop (required): requests (closed_loop: clients) in total, split "
+        "over the --dp-size replicas",
+    )
+    simulate.add_argument(
+        "--request-rate", type=float, default=None, help="poisson (required): requests/s in total"
+    )
+    simulate.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=None,
+        help="poisson: at most this many requests in flight (default: no cap)",
+    )
+    simulate.add_argument(
+        "--num-requests", type=int, default=None, help="poisson: requests sent (default 1000)"
+    )
+    simulate.add_argument(
+        "--seed", type=int, default=None, help="poisson: seed of the arrival times (default 0)"
     )
     simulate.add_argument("--tp-size", type=int, default=1)
     simulate.add_argument("--ep-size", type=int, default=1)

@@ -65,7 +65,12 @@ from app.core.optimizer import (
     optimize_disagg_prefill,
     optimize_pd_ratio,
 )
-from app.core.optimizer.agg import decode_shape, largest_prefill_shape, limit_reason
+from app.core.optimizer.agg import (
+    SEARCHED_WORKLOADS,
+    decode_shape,
+    largest_prefill_shape,
+    limit_reason,
+)
 from app.core.parallel import ParallelLayout, split_over_replicas
 from app.core.runner import (
     DEFAULT_RESERVED_MEMORY_GB,
@@ -84,7 +89,13 @@ from app.core.scheduler import (
 )
 from app.core.scheduler import make_scheduler as core_make_scheduler
 from app.core.simulation import StepRecord, combine_replicas, plan_serving, replay
-from app.core.workload import ServingResult, simulate_serving
+from app.core.workload import (
+    DEFAULT_POISSON_REQUESTS,
+    ServingResult,
+    poisson_shares,
+    simulate_poisson_serving,
+    simulate_serving,
+)
 from app.models import limits
 from app.models.catalog import DeviceInfo, DeviceList, ModelInfo, ModelList
 from app.models.common import CacheCounters
@@ -649,6 +660,20 @@ def check_closed_loop_size(
         )
 
 
+def check_poisson_size(data: OptimizerData, requests: int, *, replicas: int = 1) -> None:
+    """A poisson run's planning cost: requests per replica x prefill chunks (arrivals cut the
+    engine's runs, so it follows requests and chunks)."""
+    check_simulation_size(data, 1, "num_requests")  # the chunk bound
+    chunks = data.prefill_num_chunks
+    if requests * chunks > limits.MAX_POISSON_REQUEST_CHUNKS:
+        most = max(1, limits.MAX_POISSON_REQUEST_CHUNKS // chunks)
+        raise SearchLimitError(
+            f"a poisson run of {requests} requests{_per_replica('', replicas)} x {chunks} "
+            f"prefill chunks exceeds {limits.MAX_POISSON_REQUEST_CHUNKS}: lower num_requests to "
+            f"<= {most * replicas} or raise max_batched_tokens"
+        )
+
+
 def _per_replica(text: str, replicas: int) -> str:
     return f"{text} per replica" if replicas > 1 else text
 
@@ -806,20 +831,22 @@ class ModelFactory:
 # POST /v1/simulate
 
 
-def replica_split(concurrency: int, dp: int) -> list[tuple[int, int]]:
-    """``concurrency`` (the total over ``dp`` replicas) as ``[(per replica, replicas), ...]``.
-
-    Uneven totals give two shares, the larger first (10 over 4: 3, 3, 2, 2). Fewer than one
-    request or client per replica is refused: an idle replica is not a deployment anyone asks
-    about, and the totals would silently describe fewer replicas than the layout names.
-    """
-    if concurrency < dp:
+def _at_least_one_per_replica(field: str, total: int, dp: int) -> None:
+    """Fewer than one request or client per replica is refused: an idle replica is not a
+    deployment anyone asks about, and the totals would describe fewer replicas than named."""
+    if total < dp:
         raise InvalidParameterError(
-            "concurrency",
-            concurrency,
-            f">= dp_size={dp}: concurrency is the total over the {dp} data-parallel replicas "
-            "and each needs at least one",
+            field,
+            total,
+            f">= dp_size={dp}: {field} is the total over the {dp} data-parallel replicas and "
+            "each needs at least one",
         )
+
+
+def replica_split(concurrency: int, dp: int) -> list[tuple[int, int]]:
+    """``concurrency`` (the total over ``dp`` replicas) as ``[(per replica, replicas), ...]``;
+    uneven totals give two shares, the larger first (10 over 4: 3, 3, 2, 2)."""
+    _at_least_one_per_replica("concurrency", concurrency, dp)
     split = split_over_replicas(concurrency, dp)
     if split[0][0] > limits.MAX_SIM_CONCURRENCY:
         raise InvalidParameterError(
@@ -831,6 +858,64 @@ def replica_split(concurrency: int, dp: int) -> list[tuple[int, int]]:
     return split
 
 
+def poisson_split(request: SimulateRequest, dp: int) -> list[tuple[int, int | None, int]]:
+    """``[(requests, max_concurrency, replicas), ...]`` of a poisson request, busiest first.
+
+    ``num_requests`` defaults to 1000 (at least one per replica)."""
+    num_requests = request.num_requests
+    if num_requests is None:
+        num_requests = max(DEFAULT_POISSON_REQUESTS, dp)
+    _at_least_one_per_replica("num_requests", num_requests, dp)
+    if request.max_concurrency is not None:
+        _at_least_one_per_replica("max_concurrency", request.max_concurrency, dp)
+    return poisson_shares(num_requests, dp, request.max_concurrency)
+
+
+#: Fields that belong to one workload only: giving them with another one is a 422.
+_POISSON_ONLY = ("request_rate", "max_concurrency", "num_requests", "seed")
+
+
+def check_workload_fields(request: SimulateRequest) -> None:
+    """Each workload takes its own fields (a request rate means nothing to a burst)."""
+    given = request.model_fields_set
+    workload = request.workload
+    if workload != "poisson":
+        if request.concurrency is None:
+            raise InvalidParameterError(
+                "concurrency",
+                None,
+                f"given for workload {workload!r} (requests or clients in total over the replicas)",
+            )
+        for field in _POISSON_ONLY:
+            if field in given and getattr(request, field) is not None:
+                raise InvalidParameterError(
+                    field,
+                    getattr(request, field),
+                    f"omitted for workload {workload!r} (a poisson option)",
+                )
+        return
+    if request.request_rate is None:
+        raise InvalidParameterError(
+            "request_rate", None, "given for workload 'poisson' (requests per second, > 0)"
+        )
+    if request.concurrency is not None:
+        raise InvalidParameterError(
+            "concurrency",
+            request.concurrency,
+            "omitted for workload 'poisson' (max_concurrency caps requests in flight)",
+        )
+    if "requests_per_client" in given:
+        raise InvalidParameterError(
+            "requests_per_client",
+            request.requests_per_client,
+            "omitted for workload 'poisson' (num_requests counts its requests)",
+        )
+    if request.window != "benchmark":
+        raise InvalidParameterError(
+            "window", request.window, "'benchmark' for workload 'poisson' (every request counts)"
+        )
+
+
 def simulate(
     context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
 ) -> SimulateResponse:
@@ -840,22 +925,23 @@ def simulate(
     """
     started = time.perf_counter()
     request = with_engine_budget(request)
+    check_workload_fields(request)
     deployment = resolve_deployment(request, allow_paths=allow_paths)
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     data = optimizer_data(request, layout.num_devices)
+    scheduler = make_scheduler(request.scheduler)
+    if request.workload == "poisson":
+        shares = poisson_split(request, layout.dp)
+        check_poisson_size(data, shares[0][0], replicas=layout.dp)
+        _check_timeline_size(request, data, shares[0][0], "num_requests", layout.dp)
+        factory = ModelFactory(context, deployment)
+        run = _SimulationRun(request, data, layout, scheduler, factory, started)
+        return _simulate_poisson(run, factory(layout), shares)
+    assert request.concurrency is not None  # check_workload_fields
     split = replica_split(request.concurrency, layout.dp)
     busiest = split[0][0]
     check_simulation_size(data, busiest, "concurrency", replicas=layout.dp)
-    if (
-        request.include_timeline
-        and data.prefill_num_chunks * busiest > limits.MAX_TIMELINE_CHUNK_REQUESTS
-    ):
-        raise SearchLimitError(
-            f"a step timeline needs prefill_num_chunks x {_per_replica('concurrency', layout.dp)}"
-            f" <= {limits.MAX_TIMELINE_CHUNK_REQUESTS} (here {data.prefill_num_chunks} x "
-            f"{busiest}); drop include_timeline or shrink the request"
-        )
-    scheduler = make_scheduler(request.scheduler)
+    _check_timeline_size(request, data, busiest, "concurrency", layout.dp)
     factory = ModelFactory(context, deployment)
     model = factory(layout)
     run = _SimulationRun(request, data, layout, scheduler, factory, started)
@@ -970,17 +1056,30 @@ class _SimulationRun:
         )
 
 
+def _check_timeline_size(
+    request: SimulateRequest, data: OptimizerData, busiest: int, field: str, dp: int
+) -> None:
+    if request.include_timeline and data.prefill_num_chunks * busiest > (
+        limits.MAX_TIMELINE_CHUNK_REQUESTS
+    ):
+        raise SearchLimitError(
+            f"a step timeline needs prefill_num_chunks x {_per_replica(field, dp)} <= "
+            f"{limits.MAX_TIMELINE_CHUNK_REQUESTS} (here {data.prefill_num_chunks} x "
+            f"{busiest}); drop include_timeline or shrink the request"
+        )
+
+
 def _simulate_closed_loop(
     run: _SimulationRun, model: CachedServingModel, split: list[tuple[int, int]]
 ) -> SimulateResponse:
     """``concurrency`` clients in total, each re-sending; KV admission queues the rest."""
-    request, data = run.request, run.data
-    busiest = split[0][0]
+    request = run.request
+    assert request.concurrency is not None
     result: ServingResult | None = None
     reason: str | None = None
     try:
         result = simulate_serving(
-            data,
+            run.data,
             request.concurrency,
             model,
             run.scheduler,
@@ -991,42 +1090,127 @@ def _simulate_closed_loop(
         )
     except InfeasibleError as exc:
         reason = f"memory: {exc}"
-    running = busiest if result is None or result.max_running is None else result.max_running
-    memory_shapes = (
-        decode_shape(data, max(1, min(busiest, running))),
-        largest_prefill_shape(data, 1),
-    )
-    memory = model.records(memory_shapes)
-    if result is not None and reason is None:
-        reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
     per_client = request.requests_per_client
-    return run.response(
-        memory=memory,
-        reason=reason,
-        steps=result.timeline if result is not None else None,
+    return _serving_response(
+        run,
+        model,
+        result,
+        reason,
+        in_flight=split[0][0],
         split=[
             ReplicaShare(replicas=n, concurrency=size, num_requests=size * per_client)
             for size, n in split
         ],
-        method=result.method if result else "none",
-        batch_size=busiest,
+        batch_size=split[0][0],
         concurrency=request.concurrency,
-        ttft_ms=result.ttft_ms if result else 0.0,
-        tpot_ms=result.tpot_ms if result else 0.0,
-        makespan_ms=result.duration_ms if result else 0.0,
-        output_throughput=result.output_throughput if result else 0.0,
-        request_throughput=result.request_throughput if result else 0.0,
-        engine_steps=result.steps if result else 0,
         workload="closed_loop",
         window=request.window,
-        num_requests=result.num_requests if result else None,
-        measured_requests=result.measured_requests if result else None,
-        e2e_ms=result.e2e_ms if result else None,
-        total_throughput=result.total_throughput if result else None,
-        mean_running_batch=result.mean_running_batch if result else None,
-        mean_prefill_tokens_per_step=result.mean_prefill_tokens_per_step if result else None,
-        mean_decode_tokens_per_step=result.mean_decode_tokens_per_step if result else None,
-        max_running=result.max_running if result else 0,
+    )
+
+
+def _simulate_poisson(
+    run: _SimulationRun, model: CachedServingModel, shares: list[tuple[int, int | None, int]]
+) -> SimulateResponse:
+    """Requests arriving at ``request_rate`` in total; KV admission queues the rest."""
+    request = run.request
+    assert request.request_rate is not None
+    dp = run.layout.dp
+    result: ServingResult | None = None
+    reason: str | None = None
+    try:
+        result = simulate_poisson_serving(
+            run.data,
+            request.request_rate,
+            model,
+            run.scheduler,
+            dp=dp,
+            num_requests=sum(n * replicas for n, _, replicas in shares),
+            seed=request.seed,
+            max_concurrency=request.max_concurrency,
+            record_steps=request.include_timeline,
+        )
+    except InfeasibleError as exc:
+        reason = f"memory: {exc}"
+    busiest_requests, busiest_cap, _ = shares[0]
+    return _serving_response(
+        run,
+        model,
+        result,
+        reason,
+        in_flight=busiest_cap or busiest_requests,
+        split=[
+            ReplicaShare(
+                replicas=replicas,
+                concurrency=cap,
+                num_requests=n,
+                request_rate=request.request_rate / dp,
+            )
+            for n, cap, replicas in shares
+        ],
+        batch_size=busiest_cap,
+        concurrency=request.max_concurrency,
+        workload="poisson",
+        window="benchmark",
+        request_rate=request.request_rate,
+        max_concurrency=request.max_concurrency,
+        seed=request.seed,
+    )
+
+
+def _serving_response(
+    run: _SimulationRun,
+    model: CachedServingModel,
+    result: ServingResult | None,
+    reason: str | None,
+    *,
+    in_flight: int,
+    split: list[ReplicaShare],
+    **extra: Any,
+) -> SimulateResponse:
+    """A closed-loop or poisson response: memory at the running batch of the busiest replica
+    (``in_flight`` requests, fewer when KV admission caps them), and the serving metrics."""
+    data = run.data
+    running = in_flight
+    if result is not None and result.max_running is not None:
+        running = min(running, result.max_running)
+    memory = model.records((decode_shape(data, max(1, running)), largest_prefill_shape(data, 1)))
+    if result is None:
+        return run.response(
+            memory=memory,
+            reason=reason,
+            steps=None,
+            split=split,
+            output_throughput=0.0,
+            engine_steps=0,
+            method="none",
+            ttft_ms=0.0,
+            tpot_ms=0.0,
+            makespan_ms=0.0,
+            request_throughput=0.0,
+            max_running=0,
+            **extra,
+        )
+    return run.response(
+        memory=memory,
+        reason=reason or limit_reason(data, result.ttft_ms, result.tpot_ms),
+        steps=result.timeline,
+        split=split,
+        output_throughput=result.output_throughput,
+        engine_steps=result.steps,
+        method=result.method,
+        ttft_ms=result.ttft_ms,
+        tpot_ms=result.tpot_ms,
+        makespan_ms=result.duration_ms,
+        request_throughput=result.request_throughput,
+        num_requests=result.num_requests,
+        measured_requests=result.measured_requests,
+        e2e_ms=result.e2e_ms,
+        total_throughput=result.total_throughput,
+        mean_running_batch=result.mean_running_batch,
+        mean_prefill_tokens_per_step=result.mean_prefill_tokens_per_step,
+        mean_decode_tokens_per_step=result.mean_decode_tokens_per_step,
+        max_running=result.max_running,
+        **extra,
     )
 
 
@@ -1206,6 +1390,13 @@ def optimize(
     started = time.perf_counter()
     request = with_engine_budget(request)
     # Validate the workload and the search size first (also for a response-cache hit).
+    if request.workload not in SEARCHED_WORKLOADS:
+        raise InvalidParameterError(
+            "workload",
+            request.workload,
+            f"one of {', '.join(SEARCHED_WORKLOADS)}: the optimizer searches concurrency, not a "
+            "request rate (simulate a poisson workload one rate at a time: POST /v1/simulate)",
+        )
     max_batch = search_cap(request, optimizer_data(request, request.num_devices))
     if request.workload != "burst" and request.mode != "agg":
         raise InvalidParameterError(

@@ -1,12 +1,15 @@
-"""Closed-loop serving benchmarks with the real latency model (issue: steady-state serving).
+"""Serving-workload benchmarks with the real latency model (issue: steady-state serving).
 
 Run: ``python -m bench.bench_serving``. Prints the cost of one closed-loop evaluation
 (C = 256 clients, ISL 4096, OSL 1024, 10 requests per client) of a 64-layer model
 (Qwen3-32B, FP8, TP8 on 8 H100, so all 256 requests fit the KV cache at once), the same run
 under the ``vllm`` policy with each mixed-step rule (``max``, ``sum``, ``fused``: wall time,
-forward shapes, TTFT, TPOT), and a full closed-loop concurrency search over 4 layouts
-(TP1/2/4/8 on 8 H100). Each run starts from a fresh runner, so every forward shape is computed
-(nothing cached between repeats); best of ``--repeats``.
+forward shapes, TTFT, TPOT), a full closed-loop concurrency search over 4 layouts
+(TP1/2/4/8 on 8 H100), and Poisson runs of 2,000 requests on the same deployment at rates
+below, near and above its capacity: in the core, and through ``services.simulate`` (what
+``POST /v1/simulate`` runs; memory cache, cold). Each run starts from a fresh runner (and
+cache), so every forward shape is computed (nothing cached between repeats); best of
+``--repeats``.
 """
 
 from __future__ import annotations
@@ -14,14 +17,18 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from functools import partial
 
+from app import services
 from app.core.chunking import OptimizerData
 from app.core.latency import ServingModel
 from app.core.optimizer import Deployment, enumerate_layouts, optimize_agg
 from app.core.parallel import ParallelLayout
 from app.core.runner import RunnerServingModel, build_runner
 from app.core.scheduler import MIXED_LATENCIES, Scheduler, make_scheduler
-from app.core.workload import simulate_serving
+from app.core.workload import simulate_poisson_serving, simulate_serving
+from app.models.simulate import SimulateRequest, SimulateResponse
+from app.settings import Settings
 
 MODEL = "Qwen/Qwen3-32B"
 DEVICE = "NVIDIA_H100_SXM_80G"
@@ -107,6 +114,62 @@ def main() -> None:
         f"{seconds:.2f} s (target < 3 s); {len(found.probes)} probes, "
         f"{found.forward_evaluations} forward shapes; {summary}"
     )
+
+    poisson(data, args.repeats)
+
+
+POISSON_RATES = (2.0, 6.0, 12.0)  # req/s: ~1/3, ~0.9x and ~2x the C=256 closed loop's rate
+POISSON_REQUESTS = 2000
+
+
+def simulate_cold(request: SimulateRequest) -> SimulateResponse:
+    """``services.simulate`` (the ``POST /v1/simulate`` path) with a cold memory cache."""
+    settings = Settings(cache_backend="memory", response_cache=False, log_level="warning")
+    context = services.create_context(settings)
+    try:
+        return services.simulate(context, request)
+    finally:
+        context.close()
+
+
+def poisson(data: OptimizerData, repeats: int) -> None:
+    tp8 = ParallelLayout(tp=8)
+    for rate in POISSON_RATES:
+
+        def core(rate: float = rate) -> object:
+            return simulate_poisson_serving(
+                data, rate, serving_model(tp8), num_requests=POISSON_REQUESTS
+            )
+
+        seconds = best_of(core, repeats)
+        result = simulate_poisson_serving(
+            data, rate, serving_model(tp8), num_requests=POISSON_REQUESTS
+        )
+        request = SimulateRequest.model_validate(
+            {
+                "model": MODEL,
+                "device": DEVICE,
+                "quantize_linear_action": "FP8",
+                "tp_size": 8,
+                "input_length": data.input_length,
+                "output_length": data.output_length,
+                "max_batched_tokens": data.max_batched_tokens,
+                "workload": "poisson",
+                "request_rate": rate,
+                "num_requests": POISSON_REQUESTS,
+            }
+        )
+        service_seconds = best_of(partial(simulate_cold, request), repeats)
+        cache = simulate_cold(request).stats.cache
+        print(
+            f"poisson {rate:g} req/s x {POISSON_REQUESTS} requests, ISL {data.input_length} "
+            f"OSL {data.output_length}, {MODEL} FP8 TP8: core {seconds * 1000:.1f} ms, "
+            f"POST /v1/simulate path {service_seconds * 1000:.1f} ms (target < 1 s); "
+            f"{result.steps} engine steps, {result.forward_evaluations} forward shapes, "
+            f"{cache.round_trips} cache round trips; TTFT {result.ttft_ms:.0f} ms, "
+            f"TPOT {result.tpot_ms:.2f} ms, {result.request_throughput:.2f} req/s served, "
+            f"mean running batch {result.mean_running_batch:.0f}"
+        )
 
 
 if __name__ == "__main__":

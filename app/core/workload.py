@@ -485,10 +485,13 @@ def poisson_arrivals_ms(request_rate: float, num_requests: int, seed: int) -> tu
 class StepPrices:
     """Prices engine steps for a clock that runs while planning; asks each shape once.
 
-    Decode batch sizes near the one needed are asked in the same call (the batch interface of a
-    cached model answers them in one round trip), since the running batch drifts by a few
-    requests between steps. A ``fused`` scheduler's mixed step is one :class:`MixedShape`, as
-    :func:`~app.core.simulation.run_clock` costs it. ``latencies`` holds every shape asked.
+    Shapes the loop is likely to need next are asked in the same call (the batch interface of a
+    cached model answers them in one round trip): decode batch sizes near the one needed (the
+    running batch drifts by a few requests between steps) and, for a planned chunk, the rest of
+    the chunk plan at the same batch (a request walks through its chunks). Chunks a policy cuts
+    to the budget left are asked as the loop meets them. A ``fused`` scheduler's mixed step is
+    one :class:`MixedShape`, as :func:`~app.core.simulation.run_clock` costs it, asked alone.
+    ``latencies`` holds every shape asked.
     """
 
     def __init__(
@@ -496,12 +499,15 @@ class StepPrices:
         latency: LatencyModel,
         scheduler: Scheduler,
         *,
+        chunk_plan: Sequence[PrefillChunk],
         decode_query_len: int,
         decode_seq_len: int,
         max_decode: int,
     ) -> None:
         self._latency = latency
         self._scheduler = scheduler
+        self._chunks = {(c.query_len, c.seq_len): c.index for c in chunk_plan}
+        self._chunk_plan = tuple(chunk_plan)
         self._decode_query_len = decode_query_len
         self._decode_seq_len = decode_seq_len
         self._max_decode = max_decode
@@ -521,11 +527,22 @@ class StepPrices:
         if found is not None:
             return found
         wanted = [shape]
-        if isinstance(shape, ForwardShape) and shape.is_decode:
+        if isinstance(shape, MixedShape):
+            pass  # asked alone: the decode batch beside a chunk varies too much to guess
+        elif shape.is_decode:
             low = max(1, shape.concurrency - DECODE_PRICE_WINDOW)
             high = min(self._max_decode, shape.concurrency + DECODE_PRICE_WINDOW)
             near = (self._decode_shape(d) for d in range(low, high + 1))
             wanted.extend(s for s in near if s != shape and s not in self.latencies)
+        else:
+            index = self._chunks.get((shape.query_len, shape.seq_len))
+            if index is not None:
+                later = self._chunk_plan[index + 1 :]
+                walk = (
+                    SimulationPlan.prefill_shape(shape.concurrency, c.query_len, c.seq_len)
+                    for c in later
+                )
+                wanted.extend(s for s in walk if s not in self.latencies)
         self.latencies.update(evaluate_shapes(wanted, self._latency))
         return self.latencies[shape]
 
@@ -572,6 +589,7 @@ def plan_poisson(
     prices = StepPrices(
         latency,
         scheduler,
+        chunk_plan=plan,
         decode_query_len=query_len,
         decode_seq_len=decode_seq_len,
         max_decode=min([num_requests, *caps]),
@@ -651,6 +669,22 @@ def _per_replica(total: int, dp: int, name: str) -> list[int]:
     return [size for size, n in split_over_replicas(total, dp) for _ in range(n)]
 
 
+def poisson_shares(
+    num_requests: int, dp: int, max_concurrency: int | None = None
+) -> list[tuple[int, int | None, int]]:
+    """How a Poisson run spreads over ``dp`` replicas: ``[(requests, max_concurrency, how many
+    replicas), ...]``, the busiest first; both totals split as evenly as integers allow."""
+    check_int("dp", dp, 1, 1 << 16)
+    check_int("num_requests", num_requests, 1, MAX_REQUESTS)
+    requests = _per_replica(num_requests, dp, "num_requests")
+    caps: list[int | None] = [None] * dp
+    if max_concurrency is not None:
+        check_int("max_concurrency", max_concurrency, 1, MAX_REQUESTS)
+        caps = list(_per_replica(max_concurrency, dp, "max_concurrency"))
+    shares = Counter(zip(requests, caps, strict=True))
+    return [(n, cap, replicas) for (n, cap), replicas in shares.items()]
+
+
 def simulate_poisson_serving(
     data: OptimizerData,
     request_rate: float,
@@ -673,25 +707,11 @@ def simulate_poisson_serving(
     requests as in :func:`simulate_serving`. Throughputs add, latencies are request-weighted.
     """
     rate = check_request_rate(request_rate)
-    check_int("dp", dp, 1, 1 << 16)
-    check_int("num_requests", num_requests, 1, MAX_REQUESTS)
+    shares = poisson_shares(num_requests, dp, max_concurrency)
     scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
     max_running = running_cap(data, latency, scheduler, max_num_seqs)
-    requests = _per_replica(num_requests, dp, "num_requests")
-    caps: list[int | None] = (
-        [None] * dp
-        if max_concurrency is None
-        else list(
-            _per_replica(
-                check_int("max_concurrency", max_concurrency, 1, MAX_REQUESTS),
-                dp,
-                "max_concurrency",
-            )
-        )
-    )
-    shares = sorted(Counter(zip(requests, caps, strict=True)).items(), key=lambda s: -s[0][0])
     parts: list[tuple[ServingResult, int]] = []
-    for (replica_requests, cap), replicas in shares:
+    for replica_requests, cap, replicas in shares:
         result = simulate_poisson(
             data.get_prefill_chunk_plan(),
             rate / dp,

@@ -25,6 +25,12 @@ MAX_PREFILL_CHUNKS = 1024  # chunks per request in /v1/simulate and /v1/optimize
 MAX_CHUNK_REQUESTS = 1_048_576
 MAX_TIMELINE_CHUNK_REQUESTS = 65_536  # the same product when a step timeline is requested
 MAX_REQUESTS_PER_CLIENT = 100  # closed-loop workloads
+# poisson workloads (/v1/simulate): requests in total, the rate, and requests per replica x
+# prefill chunks (arrivals cut runs, so the planner's cost follows requests and chunks; 2,000
+# requests of 2 chunks on a 64-layer model take about 0.1 s, see bench/README.md)
+MAX_POISSON_REQUESTS = 10_000
+MAX_REQUEST_RATE = 1_000_000.0  # requests per second
+MAX_POISSON_REQUEST_CHUNKS = 131_072
 # closed-loop workloads: requests sent per replica x prefill chunks (the planner's cost follows
 # it: about 10 us per scheduling run, roughly one run per request and chunk).
 MAX_CLOSED_LOOP_REQUEST_CHUNKS = 131_072

@@ -6,19 +6,22 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from app.core.workload import DEFAULT_POISSON_REQUESTS, DEFAULT_POISSON_SEED, MAX_SEED
 from app.models import limits
 from app.models.optimize import RunStats
 from app.models.workload import DeploymentMixin, Window, Workload, WorkloadMixin
 
 
 class SimulateRequest(DeploymentMixin, WorkloadMixin):
-    concurrency: int = Field(
+    concurrency: int | None = Field(
+        default=None,
         strict=True,
         ge=1,
         le=limits.MAX_SIM_TOTAL_CONCURRENCY,
-        description="requests (burst) or clients (closed_loop) in total over the dp_size "
-        "replicas, split as evenly as integers allow (10 over 4 replicas: 3, 3, 2, 2); at least "
-        f"dp_size and at most {limits.MAX_SIM_CONCURRENCY} per replica",
+        description="burst and closed_loop (required): requests (burst) or clients "
+        "(closed_loop) in total over the dp_size replicas, split as evenly as integers allow "
+        f"(10 over 4 replicas: 3, 3, 2, 2); at least dp_size and at most "
+        f"{limits.MAX_SIM_CONCURRENCY} per replica. poisson: omitted (see max_concurrency)",
         examples=[64],
     )
     tp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
@@ -30,11 +33,49 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     workload: Workload = Field(
         default="burst",
         description="burst (RFC): concurrency requests at t = 0; closed_loop: concurrency "
-        "clients, each sending its next request when one ends",
+        "clients, each sending its next request when one ends; poisson: requests arriving at "
+        "request_rate (exponential gaps, the first at t = 0), every one counted",
     )
-    window: Window = Field(default="benchmark", description="closed_loop measurement window")
+    window: Window = Field(
+        default="benchmark", description="closed_loop measurement window (poisson: benchmark)"
+    )
     requests_per_client: int = Field(
         default=10, strict=True, ge=1, le=limits.MAX_REQUESTS_PER_CLIENT, description="closed_loop"
+    )
+    request_rate: float | None = Field(
+        default=None,
+        gt=0,
+        le=limits.MAX_REQUEST_RATE,
+        allow_inf_nan=False,
+        description="poisson (required): requests per second over all replicas (each of the "
+        "dp_size replicas gets request_rate / dp_size)",
+        examples=[None],
+    )
+    max_concurrency: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_SIM_TOTAL_CONCURRENCY,
+        description="poisson: at most this many requests in flight over all replicas (like "
+        "benchmark_serving --max-concurrency); an arrival that finds every slot taken waits on "
+        "the client side and its TTFT counts from when it is sent; default: no cap",
+        examples=[None],
+    )
+    num_requests: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_POISSON_REQUESTS,
+        description="poisson: requests sent over all replicas (default "
+        f"{DEFAULT_POISSON_REQUESTS}, benchmark_serving's --num-prompts default)",
+        examples=[None],
+    )
+    seed: int = Field(
+        default=DEFAULT_POISSON_SEED,
+        strict=True,
+        ge=0,
+        le=MAX_SEED,
+        description="poisson: seed of the arrival times (same seed, same result)",
     )
 
 
@@ -69,8 +110,12 @@ class ReplicaShare(BaseModel):
     """``replicas`` data-parallel replicas that each get this share of the workload."""
 
     replicas: int
-    concurrency: int = Field(description="requests (burst) or clients (closed_loop) each")
+    concurrency: int | None = Field(
+        description="requests (burst), clients (closed_loop) or the max_concurrency share "
+        "(poisson; null: no cap) of each"
+    )
     num_requests: int = Field(description="requests each replica serves")
+    request_rate: float | None = Field(default=None, description="poisson: requests/s each")
 
 
 class SimulateResponse(BaseModel):
@@ -78,11 +123,14 @@ class SimulateResponse(BaseModel):
     method: str = Field(description="time_simulation or closed_form_waves")
     parallel: str
     num_devices: int
-    batch_size: int = Field(
-        description="requests (closed_loop: clients) on the busiest replica, "
-        "ceil(concurrency / dp_size); the timeline shows that replica"
+    batch_size: int | None = Field(
+        description="concurrency on the busiest replica, ceil(concurrency / dp_size) (null "
+        "for poisson without max_concurrency); the timeline shows that replica"
     )
-    concurrency: int = Field(description="requests (closed_loop: clients) over all replicas")
+    concurrency: int | None = Field(
+        description="requests (burst), clients (closed_loop) or max_concurrency (poisson; "
+        "null: no cap) over all replicas"
+    )
     replica_split: list[ReplicaShare] = Field(
         description="how the workload spreads over the replicas, larger shares first"
     )
@@ -100,21 +148,29 @@ class SimulateResponse(BaseModel):
     throughput_per_device: float
     steps: int = Field(description="engine steps, summed over the replicas")
     workload: str = "burst"
-    window: str | None = Field(default=None, description="closed_loop only")
-    num_requests: int | None = Field(default=None, description="closed_loop: requests sent")
+    window: str | None = Field(default=None, description="closed_loop and poisson")
+    num_requests: int | None = Field(
+        default=None, description="closed_loop and poisson: requests sent"
+    )
+    request_rate: float | None = Field(default=None, description="poisson: requests/s in total")
+    max_concurrency: int | None = Field(default=None, description="poisson: the client-side cap")
+    seed: int | None = Field(default=None, description="poisson: seed of the arrival times")
     measured_requests: int | None = None
     e2e_ms: float | None = None
     total_throughput: float | None = Field(
-        default=None, description="closed_loop: (input + output) tokens/s over all replicas"
+        default=None,
+        description="closed_loop and poisson: (input + output) tokens/s over all replicas",
     )
     mean_running_batch: float | None = None
     mean_prefill_tokens_per_step: float | None = Field(
-        default=None, description="closed_loop: prefill tokens per engine step"
+        default=None, description="closed_loop and poisson: prefill tokens per engine step"
     )
     mean_decode_tokens_per_step: float | None = Field(
-        default=None, description="closed_loop: decode tokens per engine step"
+        default=None, description="closed_loop and poisson: decode tokens per engine step"
     )
-    max_running: int | None = Field(default=None, description="closed_loop: KV / policy cap")
+    max_running: int | None = Field(
+        default=None, description="closed_loop and poisson: KV / policy cap per replica"
+    )
     memory_left_gb: float
     memory_gb: dict[str, float]
     feasible: bool

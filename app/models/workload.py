@@ -84,7 +84,7 @@ class SchedulerOptions(StrictModel):
     )
 
 
-Workload = Literal["burst", "closed_loop"]
+Workload = Literal["burst", "closed_loop", "poisson"]
 Window = Literal["benchmark", "steady_state"]
 
 

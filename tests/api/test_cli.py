@@ -184,6 +184,47 @@ def test_simulate_concurrency_is_split_over_the_replicas(
     assert err.count("\n") == 1 and "concurrency=3" in err and "dp_size=4" in err
 
 
+POISSON = ["simulate", *BASE, "--max-batched-tokens", "2048", "--tp-size", "4"]
+
+
+def test_simulate_poisson(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--workload", "poisson", "--request-rate", "1.5", "--num-requests", "60"]
+    code, out, err = run([*POISSON, *flags, "--seed", "4", "--format", "json"], capsys)
+    assert code == 0, err
+    body = json.loads(out)
+    assert (body["workload"], body["request_rate"], body["seed"]) == ("poisson", 1.5, 4)
+    assert body["num_requests"] == 60 and body["e2e_ms"] > body["ttft_ms"] > 0
+    code, out, _ = run([*POISSON, *flags, "--max-concurrency", "3", "--dp-size", "2"], capsys)
+    assert code == 0
+    assert "30 requests at 0.75 req/s (max 2 in flight) on 1 replica" in out
+    assert "mean_running_batch" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--request-rate", "0"], "--request-rate: Input should be greater than 0"),
+        (["--request-rate", "-2"], "--request-rate: Input should be greater than 0"),
+        ([], "request_rate=None is invalid: must be given for workload 'poisson'"),
+        (["--request-rate", "1", "--concurrency", "8"], "concurrency=8 is invalid"),
+        (["--request-rate", "1", "--dp-size", "2", "--num-requests", "1"], "dp_size=2"),
+    ],
+)
+def test_simulate_poisson_bad_input(
+    capsys: pytest.CaptureFixture[str], flags: list[str], words: str
+) -> None:
+    code, out, err = run([*POISSON, "--workload", "poisson", *flags], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and words in err
+
+
+def test_unknown_workload_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run([*POISSON, "--workload", "open", "--concurrency", "4"], capsys)
+    assert code == 2 and "'burst', 'closed_loop', 'poisson'" in err
+    code, _, err = run([*OPTIMIZE, "--workload", "poisson"], capsys)
+    assert code == 2 and "not a request rate" in err and err.count("\n") == 1
+
+
 def test_scheduler_and_workload_flags(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["simulate", *BASE, "--max-batched-tokens", "2048", "--concurrency", "8"]
     flags = ["--scheduler", "vllm", "--workload", "closed_loop", "--requests-per-client", "2"]

@@ -409,7 +409,9 @@ def test_closed_loop_simulate(client: TestClient) -> None:
     assert body["workload"] == "closed_loop"
     # 16 clients in total: 8 on each of the two replicas, 3 requests each.
     assert body["concurrency"] == 16 and body["batch_size"] == 8
-    assert body["replica_split"] == [{"replicas": 2, "concurrency": 8, "num_requests": 24}]
+    assert body["replica_split"] == [
+        {"replicas": 2, "concurrency": 8, "num_requests": 24, "request_rate": None}
+    ]
     assert body["num_requests"] == 16 * 3
     assert body["ttft_ms"] > 0 and body["e2e_ms"] > body["ttft_ms"]
     assert body["total_throughput"] > body["output_throughput"] > 0
@@ -572,3 +574,123 @@ def test_an_omitted_budget_is_the_engine_default_for_the_device(
     found = client.post("/v1/optimize", json={**search, "device": device}).json()
     assert found["input"]["max_batched_tokens"] == budget
     assert {row["max_batched_tokens"] for row in found["rows"]} <= {budget}
+
+
+POISSON: dict[str, Any] = {
+    **{key: value for key, value in SIMULATE.items() if key != "concurrency"},
+    "workload": "poisson",
+    "request_rate": 2.0,
+    "num_requests": 200,
+}
+
+
+def test_poisson_simulate(client: TestClient) -> None:
+    response = client.post("/v1/simulate", json=POISSON)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["workload"] == "poisson" and body["method"] == "poisson_simulation"
+    assert body["window"] == "benchmark"
+    assert (body["request_rate"], body["seed"], body["max_concurrency"]) == (2.0, 0, None)
+    assert body["input"]["seed"] == 0  # the default, echoed
+    assert body["num_requests"] == body["measured_requests"] == 200
+    assert body["concurrency"] is None and body["batch_size"] is None
+    assert body["ttft_ms"] > 0 and body["e2e_ms"] > body["ttft_ms"]
+    assert body["request_throughput"] == pytest.approx(2.0, rel=0.25)
+    assert body["total_throughput"] > body["output_throughput"] > 0
+    assert body["mean_prefill_tokens_per_step"] > 0 and body["mean_decode_tokens_per_step"] > 0
+    assert body["max_running"] >= 1 and body["feasible"]
+    # The same seed gives the same answer; another seed other arrival times.
+    assert client.post("/v1/simulate", json=POISSON).json()["ttft_ms"] == body["ttft_ms"]
+    other = client.post("/v1/simulate", json={**POISSON, "seed": 1}).json()
+    assert other["ttft_ms"] != body["ttft_ms"]
+
+
+def test_poisson_over_replicas_with_a_client_cap(client: TestClient) -> None:
+    body = client.post(
+        "/v1/simulate",
+        json={**POISSON, "dp_size": 2, "request_rate": 50.0, "max_concurrency": 9},
+    ).json()
+    assert body["concurrency"] == 9 and body["batch_size"] == 5
+    assert body["replica_split"] == [
+        {"replicas": 1, "concurrency": 5, "num_requests": 100, "request_rate": 25.0},
+        {"replicas": 1, "concurrency": 4, "num_requests": 100, "request_rate": 25.0},
+    ]
+    assert body["mean_running_batch"] <= 5
+    uncapped = client.post(
+        "/v1/simulate", json={**POISSON, "dp_size": 2, "request_rate": 50.0}
+    ).json()
+    assert uncapped["mean_running_batch"] > body["mean_running_batch"]
+
+
+def test_poisson_timeline_shows_the_idle_engine(client: TestClient) -> None:
+    # One request every 20 s on average, each done in a few seconds: the engine idles.
+    sparse = {**POISSON, "request_rate": 0.05, "num_requests": 20, "include_timeline": True}
+    steps = client.post("/v1/simulate", json=sparse).json()["timeline"]
+    assert sum(step["finished"] for step in steps) == 20
+    ends = [step["start_ms"] + step["step_ms"] * step["repeat"] for step in steps]
+    gaps = [b["start_ms"] - end for end, b in zip(ends, steps[1:], strict=False)]
+    assert min(gaps) > -1e-6  # steps never overlap
+    assert max(gaps) > 1000.0
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"request_rate": 0}, "request_rate", "greater than 0"),
+        ({"request_rate": -1.5}, "request_rate", "greater than 0"),
+        ({"request_rate": None}, "request_rate", "given for workload 'poisson'"),
+        ({"num_requests": 0}, "num_requests", "greater than or equal to 1"),
+        ({"num_requests": 10_001}, "num_requests", "less than or equal to 10000"),
+        ({"seed": -1}, "seed", "greater than or equal to 0"),
+        ({"concurrency": 8}, "concurrency", "max_concurrency"),
+        ({"window": "steady_state"}, "window", "benchmark"),
+        ({"requests_per_client": 3}, "requests_per_client", "omitted"),
+        ({"dp_size": 4, "num_requests": 3}, "num_requests", "dp_size=4"),
+        ({"dp_size": 4, "max_concurrency": 2}, "max_concurrency", "dp_size=4"),
+    ],
+)
+def test_poisson_bad_input_is_422(
+    client: TestClient, change: dict[str, Any], field: str, words: str
+) -> None:
+    body = problem(client.post("/v1/simulate", json={**POISSON, **change}), 422)
+    assert body["errors"][0]["loc"][-1] == field
+    assert words in body["detail"]
+
+
+def test_poisson_options_belong_to_poisson(client: TestClient) -> None:
+    for extra in ({"request_rate": 2.0}, {"seed": 3}, {"num_requests": 10}, {"max_concurrency": 4}):
+        body = problem(client.post("/v1/simulate", json={**SIMULATE, **extra}), 422)
+        field = next(iter(extra))
+        assert body["errors"][0]["loc"] == ["body", field]
+        assert "omitted for workload 'burst'" in body["detail"]
+    missing = {key: value for key, value in SIMULATE.items() if key != "concurrency"}
+    body = problem(client.post("/v1/simulate", json=missing), 422)
+    assert body["errors"][0]["loc"] == ["body", "concurrency"]
+
+
+def test_unknown_workload_names_the_valid_ones(client: TestClient) -> None:
+    body = problem(client.post("/v1/simulate", json={**SIMULATE, "workload": "open_loop"}), 422)
+    assert body["errors"][0]["loc"] == ["body", "workload"]
+    assert all(name in body["detail"] for name in ("'burst'", "'closed_loop'", "'poisson'"))
+
+
+def test_optimize_refuses_poisson(client: TestClient) -> None:
+    body = problem(client.post("/v1/optimize", json={**OPTIMIZE, "workload": "poisson"}), 422)
+    assert body["errors"][0]["loc"] == ["body", "workload"]
+    assert "not a request rate" in body["detail"]
+
+
+def test_workload_names_match_the_engine() -> None:
+    from typing import get_args
+
+    from app.core.workload import WORKLOADS
+    from app.models.workload import Workload
+
+    assert get_args(Workload) == WORKLOADS
+
+
+def test_poisson_size_is_bounded(client: TestClient) -> None:
+    many = {**POISSON, "input_length": 65536, "max_batched_tokens": 512, "num_requests": 2000}
+    body = problem(client.post("/v1/simulate", json=many), 422)
+    assert body["type"].endswith("search-limit")
+    assert "lower num_requests to <= 1024" in body["detail"]

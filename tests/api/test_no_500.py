@@ -33,6 +33,16 @@ VALID: dict[str, dict[str, Any]] = {
         "max_batched_tokens": 1024,
         "concurrency": 8,
     },
+    "/v1/simulate poisson": {
+        "model": "Qwen/Qwen3-0.6B",
+        "device": "TEST_DEVICE",
+        "input_length": 3000,
+        "output_length": 64,
+        "max_batched_tokens": 1024,
+        "workload": "poisson",
+        "request_rate": 20.0,
+        "num_requests": 100,
+    },
     "/v1/optimize": {
         "model": "Qwen/Qwen3-0.6B",
         "device": "TEST_DEVICE",
@@ -76,21 +86,30 @@ COMMON = {
             "mixed_latency": st.sampled_from(["max", "sum"]),
         },
     ),
-    "workload": st.sampled_from(["burst", "closed_loop"]),
+    "workload": st.sampled_from(["burst", "closed_loop", "poisson"]),
     "requests_per_client": st.integers(min_value=0, max_value=5),
+}
+
+SIMULATE = {
+    **COMMON,
+    "concurrency": ints,
+    "tp_size": st.integers(min_value=0, max_value=16),
+    "dp_size": st.integers(min_value=0, max_value=4),
+    "ep_size": st.integers(min_value=0, max_value=16),
+    "include_timeline": st.booleans(),
+    "force_simulation": st.booleans(),
+    "request_rate": st.one_of(
+        st.floats(min_value=-1, max_value=1e7), st.sampled_from([0.0, 1e-9, 1e6]), ints
+    ),
+    "max_concurrency": ints,
+    "num_requests": ints,
+    "seed": ints,
 }
 
 ENDPOINTS = {
     "/v1/chunk-plan": body(input_length=ints, max_batched_tokens=ints, prefix_cache_hit_rate=rates),
-    "/v1/simulate": body(
-        **COMMON,
-        concurrency=ints,
-        tp_size=st.integers(min_value=0, max_value=16),
-        dp_size=st.integers(min_value=0, max_value=4),
-        ep_size=st.integers(min_value=0, max_value=16),
-        include_timeline=st.booleans(),
-        force_simulation=st.booleans(),
-    ),
+    "/v1/simulate": body(**SIMULATE),
+    "/v1/simulate poisson": body(**SIMULATE),
     "/v1/optimize": body(
         **COMMON,
         num_devices=st.integers(min_value=-1, max_value=16),
@@ -125,7 +144,7 @@ def test_no_input_produces_a_500(client: TestClient, data: st.DataObject) -> Non
     overrides = data.draw(ENDPOINTS[path])
     keep = data.draw(st.integers(min_value=0, max_value=3))
     payload = {**VALID[path], **dict(list(overrides.items())[:keep])}
-    response = client.post(path, json=payload)
+    response = client.post(path.split()[0], json=payload)
     assert response.status_code < 500 or response.status_code == 503, response.text
     if response.status_code != 200:
         assert response.headers["content-type"] == "application/problem+json", response.text

@@ -306,3 +306,28 @@ def test_the_running_cap_is_the_closed_loops() -> None:
     )
     assert capped.max_running == 3
     assert capped.mean_running_batch <= 3
+
+
+class BatchCounting(ConstantLatency):
+    """A batch latency model (like the cached runner) that counts its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def forward_latencies_ms(self, shapes: Any) -> dict[Any, float]:
+        self.batches.append(len(shapes))
+        return dict.fromkeys(shapes, 1.0)
+
+
+def test_each_shape_is_priced_once_and_likely_ones_together() -> None:
+    latency = ConstantLatency()
+    result = simulate_poisson(PLAN, 300.0, 16, 256, latency, num_requests=300, seed=5)
+    assert max(latency.calls.values()) == 1
+    assert result.forward_evaluations == len(latency.calls)
+    # A 16-chunk prompt at a low rate: one call prices the whole walk, one the decode sizes.
+    batch = BatchCounting()
+    walk = prefill_chunk_plan(16 * 64, 64)
+    sparse = simulate_poisson(walk, 0.01, 8, 64, batch, num_requests=10, max_running=4)
+    assert sparse.ttft_ms == 16.0
+    assert len(batch.batches) == 2 and sorted(batch.batches) == [4, 16]
