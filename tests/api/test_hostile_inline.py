@@ -77,6 +77,20 @@ def test_each_former_500_is_a_422(client: TestClient, key: str, value: object) -
     assert_problem_or_ok(response)
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("num_experts", 0), ("num_experts_per_tok", 0), ("num_experts_per_tok", 1000)],
+)
+def test_moe_routing_outside_the_experts_is_422(client: TestClient, key: str, value: int) -> None:
+    # Found by the mutation test below: 0 experts divided by zero in the runner (a 500).
+    config = {**BASE_CONFIGS["qwen3_moe_30b_a3b.json"], key: value}
+    response = client.post(
+        "/v1/forward", json={**FORWARD, "model": {"name": "x", "config": config}}
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["loc"] == ["body", key]
+
+
 def test_nan_and_infinity_in_the_raw_json_are_422(client: TestClient) -> None:
     for literal in (b"NaN", b"Infinity", b"-Infinity"):
         body = (

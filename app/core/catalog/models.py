@@ -81,6 +81,19 @@ class MoeDims:
     num_shared_experts: int = 0
     shared_intermediate_size: int = 0  # total over all shared experts
 
+    def __post_init__(self) -> None:
+        # The runner routes k of the e experts per token (a fraction k / e of each).
+        if self.num_experts < 1:
+            raise InvalidParameterError(
+                "num_experts", self.num_experts, "an integer >= 1 for a mixture-of-experts model"
+            )
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise InvalidParameterError(
+                "num_experts_per_tok",
+                self.experts_per_token,
+                f"an integer in [1, num_experts={self.num_experts}]",
+            )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LayerGroup:
