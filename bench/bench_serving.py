@@ -116,6 +116,7 @@ def main() -> None:
     )
 
     poisson(data, args.repeats)
+    poisson_at_the_bound(args.repeats)
 
 
 POISSON_RATES = (2.0, 6.0, 12.0)  # req/s: ~1/3, ~0.9x and ~2x the C=256 closed loop's rate
@@ -170,6 +171,34 @@ def poisson(data: OptimizerData, repeats: int) -> None:
             f"TPOT {result.tpot_ms:.2f} ms, {result.request_throughput:.2f} req/s served, "
             f"mean running batch {result.mean_running_batch:.0f}"
         )
+
+
+def poisson_at_the_bound(repeats: int) -> None:
+    """The slowest poisson case found at the service's bounds: 10,000 requests x 8 chunks
+    (requests x chunks near 131,072), the vllm policy cutting chunks (a cache read each)."""
+    request = SimulateRequest.model_validate(
+        {
+            "model": MODEL,
+            "device": DEVICE,
+            "quantize_linear_action": "FP8",
+            "tp_size": 8,
+            "input_length": 4096,
+            "output_length": 1024,
+            "max_batched_tokens": 512,
+            "scheduler": {"name": "vllm"},
+            "workload": "poisson",
+            "request_rate": 6.0,
+            "num_requests": 10_000,
+        }
+    )
+    seconds = best_of(partial(simulate_cold, request), repeats)
+    response = simulate_cold(request)
+    print(
+        f"poisson at the bound: 10,000 requests x 8 chunks (ISL 4096, B=512), vllm policy, "
+        f"6 req/s, {MODEL} FP8 TP8, POST /v1/simulate path: {seconds * 1000:.0f} ms; "
+        f"{response.steps} engine steps, {response.stats.shapes} forward shapes, "
+        f"{response.stats.cache.round_trips} cache round trips"
+    )
 
 
 if __name__ == "__main__":
