@@ -28,7 +28,7 @@ MAX_REQUESTS_PER_CLIENT = 100  # closed-loop workloads
 # poisson workloads (/v1/simulate): requests in total, the rate, and requests per replica x
 # prefill chunks (arrivals cut runs, so the planner's cost follows requests and chunks: 2,000
 # requests on a 64-layer model take about 0.07 s, 10,000 x 8 chunks under the vllm policy
-# 0.76 s; see bench/README.md)
+# about 0.8 s; see bench/README.md)
 MAX_POISSON_REQUESTS = 10_000
 MAX_REQUEST_RATE = 1_000_000.0  # requests per second
 MAX_POISSON_REQUEST_CHUNKS = 131_072
