@@ -88,7 +88,13 @@ from app.core.scheduler import (
     default_max_batched_tokens,
 )
 from app.core.scheduler import make_scheduler as core_make_scheduler
-from app.core.simulation import StepRecord, combine_replicas, plan_serving, replay
+from app.core.simulation import (
+    SimulationResult,
+    StepRecord,
+    combine_replicas,
+    plan_serving,
+    replay,
+)
 from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     ServingResult,
@@ -991,19 +997,12 @@ def simulate(
         else limit_reason(data, result.ttft_ms, result.tpot_ms)
     )
     return run.response(
+        result,
         memory=memory,
         reason=reason,
-        steps=result.timeline,
         split=[ReplicaShare(replicas=n, concurrency=size, num_requests=size) for size, n in split],
-        method=result.method,
         batch_size=busiest,
         concurrency=result.concurrency,
-        ttft_ms=result.ttft_ms,
-        tpot_ms=result.tpot_ms,
-        makespan_ms=result.makespan_ms,
-        output_throughput=result.output_throughput,
-        request_throughput=result.request_throughput,
-        engine_steps=result.steps,
     )
 
 
@@ -1020,19 +1019,35 @@ class _SimulationRun:
 
     def response(
         self,
+        result: SimulationResult | ServingResult | None,
         *,
         memory: Sequence[ForwardRecord],
         reason: str | None,
-        steps: Sequence[StepRecord] | None,
         split: list[ReplicaShare],
-        output_throughput: float,
-        engine_steps: int,
-        **metrics: Any,
+        **extra: Any,
     ) -> SimulateResponse:
-        """The response; the cache writes of the request happen here (one pipeline)."""
+        """The response (zeros when nothing could run: ``result is None``); the cache writes
+        of the request happen here (one pipeline)."""
         self.factory.flush()
         data, layout = self.data, self.layout
-        timeline, truncated = _timeline_out(steps)
+        metrics: dict[str, Any] = {"method": "none", "makespan_ms": 0.0}
+        if isinstance(result, SimulationResult):
+            metrics = {"method": result.method, "makespan_ms": result.makespan_ms}
+        elif result is not None:
+            metrics = {
+                "method": result.method,
+                "makespan_ms": result.duration_ms,
+                "num_requests": result.num_requests,
+                "measured_requests": result.measured_requests,
+                "e2e_ms": result.e2e_ms,
+                "total_throughput": result.total_throughput,
+                "mean_running_batch": result.mean_running_batch,
+                "mean_prefill_tokens_per_step": result.mean_prefill_tokens_per_step,
+                "mean_decode_tokens_per_step": result.mean_decode_tokens_per_step,
+                "max_running": result.max_running,
+            }
+        output = result.output_throughput if result else 0.0
+        timeline, truncated = _timeline_out(result.timeline if result else None)
         return SimulateResponse(
             input=self.request,
             max_batched_tokens=data.max_batched_tokens,
@@ -1042,9 +1057,12 @@ class _SimulationRun:
             replica_split=split,
             effective_input_length=data.effective_input_length,
             prefill_num_chunks=data.prefill_num_chunks,
-            output_throughput=output_throughput,
-            throughput_per_device=output_throughput / layout.num_devices,
-            steps=engine_steps,
+            ttft_ms=result.ttft_ms if result else 0.0,
+            tpot_ms=result.tpot_ms if result else 0.0,
+            output_throughput=output,
+            request_throughput=result.request_throughput if result else 0.0,
+            throughput_per_device=output / layout.num_devices,
+            steps=result.steps if result else 0,
             memory_left_gb=min(r.memory_left_gb for r in memory),
             memory_gb=dict(memory[0].memory_gb),
             feasible=reason is None,
@@ -1052,7 +1070,7 @@ class _SimulationRun:
             timeline=timeline,
             timeline_truncated=truncated,
             stats=_single_run_stats(self.factory, self.started),
-            **metrics,
+            **{**metrics, **extra},
         )
 
 
@@ -1174,44 +1192,11 @@ def _serving_response(
     if result is not None and result.max_running is not None:
         running = min(running, result.max_running)
     memory = model.records((decode_shape(data, max(1, running)), largest_prefill_shape(data, 1)))
+    if result is not None and reason is None:
+        reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
     if result is None:
-        return run.response(
-            memory=memory,
-            reason=reason,
-            steps=None,
-            split=split,
-            output_throughput=0.0,
-            engine_steps=0,
-            method="none",
-            ttft_ms=0.0,
-            tpot_ms=0.0,
-            makespan_ms=0.0,
-            request_throughput=0.0,
-            max_running=0,
-            **extra,
-        )
-    return run.response(
-        memory=memory,
-        reason=reason or limit_reason(data, result.ttft_ms, result.tpot_ms),
-        steps=result.timeline,
-        split=split,
-        output_throughput=result.output_throughput,
-        engine_steps=result.steps,
-        method=result.method,
-        ttft_ms=result.ttft_ms,
-        tpot_ms=result.tpot_ms,
-        makespan_ms=result.duration_ms,
-        request_throughput=result.request_throughput,
-        num_requests=result.num_requests,
-        measured_requests=result.measured_requests,
-        e2e_ms=result.e2e_ms,
-        total_throughput=result.total_throughput,
-        mean_running_batch=result.mean_running_batch,
-        mean_prefill_tokens_per_step=result.mean_prefill_tokens_per_step,
-        mean_decode_tokens_per_step=result.mean_decode_tokens_per_step,
-        max_running=result.max_running,
-        **extra,
-    )
+        extra["max_running"] = 0
+    return run.response(result, memory=memory, reason=reason, split=split, **extra)
 
 
 def _timeline_out(steps: Sequence[StepRecord] | None) -> tuple[list[StepOut] | None, bool]:

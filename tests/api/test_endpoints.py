@@ -694,3 +694,15 @@ def test_poisson_size_is_bounded(client: TestClient) -> None:
     body = problem(client.post("/v1/simulate", json=many), 422)
     assert body["type"].endswith("search-limit")
     assert "lower num_requests to <= 1024" in body["detail"]
+
+
+@pytest.mark.parametrize("workload", ["closed_loop", "poisson"])
+def test_a_request_that_cannot_fit_is_an_infeasible_200(client: TestClient, workload: str) -> None:
+    # Qwen3-32B's 16-bit weights alone fill a 64 GB device (TP1): no KV block fits.
+    body = {**(POISSON if workload == "poisson" else SIMULATE), "workload": workload}
+    response = client.post("/v1/simulate", json={**body, "tp_size": 1})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert not result["feasible"] and result["reason"].startswith("memory: the KV cache")
+    assert (result["method"], result["max_running"], result["ttft_ms"]) == ("none", 0, 0.0)
+    assert result["workload"] == workload and result["memory_left_gb"] < 0
