@@ -16,7 +16,9 @@ Semantics follow the RFC and DIGEST: ``N`` requests arrive at ``t = 0``; a reque
 is emitted by the step that completes its last chunk; decode steps emit one token per request;
 finished decode groups leave, the others re-queue behind groups promoted from prefill. The same
 engine loop (:func:`plan_runs`) also takes later arrivals and a running cap, which the
-closed-loop workload (``app/core/workload.py``) uses.
+closed-loop workload (``app/core/workload.py``) uses, and arrivals at given times
+(:class:`TimedArrivals`, the Poisson workload), for which it keeps the clock while planning and
+prices each step as it goes (phases 1 and 2 together; phase 3 then only builds the timeline).
 """
 
 from __future__ import annotations
