@@ -504,12 +504,19 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             **_common_fields(args),
             "tp_size": args.tp_size,
             "ep_size": args.ep_size,
-            "dp_size": args.dp_size,
             "ttft_limit_ms": args.ttft_limit,
             "tpot_limit_ms": args.tpot_limit,
             "include_timeline": args.timeline,
         }
-        for name in ("concurrency", "request_rate", "max_concurrency", "num_requests", "seed"):
+        for name in (
+            "dp_size",
+            "num_devices",
+            "concurrency",
+            "request_rate",
+            "max_concurrency",
+            "num_requests",
+            "seed",
+        ):
             if getattr(args, name) is not None:  # each workload takes its own
                 fields[name] = getattr(args, name)
         request = SimulateRequest.model_validate(fields)
@@ -639,7 +646,18 @@ def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     )
     simulate.add_argument("--tp-size", type=int, default=1)
     simulate.add_argument("--ep-size", type=int, default=1)
-    simulate.add_argument("--dp-size", type=int, default=1)
+    simulate.add_argument(
+        "--dp-size",
+        type=int,
+        default=None,
+        help="replicas (default 1, or --num-devices / --tp-size)",
+    )
+    simulate.add_argument(
+        "--num-devices",
+        type=int,
+        default=None,
+        help="devices in total: --tp-size x --dp-size (sets --dp-size when it is omitted)",
+    )
     simulate.add_argument("--ttft-limit", "--ttft-limits", type=float, default=None, help="ms")
     simulate.add_argument("--tpot-limit", "--tpot-limits", type=float, default=None, help="ms")
     simulate.add_argument("--timeline", action="store_true", help="print the step timeline")

@@ -881,6 +881,29 @@ def poisson_split(request: SimulateRequest, dp: int) -> list[tuple[int, int | No
 _POISSON_ONLY = ("request_rate", "max_concurrency", "num_requests", "seed")
 
 
+def with_device_count(request: SimulateRequest) -> SimulateRequest:
+    """``num_devices`` given: it must be ``tp_size x dp_size``; without ``dp_size`` it sets the
+    replicas to ``num_devices / tp_size``. The request comes back with ``num_devices`` set."""
+    tp, dp, devices = request.tp_size, request.dp_size, request.num_devices
+    if devices is None:
+        return request.model_copy(update={"num_devices": tp * dp})
+    if "dp_size" in request.model_fields_set:
+        if tp * dp != devices:
+            raise InvalidParameterError(
+                "num_devices", devices, f"tp_size x dp_size = {tp} x {dp} = {tp * dp}"
+            )
+        return request
+    if devices % tp:
+        raise InvalidParameterError(
+            "num_devices", devices, f"a multiple of tp_size={tp} (dp_size = num_devices / tp_size)"
+        )
+    if devices // tp > limits.MAX_PARALLEL_SIZE:
+        raise InvalidParameterError(
+            "num_devices", devices, f"at most {limits.MAX_PARALLEL_SIZE} x tp_size={tp}"
+        )
+    return request.model_copy(update={"dp_size": devices // tp})
+
+
 def check_workload_fields(request: SimulateRequest) -> None:
     """Each workload takes its own fields (a request rate means nothing to a burst)."""
     given = request.model_fields_set
@@ -930,7 +953,7 @@ def simulate(
     One MGET for every shape the plan needs, the misses computed, one pipelined write.
     """
     started = time.perf_counter()
-    request = with_engine_budget(request)
+    request = with_engine_budget(with_device_count(request))
     check_workload_fields(request)
     deployment = resolve_deployment(request, allow_paths=allow_paths)
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)

@@ -26,7 +26,23 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     )
     tp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
     ep_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
-    dp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
+    dp_size: int = Field(
+        default=1,
+        strict=True,
+        ge=1,
+        le=limits.MAX_PARALLEL_SIZE,
+        description="data-parallel replicas (default 1, or num_devices / tp_size when "
+        "num_devices is given)",
+    )
+    num_devices: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_NUM_DEVICES,
+        description="devices in total: must equal tp_size x dp_size; given without dp_size, "
+        "dp_size = num_devices / tp_size",
+        examples=[None],
+    )
     ttft_limit_ms: float | None = Field(default=None, gt=0)
     tpot_limit_ms: float | None = Field(default=None, gt=0)
     include_timeline: bool = Field(default=False, description="return the step timeline")

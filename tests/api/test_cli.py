@@ -184,6 +184,20 @@ def test_simulate_concurrency_is_split_over_the_replicas(
     assert err.count("\n") == 1 and "concurrency=3" in err and "dp_size=4" in err
 
 
+def test_simulate_num_devices_sets_the_replicas(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", *BASE, "--max-batched-tokens", "2048", "--tp-size", "2"]
+    argv += ["--concurrency", "8", "--format", "json"]
+    code, out, err = run([*argv, "--num-devices", "8"], capsys)
+    assert code == 0, err
+    derived = json.loads(out)
+    code, out, _ = run([*argv, "--dp-size", "4"], capsys)
+    explicit = json.loads(out)
+    assert derived["input"]["dp_size"] == 4 and derived["ttft_ms"] == explicit["ttft_ms"]
+    code, out, err = run([*argv, "--dp-size", "2", "--num-devices", "8"], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "num_devices=8" in err and "2 x 2 = 4" in err
+
+
 POISSON = ["simulate", *BASE, "--max-batched-tokens", "2048", "--tp-size", "4"]
 
 

@@ -462,6 +462,25 @@ def test_simulate_refuses_fewer_clients_than_replicas(client: TestClient) -> Non
     assert client.post("/v1/simulate", json={**bad, "concurrency": 4}).status_code == 200
 
 
+def test_num_devices_sets_the_replicas_or_must_match_them(client: TestClient) -> None:
+    def post(**fields: Any) -> Any:
+        return client.post("/v1/simulate", json={**SIMULATE, "concurrency": 16, **fields})
+
+    explicit = post(tp_size=4, dp_size=2).json()
+    derived = post(tp_size=4, num_devices=8).json()
+    assert derived["input"]["dp_size"] == 2 and derived["input"]["num_devices"] == 8
+    for key in ("ttft_ms", "tpot_ms", "output_throughput", "replica_split"):
+        assert derived[key] == explicit[key]
+    assert explicit["input"]["num_devices"] == 8  # echoed when omitted
+    assert post(tp_size=4, dp_size=2, num_devices=8).status_code == 200
+
+    body = problem(post(tp_size=4, dp_size=4, num_devices=8), 422)
+    assert body["errors"][0]["loc"] == ["body", "num_devices"]
+    assert "tp_size x dp_size = 4 x 4 = 16" in body["detail"]
+    body = problem(post(tp_size=4, num_devices=6), 422)
+    assert "a multiple of tp_size=4" in body["detail"]
+
+
 def test_a_timeline_shows_the_busiest_replica(client: TestClient) -> None:
     body = client.post(
         "/v1/simulate",
