@@ -111,7 +111,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     kinds = tuple(LOADERS) if args.all else tuple(args.kind or (TARGET_KIND,))
     try:
-        report = run_validation(kinds=kinds)
+        report = run_validation(kinds=kinds, drop_layout_duplicates=args.drop_layout_duplicates)
     except ChunkwiseError as err:
         return _fail(err)
     if args.format == "json":
@@ -173,6 +173,12 @@ def _add_runner_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="case kind to replay (repeatable; default ttft_bs1, the acceptance target)",
     )
     validate.add_argument("--all", action="store_true", help="replay every case kind")
+    validate.add_argument(
+        "--drop-layout-duplicates",
+        action="store_true",
+        help="serving kinds: leave out rows that repeat a smaller deployment's measurement "
+        "to the digit (recording artefacts; default: every row is replayed)",
+    )
     validate.add_argument("--format", **fmt)  # type: ignore[arg-type]
     validate.set_defaults(func=_cmd_validate)
 

@@ -436,7 +436,7 @@ def _layout_duplicates(rows: Sequence[Mapping[str, str]]) -> set[int]:
     """Rows that repeat another row's measurement (same model, hardware, engine, lengths,
     concurrency and both measured means to the digit) under a layout with more devices: one
     run cannot have been measured on two deployments, so all but the smallest are recording
-    artefacts (in the sample: 21 DeepSeek-R1 rows recorded on 64 GPUs that repeat 8-GPU
+    artefacts (in the sample: 20 DeepSeek-R1 rows recorded on 64 GPUs that repeat 8-GPU
     rows)."""
     smallest: dict[tuple[str, ...], int] = {}
     for row in rows:
@@ -627,19 +627,34 @@ PREDICTORS: dict[str, Predictor] = {
 }
 
 
+def load_cases(
+    kinds: Sequence[str], *, drop_layout_duplicates: bool = False
+) -> list[ValidationCase]:
+    """Every case of ``kinds``; ``drop_layout_duplicates`` leaves out the serving rows that
+    repeat a smaller deployment's measurement (:func:`_layout_duplicates`)."""
+    unknown = sorted(set(kinds) - set(LOADERS))
+    if unknown:
+        raise UnknownNameError(", ".join(unknown), LOADERS)
+    serving = [k for k in kinds if k in (SERVING_TTFT_KIND, SERVING_TPOT_KIND)]
+    chosen = [case for kind in kinds if kind not in serving for case in LOADERS[kind]()]
+    if serving:
+        rows = load_agg_serving_cases(drop_layout_duplicates=drop_layout_duplicates)
+        chosen += [case for kind in serving for case in rows if case.kind == kind]
+    return chosen
+
+
 def run_validation(
     cases: Iterable[ValidationCase] | None = None,
     predictors: Mapping[str, Predictor] | None = None,
     kinds: Sequence[str] = (TARGET_KIND,),
+    *,
+    drop_layout_duplicates: bool = False,
 ) -> ValidationReport:
     """Predict every case (default: all cases of ``kinds``) and summarise the absolute
     percentage error per kind and device."""
     table = PREDICTORS if predictors is None else predictors
     if cases is None:
-        unknown = sorted(set(kinds) - set(LOADERS))
-        if unknown:
-            raise UnknownNameError(", ".join(unknown), LOADERS)
-        chosen = [case for kind in kinds for case in LOADERS[kind]()]
+        chosen = load_cases(kinds, drop_layout_duplicates=drop_layout_duplicates)
     else:
         chosen = list(cases)
     results = tuple(CaseResult(case=c, predicted=table[c.kind](c)) for c in chosen)

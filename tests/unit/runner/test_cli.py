@@ -93,6 +93,21 @@ def test_validate_every_kind_and_unknown_kind(capsys: pytest.CaptureFixture[str]
     assert "ttft_bs1" in capsys.readouterr().err
 
 
+def test_validate_can_leave_out_the_layout_duplicates(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def rows(*flags: str) -> int:
+        main(["validate", "--kind", "serving_tpot", "--format", "json", *flags])
+        document = json.loads(capsys.readouterr().out)
+        (overall,) = document["kinds"]
+        count: int = overall["count"]
+        return count
+
+    # 758 rows; 20 DeepSeek-R1 rows on 64 GPUs repeat an 8-GPU row to the digit.
+    assert rows() == 758
+    assert rows("--drop-layout-duplicates") == 738
+
+
 def test_forward_reads_a_local_config_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
