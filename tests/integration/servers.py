@@ -12,6 +12,10 @@ from tests.integration.conftest import RedisServer, Uvicorn, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: How long a worker computes locally after a failed Redis round trip before trying again.
+REDIS_RETRY_INTERVAL_S = 0.2
+
+
 def redis_env(redis: RedisServer | None, **settings: str) -> dict[str, str]:
     """The environment of a worker: Redis-backed (or the in-process cache when ``None``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
@@ -20,7 +24,9 @@ def redis_env(redis: RedisServer | None, **settings: str) -> dict[str, str]:
         env.update(APP_CACHE_BACKEND="memory")
     else:
         env.update(
-            APP_CACHE_BACKEND="redis", APP_REDIS_URL=redis.url, APP_REDIS_RETRY_INTERVAL_S="0.2"
+            APP_CACHE_BACKEND="redis",
+            APP_REDIS_URL=redis.url,
+            APP_REDIS_RETRY_INTERVAL_S=str(REDIS_RETRY_INTERVAL_S),
         )
     env.update({f"APP_{key.upper()}": value for key, value in settings.items()})
     return env

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.cli import EXIT_BROKEN_PIPE, main
 from app.core.catalog import device_names, model_names
 
 FORWARD = ["forward", "Qwen/Qwen3-8B", "--device", "NVIDIA_H100_SXM_80G"]
@@ -118,3 +120,20 @@ def test_forward_reads_a_local_config_directory(
     argv = ["forward", str(tmp_path), "--device", "TEST_DEVICE", *SHAPE, "--format", "json"]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["model"] == str(tmp_path)
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """``chunkwise validate ... | head -1``: no traceback, the SIGPIPE exit status."""
+    root = Path(__file__).resolve().parents[3]
+    with subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "validate", "--kind", "serving_tpot"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert b"median APE" in process.stdout.readline()
+        process.stdout.close()  # the 758-row CSV that follows is far more than a pipe buffer
+        stderr = process.stderr.read()
+        assert process.wait(timeout=120) == EXIT_BROKEN_PIPE
+    assert stderr == b""
