@@ -502,6 +502,14 @@ def _split_text(split: list[dict[str, Any]]) -> str:
     return ", ".join(f"{share(s)} on {replicas(s['replicas'])}" for s in split)
 
 
+def _scheduler_text(scheduler: dict[str, Any]) -> str:
+    """``vllm (mixed_latency=fused, prefill_order=continue_first)``: the name and its options."""
+    options = ", ".join(
+        f"{key}={value}" for key, value in scheduler.items() if key != "name" and value is not None
+    )
+    return f"{scheduler['name']} ({options})" if options else str(scheduler["name"])
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from app import services
     from app.models.simulate import SimulateRequest
@@ -573,7 +581,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                     "max_running",
                 )
             keys += ("memory_left_gb", "feasible", "reason")
-            width = max(len(k) for k in (*keys, "replica_split"))
+            width = max(len(k) for k in (*keys, "replica_split", "max_batched_tokens"))
+            print(f"{'scheduler'.ljust(width)}  {_scheduler_text(body['scheduler'])}")
+            print(f"{'max_batched_tokens'.ljust(width)}  {body['max_batched_tokens']}")
             for key in keys:
                 print(f"{key.ljust(width)}  {_fmt(body[key], 3)}")
                 if key == "concurrency":

@@ -169,6 +169,22 @@ def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(out)["method"] == "closed_form_waves"
 
 
+def test_simulate_table_names_the_scheduler_and_the_budget(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["simulate", *BASE, "--concurrency", "8", "--tp-size", "4"]
+    code, out, err = run([*argv, "--scheduler", "vllm", "--mixed-latency", "sum"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "scheduler",
+        "vllm",
+        "(prefill_order=continue_first,",
+        "mixed_latency=sum)",
+    ]
+    assert lines[1].split()[0] == "max_batched_tokens" and int(lines[1].split()[1]) > 0
+
+
 def test_simulate_concurrency_is_split_over_the_replicas(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
