@@ -94,6 +94,16 @@ def prefill_chunk_plan(
     return tuple(chunks)
 
 
+def decode_query_len(num_mtp_tokens: int) -> int:
+    """Tokens per request in a decode forward: one plus the speculative (MTP) tokens."""
+    return 1 + num_mtp_tokens
+
+
+def decode_seq_len(input_length: int, output_length: int, num_mtp_tokens: int) -> int:
+    """Context of the representative decode forward: ``L + O // 2 + query_len`` (mid-decode)."""
+    return input_length + output_length // 2 + decode_query_len(num_mtp_tokens)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OptimizerData:
     """Everything the optimizers need about the workload, validated on construction."""
@@ -157,10 +167,10 @@ class OptimizerData:
 
     @property
     def decode_query_len(self) -> int:
-        """Tokens per request in a decode forward: one plus the speculative (MTP) tokens."""
-        return 1 + self.num_mtp_tokens
+        """Tokens per request in a decode forward (:func:`decode_query_len`)."""
+        return decode_query_len(self.num_mtp_tokens)
 
     @property
     def decode_seq_len(self) -> int:
-        """Context of a representative decode forward: ``L + O // 2 + query_len``."""
-        return self.input_length + self.output_length // 2 + self.decode_query_len
+        """Context of a representative decode forward (:func:`decode_seq_len`)."""
+        return decode_seq_len(self.input_length, self.output_length, self.num_mtp_tokens)

@@ -29,7 +29,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from app.core.chunking import MAX_LENGTH_TOKENS, PrefillChunk, prefill_chunk_plan
+from app.core.chunking import (
+    MAX_LENGTH_TOKENS,
+    PrefillChunk,
+    decode_query_len,
+    decode_seq_len,
+    prefill_chunk_plan,
+)
 from app.core.decode_queue import DecodeQueue
 from app.core.errors import InvalidParameterError, SimulationError
 from app.core.latency import (
@@ -100,6 +106,32 @@ class SimulationPlan:
     runs: tuple[StepRun, ...]
     #: Mixed steps are one fused forward (:class:`MixedShape`), not two combined forwards.
     fused_mixed: bool = False
+
+    @classmethod
+    def of_runs(
+        cls,
+        runs: tuple[StepRun, ...],
+        chunk_plan: tuple[PrefillChunk, ...],
+        concurrency: int,
+        output_length: int,
+        max_batched_tokens: int,
+        scheduler: Scheduler,
+        *,
+        input_length: int,
+        num_mtp_tokens: int,
+    ) -> SimulationPlan:
+        """The plan of ``runs``: the representative decode shape and the scheduler's
+        mixed-step rule, the same for every workload."""
+        return cls(
+            chunk_plan=chunk_plan,
+            concurrency=concurrency,
+            output_length=output_length,
+            max_batched_tokens=max_batched_tokens,
+            decode_query_len=decode_query_len(num_mtp_tokens),
+            decode_seq_len=decode_seq_len(input_length, output_length, num_mtp_tokens),
+            runs=runs,
+            fused_mixed=scheduler.mixed_latency == "fused",
+        )
 
     @staticmethod
     def prefill_shape(p_step: int, query_len: int, seq_len: int) -> ForwardShape:
@@ -722,15 +754,15 @@ def plan_chunked_prefill(
         scheduler,
         num_requests=concurrency,
     )
-    return SimulationPlan(
-        chunk_plan=plan,
-        concurrency=concurrency,
-        output_length=output_length,
-        max_batched_tokens=max_batched_tokens,
-        decode_query_len=1 + num_mtp_tokens,
-        decode_seq_len=input_length + output_length // 2 + 1 + num_mtp_tokens,
-        runs=runs,
-        fused_mixed=scheduler.mixed_latency == "fused",
+    return SimulationPlan.of_runs(
+        runs,
+        plan,
+        concurrency,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        input_length=input_length,
+        num_mtp_tokens=num_mtp_tokens,
     )
 
 
@@ -1012,7 +1044,6 @@ def plan_closed_form_waves(
         chunk_plan, concurrency, output_length, max_batched_tokens, input_length, num_mtp_tokens
     )
     per_wave = max_batched_tokens // effective_input_length
-    query_len = 1 + num_mtp_tokens
     return WavesPlan(
         effective_input_length=effective_input_length,
         concurrency=concurrency,
@@ -1023,8 +1054,8 @@ def plan_closed_form_waves(
         decode=ForwardShape(
             is_decode=True,
             concurrency=concurrency,
-            query_len=query_len,
-            seq_len=input_length + output_length // 2 + query_len,
+            query_len=decode_query_len(num_mtp_tokens),
+            seq_len=decode_seq_len(input_length, output_length, num_mtp_tokens),
         ),
     )
 

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from app.core.chunking import OptimizerData, PrefillChunk
+from app.core.chunking import OptimizerData, PrefillChunk, decode_query_len, decode_seq_len
 from app.core.errors import InfeasibleError, InvalidParameterError
 from app.core.latency import AnyShape, ForwardShape, LatencyModel, MixedShape
 from app.core.parallel import split_over_replicas
@@ -155,16 +155,15 @@ def plan_closed_loop(
         num_requests=num_requests,
         max_running=max_running,
     )
-    query_len = 1 + num_mtp_tokens
-    engine = SimulationPlan(
-        chunk_plan=plan,
-        concurrency=clients,
-        output_length=output_length,
-        max_batched_tokens=max_batched_tokens,
-        decode_query_len=query_len,
-        decode_seq_len=input_length + output_length // 2 + query_len,
-        runs=runs,
-        fused_mixed=scheduler.mixed_latency == "fused",
+    engine = SimulationPlan.of_runs(
+        runs,
+        plan,
+        clients,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        input_length=input_length,
+        num_mtp_tokens=num_mtp_tokens,
     )
     return ClosedLoopPlan(
         engine=engine,
@@ -583,15 +582,13 @@ def plan_poisson(
         if cap is not None:
             check_int(name, cap, 1, MAX_REQUESTS)
     scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
-    query_len = 1 + num_mtp_tokens
-    decode_seq_len = input_length + output_length // 2 + query_len
     caps = [c for c in (max_concurrency, max_running) if c is not None]
     prices = StepPrices(
         latency,
         scheduler,
         chunk_plan=plan,
-        decode_query_len=query_len,
-        decode_seq_len=decode_seq_len,
+        decode_query_len=decode_query_len(num_mtp_tokens),
+        decode_seq_len=decode_seq_len(input_length, output_length, num_mtp_tokens),
         max_decode=min([num_requests, *caps]),
     )
     runs, records = plan_runs(
@@ -604,15 +601,15 @@ def plan_poisson(
         max_running=max_running,
         arrivals=TimedArrivals(times_ms=times_ms, max_in_flight=max_concurrency, step_ms=prices),
     )
-    engine = SimulationPlan(
-        chunk_plan=plan,
-        concurrency=0,
-        output_length=output_length,
-        max_batched_tokens=max_batched_tokens,
-        decode_query_len=query_len,
-        decode_seq_len=decode_seq_len,
-        runs=runs,
-        fused_mixed=scheduler.mixed_latency == "fused",
+    engine = SimulationPlan.of_runs(
+        runs,
+        plan,
+        0,
+        output_length,
+        max_batched_tokens,
+        scheduler,
+        input_length=input_length,
+        num_mtp_tokens=num_mtp_tokens,
     )
     serving = ClosedLoopPlan(
         engine=engine,
