@@ -111,11 +111,14 @@ class RunnerServingModel:
             request = self._prefill_request(concurrency, query_len, seq_len)
         return self.runner.memory(request).available_gb
 
-    def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
+    def kv_capacity_requests(
+        self, context_len: int, max_batched_tokens: int, *, kv_memory_fraction: float = 1.0
+    ) -> int:
         """Requests whose KV cache of ``context_len`` tokens (in blocks) fits on the device.
 
         What is left after the weights, the reserve and the activations of the largest
-        forward (a prefill of ``max_batched_tokens`` tokens) holds the KV cache; 0 when even
+        forward (a prefill of ``max_batched_tokens`` tokens) holds the KV cache, or the
+        fraction ``kv_memory_fraction`` of it that an engine gives its KV pool; 0 when even
         one request does not fit.
         """
         runner = self.runner
@@ -126,7 +129,7 @@ class RunnerServingModel:
             seq_len=max(max_batched_tokens, context_len),
         )
         memory = runner.memory(peak)
-        free_gb = memory.available_gb + memory.kv_cache_gb
+        free_gb = (memory.available_gb + memory.kv_cache_gb) * kv_memory_fraction
         per_request_gb = runner.kv_cache_bytes(1, context_len) / BYTES_PER_GB
         if free_gb <= 0 or per_request_gb <= 0:
             return 0

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.core.catalog.devices import BYTES_PER_GB, get_device
+from app.core.catalog.devices import get_device
 from app.core.catalog.models import get_model
 from app.core.catalog.quantization import Quantization, parse_quantization
 from app.core.chunking import OptimizerData
@@ -574,19 +574,9 @@ def trtllm_kv_capacity_requests(serving: RunnerServingModel, context_len: int) -
     """Requests of ``context_len`` tokens whose KV blocks fit TensorRT-LLM's KV pool: the
     fraction ``TRTLLM_KV_FREE_MEMORY_FRACTION`` of what is left after the weights, the
     runtime memory and the activations of a full-budget step."""
-    runner = serving.runner
-    peak = RequestInfo(
-        is_decode=False,
-        concurrency=1,
-        query_len=TRTLLM_MAX_NUM_TOKENS,
-        seq_len=max(TRTLLM_MAX_NUM_TOKENS, context_len),
+    return serving.kv_capacity_requests(
+        context_len, TRTLLM_MAX_NUM_TOKENS, kv_memory_fraction=TRTLLM_KV_FREE_MEMORY_FRACTION
     )
-    memory = runner.memory(peak)
-    free_gb = (memory.available_gb + memory.kv_cache_gb) * TRTLLM_KV_FREE_MEMORY_FRACTION
-    per_request_gb = runner.kv_cache_bytes(1, context_len) / BYTES_PER_GB
-    if free_gb <= 0 or per_request_gb <= 0:
-        return 0
-    return math.floor(free_gb / per_request_gb)
 
 
 def _serving_key(case: ValidationCase) -> tuple[str, str, int, int, int, str, int, int, int]:
