@@ -36,7 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from app import __version__
-from app.core.latency import AnyShape, MixedShape
+from app.core.cost import AnyShape, MixedShape
 from app.settings import Settings
 
 logger = logging.getLogger("chunkwise.cache")

@@ -11,11 +11,12 @@ import argparse
 import time
 from collections.abc import Callable
 
-from app.core.chunking import OptimizerData, prefill_chunk_plan
-from app.core.latency import ServingModel
+from app.core.chunking import prefill_chunk_plan
+from app.core.cost import ServingModel
+from app.core.engine import simulate_chunked_prefill
 from app.core.optimizer import Deployment, enumerate_layouts, optimize_agg
 from app.core.parallel import ParallelLayout
-from app.core.simulation import simulate_chunked_prefill
+from app.core.spec import WorkloadSpec
 
 
 class ConstantCost:
@@ -88,7 +89,7 @@ def main() -> None:
     ratio = timings["E=32768 B=8192 C=256  O=4096"] / timings["E=32768 B=8192 C=256  O=256 "]
     print(f"  output 4096 vs 256 at C=256 (target <= 1.5x): {ratio:.2f}x")
 
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=32768, output_length=1024, max_batched_tokens=8192, tpot_limit_ms=50.0
     )
     layouts = enumerate_layouts(8)[:4]

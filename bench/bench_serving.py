@@ -20,12 +20,12 @@ from collections.abc import Callable
 from functools import partial
 
 from app import services
-from app.core.chunking import OptimizerData
-from app.core.latency import ServingModel
+from app.core.cost import ServingModel
 from app.core.optimizer import Deployment, enumerate_layouts, optimize_agg
 from app.core.parallel import ParallelLayout
 from app.core.runner import RunnerServingModel, build_runner
 from app.core.scheduler import MIXED_LATENCIES, Scheduler, make_scheduler
+from app.core.spec import WorkloadSpec
 from app.core.workload import simulate_poisson_serving, simulate_serving
 from app.models.simulate import SimulateRequest, SimulateResponse
 from app.settings import Settings
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    data = OptimizerData(input_length=4096, output_length=1024, max_batched_tokens=8192)
+    data = WorkloadSpec(input_length=4096, output_length=1024, max_batched_tokens=8192)
 
     tp8 = ParallelLayout(tp=8)
 
@@ -84,7 +84,7 @@ def main() -> None:
             f"{result.output_throughput:.0f} output tok/s"
         )
 
-    limits = OptimizerData(
+    limits = WorkloadSpec(
         input_length=4096,
         output_length=1024,
         max_batched_tokens=8192,
@@ -133,7 +133,7 @@ def simulate_cold(request: SimulateRequest) -> SimulateResponse:
         context.close()
 
 
-def poisson(data: OptimizerData, repeats: int) -> None:
+def poisson(data: WorkloadSpec, repeats: int) -> None:
     tp8 = ParallelLayout(tp=8)
     for rate in POISSON_RATES:
 

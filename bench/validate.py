@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.core.runner.validation import LOADERS, TARGET_KIND, run_validation
+from app.core.validation import LOADERS, TARGET_KIND, run_validation
 
 
 def main(argv: list[str] | None = None) -> int:

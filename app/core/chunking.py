@@ -8,7 +8,7 @@ computes ``query_len`` new tokens and ends with ``seq_len`` tokens of (non-cache
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 from app.core.errors import InvalidParameterError
@@ -102,75 +102,3 @@ def decode_query_len(num_mtp_tokens: int) -> int:
 def decode_seq_len(input_length: int, output_length: int, num_mtp_tokens: int) -> int:
     """Context of the representative decode forward: ``L + O // 2 + query_len`` (mid-decode)."""
     return input_length + output_length // 2 + decode_query_len(num_mtp_tokens)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OptimizerData:
-    """Everything the optimizers need about the workload, validated on construction."""
-
-    input_length: int
-    output_length: int
-    max_batched_tokens: int
-    prefix_cache_hit_rate: float = 0.0
-    ttft_limit_ms: float | None = None
-    tpot_limit_ms: float | None = None
-    num_mtp_tokens: int = 0
-    mtp_acceptance_rates: tuple[float, ...] = ()
-    num_devices: int = 1
-    _plan: tuple[PrefillChunk, ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        _require_int("input_length", self.input_length, 1)
-        _require_int("output_length", self.output_length, 1)
-        _require_int("max_batched_tokens", self.max_batched_tokens, 1)
-        _require_hit_rate(self.prefix_cache_hit_rate)
-        _require_limit("ttft_limit_ms", self.ttft_limit_ms)
-        _require_limit("tpot_limit_ms", self.tpot_limit_ms)
-        _require_int("num_mtp_tokens", self.num_mtp_tokens, 0, 16)
-        _require_int("num_devices", self.num_devices, 1, 1_000_000)
-        rates = self.mtp_acceptance_rates
-        if not isinstance(rates, tuple) or not all(
-            isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0
-            for r in rates
-        ):
-            raise InvalidParameterError(
-                "mtp_acceptance_rates", rates, "a tuple of numbers in [0, 1]"
-            )
-        if self.num_mtp_tokens and len(rates) < self.num_mtp_tokens:
-            raise InvalidParameterError(
-                "mtp_acceptance_rates",
-                rates,
-                f"at least num_mtp_tokens={self.num_mtp_tokens} rates",
-            )
-        plan = prefill_chunk_plan(
-            effective_input_length(self.input_length, self.prefix_cache_hit_rate),
-            self.max_batched_tokens,
-        )
-        object.__setattr__(self, "_plan", plan)
-
-    def get_effective_input_length(self, is_decode: bool = False) -> int:
-        """Prefill works on the uncached tokens; decode keeps the full input as context."""
-        if is_decode:
-            return self.input_length
-        return self._plan[-1].seq_len
-
-    def get_prefill_chunk_plan(self) -> tuple[PrefillChunk, ...]:
-        return self._plan
-
-    @property
-    def effective_input_length(self) -> int:
-        return self._plan[-1].seq_len
-
-    @property
-    def prefill_num_chunks(self) -> int:
-        return len(self._plan)
-
-    @property
-    def decode_query_len(self) -> int:
-        """Tokens per request in a decode forward (:func:`decode_query_len`)."""
-        return decode_query_len(self.num_mtp_tokens)
-
-    @property
-    def decode_seq_len(self) -> int:
-        """Context of a representative decode forward (:func:`decode_seq_len`)."""
-        return decode_seq_len(self.input_length, self.output_length, self.num_mtp_tokens)

@@ -9,7 +9,7 @@ from app.cache import (
     identity_digest,
     shape_key,
 )
-from app.core.latency import ForwardShape
+from app.core.cost import ForwardShape
 from app.settings import Settings
 
 

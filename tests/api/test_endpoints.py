@@ -543,8 +543,8 @@ def test_work_done_before_a_deadline_is_kept(monkeypatch: pytest.MonkeyPatch) ->
 
     from app import services
     from app.cache import MemoryLatencyCache
+    from app.core.cost import AnyShape, ForwardShape
     from app.core.errors import DeadlineExceededError
-    from app.core.latency import AnyShape, ForwardShape
 
     class Fake:
         def identity(self) -> str:

@@ -12,7 +12,7 @@ from app import services
 from app.cache import MemoryLatencyCache, identity_digest, shape_key
 from app.cli import main
 from app.core.catalog import get_device, get_model, parse_quantization
-from app.core.latency import ForwardShape, MixedShape
+from app.core.cost import ForwardShape, MixedShape
 from app.core.parallel import ParallelLayout
 from app.core.scheduler import MIXED_LATENCIES
 from app.models.workload import SchedulerOptions

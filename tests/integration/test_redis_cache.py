@@ -133,9 +133,9 @@ def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -
     """A fused simulation computed by one context is read back by another (another worker):
     the warm one computes nothing, and the mixed steps live under their own ``m`` keys."""
     from app import services
-    from app.core.latency import MixedShape
+    from app.core.cost import MixedShape
+    from app.core.engine import plan_serving
     from app.core.scheduler import make_scheduler
-    from app.core.simulation import plan_serving
     from app.models.simulate import SimulateRequest
     from app.settings import Settings
 

@@ -25,13 +25,14 @@ from app.core.catalog import get_device, get_model
 from app.core.catalog.devices import device_from_dict
 from app.core.catalog.models import model_from_config
 from app.core.catalog.quantization import parse_quantization
-from app.core.chunking import OptimizerData, effective_input_length, prefill_chunk_plan
+from app.core.chunking import effective_input_length, prefill_chunk_plan
+from app.core.engine import simulate
 from app.core.errors import ChunkwiseError
 from app.core.optimizer import Deployment, enumerate_layouts, optimize_agg
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner, RequestInfo
 from app.core.scheduler import make_scheduler
-from app.core.simulation import simulate
+from app.core.spec import WorkloadSpec
 from tests.unit.engine.fakes import LinearLatency
 
 CONFIGS = Path(__file__).resolve().parents[2] / "app/core/catalog/model_configs"
@@ -105,7 +106,7 @@ def test_optimizer_data(
     devices: Any,
 ) -> None:
     only_domain_errors(
-        lambda: OptimizerData(
+        lambda: WorkloadSpec(
             input_length=input_length,
             output_length=output_length,
             max_batched_tokens=budget,
@@ -215,7 +216,7 @@ def test_optimize_agg(
     requests_per_client: Any,
 ) -> None:
     def call() -> None:
-        data = OptimizerData(
+        data = WorkloadSpec(
             input_length=input_length,
             output_length=output_length,
             max_batched_tokens=budget,

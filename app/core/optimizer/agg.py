@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from app.core.chunking import OptimizerData
+from app.core.cost import ForwardShape
+from app.core.engine import check_int, simulate
 from app.core.errors import InvalidParameterError
-from app.core.latency import ForwardShape
 from app.core.optimizer.common import (
     DEFAULT_MAX_BATCH_SIZE,
     Deployment,
@@ -20,7 +20,7 @@ from app.core.optimizer.common import (
 )
 from app.core.parallel import ParallelLayout
 from app.core.scheduler import DecodeFirstWithSlack, Scheduler
-from app.core.simulation import check_int, simulate
+from app.core.spec import WorkloadSpec
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     WORKLOADS,
@@ -34,7 +34,7 @@ from app.core.workload import (
 SEARCHED_WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop")
 
 
-def decode_shape(data: OptimizerData, batch_size: int) -> ForwardShape:
+def decode_shape(data: WorkloadSpec, batch_size: int) -> ForwardShape:
     return ForwardShape(
         is_decode=True,
         concurrency=batch_size,
@@ -43,7 +43,7 @@ def decode_shape(data: OptimizerData, batch_size: int) -> ForwardShape:
     )
 
 
-def largest_prefill_shape(data: OptimizerData, batch_size: int) -> ForwardShape:
+def largest_prefill_shape(data: WorkloadSpec, batch_size: int) -> ForwardShape:
     """The last chunk (longest context) with as many requests as one step's budget admits."""
     last = data.get_prefill_chunk_plan()[-1]
     per_step = max(1, data.max_batched_tokens // last.query_len)
@@ -59,7 +59,7 @@ def memory_left_gb(memo: MemoLatency, shapes: Sequence[ForwardShape]) -> float:
     return min(memo.memory_left_gb(shape) for shape in shapes)
 
 
-def limit_reason(data: OptimizerData, ttft_ms: float | None, tpot_ms: float | None) -> str | None:
+def limit_reason(data: WorkloadSpec, ttft_ms: float | None, tpot_ms: float | None) -> str | None:
     if data.ttft_limit_ms is not None and ttft_ms is not None and ttft_ms > data.ttft_limit_ms:
         return f"ttft_limit: {ttft_ms:.2f} ms > {data.ttft_limit_ms:g} ms"
     if data.tpot_limit_ms is not None and tpot_ms is not None and tpot_ms > data.tpot_limit_ms:
@@ -87,7 +87,7 @@ class SimulatedMetrics(Protocol):
 
 
 def simulated_probe(
-    data: OptimizerData,
+    data: WorkloadSpec,
     layout: ParallelLayout,
     batch_size: int,
     left_gb: float,
@@ -111,7 +111,7 @@ def simulated_probe(
 
 
 def optimize_agg(
-    data: OptimizerData,
+    data: WorkloadSpec,
     layouts: Sequence[ParallelLayout],
     serving_for: ServingFactory,
     deployment: Deployment,
@@ -187,7 +187,7 @@ def optimize_agg(
 
 
 def _optimize_closed_loop(
-    data: OptimizerData,
+    data: WorkloadSpec,
     layouts: Sequence[ParallelLayout],
     serving_for: ServingFactory,
     deployment: Deployment,

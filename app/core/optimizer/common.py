@@ -6,11 +6,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from app.core.chunking import OptimizerData
+from app.core.cost import AnyShape, ForwardShape, ServingModel
+from app.core.engine import BatchLatencyModel, evaluate_shapes
 from app.core.errors import InvalidParameterError
-from app.core.latency import AnyShape, ForwardShape, ServingModel
 from app.core.parallel import ParallelLayout
-from app.core.simulation import BatchLatencyModel, evaluate_shapes
+from app.core.spec import WorkloadSpec
 
 #: Default and hard cap of the per-replica batch size a search may probe.
 DEFAULT_MAX_BATCH_SIZE = 4096
@@ -259,7 +259,7 @@ def search_batch_sizes(evaluate: Callable[[int], Probe], max_batch_size: int) ->
 
 
 def make_row(
-    data: OptimizerData,
+    data: WorkloadSpec,
     deployment: Deployment,
     probe: Probe,
     memory_gb: Mapping[str, float],
@@ -320,7 +320,7 @@ def best_probe(probes: Iterable[Probe]) -> Probe | None:
 
 def run_layout_searches(
     mode: str,
-    data: OptimizerData,
+    data: WorkloadSpec,
     deployment: Deployment,
     layouts: Sequence[ParallelLayout],
     serving_for: ServingFactory,

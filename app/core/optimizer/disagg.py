@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.core.chunking import OptimizerData, PrefillChunk, prefill_chunk_plan
+from app.core.chunking import PrefillChunk, prefill_chunk_plan
+from app.core.cost import ForwardShape, LatencyModel
+from app.core.engine import MS_PER_S, evaluate_shapes
 from app.core.errors import InvalidParameterError
-from app.core.latency import ForwardShape, LatencyModel
 from app.core.optimizer.agg import decode_shape, largest_prefill_shape, limit_reason, memory_left_gb
 from app.core.optimizer.common import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -26,7 +27,7 @@ from app.core.optimizer.common import (
     run_layout_searches,
 )
 from app.core.parallel import ParallelLayout
-from app.core.simulation import MS_PER_S, evaluate_shapes
+from app.core.spec import WorkloadSpec
 
 CHUNK_WAVES = "chunk_waves"
 DECODE_STEP = "decode_step"
@@ -101,7 +102,7 @@ def prefill_chunk_waves(
 
 
 def optimize_disagg_prefill(
-    data: OptimizerData,
+    data: WorkloadSpec,
     layouts: Sequence[ParallelLayout],
     serving_for: ServingFactory,
     deployment: Deployment,
@@ -160,7 +161,7 @@ def optimize_disagg_prefill(
 
 
 def optimize_disagg_decode(
-    data: OptimizerData,
+    data: WorkloadSpec,
     layouts: Sequence[ParallelLayout],
     serving_for: ServingFactory,
     deployment: Deployment,

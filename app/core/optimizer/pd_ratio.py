@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.core.chunking import OptimizerData
+from app.core.engine import MS_PER_S
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.common import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -25,7 +25,7 @@ from app.core.optimizer.common import (
 )
 from app.core.optimizer.disagg import optimize_disagg_decode, optimize_disagg_prefill
 from app.core.parallel import ParallelLayout
-from app.core.simulation import MS_PER_S
+from app.core.spec import WorkloadSpec
 
 #: Relative slack when rounding an instance count up (floating-point noise, not policy).
 _QPS_EPSILON = 1e-9
@@ -106,7 +106,7 @@ def _best_by_qps(probes: Sequence[Probe], qps: dict[int, float]) -> Probe | None
 
 
 def optimize_pd_ratio(
-    data: OptimizerData,
+    data: WorkloadSpec,
     prefill_layouts: Sequence[ParallelLayout],
     decode_layouts: Sequence[ParallelLayout],
     prefill_serving_for: ServingFactory,

@@ -8,7 +8,7 @@ Public entry points::
         .memory(RequestInfo) -> MemoryBreakdown
         .identity() -> str          stable cache key of everything that changes results
     RunnerServingModel(runner, num_mtp_tokens=0, mtp_acceptance_rates=())
-        implements app.core.latency.ServingModel
+        implements app.core.cost.ServingModel
     build_runner(model, device, *, parallel=None, quantize_linear_action=None,
                  quantize_attention_action=None, num_mtp_tokens=0, reserved_memory_gb=None)
     parallel_layout(*, num_devices=None, tp=None, ep=1, pp=1) -> ParallelLayout

@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 
 from app.core.catalog.devices import BYTES_PER_GB
+from app.core.cost import MixedShape
 from app.core.errors import InvalidParameterError
-from app.core.latency import MixedShape
 from app.core.runner.runner import MemoryBreakdown, ModelRunner, RequestInfo
 
 

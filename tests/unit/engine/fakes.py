@@ -9,7 +9,7 @@ from functools import partial
 from itertools import takewhile
 
 from app.core.chunking import PrefillChunk
-from app.core.latency import AnyShape, ForwardShape, MixedShape
+from app.core.cost import AnyShape, ForwardShape, MixedShape
 from app.core.scheduler import Scheduler, SchedulerState, StepDecision
 
 

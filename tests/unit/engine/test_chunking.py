@@ -1,4 +1,4 @@
-"""Chunk plan and OptimizerData: the RFC §4 known answers and validation."""
+"""Chunk plan and WorkloadSpec: the RFC §4 known answers and validation."""
 
 from __future__ import annotations
 
@@ -7,22 +7,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.chunking import (
-    OptimizerData,
     PrefillChunk,
     effective_input_length,
     prefill_chunk_plan,
 )
 from app.core.errors import InvalidParameterError
+from app.core.spec import WorkloadSpec
 
 
-def _data(**overrides: object) -> OptimizerData:
+def _data(**overrides: object) -> WorkloadSpec:
     values: dict[str, object] = {
         "input_length": 4096,
         "output_length": 128,
         "max_batched_tokens": 8192,
     }
     values.update(overrides)
-    return OptimizerData(**values)  # type: ignore[arg-type]
+    return WorkloadSpec(**values)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -13,13 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.chunking import OptimizerData, prefill_chunk_plan
+from app.core.chunking import prefill_chunk_plan
+from app.core.cost import ForwardShape, MixedShape
+from app.core.engine import plan_chunked_prefill, simulate
 from app.core.errors import UnsupportedError
-from app.core.latency import ForwardShape, MixedShape
 from app.core.optimizer import Deployment, optimize_agg
 from app.core.parallel import ParallelLayout
 from app.core.scheduler import MixedLatency, make_scheduler
-from app.core.simulation import plan_chunked_prefill, simulate
+from app.core.spec import WorkloadSpec
 from app.core.workload import plan_closed_loop, simulate_serving
 
 from .fakes import ConstantLatency, LinearLatency
@@ -72,7 +73,7 @@ def test_each_fused_shape_is_evaluated_once() -> None:
     scheduler = make_scheduler("sglang_mixed_chunk", mixed_latency="fused")
     plan = plan_closed_loop(prefill_chunk_plan(4096, 1024), 32, 128, 1024, scheduler)
     result = simulate_serving(
-        OptimizerData(input_length=4096, output_length=128, max_batched_tokens=1024),
+        WorkloadSpec(input_length=4096, output_length=128, max_batched_tokens=1024),
         32,
         latency,
         scheduler,
@@ -103,7 +104,7 @@ def test_fused_matches_max_and_sum_when_the_forward_costs_that(s: dict[str, Any]
     """Replay wiring: a model whose fused forward is max (sum) of the parts gives exactly the
     ``max`` (``sum``) results, burst and closed loop, with the timeline recorded or not."""
     rule: MixedLatency = "max" if s["rule"] == "max" else "sum"
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=s["effective"], output_length=s["output"], max_batched_tokens=s["budget"]
     )
 
@@ -160,7 +161,7 @@ def test_a_model_without_mixed_forwards_is_rejected_for_fused() -> None:
     sglang = make_scheduler("sglang", mixed_latency="fused")
     assert simulate(plan, 8, 16, 1024, ConstantLatency(), sglang).steps > 0
     # Through the optimizer's memo too (a closed-loop search over a fake without mixed_ms).
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=4096, output_length=16, max_batched_tokens=1024, tpot_limit_ms=1e6
     )
     with pytest.raises(UnsupportedError, match="NoMixedForward"):
@@ -176,7 +177,7 @@ def test_a_model_without_mixed_forwards_is_rejected_for_fused() -> None:
 
 
 def test_the_optimizer_searches_with_fused_steps() -> None:
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=4096, output_length=64, max_batched_tokens=1024, tpot_limit_ms=1e6
     )
 

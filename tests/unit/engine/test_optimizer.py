@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.chunking import OptimizerData, prefill_chunk_plan
+from app.core.chunking import prefill_chunk_plan
+from app.core.cost import ServingModel
 from app.core.errors import InvalidParameterError
-from app.core.latency import ServingModel
 from app.core.optimizer import (
     Deployment,
     Probe,
@@ -24,6 +24,7 @@ from app.core.optimizer import (
     split_instances,
 )
 from app.core.parallel import ParallelLayout
+from app.core.spec import WorkloadSpec
 
 from .fakes import ConstantLatency, LinearLatency
 
@@ -84,7 +85,7 @@ def test_search_finds_the_boundary_with_few_probes(boundary: int, cap: int) -> N
 
 
 def test_agg_optimizer_ranks_layouts_and_respects_limits() -> None:
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=4096,
         output_length=256,
         max_batched_tokens=2048,
@@ -113,7 +114,7 @@ def test_agg_optimizer_ranks_layouts_and_respects_limits() -> None:
 
 
 def test_agg_single_chunk_uses_waves() -> None:
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=1000, output_length=64, max_batched_tokens=8192, tpot_limit_ms=30.0
     )
     result = optimize_agg(data, enumerate_layouts(2), serving_for, DEPLOYMENT)
@@ -128,7 +129,7 @@ def test_agg_memory_limits_concurrency() -> None:
     def tight(layout: ParallelLayout) -> ServingModel:
         return LinearLatency(memory_gb_per_token=1e-3, memory_gb=10.0)
 
-    data = OptimizerData(input_length=1000, output_length=100, max_batched_tokens=4096)
+    data = WorkloadSpec(input_length=1000, output_length=100, max_batched_tokens=4096)
     result = optimize_agg(data, [ParallelLayout()], tight, DEPLOYMENT)
     best = result.rows[0]
     # 1e-3 GB per token of context 1000 + 50 + 1: 9 requests fit in 10 GB, 10 do not.
@@ -137,7 +138,7 @@ def test_agg_memory_limits_concurrency() -> None:
 
 
 def test_infeasible_layout_is_reported_not_raised() -> None:
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=1000, output_length=100, max_batched_tokens=4096, tpot_limit_ms=0.5
     )
     result = optimize_agg(data, [ParallelLayout()], serving_for, DEPLOYMENT)
@@ -157,7 +158,7 @@ def test_prefill_chunk_waves_known_answer() -> None:
 
 
 def test_disagg_prefill_and_decode() -> None:
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=8192,
         output_length=512,
         max_batched_tokens=4096,
@@ -174,7 +175,7 @@ def test_disagg_prefill_and_decode() -> None:
         assert row.tpot_ms is not None and row.tpot_ms <= 25.0
         assert row.throughput_tokens_s == pytest.approx(1000 * row.concurrency / row.tpot_ms)
     # Decode is unaffected by chunking: a smaller budget gives the same decode rows.
-    smaller = OptimizerData(
+    smaller = WorkloadSpec(
         input_length=8192,
         output_length=512,
         max_batched_tokens=1024,
@@ -199,7 +200,7 @@ def test_pd_ratio_known_answers() -> None:
 
 
 def test_pd_ratio_end_to_end() -> None:
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=4096,
         output_length=256,
         max_batched_tokens=4096,
@@ -247,7 +248,7 @@ class KvFake(LinearLatency):
 
 
 def test_agg_closed_loop_queues_instead_of_failing_on_memory() -> None:
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=2048,
         output_length=128,
         max_batched_tokens=4096,

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from app.core.chunking import OptimizerData, prefill_chunk_plan
+from app.core.chunking import prefill_chunk_plan
 from app.core.errors import InvalidParameterError
 from app.core.scheduler import make_scheduler
+from app.core.spec import WorkloadSpec
 from app.core.workload import (
     plan_poisson,
     poisson_arrivals_ms,
@@ -272,7 +273,7 @@ def test_every_request_finishes_after_it_arrives_and_runs_are_reproducible(
         assert result.mean_running_batch <= s["client_cap"] + 1e-9
 
 
-DATA = OptimizerData(input_length=512, output_length=32, max_batched_tokens=256)
+DATA = WorkloadSpec(input_length=512, output_length=32, max_batched_tokens=256)
 
 
 def test_replicas_share_the_rate_and_the_requests() -> None:

@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.chunking import prefill_chunk_plan
+from app.core.engine import SimulationResult, combine_replicas, simulate
 from app.core.errors import InvalidParameterError
 from app.core.parallel import split_over_replicas
-from app.core.simulation import SimulationResult, combine_replicas, simulate
 
 from .fakes import LinearLatency
 

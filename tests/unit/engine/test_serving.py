@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.chunking import OptimizerData
 from app.core.errors import InfeasibleError, InvalidParameterError
+from app.core.spec import WorkloadSpec
 from app.core.workload import simulate_closed_loop, simulate_serving
 
 from .fakes import LinearLatency
 
-DATA = OptimizerData(input_length=512, output_length=64, max_batched_tokens=1024)
+DATA = WorkloadSpec(input_length=512, output_length=64, max_batched_tokens=1024)
 
 
 class KvLimited(LinearLatency):

@@ -10,10 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.chunking import prefill_chunk_plan
-from app.core.errors import InvalidParameterError, SimulationError
-from app.core.latency import ForwardShape
-from app.core.scheduler import DecodeFirstWithSlack
-from app.core.simulation import (
+from app.core.cost import ForwardShape
+from app.core.engine import (
     CLOSED_FORM_WAVES,
     TIME_SIMULATION,
     closed_form_waves,
@@ -21,6 +19,8 @@ from app.core.simulation import (
     simulate,
     simulate_chunked_prefill,
 )
+from app.core.errors import InvalidParameterError, SimulationError
+from app.core.scheduler import DecodeFirstWithSlack
 
 from .fakes import ConstantLatency, LinearLatency, ScriptedScheduler, reference_simulation
 

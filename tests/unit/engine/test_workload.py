@@ -8,9 +8,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from app.core.chunking import OptimizerData, prefill_chunk_plan
+from app.core.chunking import prefill_chunk_plan
 from app.core.errors import InvalidParameterError
 from app.core.scheduler import DecodeFirstWithSlack, make_scheduler
+from app.core.spec import WorkloadSpec
 from app.core.workload import (
     plan_closed_loop,
     simulate_closed_loop,
@@ -157,7 +158,7 @@ def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
 
 
 def test_burst_is_the_closed_loop_without_resubmission() -> None:
-    from app.core.simulation import simulate_chunked_prefill
+    from app.core.engine import simulate_chunked_prefill
 
     plan = prefill_chunk_plan(300, 128)
     burst = simulate_chunked_prefill(plan, 16, 32, 128, LinearLatency())
@@ -192,7 +193,7 @@ def test_engine_policies_match_per_request_reference(s: dict[str, Any]) -> None:
     latency = LinearLatency(base_ms=1.0, per_token_ms=s["per_token"])
     n = s["clients"] + s["extra"]
     got = simulate_serving(
-        OptimizerData(
+        WorkloadSpec(
             input_length=s["effective"], output_length=s["output"], max_batched_tokens=s["budget"]
         ),
         s["clients"],

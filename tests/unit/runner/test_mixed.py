@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.catalog import device_from_dict, get_device, get_model, parse_quantization
+from app.core.cost import ForwardShape, MixedShape
 from app.core.errors import InvalidParameterError
-from app.core.latency import ForwardShape, MixedShape
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner, OpCategory, RequestInfo, RunnerServingModel
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.core.catalog import device_from_dict, get_device, get_model, parse_quantization
+from app.core.cost import ServingModel
 from app.core.errors import InvalidParameterError
-from app.core.latency import ServingModel
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner, RequestInfo, RunnerServingModel
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.runner.validation import (
+from app.core.validation import (
     SERVING_TPOT_KIND,
     SERVING_TTFT_KIND,
     TARGETS,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.core.runner.validation import (
+from app.core.validation import (
     SERVING_TPOT_KIND,
     SERVING_TTFT_KIND,
     load_agg_serving_cases,
@@ -38,7 +38,7 @@ def test_unrecorded_precision_can_be_read_as_fp8() -> None:
 
 
 def test_trtllm_kv_pool_is_a_fraction_of_the_free_memory() -> None:
-    from app.core.runner.validation import (
+    from app.core.validation import (
         TRTLLM_KV_FREE_MEMORY_FRACTION,
         TRTLLM_MAX_NUM_TOKENS,
         TRTLLM_RUNTIME_MEMORY_GB,

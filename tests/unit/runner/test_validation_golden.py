@@ -9,7 +9,7 @@ median worse than 25 %.
 
 from __future__ import annotations
 
-from app.core.runner.validation import (
+from app.core.validation import (
     TARGET_DEVICE_MEDIAN_APE_PCT,
     TARGET_MEDIAN_APE_PCT,
     load_published_points,

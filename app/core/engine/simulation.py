@@ -36,9 +36,7 @@ from app.core.chunking import (
     decode_seq_len,
     prefill_chunk_plan,
 )
-from app.core.decode_queue import DecodeQueue
-from app.core.errors import InvalidParameterError, SimulationError
-from app.core.latency import (
+from app.core.cost import (
     AnyShape,
     ForwardShape,
     LatencyModel,
@@ -47,6 +45,8 @@ from app.core.latency import (
     fused_unsupported,
     shape_order,
 )
+from app.core.engine.decode_queue import DecodeQueue
+from app.core.errors import InvalidParameterError, SimulationError
 from app.core.scheduler import DecodeFirstWithSlack, Scheduler, SchedulerState, StepDecision
 
 Method = Literal["time_simulation", "closed_form_waves"]
@@ -63,7 +63,7 @@ class BatchLatencyModel(Protocol):
     """Optional batch interface: latencies of many shapes in one call (one cache round trip).
 
     A batch model that is given :class:`MixedShape` s and cannot cost them raises
-    :class:`~app.core.errors.UnsupportedError` (see :func:`~app.core.latency.fused_unsupported`).
+    :class:`~app.core.errors.UnsupportedError` (see :func:`~app.core.cost.fused_unsupported`).
     """
 
     def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]: ...

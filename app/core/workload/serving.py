@@ -26,7 +26,7 @@ requests arrive as a Poisson process (the first at ``t = 0``, exponential gaps o
 ``1 / R``, drawn from a seeded generator), optionally at most ``C`` in flight (an arrival that
 finds every slot taken waits on the client side, and its TTFT counts from when it is sent).
 Arrival times do not follow from scheduling decisions, so the engine loop keeps the clock while
-it plans (:class:`~app.core.simulation.TimedArrivals`) and prices each step as it goes; every
+it plans (:class:`~app.core.engine.TimedArrivals`) and prices each step as it goes; every
 request counts (the ``benchmark`` window).
 """
 
@@ -39,12 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from app.core.chunking import OptimizerData, PrefillChunk, decode_query_len, decode_seq_len
-from app.core.errors import InfeasibleError, InvalidParameterError
-from app.core.latency import AnyShape, ForwardShape, LatencyModel, MixedShape
-from app.core.parallel import split_over_replicas
-from app.core.scheduler import DecodeFirstWithSlack, Scheduler
-from app.core.simulation import (
+from app.core.chunking import PrefillChunk, decode_query_len, decode_seq_len
+from app.core.cost import AnyShape, ForwardShape, LatencyModel, MixedShape
+from app.core.engine import (
     MS_PER_S,
     RequestRecords,
     SimulationPlan,
@@ -56,6 +53,10 @@ from app.core.simulation import (
     plan_runs,
     run_clock,
 )
+from app.core.errors import InfeasibleError, InvalidParameterError
+from app.core.parallel import split_over_replicas
+from app.core.scheduler import DecodeFirstWithSlack, Scheduler
+from app.core.spec import WorkloadSpec
 
 Workload = Literal["burst", "closed_loop", "poisson"]
 WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop", "poisson")
@@ -332,7 +333,7 @@ class KvAdmissionModel(Protocol):
 
 
 def simulate_serving(
-    data: OptimizerData,
+    data: WorkloadSpec,
     concurrency: int,
     latency: LatencyModel,
     scheduler: Scheduler | None = None,
@@ -383,7 +384,7 @@ def simulate_serving(
 
 
 def running_cap(
-    data: OptimizerData, latency: LatencyModel, scheduler: Scheduler, max_num_seqs: int | None
+    data: WorkloadSpec, latency: LatencyModel, scheduler: Scheduler, max_num_seqs: int | None
 ) -> int | None:
     """Requests one replica runs at once: ``max_num_seqs``, the policy's cap, and the KV cache
     (when the latency model knows its capacity); ``None`` when nothing caps them."""
@@ -489,7 +490,7 @@ class StepPrices:
     running batch drifts by a few requests between steps) and, for a planned chunk, the rest of
     the chunk plan at the same batch (a request walks through its chunks). Chunks a policy cuts
     to the budget left are asked as the loop meets them. A ``fused`` scheduler's mixed step is
-    one :class:`MixedShape`, as :func:`~app.core.simulation.run_clock` costs it, asked alone.
+    one :class:`MixedShape`, as :func:`~app.core.engine.run_clock` costs it, asked alone.
     ``latencies`` holds every shape asked.
     """
 
@@ -683,7 +684,7 @@ def poisson_shares(
 
 
 def simulate_poisson_serving(
-    data: OptimizerData,
+    data: WorkloadSpec,
     request_rate: float,
     latency: LatencyModel,
     scheduler: Scheduler | None = None,

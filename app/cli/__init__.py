@@ -108,7 +108,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from app.core.errors import ChunkwiseError
-    from app.core.runner.validation import LOADERS, TARGET_KIND, run_validation
+    from app.core.validation import LOADERS, TARGET_KIND, run_validation
 
     kinds = tuple(LOADERS) if args.all else tuple(args.kind or (TARGET_KIND,))
     try:

@@ -43,7 +43,15 @@ from app.core.catalog import (
 )
 from app.core.catalog import list_devices as catalog_devices
 from app.core.catalog import list_models as catalog_models
-from app.core.chunking import OptimizerData, effective_input_length, prefill_chunk_plan
+from app.core.chunking import effective_input_length, prefill_chunk_plan
+from app.core.cost import AnyShape, ForwardShape, MixedShape
+from app.core.engine import (
+    SimulationResult,
+    StepRecord,
+    combine_replicas,
+    plan_serving,
+    replay,
+)
 from app.core.errors import (
     ChunkwiseError,
     DeadlineExceededError,
@@ -53,7 +61,6 @@ from app.core.errors import (
     UnknownModelError,
     UnsupportedError,
 )
-from app.core.latency import AnyShape, ForwardShape, MixedShape
 from app.core.optimizer import (
     Deployment,
     OptimizeResult,
@@ -88,13 +95,7 @@ from app.core.scheduler import (
     default_max_batched_tokens,
 )
 from app.core.scheduler import make_scheduler as core_make_scheduler
-from app.core.simulation import (
-    SimulationResult,
-    StepRecord,
-    combine_replicas,
-    plan_serving,
-    replay,
-)
+from app.core.spec import WorkloadSpec
 from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     ServingResult,
@@ -613,8 +614,8 @@ def with_engine_budget(request: RequestT) -> RequestT:
     return request.model_copy(update={"max_batched_tokens": engine_budget(request)})
 
 
-def optimizer_data(request: WorkloadMixin, num_devices: int) -> OptimizerData:
-    return OptimizerData(
+def optimizer_data(request: WorkloadMixin, num_devices: int) -> WorkloadSpec:
+    return WorkloadSpec(
         input_length=request.input_length,
         output_length=request.output_length,
         max_batched_tokens=engine_budget(request),
@@ -628,7 +629,7 @@ def optimizer_data(request: WorkloadMixin, num_devices: int) -> OptimizerData:
 
 
 def check_simulation_size(
-    data: OptimizerData, requests: int, field: str, *, replicas: int = 1
+    data: WorkloadSpec, requests: int, field: str, *, replicas: int = 1
 ) -> None:
     """Refuse simulations whose cost would pin a worker (bounds documented in README).
 
@@ -651,7 +652,7 @@ def check_simulation_size(
 
 
 def check_closed_loop_size(
-    data: OptimizerData, clients: int, requests_per_client: int, field: str, *, replicas: int = 1
+    data: WorkloadSpec, clients: int, requests_per_client: int, field: str, *, replicas: int = 1
 ) -> None:
     """The closed loop's planning cost: requests sent per replica x prefill chunks."""
     chunks = data.prefill_num_chunks
@@ -666,7 +667,7 @@ def check_closed_loop_size(
         )
 
 
-def check_poisson_size(data: OptimizerData, requests: int, *, replicas: int = 1) -> None:
+def check_poisson_size(data: WorkloadSpec, requests: int, *, replicas: int = 1) -> None:
     """A poisson run's planning cost: requests per replica x prefill chunks (arrivals cut the
     engine's runs, so it follows requests and chunks)."""
     check_simulation_size(data, 1, "num_requests")  # the chunk bound
@@ -684,7 +685,7 @@ def _per_replica(text: str, replicas: int) -> str:
     return f"{text} per replica" if replicas > 1 else text
 
 
-def search_cap(request: OptimizeRequest, data: OptimizerData) -> int:
+def search_cap(request: OptimizeRequest, data: WorkloadSpec) -> int:
     """The optimizer's batch-size cap: the default shrinks to the bound, an explicit one not."""
     closed = request.workload == "closed_loop"
     if "max_batch_size" in request.model_fields_set:
@@ -1034,7 +1035,7 @@ class _SimulationRun:
     """What every ``/v1/simulate`` response echoes, whatever the workload."""
 
     request: SimulateRequest
-    data: OptimizerData
+    data: WorkloadSpec
     layout: ParallelLayout
     scheduler: Scheduler
     factory: ModelFactory
@@ -1098,7 +1099,7 @@ class _SimulationRun:
 
 
 def _check_timeline_size(
-    request: SimulateRequest, data: OptimizerData, busiest: int, field: str, dp: int
+    request: SimulateRequest, data: WorkloadSpec, busiest: int, field: str, dp: int
 ) -> None:
     if request.include_timeline and data.prefill_num_chunks * busiest > (
         limits.MAX_TIMELINE_CHUNK_REQUESTS

@@ -31,12 +31,12 @@ from typing import Any
 from app.core.catalog.devices import get_device
 from app.core.catalog.models import get_model
 from app.core.catalog.quantization import Quantization, parse_quantization
-from app.core.chunking import OptimizerData
 from app.core.errors import InfeasibleError, UnknownNameError
 from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
 from app.core.runner.runner import ModelRunner, RequestInfo
 from app.core.runner.serving import RunnerServingModel
+from app.core.spec import WorkloadSpec
 from app.core.workload import simulate_serving
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "catalog" / "data"
@@ -558,7 +558,7 @@ def predict_serving(
     per-iteration host cost and KV pool (:func:`trtllm_kv_capacity_requests`), the default
     scheduler (decode first, a mixed step costs the longer of its prefill and decode)."""
     serving, memo = _serving_models(model, device, tp, dp, ep, precision)
-    data = OptimizerData(
+    data = WorkloadSpec(
         input_length=input_length,
         output_length=output_length,
         max_batched_tokens=TRTLLM_MAX_NUM_TOKENS,

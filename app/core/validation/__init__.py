@@ -1,0 +1,41 @@
+"""Replay of measured data (above the optimizer and runner; imported by nothing in core)."""
+
+from app.core.validation.replay import (
+    LOADERS,
+    SERVING_TPOT_KIND,
+    SERVING_TTFT_KIND,
+    TARGET_DEVICE_MEDIAN_APE_PCT,
+    TARGET_KIND,
+    TARGET_MEDIAN_APE_PCT,
+    TARGETS,
+    TRTLLM_KV_FREE_MEMORY_FRACTION,
+    TRTLLM_MAX_NUM_TOKENS,
+    TRTLLM_RUNTIME_MEMORY_GB,
+    ErrorSummary,
+    ValidationReport,
+    _serving_models,
+    load_agg_serving_cases,
+    load_published_points,
+    run_validation,
+    trtllm_kv_capacity_requests,
+)
+
+__all__ = [
+    "LOADERS",
+    "SERVING_TPOT_KIND",
+    "SERVING_TTFT_KIND",
+    "TARGETS",
+    "TARGET_DEVICE_MEDIAN_APE_PCT",
+    "TARGET_KIND",
+    "TARGET_MEDIAN_APE_PCT",
+    "TRTLLM_KV_FREE_MEMORY_FRACTION",
+    "TRTLLM_MAX_NUM_TOKENS",
+    "TRTLLM_RUNTIME_MEMORY_GB",
+    "ErrorSummary",
+    "ValidationReport",
+    "_serving_models",
+    "load_agg_serving_cases",
+    "load_published_points",
+    "run_validation",
+    "trtllm_kv_capacity_requests",
+]
