@@ -209,6 +209,8 @@ _PCIE_EFF = 0.7
 _ASCEND_EFF = 0.7  # msmodeling's link efficiency for every Ascend tier
 _IB_NDR_GB_S = 50.0  # 400 Gb/s NIC per GPU
 _IB_HDR_GB_S = 25.0  # 200 Gb/s NIC per GPU
+_IB_XDR_GB_S = 100.0  # 800 Gb/s NIC per GPU (ConnectX-8 on HGX B300 and GB300 racks)
+_NVL72 = 72  # GPUs in one NVLink domain of a GB200 / GB300 NVL72 rack
 _IB_LATENCY_US = 5.0
 _NVLINK_LATENCY_US = 2.0
 _PCIE_LATENCY_US = 5.0
@@ -228,6 +230,27 @@ def _nvlink_node(nvlink_gb_s: float, nic_gb_s: float) -> tuple[InterconnectTier,
         InterconnectTier(
             name="infiniband",
             max_devices=_MAX_CLUSTER,
+            bandwidth_gb_s=nic_gb_s,
+            latency_us=_IB_LATENCY_US,
+            efficiency=_IB_EFF,
+        ),
+    )
+
+
+def _nvl72_rack(nic_gb_s: float) -> tuple[InterconnectTier, ...]:
+    """A 72-GPU NVLink5 domain (NVL72 rack, 900 GB/s per GPU and direction), then the NICs."""
+    return (
+        InterconnectTier(
+            name="nvlink_nvl72",
+            max_devices=_NVL72,
+            bandwidth_gb_s=900.0,
+            latency_us=_NVLINK_LATENCY_US,
+            efficiency=_NVLINK_EFF,
+            switched=True,
+        ),
+        InterconnectTier(
+            name="infiniband",
+            max_devices=_MAX_CLUSTER * _NODE,
             bandwidth_gb_s=nic_gb_s,
             latency_us=_IB_LATENCY_US,
             efficiency=_IB_EFF,
@@ -569,23 +592,38 @@ _BUILTIN: tuple[Device, ...] = (
         peak_fp4_tflops=10000.0,
         hbm_capacity_gb=186.0,
         hbm_bandwidth_gb_s=8000.0,
-        interconnect=(
-            InterconnectTier(
-                name="nvlink_nvl72",
-                max_devices=72,
-                bandwidth_gb_s=900.0,
-                latency_us=_NVLINK_LATENCY_US,
-                efficiency=_NVLINK_EFF,
-                switched=True,
-            ),
-            InterconnectTier(
-                name="infiniband",
-                max_devices=_MAX_CLUSTER * _NODE,
-                bandwidth_gb_s=_IB_NDR_GB_S,
-                latency_us=_IB_LATENCY_US,
-                efficiency=_IB_EFF,
-            ),
-        ),
+        interconnect=_nvl72_rack(_IB_NDR_GB_S),
+        source=_HW_SPECS,
+        **_BLACKWELL,
+    ),
+    # Blackwell Ultra: the B200's kernel efficiencies (same SM architecture and software stack;
+    # no B300 measurement calibrates them yet). INT8 dense throughput was cut to 153.5 / 165
+    # TOPS, so INT8 GEMMs run far below FP8 here. Capacities are what nvidia-smi reports.
+    _device(
+        name="NVIDIA_B300_SXM_288G",
+        vendor="nvidia",
+        description="B300 SXM 288GB (Blackwell Ultra, HGX node of 8, NVLink5, CX8 800 Gb/s)",
+        peak_bf16_tflops=2250.0,
+        peak_fp8_tflops=4500.0,
+        peak_int8_tops=153.5,
+        peak_fp4_tflops=14000.0,
+        hbm_capacity_gb=_mib(275040),
+        hbm_bandwidth_gb_s=7750.0,
+        interconnect=_nvlink_node(900.0, _IB_XDR_GB_S),
+        source=_HW_SPECS,
+        **_BLACKWELL,
+    ),
+    _device(
+        name="NVIDIA_GB300_288G",
+        vendor="nvidia",
+        description="GB300 per GPU (Blackwell Ultra, NVL72 domain of 72 GPUs, 800 Gb/s IB)",
+        peak_bf16_tflops=2500.0,
+        peak_fp8_tflops=5000.0,
+        peak_int8_tops=165.0,
+        peak_fp4_tflops=15000.0,
+        hbm_capacity_gb=_mib(284208),
+        hbm_bandwidth_gb_s=8000.0,
+        interconnect=_nvl72_rack(_IB_XDR_GB_S),
         source=_HW_SPECS,
         **_BLACKWELL,
     ),

@@ -2,10 +2,21 @@
 
 Supported ``model_type`` values: dense GQA/MHA decoders (``llama``, ``mistral``, ``qwen2``,
 ``qwen3``), parallel-attention decoders (``gptj``, ``falcon``), MoE decoders (``mixtral``,
-``qwen3_moe``, ``gpt_oss``) and MLA + MoE decoders (``deepseek_v2``, ``deepseek_v3``,
-``kimi_k2``). Everything the latency model needs is flattened into one frozen
-:class:`ModelArchitecture`; per-layer differences (dense vs MoE FFN, sliding vs full attention)
-become :class:`LayerGroup` counts so the runner computes each distinct layer once.
+``qwen3_moe``, ``gpt_oss``, ``minimax_m2``) and MLA + MoE decoders (``deepseek_v2``,
+``deepseek_v3``, ``kimi_k2``). A multimodal wrapper (``kimi_k25``, ``qwen3_5_moe``, ...) that
+nests its language model under ``text_config`` is read through it: the serving workloads are
+text only, so the vision tower never runs, and its weights (Kimi-K2.5's MoonViT: 27 layers of
+width 1152, about 0.4 B parameters, 0.04 % of the model) are left out of the memory.
+
+Architecture features the latency model does not represent are refused with
+:class:`UnsupportedError` naming the feature, never approximated by a neighbouring one:
+linear-attention layers (``layer_types`` entries other than full or sliding attention, e.g.
+Qwen3.5's Gated DeltaNet, whose state does not grow with context) and sparse-attention indexers
+(GLM-5's and DeepSeek-V3.2's DSA ``index_*`` keys, which attend to ``index_topk`` tokens).
+
+Everything the latency model needs is flattened into one frozen :class:`ModelArchitecture`;
+per-layer differences (dense vs MoE FFN, sliding vs full attention) become
+:class:`LayerGroup` counts so the runner computes each distinct layer once.
 
 The built-in catalog ships the configs under ``model_configs/`` and answers to their Hugging
 Face ids case-insensitively; ``-Instruct``/``-FP8``/``-Base``/... variants resolve to the base
@@ -294,7 +305,7 @@ class ModelArchitecture:
 # Parsing Hugging Face configs
 # ---------------------------------------------------------------------------------------------
 _DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-_MOE_TYPES = ("mixtral", "qwen3_moe", "gpt_oss")
+_MOE_TYPES = ("mixtral", "qwen3_moe", "gpt_oss", "minimax_m2")
 _MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 _PARALLEL_TYPES = ("gptj", "falcon")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (*_DENSE_TYPES, *_PARALLEL_TYPES, *_MOE_TYPES, *_MLA_TYPES)
@@ -331,6 +342,52 @@ def _native_quantization(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: ``layer_types`` entries the runner models (anything else is refused).
+_ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+#: Keys of a sparse-attention indexer (DeepSeek-V3.2 / GLM-5 DSA): attention reads only the
+#: ``index_topk`` tokens the indexer picks, which the dense attention model would overstate.
+_SPARSE_INDEXER_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
+
+
+def _language_model(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """The language-model part of ``config`` and the type the user named.
+
+    A multimodal checkpoint (``KimiK25ForConditionalGeneration``, ``Qwen3_5Moe...``) keeps the
+    decoder under ``text_config``; a top-level ``quantization_config`` applies to it too.
+    """
+    outer_type = str(config.get("model_type", "")).lower()
+    text = config.get("text_config")
+    if not isinstance(text, Mapping) or "hidden_size" in config:
+        return config, outer_type
+    inner: dict[str, Any] = dict(text)
+    if "quantization_config" not in inner and "quantization_config" in config:
+        inner["quantization_config"] = config["quantization_config"]
+    if "tie_word_embeddings" in config and "tie_word_embeddings" not in inner:
+        inner["tie_word_embeddings"] = config["tie_word_embeddings"]
+    return inner, outer_type
+
+
+def _refuse_unmodelled_features(config: Mapping[str, Any], model_type: str) -> None:
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list):
+        other = sorted({str(t) for t in layer_types} - _ATTENTION_LAYER_TYPES)
+        if other:
+            count = sum(1 for t in layer_types if str(t) not in _ATTENTION_LAYER_TYPES)
+            raise UnsupportedError(
+                f"model_type {model_type!r} has {count} of {len(layer_types)} layers of type "
+                f"{', '.join(repr(t) for t in other)} (layer_types): linear-attention layers "
+                "(e.g. Gated DeltaNet, whose state does not grow with context) are not modelled, "
+                "and Chunkwise does not approximate them as full attention"
+            )
+    found = [key for key in _SPARSE_INDEXER_KEYS if key in config]
+    if found:
+        raise UnsupportedError(
+            f"model_type {model_type!r} uses a sparse-attention indexer ({', '.join(found)}: "
+            f"attention reads index_topk={config.get('index_topk')!r} selected tokens); sparse "
+            "attention is not modelled, and Chunkwise does not approximate it as dense attention"
+        )
+
+
 def _windows(config: Mapping[str, Any], num_layers: int, model_type: str) -> list[int | None]:
     """Per-layer sliding window (None = full attention)."""
     window = _int(config, "sliding_window", default=0)
@@ -365,10 +422,13 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
     """
     if not isinstance(config, Mapping):
         raise InvalidParameterError("config", config, "a JSON object (config.json)")
+    config, outer_type = _language_model(config)
     model_type = str(config.get("model_type", "")).lower()
+    _refuse_unmodelled_features(config, model_type or outer_type)
     if model_type not in SUPPORTED_MODEL_TYPES:
+        wrapped = f" (the language model of {outer_type!r})" if outer_type != model_type else ""
         raise UnsupportedError(
-            f"model_type {model_type!r} is not supported; supported: "
+            f"model_type {model_type!r}{wrapped} is not supported; supported: "
             + ", ".join(SUPPORTED_MODEL_TYPES)
         )
     label = name or str(config.get("_name_or_path") or model_type)
@@ -391,10 +451,11 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
         "vocab_size": _int(config, "vocab_size"),
         "intermediate_size": _int(config, "intermediate_size"),
         "tie_word_embeddings": _bool(config, "tie_word_embeddings", True),
-        "rotary_dim": head_dim,
+        # Partial rotary embeddings (MiniMax-M2 rotates 64 of 128 dims) name their width.
+        "rotary_dim": _int(config, "rotary_dim", default=head_dim),
         "attention_bias": _bool(config, "attention_bias", model_type == "qwen2"),
         "mlp_bias": _bool(config, "mlp_bias", False),
-        "qk_norm": model_type in ("qwen3", "qwen3_moe"),
+        "qk_norm": model_type in ("qwen3", "qwen3_moe") or _bool(config, "use_qk_norm", False),
         "native_quantization": _native_quantization(config),
     }
     windows = _windows(config, layers, model_type)
@@ -423,6 +484,9 @@ def _moe_model(
             for i in range(layers)
         ]
     else:
+        # Mixtral, gpt-oss and MiniMax-M2 name the expert width intermediate_size. MiniMax-M2's
+        # MTP modules (use_mtp) are left out: serving engines load them only for speculative
+        # decoding, which the runner models with the main model's layers.
         expert_size = common["intermediate_size"]
         ffn = [FfnKind.MOE] * layers
     moe = MoeDims(
@@ -547,6 +611,15 @@ BUILTIN_MODEL_FILES: dict[str, str] = {
     "openai/gpt-oss-20b": "gpt-oss-20b.json",
     "openai/gpt-oss-120b": "gpt-oss-120b.json",
     "moonshotai/Kimi-K2-Instruct": "kimi-k2-instruct.json",
+    "moonshotai/Kimi-K2.5": "kimi-k2.5.json",
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5.json",
+}
+
+#: Models whose configs ship so that their names resolve and are refused with the feature that
+#: is not modelled (see :func:`_refuse_unmodelled_features`), instead of "unknown model".
+UNSUPPORTED_MODEL_FILES: dict[str, str] = {
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b.json",
+    "zai-org/GLM-5": "glm-5.json",
 }
 
 # Trailing parts a checkpoint name may carry on top of its base architecture.
@@ -562,7 +635,7 @@ def _key(name: str) -> str:
 
 def _aliases() -> dict[str, str]:
     table: dict[str, str] = {}
-    for hf_id, file_name in BUILTIN_MODEL_FILES.items():
+    for hf_id, file_name in {**BUILTIN_MODEL_FILES, **UNSUPPORTED_MODEL_FILES}.items():
         for alias in (hf_id, hf_id.split("/", 1)[1], file_name.removesuffix(".json")):
             table.setdefault(_key(alias), hf_id)
     return table
@@ -594,8 +667,9 @@ def resolve_model_name(name: str) -> str | None:
 
 @cache
 def _load_builtin(hf_id: str) -> ModelArchitecture:
-    path = CONFIG_DIR / BUILTIN_MODEL_FILES[hf_id]
-    return model_from_config(json.loads(path.read_text(encoding="utf-8")), name=hf_id)
+    file_name = BUILTIN_MODEL_FILES.get(hf_id) or UNSUPPORTED_MODEL_FILES[hf_id]
+    config = json.loads((CONFIG_DIR / file_name).read_text(encoding="utf-8"))
+    return model_from_config(config, name=hf_id)
 
 
 def get_model(name: str) -> ModelArchitecture:
