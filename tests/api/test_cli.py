@@ -5,6 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -275,3 +279,47 @@ def test_disagg_both_sides_csv_is_one_table(capsys: pytest.CaptureFixture[str]) 
     rows = list(csv.DictReader(io.StringIO(out)))
     assert {r["role"] for r in rows} == {"prefill", "decode"}
     assert out.count("role,") == 1
+
+
+#: Runs one CLI command in a fresh interpreter and prints the modules it loaded, one a line.
+LOADED_MODULES = """
+import contextlib, io, sys
+from app.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+print(code)
+print("\\n".join(sorted(sys.modules)))
+"""
+SERVER_ONLY = ("redis", "fastapi", "starlette", "uvicorn")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*OPTIMIZE, "--max-batched-tokens", "8192", "--tp-sizes", "8"],
+        ["simulate", *BASE, "--concurrency", "4"],
+        ["forward", *BASE[:3], "--num-queries", "1", "--query-length", "128"],
+        ["models"],
+        ["devices"],
+    ],
+    ids=["optimize", "simulate", "forward", "models", "devices"],
+)
+def test_cli_commands_load_no_server_or_redis_modules(argv: list[str]) -> None:
+    """Start-up: a CLI-only command with the in-process cache imports no HTTP stack and no
+    redis client (``bench/bench_startup.py`` measures what that saves)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "APP_CACHE_BACKEND": "memory"}
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_MODULES, *argv],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    code, *modules = done.stdout.splitlines()
+    assert code == "0", done.stderr
+    assert "app.services" in modules  # every one of these goes through the service layer
+    loaded = sorted({m.split(".")[0] for m in modules} & set(SERVER_ONLY))
+    assert loaded == [], f"{argv[0]} imported {loaded}"
