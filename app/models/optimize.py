@@ -13,7 +13,19 @@ from app.core.workload import DEFAULT_REQUESTS_PER_CLIENT, Window, Workload
 from app.models.common import CacheCounters
 from app.models.workload import DeploymentMixin, WorkloadMixin
 
-__all__ = ["Mode", "OptimizeRequest", "OptimizeResponse", "Role"]
+__all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the wire schemas
+    "InfeasibleLayout",
+    "InstanceSplitOut",
+    "Mode",
+    "OptimizeRequest",
+    "OptimizeResponse",
+    "ParallelSize",
+    "PdRatioOut",
+    "ProbeOut",
+    "ResultRowOut",
+    "Role",
+    "RunStats",
+]
 
 ParallelSize = Annotated[int, Field(strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)]
 
