@@ -16,7 +16,7 @@ from app.cli.commands import (
     cmd_validate,
 )
 from app.cli.serve import cmd_serve
-from app.core.limits import DEFAULT_TOP_K, DEFAULT_WORKLOAD
+from app.core.limits import DEFAULT_TOP_K, DEFAULT_WINDOW, DEFAULT_WORKLOAD
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
 from app.core.scheduler import MIXED_LATENCIES, SCHEDULERS
 from app.core.scheduler.policies import DEFAULT_SCHEDULER, PREFILL_ORDERS
@@ -155,7 +155,10 @@ def _add_workload_flags(cmd: argparse.ArgumentParser) -> None:
         "--workload", choices=WORKLOADS, default=DEFAULT_WORKLOAD, help="poisson: simulate only"
     )
     cmd.add_argument(
-        "--window", choices=get_args(Window), default=None, help="closed_loop (default benchmark)"
+        "--window",
+        choices=get_args(Window),
+        default=None,
+        help=f"closed_loop (default {DEFAULT_WINDOW})",
     )
     cmd.add_argument(
         "--requests-per-client",
