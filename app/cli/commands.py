@@ -75,30 +75,32 @@ def given(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 # -- forward, devices, models, validate --------------------------------------------------------
+def forward_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``ForwardRequest`` of the forward flags (the model's defaults for omitted ones)."""
+    return {
+        "model": args.model,
+        "device": args.device,
+        "num_queries": args.num_queries,
+        "query_length": args.query_length,
+        "context_length": args.context_length,
+        "decode": args.decode,
+        "num_devices": args.num_devices,
+        "tp_size": args.tp_size,
+        "ep_size": args.ep_size,
+        "pp_size": args.pp_size,
+        "num_mtp_tokens": args.num_mtp_tokens,
+        "reserved_memory_gb": args.reserved_memory_gb,
+        **given(args, ("quantize_linear_action", "quantize_attention_action")),
+    }
+
+
 def cmd_forward(args: argparse.Namespace) -> int:
     from app import services
     from app.models.forward import ForwardRequest
 
     def call(context: ServiceContext) -> int:
-        request = ForwardRequest.model_validate(
-            {
-                "model": args.model,
-                "device": args.device,
-                "num_queries": args.num_queries,
-                "query_length": args.query_length,
-                "context_length": args.context_length,
-                "decode": args.decode,
-                "num_devices": args.num_devices,
-                "tp_size": args.tp_size,
-                "ep_size": args.ep_size,
-                "pp_size": args.pp_size,
-                "num_mtp_tokens": args.num_mtp_tokens,
-                "reserved_memory_gb": args.reserved_memory_gb,
-                **given(args, ("quantize_linear_action", "quantize_attention_action")),
-            }
-        )
-        response = services.forward(context, request, allow_paths=True)
-        body = response.model_dump(mode="json")
+        request = ForwardRequest.model_validate(forward_fields(args))
+        body = services.forward(context, request, allow_paths=True).model_dump(mode="json")
         if args.format == "json":
             render.dump(render.forward_document(body))
         else:
