@@ -25,7 +25,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return EXIT_BROKEN_PIPE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

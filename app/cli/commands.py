@@ -1,6 +1,6 @@
 """One function per ``chunkwise`` command: a request model from the flags, the service call, a
-renderer. Heavy modules (pydantic, the services, the core) are imported inside the commands, so
-``chunkwise --help`` and ``serve`` load none of them."""
+renderer. pydantic, the wire models and the services are imported inside the commands, so
+``chunkwise --help`` and ``serve`` load none of them (and no command loads the HTTP stack)."""
 
 from __future__ import annotations
 
