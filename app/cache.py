@@ -29,15 +29,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
-
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from app import __version__
 from app.core.cost import AnyShape, MixedShape
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    import redis
 
 logger = logging.getLogger("chunkwise.cache")
 
@@ -223,6 +222,13 @@ class RedisLatencyCache:
         self.ttl_s = ttl_s
         self.retry_interval_s = retry_interval_s
         self.stats = CacheStats()
+        # The redis client is imported here, not with this module: only this backend needs it
+        # (about 0.1 s of every CLI start-up otherwise).
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         # No client-side retries: one failed round trip costs at most one socket timeout.
         self._client: redis.Redis = redis.Redis.from_url(
             url,
@@ -275,7 +281,7 @@ class RedisLatencyCache:
             return [None] * len(keys)
         try:
             raws = self._client.mget(list(keys))
-        except (redis.RedisError, OSError) as exc:
+        except self._errors as exc:
             self._failed("MGET", exc)
             self.stats.add(misses=len(keys))
             return [None] * len(keys)
@@ -294,7 +300,7 @@ class RedisLatencyCache:
             for key, raw in encoded.items():
                 pipe.set(key, raw, ex=self.ttl_s)
             pipe.execute()
-        except (redis.RedisError, OSError) as exc:
+        except self._errors as exc:
             self._failed("pipelined SET", exc)
             return
         self._succeeded()
@@ -303,7 +309,7 @@ class RedisLatencyCache:
     def check(self) -> CacheHealth:
         try:
             self._client.ping()
-        except (redis.RedisError, OSError) as exc:
+        except self._errors as exc:
             self._failed("PING", exc)
             return CacheHealth(backend=self.backend, reachable=False, detail=self._last_error)
         self._succeeded()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from app.models import limits
+from app.core import limits
 from app.models.common import CacheCounters
 from app.models.workload import DeploymentMixin
 

@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from app.models import limits
+from app.core import limits
+from app.core.limits import DEFAULT_MODE, DEFAULT_TOP_K, Mode, Role
+from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
+from app.core.workload import DEFAULT_REQUESTS_PER_CLIENT, Window, Workload
 from app.models.common import CacheCounters
-from app.models.workload import DeploymentMixin, Window, Workload, WorkloadMixin
+from app.models.workload import DeploymentMixin, WorkloadMixin
 
-Mode = Literal["agg", "disagg_prefill", "disagg_decode", "pd_ratio"]
-Role = Literal["agg", "prefill", "decode"]
+__all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the wire schemas
+    "InfeasibleLayout",
+    "InstanceSplitOut",
+    "Mode",
+    "OptimizeRequest",
+    "OptimizeResponse",
+    "ParallelSize",
+    "PdRatioOut",
+    "ProbeOut",
+    "ResultRowOut",
+    "Role",
+    "RunStats",
+]
+
 ParallelSize = Annotated[int, Field(strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)]
 
 
@@ -22,7 +37,7 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
     ttft_limit_ms: float | None = Field(default=None, gt=0, examples=[None])
     tpot_limit_ms: float | None = Field(default=None, gt=0, examples=[50.0])
     mode: Mode = Field(
-        default="agg",
+        default=DEFAULT_MODE,
         description="agg: prefill and decode share instances; disagg_prefill / disagg_decode: "
         "one side of a PD-separated deployment; pd_ratio: both sides and their instance split",
     )
@@ -43,25 +58,34 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         default=None, strict=True, ge=1, le=limits.MAX_NUM_DEVICES, description="pd_ratio only"
     )
     serving_overhead_ms: float = Field(
-        default=0.0, ge=0.0, le=60_000.0, description="fixed TTFT overhead of prefill instances"
+        default=0.0,
+        ge=0.0,
+        le=limits.MAX_SERVING_OVERHEAD_MS,
+        description="fixed TTFT overhead of prefill instances",
     )
     workload: Workload = Field(
-        default="burst",
+        default=limits.DEFAULT_WORKLOAD,
         description="burst (RFC): batch_size requests at t = 0 per replica; closed_loop: "
         "batch_size clients per replica re-sending (agg mode only)",
     )
-    window: Window = Field(default="benchmark", description="closed_loop measurement window")
+    window: Window = Field(
+        default=limits.DEFAULT_WINDOW, description="closed_loop measurement window"
+    )
     requests_per_client: int = Field(
-        default=10, strict=True, ge=1, le=limits.MAX_REQUESTS_PER_CLIENT, description="closed_loop"
+        default=DEFAULT_REQUESTS_PER_CLIENT,
+        strict=True,
+        ge=1,
+        le=limits.MAX_REQUESTS_PER_CLIENT,
+        description="closed_loop",
     )
     max_batch_size: int = Field(
-        default=4096,
+        default=DEFAULT_MAX_BATCH_SIZE,
         strict=True,
         ge=1,
         le=limits.MAX_SEARCH_BATCH_SIZE,
         description="largest per-replica batch size the concurrency search may probe",
     )
-    top_k: int = Field(default=10, strict=True, ge=1, le=limits.MAX_TOP_K)
+    top_k: int = Field(default=DEFAULT_TOP_K, strict=True, ge=1, le=limits.MAX_TOP_K)
     include_probes: bool = Field(default=True, description="return every probe (for plots)")
 
 

@@ -6,10 +6,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from app.core.workload import DEFAULT_POISSON_REQUESTS, DEFAULT_POISSON_SEED, MAX_SEED
-from app.models import limits
+from app.core import limits
+from app.core.workload import (
+    DEFAULT_POISSON_REQUESTS,
+    DEFAULT_POISSON_SEED,
+    DEFAULT_REQUESTS_PER_CLIENT,
+    MAX_SEED,
+    Window,
+    Workload,
+)
 from app.models.optimize import RunStats
-from app.models.workload import DeploymentMixin, Window, Workload, WorkloadMixin
+from app.models.workload import DeploymentMixin, WorkloadMixin
 
 
 class SimulateRequest(DeploymentMixin, WorkloadMixin):
@@ -47,16 +54,21 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     tpot_limit_ms: float | None = Field(default=None, gt=0)
     include_timeline: bool = Field(default=False, description="return the step timeline")
     workload: Workload = Field(
-        default="burst",
+        default=limits.DEFAULT_WORKLOAD,
         description="burst (RFC): concurrency requests at t = 0; closed_loop: concurrency "
         "clients, each sending its next request when one ends; poisson: requests arriving at "
         "request_rate (exponential gaps, the first at t = 0), every one counted",
     )
     window: Window = Field(
-        default="benchmark", description="closed_loop measurement window (poisson: benchmark)"
+        default=limits.DEFAULT_WINDOW,
+        description="closed_loop measurement window (poisson: benchmark)",
     )
     requests_per_client: int = Field(
-        default=10, strict=True, ge=1, le=limits.MAX_REQUESTS_PER_CLIENT, description="closed_loop"
+        default=DEFAULT_REQUESTS_PER_CLIENT,
+        strict=True,
+        ge=1,
+        le=limits.MAX_REQUESTS_PER_CLIENT,
+        description="closed_loop",
     )
     request_rate: float | None = Field(
         default=None,
@@ -163,7 +175,7 @@ class SimulateResponse(BaseModel):
     request_throughput: float = Field(description="requests/s over all replicas")
     throughput_per_device: float
     steps: int = Field(description="engine steps, summed over the replicas")
-    workload: str = "burst"
+    workload: str = limits.DEFAULT_WORKLOAD
     window: str | None = Field(default=None, description="closed_loop and poisson")
     num_requests: int | None = Field(
         default=None, description="closed_loop and poisson: requests sent"

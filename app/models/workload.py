@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.models import limits
+from app.core import limits
+from app.core.scheduler import SCHEDULERS, MixedLatency
+from app.core.scheduler.policies import (
+    DEFAULT_SCHEDULER,
+    DEFAULT_SLACK_RATIO,
+    MAX_NUM_SEQS_LIMIT,
+    PrefillOrder,
+)
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
@@ -58,7 +65,10 @@ DeviceRef = Annotated[
 ]
 
 
-SchedulerName = Literal["decode_first_with_slack", "vllm", "sglang", "sglang_mixed_chunk"]
+if TYPE_CHECKING:
+    SchedulerName = str
+else:  # the registry's names, in its order (the schema's enum)
+    SchedulerName = Literal[tuple(SCHEDULERS)]
 
 
 class SchedulerOptions(StrictModel):
@@ -69,23 +79,24 @@ class SchedulerOptions(StrictModel):
     Options of another policy are rejected (422).
     """
 
-    name: SchedulerName = "decode_first_with_slack"
-    slack_ratio: float | None = Field(default=None, ge=1.0, le=4.0, description="default 1.15")
-    prefill_order: Literal["continue_first", "fifo"] | None = Field(
+    name: SchedulerName = DEFAULT_SCHEDULER
+    slack_ratio: float | None = Field(
+        default=None,
+        ge=limits.MIN_SLACK_RATIO,
+        le=limits.MAX_SLACK_RATIO,
+        description=f"default {DEFAULT_SLACK_RATIO}",
+    )
+    prefill_order: PrefillOrder | None = Field(
         default=None,
         description="continue_first (default): a started prompt keeps prefilling (vLLM); "
         "fifo: chunk-major (msmodeling parity)",
     )
-    max_num_seqs: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
-    mixed_latency: Literal["max", "sum", "fused"] | None = Field(
+    max_num_seqs: int | None = Field(default=None, strict=True, ge=1, le=MAX_NUM_SEQS_LIMIT)
+    mixed_latency: MixedLatency | None = Field(
         default=None,
         description="mixed prefill+decode step: overlapped (max, default), serial (sum) or one "
         "forward over the combined tokens (fused)",
     )
-
-
-Workload = Literal["burst", "closed_loop", "poisson"]
-Window = Literal["benchmark", "steady_state"]
 
 
 class LengthsMixin(StrictModel):

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
 
 import pytest
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
-from app.cli import main
+from app.cli import build_parser, main
+from app.models.forward import ForwardRequest
+from app.models.optimize import OptimizeRequest
+from app.models.simulate import SimulateRequest
+from app.models.workload import SchedulerOptions
 
 BASE = [
     "Qwen/Qwen3-32B",
@@ -275,3 +287,124 @@ def test_disagg_both_sides_csv_is_one_table(capsys: pytest.CaptureFixture[str]) 
     rows = list(csv.DictReader(io.StringIO(out)))
     assert {r["role"] for r in rows} == {"prefill", "decode"}
     assert out.count("role,") == 1
+
+
+#: Runs one CLI command in a fresh interpreter and prints the modules it loaded, one a line.
+LOADED_MODULES = """
+import contextlib, io, sys
+from app.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+print(code)
+print("\\n".join(sorted(sys.modules)))
+"""
+SERVER_ONLY = ("redis", "fastapi", "starlette", "uvicorn")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*OPTIMIZE, "--max-batched-tokens", "8192", "--tp-sizes", "8"],
+        ["simulate", *BASE, "--concurrency", "4"],
+        ["forward", *BASE[:3], "--num-queries", "1", "--query-length", "128"],
+        ["models"],
+        ["devices"],
+        ["validate", "--format", "json"],
+    ],
+    ids=["optimize", "simulate", "forward", "models", "devices", "validate"],
+)
+def test_cli_commands_load_no_server_or_redis_modules(argv: list[str]) -> None:
+    """Start-up: a CLI-only command with the in-process cache imports no HTTP stack and no
+    redis client (``bench/bench_startup.py`` measures what that saves)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "APP_CACHE_BACKEND": "memory"}
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_MODULES, *argv],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    code, *modules = done.stdout.splitlines()
+    assert code == "0", done.stderr
+    if argv[0] != "validate":  # validate has no service function on this branch yet
+        assert "app.services" in modules
+    loaded = sorted({m.split(".")[0] for m in modules} & set(SERVER_ONLY))
+    assert loaded == [], f"{argv[0]} imported {loaded}"
+
+
+# -- the parser against the request models -----------------------------------------------------
+#: Request fields whose flag is named differently (CLI names follow msmodeling's).
+FLAG_DEST = {
+    "ttft_limit_ms": "ttft_limit",
+    "tpot_limit_ms": "tpot_limit",
+    "include_timeline": "timeline",
+    "scheduler.name": "scheduler",
+}
+#: Request fields with no flag of their own, and why.
+NOT_A_FLAG = {
+    "include_probes": "set from --format (probes only in the JSON document)",
+    "mode": "set by --disagg / --enable-optimize-prefill-decode-ratio (msmodeling's flags)",
+    "serving_overhead_ms": "HTTP API only",
+}
+#: Flags that are no request field.
+CLI_ONLY = {
+    "help",
+    "format",
+    "progress",
+    "disagg",
+    "enable_optimize_prefill_decode_ratio",
+    "max_prefill_tokens",  # deprecated alias of --max-batched-tokens
+}
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    (sub,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser: argparse.ArgumentParser = sub.choices[name]
+    return parser
+
+
+def _fields(model: type[BaseModel], prefix: str = "") -> dict[str, FieldInfo]:
+    """Every leaf field, the scheduler's options as ``scheduler.<name>``."""
+    out: dict[str, FieldInfo] = {}
+    for name, info in model.model_fields.items():
+        if info.annotation is SchedulerOptions:
+            out.update(_fields(SchedulerOptions, "scheduler."))
+        else:
+            out[prefix + name] = info
+    return out
+
+
+def _choices(annotation: Any) -> tuple[Any, ...] | None:
+    """The Literal's values of ``Literal[...]`` or ``Literal[...] | None``; None otherwise."""
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    literals = [a for a in get_args(annotation) if get_origin(a) is Literal]
+    return get_args(literals[0]) if literals else None
+
+
+@pytest.mark.parametrize(
+    ("command", "model"),
+    [("optimize", OptimizeRequest), ("simulate", SimulateRequest), ("forward", ForwardRequest)],
+)
+def test_every_request_field_is_a_flag_with_the_models_choices_and_default(
+    command: str, model: type[BaseModel]
+) -> None:
+    actions = {a.dest: a for a in _subcommand(command)._actions}
+    fields = _fields(model)
+    expected = {FLAG_DEST.get(f, f.removeprefix("scheduler.")) for f in fields} - set(NOT_A_FLAG)
+    assert set(actions) - CLI_ONLY == expected, "a request field without a flag, or vice versa"
+    for field, info in fields.items():
+        if field in NOT_A_FLAG:
+            continue
+        action = actions[FLAG_DEST.get(field, field.removeprefix("scheduler."))]
+        choices = _choices(info.annotation)
+        if choices is not None:
+            assert tuple(action.choices or ()) == choices, field
+        # A flag either leaves the field out (None: the model's default applies) or has the
+        # model's default; a flag is required exactly when the field is.
+        if action.default is not None:
+            assert action.default == info.get_default(call_default_factory=True), field
+        assert action.required == info.is_required(), field

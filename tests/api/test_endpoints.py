@@ -370,15 +370,6 @@ def test_a_computation_past_its_deadline_is_504() -> None:
     assert response.headers["retry-after"] == "1"
 
 
-def test_scheduler_names_match_the_engine() -> None:
-    from typing import get_args
-
-    from app.core.scheduler import SCHEDULERS
-    from app.models.workload import SchedulerName
-
-    assert set(get_args(SchedulerName)) == set(SCHEDULERS)
-
-
 @pytest.mark.parametrize(
     "scheduler",
     [
@@ -697,15 +688,6 @@ def test_optimize_refuses_poisson(client: TestClient) -> None:
     body = problem(client.post("/v1/optimize", json={**OPTIMIZE, "workload": "poisson"}), 422)
     assert body["errors"][0]["loc"] == ["body", "workload"]
     assert "not a request rate" in body["detail"]
-
-
-def test_workload_names_match_the_engine() -> None:
-    from typing import get_args
-
-    from app.core.workload import WORKLOADS
-    from app.models.workload import Workload
-
-    assert get_args(Workload) == WORKLOADS
 
 
 def test_poisson_size_is_bounded(client: TestClient) -> None:

@@ -16,6 +16,9 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from app import cli, services
+from app.core.limits import DEFAULT_TOP_K, MAX_MTP_TOKENS, MODES
+from app.core.optimizer.agg import SEARCHED_WORKLOADS
+from app.core.scheduler import MIXED_LATENCIES, SCHEDULERS
 from app.models.optimize import OptimizeRequest
 from tests.e2e.conftest import PageErrors, open_page
 
@@ -446,3 +449,46 @@ def test_the_url_keeps_the_form(page: Page) -> None:
     expect(page.get_by_label("Input length (tokens)")).to_have_value("3500")
     expect(page.get_by_label("TTFT limit (ms)")).to_be_visible()
     assert "#" not in page.url
+
+
+def _choices(page: Page, name: str) -> list[str]:
+    values = page.locator(f"#f-{name} option").evaluate_all("els => els.map(e => e.value)")
+    return [str(v) for v in values]
+
+
+def test_choices_bounds_and_defaults_come_from_the_api(
+    browser: Browser, base_url: str, page_errors: PageErrors
+) -> None:
+    """The form has no copy of the vocabulary: it reads /openapi.json (built from core)."""
+    page = open_page(browser, base_url, page_errors)
+    try:
+        load(page)
+        assert _choices(page, "scheduler_name") == list(SCHEDULERS)
+        assert _choices(page, "mixed_latency") == ["", *MIXED_LATENCIES]
+        assert _choices(page, "mode") == list(MODES)
+        assert _choices(page, "workload") == list(SEARCHED_WORKLOADS)
+        expect(page.locator("#f-top_k")).to_have_value(str(DEFAULT_TOP_K))
+        expect(page.locator("#hint-num_mtp_tokens")).to_contain_text(f"≤ {MAX_MTP_TOKENS}")
+        page.context.close()
+
+        # A schema with another policy and another bound: the form follows it.
+        schema = httpx.get(f"{base_url}/openapi.json").json()
+        schemas = schema["components"]["schemas"]
+        schemas["SchedulerOptions"]["properties"]["name"]["enum"].append("test_policy")
+        schemas["OptimizeRequest"]["properties"]["top_k"]["maximum"] = 7
+        page = open_page(browser, base_url, page_errors)
+        page.route(
+            "**/openapi.json",
+            lambda route: route.fulfill(content_type="application/json", body=json.dumps(schema)),
+        )
+        load(page)
+        assert _choices(page, "scheduler_name") == [*SCHEDULERS, "test_policy"]
+        expect(page.locator("#f-scheduler_name option[value=test_policy]")).to_have_text(
+            "test policy"
+        )
+        fill(page, top_k="8")
+        page.get_by_role("button", name="Optimize").click()
+        expect(page.locator("#err-top_k")).to_have_text("Input should be less than or equal to 7")
+    finally:
+        page.context.close()
+    assert not page_errors.unexpected(), page_errors.unexpected()

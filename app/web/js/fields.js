@@ -1,119 +1,162 @@
-// The optimize form: one spec per field (label, bounds, CLI flag), rendered, read and
-// validated here. Bounds and messages mirror the API (app/models, pydantic wording), so a
-// value the API would reject is flagged next to its field before the request is sent; the
-// API's own problem+json `errors` are shown the same way (showErrors).
+// The optimize form: one spec per field (label, group, CLI flag, hint), rendered, read and
+// validated here. Choices, bounds and defaults are NOT written here: applySchema fills them in
+// from the API's own request schema (/openapi.json: OptimizeRequest and SchedulerOptions, which
+// pydantic builds from the definitions in app/core), so a value the API would reject is flagged
+// next to its field before the request is sent, in pydantic's words; the API's problem+json
+// `errors` are shown the same way (showErrors).
 import { h } from "./util.js";
 
-const MODES = [
-  ["agg", "Aggregated (agg)"],
-  ["disagg_prefill", "Disaggregated prefill (TTFT)"],
-  ["disagg_decode", "Disaggregated decode (TPOT)"],
-  ["pd_ratio", "PD ratio (instance split)"],
-];
+/** Display names of the API's choices (a choice without one is shown as it is spelled). */
+const CHOICE_LABELS = {
+  mode: {
+    agg: "Aggregated (agg)",
+    disagg_prefill: "Disaggregated prefill (TTFT)",
+    disagg_decode: "Disaggregated decode (TPOT)",
+    pd_ratio: "PD ratio (instance split)",
+  },
+  scheduler_name: {
+    decode_first_with_slack: "decode first with slack (RFC)",
+    vllm: "vLLM",
+    sglang: "SGLang",
+    sglang_mixed_chunk: "SGLang mixed chunk",
+  },
+  prefill_order: { continue_first: "continue first (vLLM)", fifo: "FIFO, chunk-major (msmodeling)" },
+  mixed_latency: { max: "max (overlapped)", sum: "sum (serial)", fused: "fused (one forward)" },
+  workload: { burst: "burst (RFC)", closed_loop: "closed loop" },
+};
 
 /**
  * kind: int | float | select | model | list-int | list-float | bool
- * ge/le/gt/lt: bounds as in app/models; cli: flag of `chunkwise optimize`.
+ * cli: flag of `chunkwise optimize`; value: the initial value when it is not the API's default;
+ * blank: label of the empty choice of an optional select (the API's default applies);
+ * exclude: choices of the schema the form does not offer.
+ * From the schema (applySchema): ge/gt/le/lt, maxItems, options, default, required.
  */
 export const FIELDS = [
   // Deployment
-  { name: "model", group: "deployment", label: "Model", kind: "model", required: true,
-    cli: null, value: "Qwen/Qwen3-32B",
-    hint: "Catalog name or Hugging Face id (case-insensitive)" },
-  { name: "device", group: "deployment", label: "Device", kind: "select", required: true,
-    cli: "--device", value: "ATLAS_800_A2_376T_64G", options: [] },
-  { name: "num_devices", group: "deployment", label: "Device count", kind: "int", required: true,
-    ge: 1, le: 1024, cli: "--num-devices", value: 8, hint: "tp × dp devices to search over" },
+  { name: "model", group: "deployment", label: "Model", kind: "model", cli: null,
+    value: "Qwen/Qwen3-32B", hint: "Catalog name or Hugging Face id (case-insensitive)" },
+  { name: "device", group: "deployment", label: "Device", kind: "select", cli: "--device",
+    value: "ATLAS_800_A2_376T_64G", options: [] },
+  { name: "num_devices", group: "deployment", label: "Device count", kind: "int",
+    cli: "--num-devices", value: 8, hint: "tp × dp devices to search over" },
   { name: "quantize_linear_action", group: "deployment", label: "Linear quantization",
-    kind: "select", cli: "--quantize-linear-action", value: "DISABLED", default: "DISABLED",
-    options: ["DISABLED"] },
+    kind: "select", cli: "--quantize-linear-action", options: ["DISABLED"] },
   { name: "quantize_attention_action", group: "deployment", label: "Attention quantization",
-    kind: "select", cli: "--quantize-attention-action", value: "DISABLED", default: "DISABLED",
-    options: ["DISABLED"] },
+    kind: "select", cli: "--quantize-attention-action", options: ["DISABLED"] },
   // Workload
   { name: "input_length", group: "workload", label: "Input length", unit: "tokens",
-    kind: "int", required: true, ge: 1, le: 1048576, cli: "--input-length", value: 3500 },
+    kind: "int", cli: "--input-length", value: 3500 },
   { name: "output_length", group: "workload", label: "Output length", unit: "tokens",
-    kind: "int", required: true, ge: 1, le: 131072, cli: "--output-length", value: 1500 },
+    kind: "int", cli: "--output-length", value: 1500 },
+  // Optional in the API (the engine default for the device); the form asks for it.
   { name: "max_batched_tokens", group: "workload", label: "Max batched tokens", unit: "tokens",
-    kind: "int", required: true, ge: 1, le: 1048576, cli: "--max-batched-tokens", value: 2048,
+    kind: "int", required: true, cli: "--max-batched-tokens", value: 2048,
     hint: "Token budget of one engine step and the largest prefill chunk" },
   { name: "prefix_cache_hit_rate", group: "workload", label: "Prefix-cache hit rate",
-    kind: "float", ge: 0, lt: 1, step: "0.05", cli: "--prefix-cache-hit-rate", value: 0,
-    default: 0, hint: "Share of the prompt already cached, in [0, 1)" },
+    kind: "float", step: "0.05", cli: "--prefix-cache-hit-rate",
+    hint: "Share of the prompt already cached, in [0, 1)" },
   // Mode and limits
-  { name: "mode", group: "mode", label: "Mode", kind: "select", cli: null, value: "agg",
-    options: MODES },
+  { name: "mode", group: "mode", label: "Mode", kind: "select", cli: null },
   { name: "ttft_limit_ms", group: "mode", label: "TTFT limit", unit: "ms", kind: "float",
-    gt: 0, cli: "--ttft-limit", value: null, when: (v) => v.mode !== "disagg_decode" },
+    cli: "--ttft-limit", when: (v) => v.mode !== "disagg_decode" },
   { name: "tpot_limit_ms", group: "mode", label: "TPOT limit", unit: "ms", kind: "float",
-    gt: 0, cli: "--tpot-limit", value: 50, when: (v) => v.mode !== "disagg_prefill" },
+    cli: "--tpot-limit", value: 50, when: (v) => v.mode !== "disagg_prefill" },
   { name: "prefill_devices_per_instance", group: "mode", label: "Prefill devices / instance",
-    kind: "int", ge: 1, le: 1024, cli: "--prefill-devices-per-instance", value: null,
+    kind: "int", cli: "--prefill-devices-per-instance",
     when: (v) => v.mode === "pd_ratio", hint: "Default: half the devices" },
   { name: "decode_devices_per_instance", group: "mode", label: "Decode devices / instance",
-    kind: "int", ge: 1, le: 1024, cli: "--decode-devices-per-instance", value: null,
+    kind: "int", cli: "--decode-devices-per-instance",
     when: (v) => v.mode === "pd_ratio", hint: "Default: half the devices" },
   // MTP
-  { name: "num_mtp_tokens", group: "mtp", label: "MTP draft tokens", kind: "int", ge: 0, le: 8,
-    cli: "--num-mtp-tokens", value: 0, default: 0, hint: "Multi-token prediction, 0 = off" },
+  { name: "num_mtp_tokens", group: "mtp", label: "MTP draft tokens", kind: "int",
+    cli: "--num-mtp-tokens", hint: "Multi-token prediction, 0 = off" },
   { name: "mtp_acceptance_rates", group: "mtp", label: "MTP acceptance rates",
-    kind: "list-float", ge: 0, le: 1, maxItems: 8, cli: "--mtp-acceptance-rates", value: "",
+    kind: "list-float", cli: "--mtp-acceptance-rates", value: "",
     hint: "One rate per draft token, e.g. 0.8 0.6" },
   // Search (advanced)
-  { name: "tp_sizes", group: "advanced", label: "TP sizes", kind: "list-int", ge: 1, le: 1024,
-    maxItems: 16, cli: "--tp-sizes", value: "", hint: "e.g. 1 2 4 8 (default: powers of two)" },
-  { name: "ep_sizes", group: "advanced", label: "EP sizes (MoE)", kind: "list-int", ge: 1,
-    le: 1024, maxItems: 16, cli: "--ep-sizes", value: "" },
+  { name: "tp_sizes", group: "advanced", label: "TP sizes", kind: "list-int",
+    cli: "--tp-sizes", value: "", hint: "e.g. 1 2 4 8 (default: powers of two)" },
+  { name: "ep_sizes", group: "advanced", label: "EP sizes (MoE)", kind: "list-int",
+    cli: "--ep-sizes", value: "" },
   { name: "max_batch_size", group: "advanced", label: "Max batch size / replica", kind: "int",
-    ge: 1, le: 65536, cli: "--max-batch-size", value: 4096, default: 4096 },
-  { name: "top_k", group: "advanced", label: "Rows (top k)", kind: "int", ge: 1, le: 100,
-    cli: "--top-k", value: 10, default: 10 },
+    cli: "--max-batch-size" },
+  { name: "top_k", group: "advanced", label: "Rows (top k)", kind: "int", cli: "--top-k" },
   { name: "reserved_memory_gb", group: "advanced", label: "Reserved memory", unit: "GB",
-    kind: "float", ge: 0, le: 4096, cli: "--reserved-memory-gb", value: null,
-    hint: "Default: the runner's" },
+    kind: "float", cli: "--reserved-memory-gb", hint: "Default: the runner's" },
   { name: "serving_overhead_ms", group: "advanced", label: "Serving overhead (prefill)",
-    unit: "ms", kind: "float", ge: 0, le: 60000, cli: null, value: 0, default: 0,
+    unit: "ms", kind: "float", cli: null,
     when: (v) => v.mode === "disagg_prefill" || v.mode === "pd_ratio" },
   { name: "scheduler_name", key: "name", parent: "scheduler", group: "scheduler",
-    label: "Scheduler policy", kind: "select", cli: "--scheduler",
-    value: "decode_first_with_slack", default: "decode_first_with_slack",
-    options: [
-      ["decode_first_with_slack", "decode first with slack (RFC)"],
-      ["vllm", "vLLM"],
-      ["sglang", "SGLang"],
-      ["sglang_mixed_chunk", "SGLang mixed chunk"],
-    ] },
+    label: "Scheduler policy", kind: "select", cli: "--scheduler" },
   { name: "slack_ratio", parent: "scheduler", group: "scheduler", label: "Slack ratio",
-    kind: "float", ge: 1, le: 4, cli: "--slack-ratio", value: null, placeholder: "1.15",
+    kind: "float", cli: "--slack-ratio",
     when: (v) => v.scheduler_name === "decode_first_with_slack",
     hint: "Mixed-step token slack" },
   { name: "prefill_order", parent: "scheduler", group: "scheduler", label: "Prefill order",
-    kind: "select", cli: "--prefill-order", value: "",
-    when: (v) => v.scheduler_name === "decode_first_with_slack",
-    options: [["", "default (continue first)"], ["continue_first", "continue first (vLLM)"], ["fifo", "FIFO, chunk-major (msmodeling)"]] },
+    kind: "select", cli: "--prefill-order", value: "", blank: "default (continue first)",
+    when: (v) => v.scheduler_name === "decode_first_with_slack" },
   { name: "max_num_seqs", parent: "scheduler", group: "scheduler", label: "Max running requests",
-    kind: "int", ge: 1, le: 1000000, cli: "--max-num-seqs", value: null,
-    placeholder: "policy default", when: (v) => v.scheduler_name !== "decode_first_with_slack" },
+    kind: "int", cli: "--max-num-seqs", placeholder: "policy default",
+    when: (v) => v.scheduler_name !== "decode_first_with_slack" },
   { name: "mixed_latency", parent: "scheduler", group: "scheduler", label: "Mixed step latency",
-    kind: "select", cli: "--mixed-latency", value: "",
-    when: (v) => v.scheduler_name !== "decode_first_with_slack",
-    options: [["", "policy default"], ["max", "max (overlapped)"], ["sum", "sum (serial)"], ["fused", "fused (one forward)"]] },
+    kind: "select", cli: "--mixed-latency", value: "", blank: "policy default",
+    when: (v) => v.scheduler_name !== "decode_first_with_slack" },
+  // optimize searches concurrency: a Poisson workload is simulate's (the API says so)
   { name: "workload", group: "scheduler", label: "Workload", kind: "select", cli: "--workload",
-    value: "burst", default: "burst", when: (v) => v.mode === "agg",
-    hint: "burst: all requests at t = 0 (RFC); closed loop: clients re-send",
-    options: [["burst", "burst (RFC)"], ["closed_loop", "closed loop"]] },
+    exclude: ["poisson"], when: (v) => v.mode === "agg",
+    hint: "burst: all requests at t = 0 (RFC); closed loop: clients re-send" },
   { name: "window", group: "scheduler", label: "Measurement window", kind: "select",
-    cli: "--window", value: "benchmark", default: "benchmark",
-    when: (v) => v.mode === "agg" && v.workload === "closed_loop",
-    options: [["benchmark", "benchmark"], ["steady_state", "steady state"]] },
+    cli: "--window", when: (v) => v.mode === "agg" && v.workload === "closed_loop" },
   { name: "requests_per_client", group: "scheduler", label: "Requests per client", kind: "int",
-    ge: 1, le: 100, cli: "--requests-per-client", value: 10, default: 10,
+    cli: "--requests-per-client",
     when: (v) => v.mode === "agg" && v.workload === "closed_loop" },
   { name: "force_simulation", group: "scheduler", label: "Force the time simulation",
-    kind: "bool", cli: "--force-simulation", value: false, default: false,
-    hint: "Also when the prompt fits in one chunk" },
+    kind: "bool", cli: "--force-simulation", hint: "Also when the prompt fits in one chunk" },
 ];
+
+// -- the request schema ------------------------------------------------------------------------
+const BOUNDS = { minimum: "ge", exclusiveMinimum: "gt", maximum: "le", exclusiveMaximum: "lt" };
+
+function resolve(schemas, prop) {
+  const ref = prop.$ref ?? (prop.allOf?.length === 1 ? prop.allOf[0].$ref : undefined);
+  return ref ? schemas[ref.split("/").pop()] : prop;
+}
+
+/** Fill each field's choices, bounds, default and `required` from the API's schemas. */
+export function applySchema(schemas) {
+  const request = schemas.OptimizeRequest;
+  for (const f of FIELDS) {
+    const owner = f.parent ? resolve(schemas, request.properties[f.parent]) : request;
+    const key = f.key ?? f.name;
+    const prop = owner.properties[key];
+    if (!prop) throw new Error(`the API has no field ${f.parent ? `${f.parent}.` : ""}${key}`);
+    const optional = (prop.anyOf ?? []).some((p) => p.type === "null");
+    // `X | None` is anyOf [X, null]: the bounds and choices are X's.
+    const type = (prop.anyOf ?? []).find((p) => p.type !== "null") ?? prop;
+    const scalar = type.items ?? type;
+    for (const [keyword, bound] of Object.entries(BOUNDS)) {
+      if (scalar[keyword] !== undefined) f[bound] = scalar[keyword];
+    }
+    if (type.maxItems !== undefined) f.maxItems = type.maxItems;
+    if (type.enum) {
+      const labels = CHOICE_LABELS[f.name] ?? {};
+      const choices = type.enum.filter((c) => !(f.exclude ?? []).includes(c));
+      f.options = [
+        ...(optional ? [["", f.blank ?? "default"]] : []),
+        ...choices.map((c) => [c, labels[c] ?? c.replaceAll("_", " ")]),
+      ];
+    }
+    if (prop.default !== undefined && prop.default !== null) {
+      f.default = prop.default;
+      if (!("value" in f)) f.value = prop.default;
+    }
+    f.required = Boolean(f.required) || (owner.required ?? []).includes(key);
+    // An optional number whose default the API states in words ("default 1.15").
+    const stated = /^default ([\d.]+)$/.exec(prop.description ?? "");
+    if (stated && f.placeholder === undefined) f.placeholder = stated[1];
+  }
+}
 
 export const GROUPS = [
   ["deployment", "Deployment"],
@@ -147,7 +190,7 @@ function control(f) {
   };
   if (f.kind === "select") {
     const select = h("select", common);
-    setOptions(select, f.options, f.value);
+    setOptions(select, f.options ?? [], f.value);
     return select;
   }
   if (f.kind === "bool") {

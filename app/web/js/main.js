@@ -6,8 +6,8 @@ import {
 } from "./charts.js";
 import { cliCommand, curlCommand } from "./commands.js";
 import {
-  applyMode, clearErrors, fieldOfLoc, formState, input, readForm, renderForm, resetForm,
-  setFormState, setOptions, showErrors,
+  applyMode, applySchema, clearErrors, fieldOfLoc, formState, input, readForm, renderForm,
+  resetForm, setFormState, setOptions, showErrors,
 } from "./fields.js";
 import { exportCsv, exportJson, renderSummary, renderTable } from "./results.js";
 import { fmt, fmtMs, h } from "./util.js";
@@ -317,8 +317,20 @@ async function copyCommand(kind) {
 }
 
 // -- boot --------------------------------------------------------------------------------------
-function boot() {
+/** Choices, bounds and defaults of the form: the API's request schema (one source, in core). */
+async function loadSchema() {
+  try {
+    const openapi = await getJson("/openapi.json");
+    applySchema(openapi.components.schemas);
+  } catch (err) {
+    // The form still renders (without client-side checks); the API validates every request.
+    showProblem(err, "Loading the request schema");
+  }
+}
+
+async function boot() {
   const form = $("plan-form");
+  await loadSchema();
   renderForm(form, $("form-actions"));
   $("form-loading").remove();
   applyMode();

@@ -1,7 +1,36 @@
-"""Bounds on request sizes, so no request can pin a worker for minutes (documented in README)."""
+"""Bounds and defaults of a request, and the optimize vocabulary: defined once, imported by the
+wire models (``app.models``), the CLI parser and, through the API, the dashboard.
+
+Bounds keep any request from pinning a worker for minutes (documented in README). Names the core
+packages already define are imported from them, not repeated here: schedulers and mixed-latency
+modes (``app.core.scheduler``), workloads and windows (``app.core.workload``), the optimizer's
+default batch-size cap (``app.core.optimizer``). Stdlib only.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # annotations only: this module imports nothing at run time
+    from app.core.workload import Window, Workload
+
+# -- the optimize vocabulary (no core package names these) --------------------------------------
+#: agg: prefill and decode share instances; disagg_prefill / disagg_decode: one side of a
+#: PD-separated deployment; pd_ratio: both sides and their instance split.
+Mode = Literal["agg", "disagg_prefill", "disagg_decode", "pd_ratio"]
+MODES: tuple[Mode, ...] = ("agg", "disagg_prefill", "disagg_decode", "pd_ratio")
+DEFAULT_MODE: Mode = "agg"
+#: The side of a deployment a result row describes.
+Role = Literal["agg", "prefill", "decode"]
+ROLES: tuple[Role, ...] = ("agg", "prefill", "decode")
+#: The workload and measurement window a request gets when it names none (of
+#: ``app.core.workload.WORKLOADS`` / ``Window``): the RFC's burst, benchmark_serving's window.
+DEFAULT_WORKLOAD: Workload = "burst"
+DEFAULT_WINDOW: Window = "benchmark"
+#: Ranked configurations an optimize request returns by default.
+DEFAULT_TOP_K = 10
+
+# -- bounds --------------------------------------------------------------------------------------
 MAX_INPUT_LENGTH = 1_048_576  # tokens
 MAX_OUTPUT_LENGTH = 131_072  # tokens
 MAX_BATCHED_TOKENS = 1_048_576  # tokens per engine step
@@ -10,7 +39,11 @@ MAX_PARALLEL_SIZE = 1024  # any single tp / ep / dp value
 MAX_SEARCH_LIST = 16  # entries in tp_sizes / ep_sizes
 MAX_LAYOUTS = 64  # parallel layouts one optimize request may search
 MAX_TOP_K = 100
+# MTP draft tokens a request may ask for (the WorkloadSpec itself accepts up to 16).
 MAX_MTP_TOKENS = 8
+MIN_SLACK_RATIO = 1.0  # decode_first_with_slack's budget slack, as DecodeFirstWithSlack checks
+MAX_SLACK_RATIO = 4.0
+MAX_SERVING_OVERHEAD_MS = 60_000.0  # fixed TTFT overhead of prefill instances (optimize)
 MAX_SIM_CONCURRENCY = 65_536  # requests (or clients) per replica in /v1/simulate
 # /v1/simulate's concurrency is the total over the data-parallel replicas
 MAX_SIM_TOTAL_CONCURRENCY = MAX_SIM_CONCURRENCY * MAX_PARALLEL_SIZE

@@ -1,0 +1,273 @@
+"""One function per ``chunkwise`` command: a request model from the flags, the service call, a
+renderer. pydantic, the wire models and the services are imported inside the commands, so
+``chunkwise --help`` and ``serve`` load none of them (and no command loads the HTTP stack)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from app.cli import render
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from app.services import ServiceContext
+
+#: Simulate flags given to the request only when set: each workload takes its own.
+SIMULATE_OPTIONAL = (
+    "dp_size",
+    "num_devices",
+    "concurrency",
+    "request_rate",
+    "max_concurrency",
+    "num_requests",
+    "seed",
+)
+
+
+def fail(message: object) -> int:
+    """Domain and input errors: one line on stderr (naming the valid choices), exit code 2."""
+    print(f"chunkwise: error: {message}", file=sys.stderr)
+    return 2
+
+
+def validation_line(err: ValidationError) -> str:
+    """One line from a pydantic ValidationError, with CLI flag names."""
+    parts = []
+    for item in err.errors():
+        field = ".".join(str(p) for p in item.get("loc", ()))
+        parts.append(f"--{field.replace('_', '-')}: {item.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def run_service(call: Callable[[ServiceContext], int]) -> int:
+    """Settings from the environment (APP_CACHE_BACKEND / APP_REDIS_URL select the cache)."""
+    from pydantic import ValidationError
+
+    from app.core.errors import ChunkwiseError
+    from app.services import create_context
+    from app.settings import Settings
+
+    try:
+        context = create_context(Settings())
+    except ValidationError as err:
+        return fail(f"settings: {validation_line(err)}")
+    try:
+        return int(call(context))
+    except ValidationError as err:
+        return fail(validation_line(err))
+    except ChunkwiseError as err:
+        return fail(err)
+    finally:
+        context.close()
+
+
+def flatten(values: list[list[Any]] | None) -> list[Any] | None:
+    return None if values is None else [v for group in values for v in group]
+
+
+def given(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    """The flags among ``names`` that were set (the request model supplies the rest)."""
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+# -- forward, devices, models, validate --------------------------------------------------------
+def forward_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``ForwardRequest`` of the forward flags (the model's defaults for omitted ones)."""
+    return {
+        "model": args.model,
+        "device": args.device,
+        "num_queries": args.num_queries,
+        "query_length": args.query_length,
+        "context_length": args.context_length,
+        "decode": args.decode,
+        "num_devices": args.num_devices,
+        "tp_size": args.tp_size,
+        "ep_size": args.ep_size,
+        "pp_size": args.pp_size,
+        "num_mtp_tokens": args.num_mtp_tokens,
+        "reserved_memory_gb": args.reserved_memory_gb,
+        **given(args, ("quantize_linear_action", "quantize_attention_action")),
+    }
+
+
+def cmd_forward(args: argparse.Namespace) -> int:
+    from app import services
+    from app.models.forward import ForwardRequest
+
+    def call(context: ServiceContext) -> int:
+        request = ForwardRequest.model_validate(forward_fields(args))
+        body = services.forward(context, request, allow_paths=True).model_dump(mode="json")
+        if args.format == "json":
+            render.dump(render.forward_document(body))
+        else:
+            print(render.forward_table(body))
+        return 0
+
+    return run_service(call)
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from app import services
+
+    devices = [d["numbers"] for d in services.list_devices().model_dump(mode="json")["devices"]]
+    if args.format == "json":
+        render.dump(devices)
+    else:
+        print(render.devices_table(devices))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from app import services
+
+    models = [m["architecture"] for m in services.list_models().model_dump(mode="json")["models"]]
+    if args.format == "json":
+        render.dump(models)
+    else:
+        print(render.models_table(models))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from app.core.errors import ChunkwiseError
+    from app.core.validation import LOADERS, TARGET_KIND, run_validation
+
+    kinds = tuple(LOADERS) if args.all else tuple(args.kind or (TARGET_KIND,))
+    try:
+        report = run_validation(kinds=kinds, drop_layout_duplicates=args.drop_layout_duplicates)
+    except ChunkwiseError as err:
+        return fail(err)
+    if args.format == "json":
+        render.dump({**report.to_dict(), "csv": report.to_csv()})
+    else:
+        print(report.format_table())
+        if args.csv is None:
+            print()
+            print(report.to_csv(), end="")
+    if args.csv is not None:
+        Path(args.csv).write_text(report.to_csv(), encoding="utf-8")
+    return 0 if report.targets_met else 1
+
+
+# -- optimize, simulate ------------------------------------------------------------------------
+def common_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields optimize and simulate share (``parser.add_workload_flags``)."""
+    budget = args.max_batched_tokens
+    if args.max_prefill_tokens is not None:
+        print(
+            "chunkwise: warning: --max-prefill-tokens is deprecated; use --max-batched-tokens",
+            file=sys.stderr,
+        )
+        if budget is None:
+            budget = args.max_prefill_tokens
+    fields: dict[str, Any] = {
+        "model": args.model,
+        "device": args.device,
+        "input_length": args.input_length,
+        "output_length": args.output_length,
+        "max_batched_tokens": budget,
+        "prefix_cache_hit_rate": args.prefix_cache_hit_rate,
+        "quantize_linear_action": args.quantize_linear_action,
+        "quantize_attention_action": args.quantize_attention_action,
+        "num_mtp_tokens": args.num_mtp_tokens,
+        "reserved_memory_gb": args.reserved_memory_gb,
+        "scheduler": {
+            "name": args.scheduler,
+            "slack_ratio": args.slack_ratio,
+            "prefill_order": args.prefill_order,
+            "max_num_seqs": args.max_num_seqs,
+            "mixed_latency": args.mixed_latency,
+        },
+        "force_simulation": args.force_simulation,
+        "workload": args.workload,
+        # Given only when set, so a workload that does not take them can say so.
+        **given(args, ("window", "requests_per_client")),
+    }
+    rates = flatten(args.mtp_acceptance_rates)
+    if rates is not None:
+        fields["mtp_acceptance_rates"] = rates
+    return fields
+
+
+def optimize_modes(args: argparse.Namespace) -> list[str]:
+    """msmodeling's flags to modes: --disagg sizes prefill instances by the TTFT limit and
+    decode instances by the TPOT limit (both sides when neither limit is given)."""
+    if args.enable_optimize_prefill_decode_ratio:
+        return ["pd_ratio"]
+    if args.disagg:
+        limits = (("disagg_prefill", args.ttft_limit), ("disagg_decode", args.tpot_limit))
+        return [m for m, limit in limits if limit] or ["disagg_prefill", "disagg_decode"]
+    return ["agg"]
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from app import services
+    from app.models.optimize import OptimizeRequest
+
+    if args.disagg and args.enable_optimize_prefill_decode_ratio:
+        return fail("--disagg and --enable-optimize-prefill-decode-ratio are exclusive")
+    show_progress = args.progress or (args.progress is None and sys.stderr.isatty())
+
+    def progress(text: str) -> None:
+        if show_progress:
+            print(f"chunkwise: {text}", file=sys.stderr, flush=True)
+
+    def request(common: dict[str, Any], mode: str) -> OptimizeRequest:
+        return OptimizeRequest.model_validate(
+            {
+                **common,
+                "num_devices": args.num_devices,
+                "ttft_limit_ms": args.ttft_limit,
+                "tpot_limit_ms": args.tpot_limit,
+                "mode": mode,
+                "tp_sizes": flatten(args.tp_sizes),
+                "ep_sizes": flatten(args.ep_sizes),
+                "prefill_devices_per_instance": args.prefill_devices_per_instance,
+                "decode_devices_per_instance": args.decode_devices_per_instance,
+                "max_batch_size": args.max_batch_size,
+                "top_k": args.top_k,
+                "include_probes": args.format == "json",
+            }
+        )
+
+    def call(context: ServiceContext) -> int:
+        common = common_fields(args)
+        bodies = [
+            services.optimize(
+                context, request(common, mode), allow_paths=True, progress=progress
+            ).model_dump(mode="json")
+            for mode in optimize_modes(args)
+        ]
+        render.print_optimize(bodies, args.format)
+        return 0
+
+    return run_service(call)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from app import services
+    from app.models.simulate import SimulateRequest
+
+    def call(context: ServiceContext) -> int:
+        request = SimulateRequest.model_validate(
+            {
+                **common_fields(args),
+                "tp_size": args.tp_size,
+                "ep_size": args.ep_size,
+                "ttft_limit_ms": args.ttft_limit,
+                "tpot_limit_ms": args.tpot_limit,
+                "include_timeline": args.timeline,
+                **given(args, SIMULATE_OPTIONAL),
+            }
+        )
+        body = services.simulate(context, request, allow_paths=True).model_dump(mode="json")
+        render.print_simulate(body, args.format)
+        return 0
+
+    return run_service(call)

@@ -1,0 +1,286 @@
+"""The ``chunkwise`` flags. Names, choices and defaults come from core (the definitions the wire
+models in ``app.models`` use too); tests/api/test_cli.py checks every flag against its request
+model field, so a field or a choice cannot be added to one and forgotten in the other."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn, cast, get_args
+
+from app.cli.commands import (
+    cmd_devices,
+    cmd_forward,
+    cmd_models,
+    cmd_optimize,
+    cmd_simulate,
+    cmd_validate,
+)
+from app.cli.serve import cmd_serve
+from app.core.limits import DEFAULT_TOP_K, DEFAULT_WINDOW, DEFAULT_WORKLOAD
+from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
+from app.core.scheduler import MIXED_LATENCIES, SCHEDULERS
+from app.core.scheduler.policies import DEFAULT_SCHEDULER, PREFILL_ORDERS
+from app.core.workload import (
+    DEFAULT_POISSON_REQUESTS,
+    DEFAULT_POISSON_SEED,
+    DEFAULT_REQUESTS_PER_CLIENT,
+    WORKLOADS,
+    Window,
+)
+
+Subparsers = argparse._SubParsersAction  # argparse has no public name for it
+DESCRIPTION = "The ``chunkwise`` command line: a thin adapter over the service functions."
+MODEL_HELP = "Hugging Face id, catalog name or directory with config.json"
+DEVICE_HELP = "device name (see `chunkwise devices`)"
+#: The service's default quantization (``DeploymentMixin``), spelled as the flag takes it.
+NO_QUANTIZATION = "DISABLED"
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _sizes(text: str) -> list[int]:
+    """``--tp-sizes 1 2 4`` and ``--tp-sizes 1,2,4`` both work."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers, got {text!r}") from None
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers, got {text!r}") from None
+
+
+def _add_format(cmd: argparse.ArgumentParser, *choices: str, default: str = "table") -> None:
+    cmd.add_argument("--format", choices=choices, default=default, help="output format")
+
+
+# -- forward, devices, models, validate --------------------------------------------------------
+def _add_forward(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    forward = sub.add_parser(
+        "forward",
+        help="latency, per-op breakdown and memory of one forward pass",
+        description="One forward with C requests of Q new tokens on X cached tokens "
+        "(seq_len = X + Q); flag names follow msmodeling's text_generate.",
+    )
+    forward.add_argument("model", help=MODEL_HELP)
+    forward.add_argument("--device", required=True, help=DEVICE_HELP)
+    forward.add_argument("--num-devices", type=int, default=None, help="tp * dp * pp devices")
+    forward.add_argument("--tp-size", type=int, default=None, help="tensor parallel size")
+    forward.add_argument("--ep-size", type=int, default=1, help="expert parallel size")
+    forward.add_argument("--pp-size", type=int, default=1, help="pipeline parallel size")
+    forward.add_argument("--num-queries", type=int, required=True, help="requests (C)")
+    forward.add_argument("--query-length", type=int, required=True, help="new tokens (Q)")
+    forward.add_argument("--context-length", type=int, default=0, help="cached tokens (X)")
+    forward.add_argument("--decode", action="store_true", help="a decode step")
+    forward.add_argument("--quantize-linear-action", default=None, help="e.g. DISABLED, FP8")
+    forward.add_argument("--quantize-attention-action", default=None, help="DISABLED, INT8, FP8")
+    forward.add_argument("--num-mtp-tokens", type=int, default=0, help="MTP draft tokens")
+    forward.add_argument("--reserved-memory-gb", type=float, default=None)
+    _add_format(forward, "json", "table")
+    forward.set_defaults(func=cmd_forward)
+
+
+def _add_catalog_and_validate(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    devices = sub.add_parser("devices", help="list the built-in devices")
+    _add_format(devices, "json", "table")
+    devices.set_defaults(func=cmd_devices)
+
+    models = sub.add_parser("models", help="list the built-in model architectures")
+    _add_format(models, "json", "table")
+    models.set_defaults(func=cmd_models)
+
+    validate = sub.add_parser(
+        "validate",
+        help="replay published single-forward measurements; per-device error and a CSV",
+    )
+    validate.add_argument("--csv", default=None, help="write predictions vs measurements here")
+    validate.add_argument(
+        "--kind",
+        action="append",
+        default=None,
+        help="case kind to replay (repeatable; default ttft_bs1, the acceptance target)",
+    )
+    validate.add_argument("--all", action="store_true", help="replay every case kind")
+    validate.add_argument(
+        "--drop-layout-duplicates",
+        action="store_true",
+        help="serving kinds: leave out rows that repeat a smaller deployment's measurement "
+        "to the digit (recording artefacts; default: every row is replayed)",
+    )
+    _add_format(validate, "json", "table")
+    validate.set_defaults(func=cmd_validate)
+
+
+# -- optimize, simulate ------------------------------------------------------------------------
+def _add_deployment_flags(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("model", help=MODEL_HELP)
+    cmd.add_argument("--device", required=True, help=DEVICE_HELP)
+    cmd.add_argument("--input-length", type=int, required=True)
+    cmd.add_argument("--output-length", type=int, required=True)
+    cmd.add_argument("--max-batched-tokens", type=int, default=None, help="token budget per step")
+    cmd.add_argument(
+        "--max-prefill-tokens", type=int, default=None, help=argparse.SUPPRESS
+    )  # deprecated alias of --max-batched-tokens (a warning on stderr)
+    cmd.add_argument("--prefix-cache-hit-rate", type=float, default=0.0)
+    cmd.add_argument("--quantize-linear-action", default=NO_QUANTIZATION)
+    cmd.add_argument("--quantize-attention-action", default=NO_QUANTIZATION)
+    cmd.add_argument("--num-mtp-tokens", type=int, default=0)
+    cmd.add_argument("--mtp-acceptance-rates", type=_rates, nargs="+", default=None)
+    cmd.add_argument("--reserved-memory-gb", type=float, default=None)
+
+
+def _add_scheduler_flags(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--scheduler", choices=tuple(SCHEDULERS), default=DEFAULT_SCHEDULER)
+    cmd.add_argument("--slack-ratio", type=float, default=None, help="decode_first_with_slack")
+    cmd.add_argument("--prefill-order", choices=PREFILL_ORDERS, default=None)
+    cmd.add_argument("--max-num-seqs", type=int, default=None, help="vllm / sglang policies")
+    cmd.add_argument(
+        "--mixed-latency",
+        choices=MIXED_LATENCIES,
+        default=None,
+        help="mixed step: max (overlap, default), sum (serial), fused (one forward)",
+    )
+
+
+def _add_workload_flags(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--workload", choices=WORKLOADS, default=DEFAULT_WORKLOAD, help="poisson: simulate only"
+    )
+    cmd.add_argument(
+        "--window",
+        choices=get_args(Window),
+        default=None,
+        help=f"closed_loop (default {DEFAULT_WINDOW})",
+    )
+    cmd.add_argument(
+        "--requests-per-client",
+        type=int,
+        default=None,
+        help=f"closed_loop (default {DEFAULT_REQUESTS_PER_CLIENT})",
+    )
+    cmd.add_argument(
+        "--force-simulation", action="store_true", help="time simulation even for one chunk"
+    )
+    cmd.add_argument("--format", choices=("table", "json", "csv"), default="table")
+
+
+def _add_limit_flags(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--ttft-limit", "--ttft-limits", type=float, default=None, help="ms")
+    cmd.add_argument("--tpot-limit", "--tpot-limits", type=float, default=None, help="ms")
+
+
+def _add_optimize(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    optimize = sub.add_parser(
+        "optimize",
+        help="search parallel layouts and concurrency for the highest throughput",
+        description="Throughput optimizer (flag names follow msmodeling's throughput_optimizer).",
+    )
+    for add in (_add_deployment_flags, _add_scheduler_flags, _add_workload_flags):
+        add(optimize)
+    optimize.add_argument("--num-devices", type=int, required=True)
+    _add_limit_flags(optimize)
+    optimize.add_argument(
+        "--disagg", action="store_true", help="PD-separated: prefill (TTFT) / decode (TPOT) side"
+    )
+    optimize.add_argument("--enable-optimize-prefill-decode-ratio", action="store_true")
+    optimize.add_argument("--prefill-devices-per-instance", type=int, default=None)
+    optimize.add_argument("--decode-devices-per-instance", type=int, default=None)
+    optimize.add_argument("--tp-sizes", type=_sizes, nargs="+", default=None)
+    optimize.add_argument("--ep-sizes", type=_sizes, nargs="+", default=None)
+    optimize.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=DEFAULT_MAX_BATCH_SIZE,
+        help="search cap per replica",
+    )
+    optimize.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
+    optimize.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress on stderr (default: when stderr is a terminal)",
+    )
+    optimize.set_defaults(func=cmd_optimize)
+
+
+def _add_simulate_workload(simulate: argparse.ArgumentParser) -> None:
+    simulate.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="burst / closed_loop (required): requests (closed_loop: clients) in total, split "
+        "over the --dp-size replicas",
+    )
+    simulate.add_argument(
+        "--request-rate", type=float, default=None, help="poisson (required): requests/s in total"
+    )
+    simulate.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=None,
+        help="poisson: at most this many requests in flight (default: no cap)",
+    )
+    simulate.add_argument(
+        "--num-requests",
+        type=int,
+        default=None,
+        help=f"poisson: requests sent (default {DEFAULT_POISSON_REQUESTS})",
+    )
+    simulate.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help=f"poisson: seed of the arrival times (default {DEFAULT_POISSON_SEED})",
+    )
+
+
+def _add_simulate(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    simulate = sub.add_parser("simulate", help="simulate one configuration at a given concurrency")
+    for add in (_add_deployment_flags, _add_scheduler_flags, _add_workload_flags):
+        add(simulate)
+    _add_simulate_workload(simulate)
+    simulate.add_argument("--tp-size", type=int, default=1)
+    simulate.add_argument("--ep-size", type=int, default=1)
+    simulate.add_argument(
+        "--dp-size",
+        type=int,
+        default=None,
+        help="replicas (default 1, or --num-devices / --tp-size)",
+    )
+    simulate.add_argument(
+        "--num-devices",
+        type=int,
+        default=None,
+        help="devices in total: --tp-size x --dp-size (sets --dp-size when it is omitted)",
+    )
+    _add_limit_flags(simulate)
+    simulate.add_argument("--timeline", action="store_true", help="print the step timeline")
+    simulate.set_defaults(func=cmd_simulate)
+
+
+def _add_serve(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.set_defaults(func=cmd_serve)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="chunkwise", description=DESCRIPTION)
+    # Subcommand parsers are Parser too (one-line usage errors, exit 2).
+    sub = cast(
+        "Subparsers[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True),
+    )
+    for add in (_add_serve, _add_forward, _add_catalog_and_validate, _add_optimize, _add_simulate):
+        add(sub)
+    return parser

@@ -1,0 +1,344 @@
+"""Text renderers of the CLI: tables, CSV and JSON of the service responses (stdlib only)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+#: Parameters per billion (the models table's params_b / active_b columns).
+PARAMS_PER_BILLION = 1e9
+#: Bytes per KV element of the models table's kv_bytes/token column (16-bit KV cache).
+KV_TABLE_BYTES_PER_ELEMENT = 2
+
+
+def dump(document: object) -> None:
+    print(json.dumps(document, indent=2))
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """Right-aligned columns (optimize, simulate)."""
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return "\n".join(lines)
+
+
+def left_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Left-aligned columns without trailing blanks (forward, models, devices)."""
+    body = [list(header), *[list(r) for r in rows]]
+    widths = [max(len(row[i]) for row in body) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in body
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(
+                {k: (json.dumps(v) if isinstance(v, dict | list) else v) for k, v in row.items()}
+            )
+    return out.getvalue()
+
+
+# -- forward, models, devices ------------------------------------------------------------------
+#: ``chunkwise forward --format json``: the forward response without its input echo and cache
+#: counters, in the order the runner's document has always had.
+FORWARD_KEYS = ("model", "device", "parallel", "quantization", "identity", "latency_ms")
+
+
+def forward_document(body: dict[str, Any]) -> dict[str, Any]:
+    document = {key: body[key] for key in FORWARD_KEYS}
+    document.update((k, v) for k, v in body.items() if k not in ("input", "cache"))
+    return document
+
+
+def forward_table(body: dict[str, Any]) -> str:
+    """A forward response (``POST /v1/forward``'s body) as the ``chunkwise forward`` table."""
+    q = body["quantization"]
+    title = (
+        f"{body['model']} on {body['device']} {body['parallel']['label']} "
+        f"linear={q['quantize_linear_action']} attention={q['quantize_attention_action']}"
+    )
+    latency_ms = body["latency_ms"]
+    breakdown = body["breakdown"]
+    categories = left_table(
+        ["category", "time_ms", "share", "bound"],
+        (
+            [c["category"], f"{c['time_ms']:.3f}", f"{c['time_ms'] / latency_ms:.1%}", c["bound"]]
+            for c in breakdown["categories"]
+        ),
+    )
+    ops = left_table(
+        ["op", "scope", "count", "time_ms", "total_ms", "bound"],
+        (
+            [
+                op["name"],
+                op["scope"],
+                str(op["count"]),
+                f"{op['time_ms']:.4f}",
+                f"{op['total_ms']:.3f}",
+                op["bound"],
+            ]
+            for op in breakdown["ops"]
+        ),
+    )
+    m = body["memory"]
+    lines = [
+        title,
+        f"latency_ms: {latency_ms:.3f} ({breakdown['bound']}-bound)",
+        "",
+        categories,
+        "",
+        ops,
+        "",
+        f"memory GB per device: capacity {m['capacity_gb']:.2f}  weights {m['weights_gb']:.2f}  "
+        f"kv_cache {m['kv_cache_gb']:.2f}  activation {m['activation_gb']:.2f}  "
+        f"reserved {m['reserved_gb']:.2f}  available {m['available_gb']:.2f}",
+    ]
+    lines.extend(f"note: {note}" for note in body["notes"])
+    return "\n".join(lines)
+
+
+def _model_row(a: dict[str, Any]) -> list[str]:
+    # ModelArchitecture.kv_bytes_per_token: every decoder layer, unsharded, MTP layers apart
+    kv_bytes = a["num_layers"] * a["kv_elements_per_token_per_layer"] * KV_TABLE_BYTES_PER_ELEMENT
+    return [
+        a["name"],
+        a["model_type"],
+        str(a["num_layers"]),
+        str(a["hidden_size"]),
+        f"{a['num_heads']}/{a['num_kv_heads'] if a['mla'] is None else 'mla'}",
+        f"{a['num_params'] / PARAMS_PER_BILLION:.2f}",
+        f"{a['num_active_params'] / PARAMS_PER_BILLION:.2f}",
+        f"{kv_bytes:.0f}",
+    ]
+
+
+MODEL_HEADERS = ["name", "type", "layers", "hidden", "heads/kv", "params_b", "active_b"]
+DEVICE_HEADERS = ["name", "bf16_tflops", "fp8_tflops", "int8_tops", "fp4_tflops", "hbm_gb"]
+
+
+def models_table(architectures: Iterable[dict[str, Any]]) -> str:
+    """``GET /v1/models``' architecture documents, one row each."""
+    return left_table([*MODEL_HEADERS, "kv_bytes/token"], map(_model_row, architectures))
+
+
+def _peak(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _device_row(d: dict[str, Any]) -> list[str]:
+    return [
+        d["name"],
+        _peak(d["peak_bf16_tflops"]),
+        _peak(d["peak_fp8_tflops"]),
+        _peak(d["peak_int8_tops"]),
+        _peak(d["peak_fp4_tflops"]),
+        f"{d['hbm_capacity_gb']:.1f}",
+        f"{d['hbm_bandwidth_gb_s']:g}",
+        f"{d['interconnect'][0]['bandwidth_gb_s']:g}",
+    ]
+
+
+def devices_table(devices: Iterable[dict[str, Any]]) -> str:
+    """``GET /v1/devices``' device numbers, one row each."""
+    return left_table([*DEVICE_HEADERS, "hbm_gb_s", "link_gb_s"], map(_device_row, devices))
+
+
+# -- optimize ----------------------------------------------------------------------------------
+ROW_COLUMNS = (
+    ("role", "role", 0),
+    ("parallel", "parallel", 0),
+    ("batch", "batch_size", 0),
+    ("concurrency", "concurrency", 0),
+    ("ttft_ms", "ttft_ms", 1),
+    ("tpot_ms", "tpot_ms", 2),
+    ("tokens/s", "throughput_tokens_s", 1),
+    ("tokens/s/device", "throughput_per_device", 1),
+    ("chunks", "prefill_num_chunks", 0),
+    ("eff_input", "effective_input_length", 0),
+    ("mem_left_gb", "memory_left_gb", 2),
+    ("method", "method", 0),
+)
+
+
+def optimize_text(body: dict[str, Any]) -> str:
+    """One optimize response (a mode) as the header line, the ranked table and the notes."""
+    first = body["input"]
+    lines = [
+        f"{first['model']} on {first['num_devices']} x {first['device']}  mode={body['mode']}"
+        f"  input={first['input_length']} output={first['output_length']}"
+        f"  max_batched_tokens={first['max_batched_tokens']}"
+    ]
+    rows = [[fmt(r[key], d) for _, key, d in ROW_COLUMNS] for r in body["rows"]]
+    lines.append(
+        table([h for h, _, _ in ROW_COLUMNS], rows) if rows else "no feasible configuration"
+    )
+    pd = body.get("pd_ratio")
+    if pd and pd.get("split"):
+        split = pd["split"]
+        lines.append(
+            f"pd_ratio={pd['pd_ratio']:.3f}  prefill instances={split['prefill_instances']}"
+            f"  decode instances={split['decode_instances']}  devices used={split['devices_used']}"
+            f"  output tokens/s={pd['output_throughput']:,.1f}"
+        )
+    lines.extend(
+        f"infeasible {item['role']} {item['parallel']}: {item['reason']}"
+        for item in body["infeasible"]
+    )
+    if body.get("reason"):
+        lines.append(f"note: {body['reason']}")
+    stats = body["stats"]
+    lines.append(
+        f"{stats['probes']} probes, {stats['forward_evaluations']} forwards computed, "
+        f"{stats['cache']['hits']} cache hits, {stats['elapsed_ms']:.0f} ms"
+    )
+    return "\n".join(lines)
+
+
+def print_optimize(bodies: list[dict[str, Any]], fmt_name: str) -> None:
+    """Every mode's response: several JSON documents as one list, several CSVs as one table."""
+    if fmt_name == "json" and len(bodies) > 1:
+        dump(bodies)
+    elif fmt_name == "csv" and len(bodies) > 1:  # one table: rows carry their role
+        print(to_csv([row for body in bodies for row in body["rows"]]), end="")
+    else:
+        for body in bodies:
+            if fmt_name == "json":
+                dump(body)
+            elif fmt_name == "csv":
+                print(to_csv(body["rows"]), end="")
+            else:
+                print(optimize_text(body))
+
+
+# -- simulate ----------------------------------------------------------------------------------
+def split_text(split: list[dict[str, Any]]) -> str:
+    """``8 on each of 4 replicas``, ``3 on 2 replicas, 2 on 1 replica``, or for poisson
+    ``500 requests at 2 req/s (max 4 in flight) on each of 4 replicas``."""
+
+    def replicas(n: int) -> str:
+        return f"{n} replica" if n == 1 else f"{n} replicas"
+
+    def share(s: dict[str, Any]) -> str:
+        if s.get("request_rate") is None:
+            return str(s["concurrency"])
+        cap = f" (max {s['concurrency']} in flight)" if s["concurrency"] is not None else ""
+        return f"{s['num_requests']} requests at {s['request_rate']:g} req/s{cap}"
+
+    if len(split) == 1:
+        return f"{share(split[0])} on each of {replicas(split[0]['replicas'])}"
+    return ", ".join(f"{share(s)} on {replicas(s['replicas'])}" for s in split)
+
+
+def scheduler_text(scheduler: dict[str, Any]) -> str:
+    """``vllm (mixed_latency=fused, prefill_order=continue_first)``: the name and its options."""
+    options = ", ".join(
+        f"{key}={value}" for key, value in scheduler.items() if key != "name" and value is not None
+    )
+    return f"{scheduler['name']} ({options})" if options else str(scheduler["name"])
+
+
+SIMULATE_KEYS: tuple[str, ...] = (
+    "batch_size",
+    "concurrency",
+    "effective_input_length",
+    "prefill_num_chunks",
+    "ttft_ms",
+    "tpot_ms",
+    "makespan_ms",
+    "output_throughput",
+    "throughput_per_device",
+    "request_throughput",
+    "steps",
+)
+POISSON_KEYS = ("request_rate", "num_requests", "seed")
+SERVING_KEYS = (
+    "e2e_ms",
+    "total_throughput",
+    "mean_running_batch",
+    "mean_prefill_tokens_per_step",
+    "mean_decode_tokens_per_step",
+    "max_running",
+)
+TIMELINE_HEADERS = ["start_ms", "step_ms", "repeat", "p_step", "d_step", "first", "done"]
+
+
+def simulate_text(body: dict[str, Any]) -> str:
+    """A simulate response as ``key  value`` lines, then the step timeline when there is one."""
+    keys: tuple[str, ...] = (
+        "workload",
+        "method",
+        "parallel",
+        *(POISSON_KEYS if body["workload"] == "poisson" else ()),
+        *SIMULATE_KEYS,
+        *(SERVING_KEYS if body["workload"] != "burst" else ()),
+        "memory_left_gb",
+        "feasible",
+        "reason",
+    )
+    width = max(len(k) for k in (*keys, "replica_split", "max_batched_tokens"))
+    lines = [
+        f"{'scheduler'.ljust(width)}  {scheduler_text(body['scheduler'])}",
+        f"{'max_batched_tokens'.ljust(width)}  {body['max_batched_tokens']}",
+    ]
+    for key in keys:
+        lines.append(f"{key.ljust(width)}  {fmt(body[key], 3)}")
+        if key == "concurrency":
+            lines.append(f"{'replica_split'.ljust(width)}  {split_text(body['replica_split'])}")
+    if body["timeline"] is not None:
+        rows = [
+            [
+                fmt(s["start_ms"], 2),
+                fmt(s["step_ms"], 3),
+                str(s["repeat"]),
+                str(s["p_step"]),
+                str(s["d_step"]),
+                str(s["first_tokens"]),
+                str(s["finished"]),
+            ]
+            for s in body["timeline"]
+        ]
+        lines.extend(["", table(TIMELINE_HEADERS, rows)])
+    return "\n".join(lines)
+
+
+def simulate_csv(body: dict[str, Any]) -> str:
+    """The timeline's steps (without their shapes), or the metrics as one row."""
+    if body["timeline"] is not None:
+        steps = [
+            {k: v for k, v in step.items() if k not in ("prefill", "decode")}
+            for step in body["timeline"]
+        ]
+        return to_csv(steps)
+    metrics = {k: v for k, v in body.items() if k not in ("input", "timeline", "stats")}
+    return to_csv([metrics])
+
+
+def print_simulate(body: dict[str, Any], fmt_name: str) -> None:
+    if fmt_name == "json":
+        dump(body)
+    elif fmt_name == "csv":
+        print(simulate_csv(body), end="")
+    else:
+        print(simulate_text(body))

@@ -1,0 +1,28 @@
+"""``chunkwise serve``: the HTTP service under uvicorn (the only command that loads it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.settings import Settings
+
+    if args.workers > 1 and Settings().cache_backend == "memory":
+        print(
+            "chunkwise: warning: each of the workers keeps its own in-process latency cache; "
+            "set APP_CACHE_BACKEND=redis and APP_REDIS_URL to share one",
+            file=sys.stderr,
+        )
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        access_log=False,  # the app logs one access line per request, with its request id
+    )
+    return 0
