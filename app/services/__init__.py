@@ -12,7 +12,8 @@ One module per job:
     chunk_plan   POST /v1/chunk-plan
     simulate     POST /v1/simulate
     optimize     POST /v1/optimize
-    forward      POST /v1/forward
+    forward      POST /v1/forward and chunkwise forward (one path: plan_forward / run_forward)
+    validate     chunkwise validate (the replay of measured data)
     catalog      GET /v1/models, GET /v1/devices
 """
 
@@ -20,7 +21,7 @@ from app.services.catalog import get_device_info, get_model_info, list_devices, 
 from app.services.chunk_plan import chunk_plan
 from app.services.context import ServiceContext, ServiceStats, create_context
 from app.services.cost_model import CachedServingModel, CacheUsage, ForwardRecord, ModelFactory
-from app.services.forward import forward
+from app.services.forward import ForwardPlan, ForwardRun, forward, plan_forward, run_forward
 from app.services.optimize import optimize
 from app.services.resolve import (
     ResolvedDeployment,
@@ -30,11 +31,15 @@ from app.services.resolve import (
 )
 from app.services.simulate import simulate
 from app.services.sizing import engine_budget, with_engine_budget, workload_spec
+from app.services.validate import VALIDATION_KINDS, validate
 
 __all__ = [
+    "VALIDATION_KINDS",
     "CacheUsage",
     "CachedServingModel",
+    "ForwardPlan",
     "ForwardRecord",
+    "ForwardRun",
     "ModelFactory",
     "ResolvedDeployment",
     "ServiceContext",
@@ -48,10 +53,13 @@ __all__ = [
     "list_devices",
     "list_models",
     "optimize",
+    "plan_forward",
     "resolve_deployment",
     "resolve_device",
     "resolve_model",
+    "run_forward",
     "simulate",
+    "validate",
     "with_engine_budget",
     "workload_spec",
 ]

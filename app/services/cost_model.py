@@ -13,7 +13,7 @@ from app.cache import JSONObject, JSONValue, LatencyCache, identity_digest, shap
 from app.core.cost import AnyShape, ForwardShape, MixedShape
 from app.core.errors import DeadlineExceededError, InvalidParameterError, UnsupportedError
 from app.core.parallel import ParallelLayout
-from app.core.runner import RequestInfo, RunnerServingModel
+from app.core.runner import RunnerServingModel
 from app.models import limits
 from app.models.common import CacheCounters
 from app.services.context import ServiceContext, ServiceStats, deadline_from
@@ -234,7 +234,7 @@ def evaluate_forward(serving: RunnerServingModel, shape: AnyShape) -> ForwardRec
     c, q, s = shape.concurrency, shape.query_len, shape.seq_len
     latency_ms = serving.decode_ms(c, q, s) if shape.is_decode else serving.prefill_ms(c, q, s)
     memory = serving.runner.memory(
-        RequestInfo(is_decode=shape.is_decode, concurrency=c, query_len=q, seq_len=max(s, q))
+        ForwardShape(is_decode=shape.is_decode, concurrency=c, query_len=q, seq_len=max(s, q))
     )
     return ForwardRecord(
         latency_ms=latency_ms,

@@ -31,10 +31,11 @@ from typing import Any
 from app.core.catalog.devices import get_device
 from app.core.catalog.models import get_model
 from app.core.catalog.quantization import Quantization, parse_quantization
+from app.core.cost import ForwardShape
 from app.core.errors import InfeasibleError, UnknownNameError
 from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
-from app.core.runner.runner import ModelRunner, RequestInfo
+from app.core.runner.runner import ModelRunner
 from app.core.runner.serving import RunnerServingModel
 from app.core.spec import WorkloadSpec
 from app.core.workload import simulate_serving
@@ -511,13 +512,13 @@ def runner_for(case: ValidationCase) -> ModelRunner:
 
 def predict_forward_ms(case: ValidationCase) -> float:
     """One forward of the case's shape (ms): ``ttft_bs1`` is a batch-1 prefill of ``isl``."""
-    request = RequestInfo(
+    shape = ForwardShape(
         is_decode=case.is_decode,
         concurrency=case.concurrency,
         query_len=case.query_len,
         seq_len=case.context_len + case.query_len,
     )
-    return runner_for(case).run_inference(request).latency_ms
+    return runner_for(case).run_inference(shape).latency_ms
 
 
 @functools.lru_cache(maxsize=64)
