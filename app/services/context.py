@@ -30,7 +30,9 @@ class ServiceStats:
 
 
 class RunnerMemo:
-    """Process-wide LRU of built runners: building one costs ~0.3 ms (sharding + identity)."""
+    """The memo of built runners: a process-wide LRU of serving models keyed by (resolved
+    deployment, layout), at most ``max_entries``, kept for the life of the process (building
+    one costs ~0.3 ms: sharding and identity). It holds no forward results."""
 
     def __init__(self, max_entries: int = 256) -> None:
         self._lock = threading.Lock()

@@ -86,7 +86,14 @@ class CachedServingModel:
 
     Each batch of shapes costs one ``MGET`` for the shapes this object has not seen yet; misses
     are computed by the evaluator; new records are written back by :meth:`flush` in one
-    pipeline. One instance serves one request (it memoises locally and is not shared).
+    pipeline.
+
+    The request's memo of forwards: every :class:`ForwardRecord` (latency, memory left, memory
+    picture) it has read or computed, keyed by the shape, for one request on one layout (a new
+    instance per layout, never shared). It is the only memo between the engine and the latency
+    cache: the optimizer's :class:`~app.core.optimizer.MemoLatency` passes straight through it
+    (it is a ``MemoisedLatencyModel``). The counters in ``usage`` (hits, misses, computed) are
+    the response's cache ``stats``.
     """
 
     def __init__(
@@ -243,15 +250,17 @@ def evaluate_forward(serving: RunnerServingModel, shape: AnyShape) -> ForwardRec
     )
 
 
-class _RunnerEvaluator:
-    """The runner's serving adapter for one layout, seen as a :class:`ShapeEvaluator`."""
+class RunnerEvaluator:
+    """The runner's serving adapter for one layout seen as a :class:`ShapeEvaluator` (an
+    adapter, not a memo: :class:`CachedServingModel` asks it once per shape it misses)."""
+
+    __slots__ = ("_serving",)
 
     def __init__(self, serving: RunnerServingModel) -> None:
-        self._identity = serving.identity()  # model, device, layout, quantization, MTP
         self._serving = serving
 
     def identity(self) -> str:
-        return self._identity
+        return self._serving.identity()  # model, device, layout, quantization, MTP
 
     def evaluate(self, shape: AnyShape) -> ForwardRecord:
         return evaluate_forward(self._serving, shape)
@@ -261,7 +270,11 @@ class _RunnerEvaluator:
 
 
 class ModelFactory:
-    """Builds one caching serving model per layout for one request, and totals its usage."""
+    """Builds one caching serving model per layout for one request, and totals its usage.
+
+    Runners come from the process's :class:`~app.services.context.RunnerMemo` (the one memo of
+    built runners); forwards are memoised by each :class:`CachedServingModel`.
+    """
 
     def __init__(self, context: ServiceContext, deployment: ResolvedDeployment) -> None:
         self.context = context
@@ -270,7 +283,6 @@ class ModelFactory:
         self.deadline = deadline_from(context.settings)
         self.models: list[CachedServingModel] = []
         self.on_layout: Callable[[ParallelLayout], None] | None = None
-        self._built: dict[ParallelLayout, RunnerServingModel] = {}
         self.preloaded: dict[str, JSONValue] = {}
         self._manifest_keys: frozenset[str] = frozenset()
 
@@ -298,20 +310,17 @@ class ModelFactory:
         return {"keys": sorted(keys)}
 
     def serving(self, layout: ParallelLayout) -> RunnerServingModel:
-        """The runner's (uncached) serving model of a layout, built once per request."""
-        built = self._built.get(layout)
-        if built is None:
-            deployment = self.deployment
-            built = self._built[layout] = self.context.runners.get_or_build(
-                (deployment, layout), lambda: build_serving_model(deployment, layout)
-            )
-        return built
+        """The runner's (uncached) serving model of a layout, from the process's runner memo."""
+        deployment = self.deployment
+        return self.context.runners.get_or_build(
+            (deployment, layout), lambda: build_serving_model(deployment, layout)
+        )
 
     def __call__(self, layout: ParallelLayout) -> CachedServingModel:
         if self.on_layout is not None:
             self.on_layout(layout)
         model = CachedServingModel(
-            _RunnerEvaluator(self.serving(layout)),
+            RunnerEvaluator(self.serving(layout)),
             self.context.cache,
             usage=self.usage,
             stats=self.context.stats,

@@ -60,7 +60,7 @@ def test_run_forward_is_the_runner_document(request_: ForwardRequest) -> None:
     run = services.run_forward(request_)
     assert json.dumps(run.to_dict()) == json.dumps(_direct(request_))
     expected_drafts = request_.num_mtp_tokens if request_.decode else 0
-    assert run.to_dict()["request"]["mtp_draft_tokens"] == expected_drafts  # type: ignore[index]
+    assert run.to_dict()["request"]["mtp_draft_tokens"] == expected_drafts
 
 
 def test_api_forward_body_is_run_forward_plus_input_and_cache() -> None:
@@ -91,3 +91,36 @@ def test_validate_defaults_and_kinds() -> None:
     assert tuple(LOADERS) == services.VALIDATION_KINDS
     with pytest.raises(UnknownNameError):
         services.validate(["no_such_kind"])
+
+
+def test_one_memo_layer_between_the_search_and_the_cache() -> None:
+    """The search's MemoLatency passes through the cache-backed model (no second memo) and
+    each shape is computed once: a repeat asks nothing more of the evaluator."""
+    from app.cache import MemoryLatencyCache
+    from app.core.cost import AnyShape, ForwardShape
+    from app.core.optimizer import MemoLatency
+
+    calls: list[AnyShape] = []
+
+    class Fake:
+        def identity(self) -> str:
+            return "fake"
+
+        def evaluate(self, shape: AnyShape) -> services.ForwardRecord:
+            calls.append(shape)
+            assert isinstance(shape, ForwardShape)
+            return services.ForwardRecord(float(shape.concurrency), 5.0 - shape.concurrency)
+
+        def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
+            return 1
+
+    model = services.CachedServingModel(Fake(), MemoryLatencyCache())
+    memo = MemoLatency(model)
+    shape = ForwardShape(is_decode=True, concurrency=3, query_len=1, seq_len=10)
+    assert memo.decode_ms(3, 1, 10) == 3.0
+    assert memo.memory_left_gb(shape) == 2.0
+    assert memo.forward_latencies_ms([shape, shape]) == {shape: 3.0}
+    assert calls == [shape]
+    assert not memo.latency_ms and not memo.memory_left  # nothing held twice
+    assert memo.evaluations == model.shapes_seen == 1
+    assert (model.usage.misses, model.usage.computed, model.usage.hits) == (1, 1, 0)
