@@ -20,22 +20,16 @@ One module per job:
 from app.services.catalog import get_device_info, get_model_info, list_devices, list_models
 from app.services.chunk_plan import chunk_plan
 from app.services.context import ServiceContext, ServiceStats, create_context
-from app.services.cost_model import CachedServingModel, CacheUsage, ForwardRecord, ModelFactory
+from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
 from app.services.forward import ForwardPlan, ForwardRun, forward, plan_forward, run_forward
 from app.services.optimize import optimize
-from app.services.resolve import (
-    ResolvedDeployment,
-    resolve_deployment,
-    resolve_device,
-    resolve_model,
-)
+from app.services.resolve import ResolvedDeployment
 from app.services.simulate import simulate
-from app.services.sizing import engine_budget, with_engine_budget, workload_spec
+from app.services.sizing import workload_spec
 from app.services.validate import VALIDATION_KINDS, validate
 
 __all__ = [
     "VALIDATION_KINDS",
-    "CacheUsage",
     "CachedServingModel",
     "ForwardPlan",
     "ForwardRecord",
@@ -46,7 +40,6 @@ __all__ = [
     "ServiceStats",
     "chunk_plan",
     "create_context",
-    "engine_budget",
     "forward",
     "get_device_info",
     "get_model_info",
@@ -54,12 +47,8 @@ __all__ = [
     "list_models",
     "optimize",
     "plan_forward",
-    "resolve_deployment",
-    "resolve_device",
-    "resolve_model",
     "run_forward",
     "simulate",
     "validate",
-    "with_engine_budget",
     "workload_spec",
 ]

@@ -77,10 +77,6 @@ class ShardPlan:
     notes: tuple[str, ...]
 
     @property
-    def layers_per_stage(self) -> int:
-        return math.ceil(self.model.num_layers / self.pp)
-
-    @property
     def tokens_scale(self) -> float:
         """Replicas whose tokens meet in one expert group (1 without expert parallelism)."""
         return self.moe_group_size / self.tp

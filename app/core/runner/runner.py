@@ -90,12 +90,6 @@ class Breakdown:
     categories: tuple[CategoryCost, ...]
     bound: Bound  # dominant over the whole forward
 
-    def category_ms(self, category: OpCategory) -> float:
-        for item in self.categories:
-            if item.category is category:
-                return item.time_ms
-        return 0.0
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "bound": self.bound.value,
@@ -309,10 +303,6 @@ class ModelRunner:
     def weights_bytes(self) -> float:
         extra = self.plan.mtp_weights_bytes if self.num_mtp_tokens else 0.0
         return self.plan.weights_bytes + extra
-
-    def activation_bytes(self, shape: ForwardShape) -> float:
-        check_shape(shape)
-        return self._activation_bytes((shape,))
 
     def _activation_bytes(self, parts: Sequence[ForwardShape]) -> float:
         """Activations of one forward over every part's tokens (one token batch)."""
