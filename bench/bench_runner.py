@@ -12,13 +12,14 @@ import argparse
 import time
 
 from app.core.catalog import get_device, get_model, parse_quantization
+from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
-from app.core.runner import ModelRunner, RequestInfo
+from app.core.runner import ModelRunner
 
 US_PER_S = 1e6
 
 
-def _cases() -> list[tuple[str, ModelRunner, RequestInfo]]:
+def _cases() -> list[tuple[str, ModelRunner, ForwardShape]]:
     device = get_device("NVIDIA_H200_SXM_141G")
     fp8 = parse_quantization("FP8")
     dense = ModelRunner(get_model("Qwen/Qwen3-32B"), device, ParallelLayout(tp=4), fp8)
@@ -29,14 +30,14 @@ def _cases() -> list[tuple[str, ModelRunner, RequestInfo]]:
         fp8,
         num_mtp_tokens=1,
     )
-    out: list[tuple[str, ModelRunner, RequestInfo]] = []
+    out: list[tuple[str, ModelRunner, ForwardShape]] = []
     for label, runner in (("Qwen3-32B (64 layers) TP4", dense), ("DeepSeek-V3 TP8 DP4 EP32", mla)):
         for concurrency in (1, 4096):
             out.append(
                 (
                     f"{label} prefill c={concurrency} q=2048",
                     runner,
-                    RequestInfo(
+                    ForwardShape(
                         is_decode=False, concurrency=concurrency, query_len=2048, seq_len=4096
                     ),
                 )
@@ -45,12 +46,11 @@ def _cases() -> list[tuple[str, ModelRunner, RequestInfo]]:
                 (
                     f"{label} decode  c={concurrency} q=2 (MTP 1)",
                     runner,
-                    RequestInfo(
+                    ForwardShape(
                         is_decode=True,
                         concurrency=concurrency,
                         query_len=2,
                         seq_len=8192,
-                        mtp_draft_tokens=1,
                     ),
                 )
             )

@@ -1,4 +1,4 @@
-"""Annotated dependencies: handlers receive the service context and settings through these."""
+"""Annotated dependencies: handlers receive the service context and the compute gate."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from fastapi import Depends, Request
 
 from app.api.compute import ComputeGate
 from app.services import ServiceContext
-from app.settings import Settings
 
 
 def get_context(request: Request) -> ServiceContext:
@@ -21,11 +20,5 @@ def get_gate(request: Request) -> ComputeGate:
     return gate
 
 
-def get_app_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
 ContextDep = Annotated[ServiceContext, Depends(get_context)]
 GateDep = Annotated[ComputeGate, Depends(get_gate)]
-SettingsDep = Annotated[Settings, Depends(get_app_settings)]

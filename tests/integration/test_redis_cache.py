@@ -167,7 +167,7 @@ def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -
     assert warm.stats.cache.hits == cold.stats.shapes
     assert warm.ttft_ms == cold.ttft_ms and warm.makespan_ms == cold.makespan_ms
     plan = plan_serving(
-        services.optimizer_data(request, 8).get_prefill_chunk_plan(),
+        services.workload_spec(request, 8).get_prefill_chunk_plan(),
         16,
         128,
         2048,

@@ -26,11 +26,12 @@ from app.core.catalog.devices import device_from_dict
 from app.core.catalog.models import model_from_config
 from app.core.catalog.quantization import parse_quantization
 from app.core.chunking import effective_input_length, prefill_chunk_plan
+from app.core.cost import ForwardShape
 from app.core.engine import simulate
 from app.core.errors import ChunkwiseError
 from app.core.optimizer import Deployment, enumerate_layouts, optimize_agg
 from app.core.parallel import ParallelLayout
-from app.core.runner import ModelRunner, RequestInfo
+from app.core.runner import ModelRunner
 from app.core.scheduler import make_scheduler
 from app.core.spec import WorkloadSpec
 from tests.unit.engine.fakes import LinearLatency
@@ -274,15 +275,11 @@ def test_runner(
     is_decode: Any, concurrency: Any, query_len: Any, seq_len: Any, mtp: Any, reserved: Any
 ) -> None:
     def call() -> None:
-        request = RequestInfo(
-            is_decode=is_decode,
-            concurrency=concurrency,
-            query_len=query_len,
-            seq_len=seq_len,
-            mtp_draft_tokens=mtp,
+        shape = ForwardShape(
+            is_decode=is_decode, concurrency=concurrency, query_len=query_len, seq_len=seq_len
         )
-        RUNNER.run_inference(request)
-        RUNNER.memory(request)
+        RUNNER.run_inference(shape, mtp_draft_tokens=mtp)
+        RUNNER.memory(shape)
         ModelRunner(RUNNER.model, RUNNER.device, reserved_memory_gb=reserved, num_mtp_tokens=mtp)
 
     only_domain_errors(call)

@@ -139,17 +139,41 @@ def enumerate_layouts(
     return tuple(layouts)
 
 
+@runtime_checkable
+class MemoisedLatencyModel(Protocol):
+    """A batch latency model that evaluates each shape at most once by itself (the service's
+    cache-backed model keeps every record of its request): a search adds no memo over it."""
+
+    def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]: ...
+
+    @property
+    def shapes_seen(self) -> int: ...
+
+
 class MemoLatency:
-    """Wraps a serving model so each distinct shape is evaluated once per optimizer call."""
+    """The search's view of one layout's serving model, and its memo.
+
+    What is memoised: the latency of every shape (forward or fused mixed step) and the memory
+    left after every forward shape, keyed by the shape; for how long: one optimizer call on one
+    layout (a new instance per layout). Over a :class:`MemoisedLatencyModel` (the service's
+    cache-backed model, which already holds every record of its request) nothing is memoised
+    twice: the calls go straight through, so there is one memo layer per request either way.
+    """
+
+    __slots__ = ("_through", "latency_ms", "memory_left", "model")
 
     def __init__(self, model: ServingModel) -> None:
         self.model = model
+        self._through = isinstance(model, MemoisedLatencyModel)
         self.latency_ms: dict[AnyShape, float] = {}
         self.memory_left: dict[ForwardShape, float] = {}
 
     def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]:
         """Latencies through the memo; a fused mixed shape the wrapped model cannot cost raises
         :class:`~app.core.errors.UnsupportedError` (from :func:`evaluate_shapes`)."""
+        if self._through:
+            assert isinstance(self.model, MemoisedLatencyModel)
+            return self.model.forward_latencies_ms(shapes)
         missing = [s for s in dict.fromkeys(shapes) if s not in self.latency_ms]
         if missing:
             if isinstance(self.model, BatchLatencyModel):
@@ -171,14 +195,19 @@ class MemoLatency:
         )
         return self.forward_latencies_ms([shape])[shape]
 
+    def _model_memory_left_gb(self, shape: ForwardShape) -> float:
+        return float(
+            self.model.memory_left_gb(
+                shape.is_decode, shape.concurrency, shape.query_len, shape.seq_len
+            )
+        )
+
     def memory_left_gb(self, shape: ForwardShape) -> float:
+        if self._through:
+            return self._model_memory_left_gb(shape)
         value = self.memory_left.get(shape)
         if value is None:
-            value = self.memory_left[shape] = float(
-                self.model.memory_left_gb(
-                    shape.is_decode, shape.concurrency, shape.query_len, shape.seq_len
-                )
-            )
+            value = self.memory_left[shape] = self._model_memory_left_gb(shape)
         return value
 
     def memory_breakdown_gb(self, shape: ForwardShape) -> Mapping[str, float]:
@@ -192,6 +221,10 @@ class MemoLatency:
 
     @property
     def evaluations(self) -> int:
+        """Distinct shapes evaluated (the memoised model's own count when passing through)."""
+        if self._through:
+            assert isinstance(self.model, MemoisedLatencyModel)
+            return self.model.shapes_seen
         return len(self.latency_ms)
 
 

@@ -4,8 +4,10 @@ Public entry points::
 
     ModelRunner(model, device, parallel=None, quantization=None, *, reserved_memory_gb=10.0,
                 num_mtp_tokens=0, decode_graph_mode=True)
-        .run_inference(RequestInfo) -> ForwardResult(latency_ms, breakdown, memory, ...)
-        .memory(RequestInfo) -> MemoryBreakdown
+        .run_inference(ForwardShape, *, mtp_draft_tokens=None)
+            -> ForwardResult(latency_ms, breakdown, memory, ...)
+        .run_mixed(MixedShape, *, mtp_draft_tokens=None) -> ForwardResult   one fused forward
+        .memory(ForwardShape | MixedShape) -> MemoryBreakdown
         .identity() -> str          stable cache key of everything that changes results
     RunnerServingModel(runner, num_mtp_tokens=0, mtp_acceptance_rates=())
         implements app.core.cost.ServingModel
@@ -13,7 +15,7 @@ Public entry points::
                  quantize_attention_action=None, num_mtp_tokens=0, reserved_memory_gb=None)
     parallel_layout(*, num_devices=None, tp=None, ep=1, pp=1) -> ParallelLayout
     forward_request(*, num_queries, query_length, context_length=0, decode=False,
-                    num_mtp_tokens=0) -> RequestInfo
+                    num_mtp_tokens=0) -> ForwardShape
     forward_to_dict(runner, result) -> dict      JSON document of one forward
 """
 
@@ -33,7 +35,7 @@ from app.core.runner.runner import (
     ForwardResult,
     MemoryBreakdown,
     ModelRunner,
-    RequestInfo,
+    check_shape,
 )
 from app.core.runner.serving import RunnerServingModel
 
@@ -49,9 +51,9 @@ __all__ = [
     "ModelRunner",
     "OpCategory",
     "OpCost",
-    "RequestInfo",
     "RunnerServingModel",
     "build_runner",
+    "check_shape",
     "forward_request",
     "forward_to_dict",
     "parallel_layout",

@@ -7,9 +7,10 @@ from typing import Any
 from app.core.catalog.devices import Device, get_device
 from app.core.catalog.models import ModelArchitecture, get_model
 from app.core.catalog.quantization import parse_quantization
+from app.core.cost import ForwardShape
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
-from app.core.runner.runner import ForwardResult, ModelRunner, RequestInfo
+from app.core.runner.runner import ForwardResult, ModelRunner
 
 
 def parallel_layout(
@@ -60,23 +61,19 @@ def forward_request(
     context_length: int = 0,
     decode: bool = False,
     num_mtp_tokens: int = 0,
-) -> RequestInfo:
+) -> ForwardShape:
     """``num_queries`` requests of ``query_length`` new tokens on ``context_length`` cached ones.
 
     A decode step with MTP verifies ``1 + num_mtp_tokens`` tokens per request (the query length
-    is raised to that) and adds the draft passes.
+    is raised to that); a runner built with ``num_mtp_tokens`` adds the draft passes to it.
     """
     if isinstance(context_length, bool) or not isinstance(context_length, int):
         raise InvalidParameterError("context_length", context_length, "an integer >= 0")
     if context_length < 0:
         raise InvalidParameterError("context_length", context_length, "an integer >= 0")
     query = max(query_length, 1 + num_mtp_tokens) if decode else query_length
-    return RequestInfo(
-        is_decode=decode,
-        concurrency=num_queries,
-        query_len=query,
-        seq_len=context_length + query,
-        mtp_draft_tokens=num_mtp_tokens if decode else 0,
+    return ForwardShape(
+        is_decode=decode, concurrency=num_queries, query_len=query, seq_len=context_length + query
     )
 
 

@@ -1,6 +1,7 @@
 """Operators of one forward: per distinct layer kind once, multiplied by its layer count.
 
-Shapes are per device. A forward runs one or more *sub-batches* (a :class:`Shape` each) as one
+Shapes are per device. A forward runs one or more *sub-batches* (an
+:class:`~app.core.cost.ForwardShape` each, the engine's own shape type) as one
 token batch, the way serving engines flatten a prefill chunk and decodes into one step:
 ``tokens = sum(concurrency * query_len)`` new tokens run through every GEMM, MoE, norm,
 embedding and collective; attention is costed per sub-batch (each request covers ``seq_len``
@@ -11,10 +12,10 @@ the tokens that sample. One sub-batch is the ordinary prefill or decode forward.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from app.core.catalog.models import KV_TENSORS, MTP_EH_INPUTS, FfnKind, LayerGroup
 from app.core.catalog.quantization import BYTES_16BIT
+from app.core.cost import ForwardShape
 from app.core.runner.comm import Collective, collective_time_s
 from app.core.runner.ops import OpCategory, OpCost, communication, fixed, roofline
 from app.core.runner.plan import ACTIVATION_BYTES, ShardPlan
@@ -31,27 +32,18 @@ READ_WRITE = 2  # an elementwise kernel reads its input and writes its output
 Q_AND_O = 2  # attention reads the queries and writes the outputs
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Shape:
-    """One forward on one replica."""
-
-    is_decode: bool
-    concurrency: int
-    query_len: int
-    seq_len: int
-
-    @property
-    def tokens(self) -> int:
-        return self.concurrency * self.query_len
+def new_tokens(shape: ForwardShape) -> int:
+    """Tokens the forward computes for ``shape``: ``concurrency x query_len``."""
+    return shape.concurrency * shape.query_len
 
 
 #: One attention sub-batch: its shape (pairs and context read) and the new tokens whose
-#: queries it reads and whose KV it appends (``shape.tokens``, except in an MTP draft pass,
+#: queries it reads and whose KV it appends (``new_tokens(shape)``, except in an MTP draft pass,
 #: which appends one token per request over the verify step's shape).
-Part = tuple[Shape, int]
+Part = tuple[ForwardShape, int]
 
 
-def _context(shape: Shape, group: LayerGroup) -> int:
+def _context(shape: ForwardShape, group: LayerGroup) -> int:
     """KV positions one request of ``shape`` reads in a layer of ``group``."""
     window = group.sliding_window
     return shape.seq_len if window is None else min(shape.seq_len, window)
@@ -78,7 +70,7 @@ class ForwardBuilder:
 
     __slots__ = ("batches", "draft_launch_s", "launch_s", "ops", "plan")
 
-    def __init__(self, plan: ShardPlan, batches: Sequence[Shape], graph_mode: bool) -> None:
+    def __init__(self, plan: ShardPlan, batches: Sequence[ForwardShape], graph_mode: bool) -> None:
         if not batches:
             raise ValueError("a forward needs at least one sub-batch")
         self.plan = plan
@@ -91,12 +83,12 @@ class ForwardBuilder:
     @property
     def tokens(self) -> int:
         """New tokens of every sub-batch: the M of the dense parts."""
-        return sum(batch.tokens for batch in self.batches)
+        return sum(new_tokens(batch) for batch in self.batches)
 
     @property
     def sample_tokens(self) -> int:
         """Tokens that reach the lm_head: every decode token, one per prefill request."""
-        return sum(b.tokens if b.is_decode else b.concurrency for b in self.batches)
+        return sum(new_tokens(b) if b.is_decode else b.concurrency for b in self.batches)
 
     # -- primitives ------------------------------------------------------------------------
     def gemm(
@@ -280,7 +272,7 @@ class ForwardBuilder:
         self.gemm("o_proj", scope, count, tokens, q_out, h)
 
     def _attention_kernel(
-        self, shape: Shape, scope: str, count: int, *, flops: float, hbm_bytes: float
+        self, shape: ForwardShape, scope: str, count: int, *, flops: float, hbm_bytes: float
     ) -> None:
         p = self.plan
         name = "decode_attention" if shape.is_decode else "flash_attention"
@@ -562,7 +554,7 @@ class ForwardBuilder:
             )
         )
 
-    def mtp_drafts(self, drafts: int, decode: Shape) -> None:
+    def mtp_drafts(self, drafts: int, decode: ForwardShape) -> None:
         """``drafts`` sequential MTP draft passes, one token per request of ``decode`` each
         (decode-only forwards of their own: graph launch cost when graph mode is on)."""
         p, m = self.plan, self.plan.model

@@ -77,23 +77,13 @@ class ShardPlan:
     notes: tuple[str, ...]
 
     @property
-    def layers_per_stage(self) -> int:
-        return math.ceil(self.model.num_layers / self.pp)
-
-    @property
     def tokens_scale(self) -> float:
         """Replicas whose tokens meet in one expert group (1 without expert parallelism)."""
         return self.moe_group_size / self.tp
 
 
-def build_plan(
-    model: ModelArchitecture,
-    device: Device,
-    parallel: ParallelLayout,
-    quantization: Quantization,
-) -> ShardPlan:
-    notes: list[str] = []
-    tp, pp = parallel.tp, parallel.pp
+def _kv_heads_local(model: ModelArchitecture, tp: int, pp: int) -> int:
+    """KV heads per TP rank (GQA: split or replicated; MLA: one latent); checks TP and PP."""
     if model.num_heads % tp:
         raise InvalidParameterError("tp", tp, f"a divisor of num_attention_heads={model.num_heads}")
     if model.attention is AttentionKind.GQA and model.num_kv_heads >= tp:
@@ -112,23 +102,34 @@ def build_plan(
         kv_local = 1  # MLA: one latent per token, replicated on every TP rank
     if pp > model.num_layers:
         raise InvalidParameterError("pp", pp, f"<= num_hidden_layers={model.num_layers}")
+    return kv_local
 
-    ep = parallel.ep
+
+def _expert_sharding(
+    model: ModelArchitecture, parallel: ParallelLayout, notes: list[str]
+) -> tuple[int, int, int]:
+    """``(ep, moe_tp, group)``: expert parallelism, the TP of each expert, the devices whose
+    tokens meet in one expert group."""
+    tp, ep = parallel.tp, parallel.ep
     moe = model.moe
     if moe is None:
         if ep > 1:
             notes.append(f"ep={ep} ignored: {model.name} has no experts")
-        ep, moe_tp, group = 1, tp, tp
-    elif ep == 1:
-        moe_tp, group = tp, tp
-    else:
-        replicas = tp * parallel.dp
-        if replicas % ep:
-            raise InvalidParameterError("ep", ep, f"a divisor of tp * dp = {replicas}")
-        if moe.num_experts % ep:
-            raise InvalidParameterError("ep", ep, f"a divisor of num_experts={moe.num_experts}")
-        moe_tp, group = replicas // ep, replicas
+        return 1, tp, tp
+    if ep == 1:
+        return ep, tp, tp
+    replicas = tp * parallel.dp
+    if replicas % ep:
+        raise InvalidParameterError("ep", ep, f"a divisor of tp * dp = {replicas}")
+    if moe.num_experts % ep:
+        raise InvalidParameterError("ep", ep, f"a divisor of num_experts={moe.num_experts}")
+    return ep, replicas // ep, replicas
 
+
+def _compute_paths(
+    device: Device, quantization: Quantization, notes: list[str]
+) -> tuple[DType, float, float]:
+    """The GEMM compute dtype and the peak TFLOPS of the GEMMs and of attention."""
     fmt = quantization.linear_format
     compute = device.compute_path(fmt.compute_dtype)
     if compute is not fmt.compute_dtype:
@@ -145,7 +146,38 @@ def build_plan(
             attention_compute = DType.BF16
     gemm_peak = device.peak_tflops(compute) or device.peak_bf16_tflops
     attn_peak = device.peak_tflops(attention_compute) or device.peak_bf16_tflops
+    return compute, gemm_peak, attn_peak
 
+
+def _kv_bytes_per_token(
+    model: ModelArchitecture, kv_local: int, pp: int, kv_el: float
+) -> tuple[float, float, float]:
+    """KV bytes per token on one device: per layer, full-attention layers, sliding layers."""
+    per_layer_kv = (
+        model.mla.cache_elements_per_token
+        if model.mla is not None
+        else KV_TENSORS * kv_local * model.head_dim
+    ) * kv_el
+    layers_on_stage = math.ceil(model.num_layers / pp)
+    sliding_layers = sum(g.count for g in model.layer_groups if g.sliding_window is not None)
+    sliding_share = sliding_layers / model.num_layers
+    kv_full = per_layer_kv * layers_on_stage * (1 - sliding_share)
+    kv_sliding = per_layer_kv * layers_on_stage * sliding_share
+    return per_layer_kv, kv_full, kv_sliding
+
+
+def build_plan(
+    model: ModelArchitecture,
+    device: Device,
+    parallel: ParallelLayout,
+    quantization: Quantization,
+) -> ShardPlan:
+    notes: list[str] = []
+    tp, pp = parallel.tp, parallel.pp
+    kv_local = _kv_heads_local(model, tp, pp)
+    ep, moe_tp, group = _expert_sharding(model, parallel, notes)
+    fmt = quantization.linear_format
+    compute, gemm_peak, attn_peak = _compute_paths(device, quantization, notes)
     group_devices = max(tp, group)
     plan_weights, mtp_weights = _weights_bytes(
         model,
@@ -157,16 +189,7 @@ def build_plan(
         wbytes=fmt.weight_bytes_per_param,
     )
     kv_el = quantization.kv_bytes_per_element
-    per_layer_kv = (
-        model.mla.cache_elements_per_token
-        if model.mla is not None
-        else KV_TENSORS * kv_local * model.head_dim
-    ) * kv_el
-    layers_on_stage = math.ceil(model.num_layers / pp)
-    sliding_layers = sum(g.count for g in model.layer_groups if g.sliding_window is not None)
-    sliding_share = sliding_layers / model.num_layers
-    kv_full = per_layer_kv * layers_on_stage * (1 - sliding_share)
-    kv_sliding = per_layer_kv * layers_on_stage * sliding_share
+    per_layer_kv, kv_full, kv_sliding = _kv_bytes_per_token(model, kv_local, pp, kv_el)
 
     return ShardPlan(
         model=model,

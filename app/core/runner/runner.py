@@ -1,18 +1,21 @@
 """``ModelRunner``: forward latency, per-op breakdown and device memory of one batch shape.
 
     runner = ModelRunner(model, device, ParallelLayout(tp=4), Quantization(linear="FP8"))
-    result = runner.run_inference(RequestInfo(is_decode=False, concurrency=1,
-                                              query_len=2048, seq_len=2048))
+    result = runner.run_inference(ForwardShape(is_decode=False, concurrency=1,
+                                               query_len=2048, seq_len=2048))
     result.latency_ms, result.breakdown.categories, result.memory.available_gb
 
 Shapes are per data-parallel replica: ``concurrency`` requests each add ``query_len`` tokens on
 top of ``seq_len - query_len`` cached ones. For a decode step the caller passes the KV-cache
 context it wants memory accounted for as ``seq_len`` (the engine uses ``L + O // 2``).
 
-``runner.run_mixed(prefill, decode)`` costs a mixed engine step as ONE forward over the combined
-token batch (how vLLM, SGLang and TensorRT-LLM run a prefill chunk beside decodes): GEMMs, MoE,
-norms, embeddings, lm_head and collectives over all tokens, attention per part, the per-forward
-overhead once.
+``runner.run_mixed(MixedShape(prefill=..., decode=...))`` costs a mixed engine step as ONE
+forward over the combined token batch (how vLLM, SGLang and TensorRT-LLM run a prefill chunk
+beside decodes): GEMMs, MoE, norms, embeddings, lm_head and collectives over all tokens,
+attention per part, the per-forward overhead once.
+
+Shapes are :class:`app.core.cost.ForwardShape` / :class:`~app.core.cost.MixedShape`, the
+engine's own types, from the serving adapter down to the layers.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from typing import Any
 from app.core.catalog.devices import BYTES_PER_GB, Device
 from app.core.catalog.models import KV_TENSORS, ModelArchitecture
 from app.core.catalog.quantization import Quantization
+from app.core.cost import AnyShape, ForwardShape, MixedShape
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
-from app.core.runner.layers import LOGIT_BYTES, Q_AND_O, ForwardBuilder, Shape
+from app.core.runner.layers import LOGIT_BYTES, Q_AND_O, ForwardBuilder, new_tokens
 from app.core.runner.ops import Bound, OpCategory, OpCost
 from app.core.runner.plan import ACTIVATION_BYTES, ShardPlan, build_plan
 
@@ -44,38 +48,30 @@ def _check_int(name: str, value: object, minimum: int) -> None:
         raise InvalidParameterError(name, value, f"an integer >= {minimum}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestInfo:
-    """One forward on one DP replica (``seq_len`` = context after the forward)."""
+def check_shape(shape: ForwardShape) -> None:
+    """A forward the runner can cost: integers >= 1, ``seq_len >= query_len`` (domain errors).
 
-    is_decode: bool
-    concurrency: int
-    query_len: int
-    seq_len: int
-    mtp_draft_tokens: int = 0  # MTP draft passes to add to a decode step (0 = none)
+    :class:`~app.core.cost.ForwardShape` is a plain value; the runner, which is called with
+    shapes from the engine, the services and the CLI, checks them here, once per call.
+    """
+    if not isinstance(shape.is_decode, bool):
+        raise InvalidParameterError("is_decode", shape.is_decode, "a boolean")
+    _check_int("concurrency", shape.concurrency, 1)
+    _check_int("query_len", shape.query_len, 1)
+    _check_int("seq_len", shape.seq_len, 1)
+    if shape.seq_len < shape.query_len:
+        raise InvalidParameterError("seq_len", shape.seq_len, f">= query_len={shape.query_len}")
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.is_decode, bool):
-            raise InvalidParameterError("is_decode", self.is_decode, "a boolean")
-        _check_int("concurrency", self.concurrency, 1)
-        _check_int("query_len", self.query_len, 1)
-        _check_int("seq_len", self.seq_len, 1)
-        _check_int("mtp_draft_tokens", self.mtp_draft_tokens, 0)
-        if self.seq_len < self.query_len:
-            raise InvalidParameterError("seq_len", self.seq_len, f">= query_len={self.query_len}")
 
-    @property
-    def tokens(self) -> int:
-        return self.concurrency * self.query_len
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "is_decode": self.is_decode,
-            "concurrency": self.concurrency,
-            "query_len": self.query_len,
-            "seq_len": self.seq_len,
-            "mtp_draft_tokens": self.mtp_draft_tokens,
-        }
+def shape_to_dict(shape: ForwardShape, mtp_draft_tokens: int) -> dict[str, Any]:
+    """The ``request`` document of a forward (its shape and the MTP draft passes it ran)."""
+    return {
+        "is_decode": shape.is_decode,
+        "concurrency": shape.concurrency,
+        "query_len": shape.query_len,
+        "seq_len": shape.seq_len,
+        "mtp_draft_tokens": mtp_draft_tokens,
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,12 +89,6 @@ class Breakdown:
     ops: tuple[OpCost, ...]
     categories: tuple[CategoryCost, ...]
     bound: Bound  # dominant over the whole forward
-
-    def category_ms(self, category: OpCategory) -> float:
-        for item in self.categories:
-            if item.category is category:
-                return item.time_ms
-        return 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,26 +126,30 @@ class MemoryBreakdown:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForwardResult:
-    """One forward. ``fused_decode``: the decodes that ran in the same forward as the prefill
-    ``request`` (a fused mixed step), ``None`` for an ordinary forward."""
+    """One forward of ``shape``. ``fused_decode``: the decodes that ran in the same forward as
+    the prefill ``shape`` (a fused mixed step), ``None`` for an ordinary forward.
+    ``mtp_draft_tokens``: the MTP draft passes run after the decode part (0 = none)."""
 
     latency_ms: float
     breakdown: Breakdown
     memory: MemoryBreakdown
-    request: RequestInfo
+    shape: ForwardShape
+    mtp_draft_tokens: int = 0
     notes: tuple[str, ...] = field(default=())
-    fused_decode: RequestInfo | None = None
+    fused_decode: ForwardShape | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        fused = self.fused_decode
+        drafts = self.mtp_draft_tokens
         body = {
             "latency_ms": self.latency_ms,
-            "request": self.request.to_dict(),
+            "request": shape_to_dict(self.shape, 0 if fused is not None else drafts),
             "breakdown": self.breakdown.to_dict(),
             "memory": self.memory.to_dict(),
             "notes": list(self.notes),
         }
-        if self.fused_decode is not None:
-            body["fused_decode"] = self.fused_decode.to_dict()
+        if fused is not None:
+            body["fused_decode"] = shape_to_dict(fused, drafts)
         return body
 
 
@@ -234,39 +228,35 @@ class ModelRunner:
         return self._identity
 
     # -- forward ----------------------------------------------------------------------------
-    def run_inference(self, request: RequestInfo) -> ForwardResult:
-        return self._run((request,))
+    def _drafts(self, mtp_draft_tokens: int | None) -> int:
+        if mtp_draft_tokens is None:
+            return self.num_mtp_tokens
+        _check_int("mtp_draft_tokens", mtp_draft_tokens, 0)
+        return mtp_draft_tokens
 
-    def run_mixed(self, prefill: RequestInfo | None, decode: RequestInfo | None) -> ForwardResult:
-        """A prefill chunk and decodes as ONE forward (a fused mixed step).
+    def run_inference(
+        self, shape: ForwardShape, *, mtp_draft_tokens: int | None = None
+    ) -> ForwardResult:
+        """One forward of ``shape``. A decode step runs ``mtp_draft_tokens`` MTP draft passes
+        after it (``None`` = the runner's ``num_mtp_tokens``); a prefill runs none."""
+        check_shape(shape)
+        drafts = self._drafts(mtp_draft_tokens) if shape.is_decode else 0
+        return self._run((shape,), drafts)
 
-        Either part may be missing: the result is then exactly that part's own forward.
-        The decode part keeps its MTP draft passes (``decode.mtp_draft_tokens``).
-        """
-        if prefill is not None and prefill.is_decode:
-            raise InvalidParameterError("prefill.is_decode", True, "False for the prefill part")
-        if decode is not None and not decode.is_decode:
-            raise InvalidParameterError("decode.is_decode", False, "True for the decode part")
-        parts = tuple(part for part in (prefill, decode) if part is not None)
-        if not parts:
-            raise InvalidParameterError("run_mixed", None, "a prefill part, a decode part or both")
-        return self._run(parts)
+    def run_mixed(self, shape: MixedShape, *, mtp_draft_tokens: int | None = None) -> ForwardResult:
+        """A prefill chunk and decodes as ONE forward (a fused mixed step); the decode part
+        keeps its MTP draft passes (``mtp_draft_tokens`` as in :meth:`run_inference`)."""
+        check_shape(shape.prefill)
+        check_shape(shape.decode)
+        return self._run((shape.prefill, shape.decode), self._drafts(mtp_draft_tokens))
 
-    def _run(self, parts: tuple[RequestInfo, ...]) -> ForwardResult:
-        """One forward over every part's tokens; attention and draft passes per part."""
+    def _run(self, parts: tuple[ForwardShape, ...], drafts: int) -> ForwardResult:
+        """One forward over every part's tokens; attention per part, ``drafts`` MTP draft
+        passes after the decode part (the last part when it decodes)."""
         plan = self.plan
-        shapes = tuple(
-            Shape(
-                is_decode=part.is_decode,
-                concurrency=part.concurrency,
-                query_len=part.query_len,
-                seq_len=part.seq_len,
-            )
-            for part in parts
-        )
-        builder = ForwardBuilder(plan, shapes, self.decode_graph_mode)
+        builder = ForwardBuilder(plan, parts, self.decode_graph_mode)
         tokens = builder.tokens
-        attention = tuple((shape, shape.tokens) for shape in shapes)
+        attention = tuple((shape, new_tokens(shape)) for shape in parts)
         builder.embedding("model", 1, tokens)
         for index, group in enumerate(plan.model.layer_groups):
             scope = f"layers[{index}]:{group.ffn.value}" + (
@@ -275,20 +265,22 @@ class ModelRunner:
             builder.layer_group(group, scope, group.count, tokens, attention)
         builder.lm_head("model", 1, builder.sample_tokens)
         builder.pipeline_sends(tokens)
-        for part, shape in zip(parts, shapes, strict=True):
-            if part.is_decode:
-                builder.mtp_drafts(part.mtp_draft_tokens, shape)
+        decode = parts[-1]
+        if decode.is_decode:
+            builder.mtp_drafts(drafts, decode)
         builder.overhead()
         ops = tuple(builder.ops)
         latency_ms = math.fsum(op.total_ms for op in ops)
         notes = list(plan.notes)
-        if any(part.mtp_draft_tokens for part in parts) and not plan.model.num_mtp_layers:
+        drafts = drafts if decode.is_decode else 0
+        if drafts and not plan.model.num_mtp_layers:
             notes.append("model has no MTP layers: draft cost not modelled")
         return ForwardResult(
             latency_ms=latency_ms,
             breakdown=_summarize(ops),
-            memory=self.parts_memory(parts),
-            request=parts[0],
+            memory=self._parts_memory(parts),
+            shape=parts[0],
+            mtp_draft_tokens=drafts,
             notes=tuple(notes),
             fused_decode=parts[1] if len(parts) > 1 else None,
         )
@@ -312,10 +304,7 @@ class ModelRunner:
         extra = self.plan.mtp_weights_bytes if self.num_mtp_tokens else 0.0
         return self.plan.weights_bytes + extra
 
-    def activation_bytes(self, request: RequestInfo) -> float:
-        return self._activation_bytes((request,))
-
-    def _activation_bytes(self, parts: Sequence[RequestInfo]) -> float:
+    def _activation_bytes(self, parts: Sequence[ForwardShape]) -> float:
         """Activations of one forward over every part's tokens (one token batch)."""
         plan, m = self.plan, self.plan.model
         h = m.hidden_size
@@ -327,7 +316,7 @@ class ModelRunner:
             width = m.mlp_matrices * m.moe.expert_intermediate_size / plan.moe_tp
             moe = plan.tokens_scale * m.moe.experts_per_token / plan.ep * (width + h)
         per_token = RESIDUAL_STREAMS * h + max(attn, mlp, moe)
-        total = sum(part.tokens for part in parts) * per_token * ACTIVATION_BYTES
+        total = sum(new_tokens(part) for part in parts) * per_token * ACTIVATION_BYTES
         sample_tokens = 0
         for part in parts:
             if m.mla is not None and not part.is_decode:
@@ -339,14 +328,18 @@ class ModelRunner:
                     * (mla.qk_head_dim + mla.v_head_dim)
                     * ACTIVATION_BYTES
                 )
-            sample_tokens += part.tokens if part.is_decode else part.concurrency
+            sample_tokens += new_tokens(part) if part.is_decode else part.concurrency
         return total + sample_tokens * m.vocab_size / plan.tp * LOGIT_BYTES
 
-    def memory(self, request: RequestInfo) -> MemoryBreakdown:
-        return self.parts_memory((request,))
+    def memory(self, shape: AnyShape) -> MemoryBreakdown:
+        """Memory while the forward of ``shape`` runs (a fused mixed step: both parts' KV
+        cache and the activations of their combined tokens)."""
+        parts = (shape.prefill, shape.decode) if isinstance(shape, MixedShape) else (shape,)
+        for part in parts:
+            check_shape(part)
+        return self._parts_memory(parts)
 
-    def parts_memory(self, parts: Sequence[RequestInfo]) -> MemoryBreakdown:
-        """Memory while one forward runs every part (a fused mixed step: prefill + decode)."""
+    def _parts_memory(self, parts: Sequence[ForwardShape]) -> MemoryBreakdown:
         capacity = self.device.hbm_capacity_gb
         weights = self.weights_bytes() / BYTES_PER_GB
         kv_bytes = math.fsum(self.kv_cache_bytes(p.concurrency, p.seq_len) for p in parts)

@@ -6,9 +6,9 @@ import math
 from collections.abc import Sequence
 
 from app.core.catalog.devices import BYTES_PER_GB
-from app.core.cost import MixedShape
+from app.core.cost import ForwardShape, MixedShape
 from app.core.errors import InvalidParameterError
-from app.core.runner.runner import MemoryBreakdown, ModelRunner, RequestInfo
+from app.core.runner.runner import MemoryBreakdown, ModelRunner
 
 
 class RunnerServingModel:
@@ -59,57 +59,55 @@ class RunnerServingModel:
         return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}"
 
     @staticmethod
-    def _prefill_request(concurrency: int, query_len: int, seq_len: int) -> RequestInfo:
-        return RequestInfo(
+    def _prefill_shape(concurrency: int, query_len: int, seq_len: int) -> ForwardShape:
+        return ForwardShape(
             is_decode=False, concurrency=concurrency, query_len=query_len, seq_len=seq_len
         )
 
     def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
-        request = self._prefill_request(concurrency, query_len, seq_len)
-        return self.runner.run_inference(request).latency_ms
+        shape = self._prefill_shape(concurrency, query_len, seq_len)
+        return self.runner.run_inference(shape).latency_ms
 
-    def _decode_request(self, concurrency: int, query_len: int, seq_len: int) -> RequestInfo:
+    def _decode_shape(self, concurrency: int, query_len: int, seq_len: int) -> ForwardShape:
+        """The verify step: at least ``1 + num_mtp_tokens`` tokens per request."""
         query = max(query_len, 1 + self.num_mtp_tokens)
-        return RequestInfo(
-            is_decode=True,
-            concurrency=concurrency,
-            query_len=query,
-            seq_len=max(seq_len, query),
-            mtp_draft_tokens=self.num_mtp_tokens,
+        return ForwardShape(
+            is_decode=True, concurrency=concurrency, query_len=query, seq_len=max(seq_len, query)
         )
 
     def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
-        request = self._decode_request(concurrency, query_len, seq_len)
-        return self.runner.run_inference(request).latency_ms / self._tokens_per_step
+        shape = self._decode_shape(concurrency, query_len, seq_len)
+        step = self.runner.run_inference(shape, mtp_draft_tokens=self.num_mtp_tokens)
+        return step.latency_ms / self._tokens_per_step
 
-    def _mixed_requests(self, shape: MixedShape) -> tuple[RequestInfo, RequestInfo]:
+    def _mixed_shape(self, shape: MixedShape) -> MixedShape:
         p, d = shape.prefill, shape.decode
-        return (
-            self._prefill_request(p.concurrency, p.query_len, p.seq_len),
-            self._decode_request(d.concurrency, d.query_len, d.seq_len),
+        return MixedShape(
+            prefill=self._prefill_shape(p.concurrency, p.query_len, p.seq_len),
+            decode=self._decode_shape(d.concurrency, d.query_len, d.seq_len),
         )
 
     def mixed_ms(self, shape: MixedShape) -> float:
         """A fused mixed step: one forward over the prefill chunk and the decodes."""
-        prefill, decode = self._mixed_requests(shape)
-        fused_ms = self.runner.run_mixed(prefill, decode).latency_ms
+        mixed = self._mixed_shape(shape)
+        fused_ms = self.runner.run_mixed(mixed, mtp_draft_tokens=self.num_mtp_tokens).latency_ms
         if self._tokens_per_step == 1.0:
             return fused_ms
-        prefill_ms = self.runner.run_inference(prefill).latency_ms
+        prefill_ms = self.runner.run_inference(mixed.prefill).latency_ms
         return prefill_ms + (fused_ms - prefill_ms) / self._tokens_per_step
 
     def mixed_memory(self, shape: MixedShape) -> MemoryBreakdown:
         """Device memory while the fused mixed step runs (both parts' KV and activations)."""
-        return self.runner.parts_memory(self._mixed_requests(shape))
+        return self.runner.memory(self._mixed_shape(shape))
 
     def memory_left_gb(
         self, is_decode: bool, concurrency: int, query_len: int, seq_len: int
     ) -> float:
         if is_decode:
-            request = self._decode_request(concurrency, query_len, seq_len)
+            shape = self._decode_shape(concurrency, query_len, seq_len)
         else:
-            request = self._prefill_request(concurrency, query_len, seq_len)
-        return self.runner.memory(request).available_gb
+            shape = self._prefill_shape(concurrency, query_len, seq_len)
+        return self.runner.memory(shape).available_gb
 
     def kv_capacity_requests(
         self, context_len: int, max_batched_tokens: int, *, kv_memory_fraction: float = 1.0
@@ -122,7 +120,7 @@ class RunnerServingModel:
         one request does not fit.
         """
         runner = self.runner
-        peak = RequestInfo(
+        peak = ForwardShape(
             is_decode=False,
             concurrency=1,
             query_len=max_batched_tokens,

@@ -1,24 +1,34 @@
-"""Replay of measured data (above the optimizer and runner; imported by nothing in core)."""
+"""Replay of measured data (above the optimizer and runner; imported by nothing in core).
 
-from app.core.validation.replay import (
-    LOADERS,
+cases.py     ValidationCase and the loaders of the measurement files
+predict.py   predictions of a case (one forward, or a serving simulation); ServingReplay
+report.py    errors per case, summaries per kind and group, targets, CSV / table / JSON
+replay.py    LOADERS, load_cases, run_validation
+"""
+
+from app.core.validation.cases import (
     SERVING_TPOT_KIND,
     SERVING_TTFT_KIND,
     TARGET_DEVICE_MEDIAN_APE_PCT,
     TARGET_KIND,
     TARGET_MEDIAN_APE_PCT,
     TARGETS,
+    ValidationCase,
+    load_agg_serving_cases,
+    load_msmodeling_cases,
+    load_published_points,
+)
+from app.core.validation.predict import (
     TRTLLM_KV_FREE_MEMORY_FRACTION,
     TRTLLM_MAX_NUM_TOKENS,
     TRTLLM_RUNTIME_MEMORY_GB,
-    ErrorSummary,
-    ValidationReport,
-    _serving_models,
-    load_agg_serving_cases,
-    load_published_points,
-    run_validation,
+    ServingReplay,
+    predictors,
     trtllm_kv_capacity_requests,
+    trtllm_serving_model,
 )
+from app.core.validation.replay import LOADERS, load_cases, run_validation
+from app.core.validation.report import CaseResult, ErrorSummary, ValidationReport
 
 __all__ = [
     "LOADERS",
@@ -31,11 +41,17 @@ __all__ = [
     "TRTLLM_KV_FREE_MEMORY_FRACTION",
     "TRTLLM_MAX_NUM_TOKENS",
     "TRTLLM_RUNTIME_MEMORY_GB",
+    "CaseResult",
     "ErrorSummary",
+    "ServingReplay",
+    "ValidationCase",
     "ValidationReport",
-    "_serving_models",
     "load_agg_serving_cases",
+    "load_cases",
+    "load_msmodeling_cases",
     "load_published_points",
+    "predictors",
     "run_validation",
     "trtllm_kv_capacity_requests",
+    "trtllm_serving_model",
 ]

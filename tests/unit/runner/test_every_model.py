@@ -7,8 +7,9 @@ import math
 import pytest
 
 from app.core.catalog import get_device, get_model, model_names, parse_quantization
+from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
-from app.core.runner import ModelRunner, RequestInfo
+from app.core.runner import ModelRunner
 
 DEVICES = [
     "TEST_DEVICE",
@@ -30,7 +31,7 @@ def test_prefill_and_decode_run(name: str, device: str) -> None:
     )
     for decode, query in ((False, 1000), (True, 1)):
         result = runner.run_inference(
-            RequestInfo(is_decode=decode, concurrency=8, query_len=query, seq_len=4000)
+            ForwardShape(is_decode=decode, concurrency=8, query_len=query, seq_len=4000)
         )
         assert math.isfinite(result.latency_ms) and result.latency_ms > 0
         assert result.memory.weights_gb > 0 and result.memory.kv_cache_gb > 0

@@ -7,8 +7,9 @@ import math
 import pytest
 
 from app.core.catalog import get_device, get_model, model_from_config, parse_quantization
+from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
-from app.core.runner import ModelRunner, OpCategory, OpCost, RequestInfo
+from app.core.runner import ModelRunner, OpCategory, OpCost
 from app.core.runner.layers import attended_pairs
 
 TINY = {
@@ -25,7 +26,7 @@ H, HEADS, KV, D, FFN, V = 64, 4, 2, 16, 128, 100
 B16 = 2  # bytes per 16-bit element
 
 
-def _ops(request: RequestInfo, tp: int = 1) -> dict[str, OpCost]:
+def _ops(request: ForwardShape, tp: int = 1) -> dict[str, OpCost]:
     runner = ModelRunner(
         model_from_config(TINY, name="tiny"),
         get_device("NVIDIA_H100_SXM_80G"),
@@ -38,7 +39,7 @@ def _ops(request: RequestInfo, tp: int = 1) -> dict[str, OpCost]:
 
 def test_prefill_ops_of_a_tiny_llama() -> None:
     t = 8  # one request, 8 new tokens, no cached context
-    ops = _ops(RequestInfo(is_decode=False, concurrency=1, query_len=t, seq_len=t))
+    ops = _ops(ForwardShape(is_decode=False, concurrency=1, query_len=t, seq_len=t))
     qkv_n = (HEADS + 2 * KV) * D  # 128
     qkv = ops["qkv_proj"]
     assert qkv.count == 2
@@ -61,7 +62,7 @@ def test_prefill_ops_of_a_tiny_llama() -> None:
 
 def test_decode_reads_the_kv_cache() -> None:
     c, ctx = 3, 40
-    ops = _ops(RequestInfo(is_decode=True, concurrency=c, query_len=1, seq_len=ctx))
+    ops = _ops(ForwardShape(is_decode=True, concurrency=c, query_len=1, seq_len=ctx))
     attn = ops["decode_attention"]
     kv_row = 2 * KV * D
     assert attn.flops == 2 * c * ctx * HEADS * (D + D)
@@ -70,7 +71,7 @@ def test_decode_reads_the_kv_cache() -> None:
 
 
 def test_tensor_parallel_splits_heads_and_adds_all_reduce() -> None:
-    ops = _ops(RequestInfo(is_decode=False, concurrency=1, query_len=8, seq_len=8), tp=2)
+    ops = _ops(ForwardShape(is_decode=False, concurrency=1, query_len=8, seq_len=8), tp=2)
     assert ops["qkv_proj"].flops == 2 * 8 * H * (HEADS // 2 + 2 * (KV // 2)) * D
     reduce = ops["attn_all_reduce"]
     assert reduce.category is OpCategory.COMMUNICATION
@@ -87,7 +88,7 @@ def test_attended_pairs_with_context_and_window() -> None:
 def test_memory_known_answers() -> None:
     device = get_device("NVIDIA_H200_SXM_141G")
     llama = get_model("meta-llama/Llama-3.1-70B")
-    request = RequestInfo(is_decode=True, concurrency=2, query_len=1, seq_len=200)
+    request = ForwardShape(is_decode=True, concurrency=2, query_len=1, seq_len=200)
     tp1 = ModelRunner(llama, device)
     # 200 tokens round up to 2 blocks of 128: 256 tokens x 327,680 bytes x 2 requests.
     assert tp1.kv_cache_bytes(2, 200) == 2 * 256 * 327_680
@@ -119,7 +120,7 @@ def test_expert_parallel_splits_expert_weights() -> None:
     tp8 = ModelRunner(model, device, ParallelLayout(tp=8), quant)
     ep32 = ModelRunner(model, device, ParallelLayout(tp=8, dp=4, ep=32), quant)
     assert ep32.weights_bytes() < tp8.weights_bytes()
-    request = RequestInfo(is_decode=True, concurrency=64, query_len=1, seq_len=2048)
+    request = ForwardShape(is_decode=True, concurrency=64, query_len=1, seq_len=2048)
     names = {op.name for op in ep32.run_inference(request).breakdown.ops}
     assert {"moe_dispatch", "moe_combine", "q_absorb", "v_up"} <= names
 
@@ -131,6 +132,6 @@ def test_fallback_is_reported() -> None:
         quantization=parse_quantization("FP8", "FP8"),
     )
     result = runner.run_inference(
-        RequestInfo(is_decode=False, concurrency=1, query_len=16, seq_len=16)
+        ForwardShape(is_decode=False, concurrency=1, query_len=16, seq_len=16)
     )
     assert any("fp8" in note for note in result.notes)

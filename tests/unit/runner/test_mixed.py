@@ -29,7 +29,7 @@ from app.core.catalog import device_from_dict, get_device, get_model, parse_quan
 from app.core.cost import ForwardShape, MixedShape
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
-from app.core.runner import ModelRunner, OpCategory, RequestInfo, RunnerServingModel
+from app.core.runner import ModelRunner, OpCategory, RunnerServingModel
 
 #: (model, tp, ep): dense GQA, MoE without and with expert parallelism, MLA, sliding windows.
 DEPLOYMENTS = [
@@ -54,20 +54,20 @@ def runner(name: str, tp: int, ep: int, device: str, num_mtp_tokens: int = 0) ->
     )
 
 
-def prefill(concurrency: int, query: int, context: int) -> RequestInfo:
-    return RequestInfo(
+def prefill(concurrency: int, query: int, context: int) -> ForwardShape:
+    return ForwardShape(
         is_decode=False, concurrency=concurrency, query_len=query, seq_len=query + context
     )
 
 
-def decode(concurrency: int, context: int, mtp: int = 0) -> RequestInfo:
-    return RequestInfo(
-        is_decode=True,
-        concurrency=concurrency,
-        query_len=1 + mtp,
-        seq_len=1 + mtp + context,
-        mtp_draft_tokens=mtp,
+def decode(concurrency: int, context: int, mtp: int = 0) -> ForwardShape:
+    return ForwardShape(
+        is_decode=True, concurrency=concurrency, query_len=1 + mtp, seq_len=1 + mtp + context
     )
+
+
+def mixed(p: ForwardShape, d: ForwardShape) -> MixedShape:
+    return MixedShape(prefill=p, decode=d)
 
 
 deployments = st.tuples(st.sampled_from(DEPLOYMENTS), st.sampled_from(DEVICES))
@@ -77,27 +77,16 @@ prefills = st.builds(
 decodes = st.builds(decode, st.integers(1, 1024), st.integers(1, 32768))
 
 
-@settings(max_examples=80, deadline=None)
-@given(deployments, prefills, decodes)
-def test_a_part_alone_is_its_own_forward(
-    where: tuple[tuple[str, int, int], str], p: RequestInfo, d: RequestInfo
-) -> None:
-    (name, tp, ep), device = where
-    model = runner(name, tp, ep, device)
-    assert model.run_mixed(p, None) == model.run_inference(p)
-    assert model.run_mixed(None, d) == model.run_inference(d)
-
-
 @settings(max_examples=150, deadline=None)
 @given(deployments, prefills, decodes)
 def test_fused_lies_between_max_and_sum(
-    where: tuple[tuple[str, int, int], str], p: RequestInfo, d: RequestInfo
+    where: tuple[tuple[str, int, int], str], p: ForwardShape, d: ForwardShape
 ) -> None:
     (name, tp, ep), device = where
     model = runner(name, tp, ep, device)
     prefill_ms = model.run_inference(p).latency_ms
     decode_ms = model.run_inference(d).latency_ms
-    fused_ms = model.run_mixed(p, d).latency_ms
+    fused_ms = model.run_mixed(mixed(p, d)).latency_ms
     assert max(prefill_ms, decode_ms) <= fused_ms <= prefill_ms + decode_ms
 
 
@@ -111,8 +100,8 @@ def test_fused_lies_between_max_and_sum(
 )
 def test_fused_grows_with_either_part(
     where: tuple[tuple[str, int, int], str],
-    p: RequestInfo,
-    d: RequestInfo,
+    p: ForwardShape,
+    d: ForwardShape,
     grow: str,
     extra: int,
 ) -> None:
@@ -128,15 +117,15 @@ def test_fused_grows_with_either_part(
         bigger_d = decode(d.concurrency + extra, d.seq_len - 1)
     else:
         bigger_d = decode(d.concurrency, d.seq_len - 1 + extra)
-    base = model.run_mixed(p, d).latency_ms
-    assert model.run_mixed(bigger_p, bigger_d).latency_ms >= base
+    base = model.run_mixed(mixed(p, d)).latency_ms
+    assert model.run_mixed(mixed(bigger_p, bigger_d)).latency_ms >= base
 
 
 def test_dense_parts_see_every_token_attention_each_part_overhead_once() -> None:
     model = runner("Qwen/Qwen3-32B", 8, 1, "NVIDIA_H100_SXM_80G")
     p, d = prefill(1, 2048, 0), decode(64, 2048)
-    total = RequestInfo(is_decode=False, concurrency=1, query_len=2048 + 64, seq_len=2048 + 64)
-    fused = {(op.scope, op.name): op for op in model.run_mixed(p, d).breakdown.ops}
+    total = ForwardShape(is_decode=False, concurrency=1, query_len=2048 + 64, seq_len=2048 + 64)
+    fused = {(op.scope, op.name): op for op in model.run_mixed(mixed(p, d)).breakdown.ops}
     flat = {(op.scope, op.name): op for op in model.run_inference(total).breakdown.ops}
     alone = {(op.scope, op.name): op for op in model.run_inference(p).breakdown.ops}
     layer = next(scope for scope, name in fused if name == "qkv_proj")
@@ -148,19 +137,24 @@ def test_dense_parts_see_every_token_attention_each_part_overhead_once() -> None
     assert fused[(layer, "decode_attention")].flops > 0
     # One lm_head over the 64 decode tokens and the prefill request's last token.
     assert fused[("model", "lm_head")].flops == 65 * flat[("model", "lm_head")].flops
-    assert [op.name for op in model.run_mixed(p, d).breakdown.ops].count("forward_overhead") == 1
+    assert [op.name for op in model.run_mixed(mixed(p, d)).breakdown.ops].count(
+        "forward_overhead"
+    ) == 1
 
 
 def test_mla_parts_take_their_own_attention_paths() -> None:
     model = runner("deepseek-ai/DeepSeek-V3", 8, 8, "NVIDIA_H200_SXM_141G")
-    names = {op.name for op in model.run_mixed(prefill(1, 1024, 0), decode(32, 4096)).breakdown.ops}
+    names = {
+        op.name
+        for op in model.run_mixed(mixed(prefill(1, 1024, 0), decode(32, 4096))).breakdown.ops
+    }
     assert {"kv_b_proj", "flash_attention", "q_absorb", "decode_attention", "v_up"} <= names
 
 
 def test_memory_holds_both_parts() -> None:
     model = runner("Qwen/Qwen3-32B", 8, 1, "NVIDIA_H100_SXM_80G")
     p, d = prefill(1, 2048, 2048), decode(64, 4096)
-    fused = model.run_mixed(p, d).memory
+    fused = model.run_mixed(mixed(p, d)).memory
     assert fused.kv_cache_gb == pytest.approx(
         model.memory(p).kv_cache_gb + model.memory(d).kv_cache_gb
     )
@@ -170,15 +164,34 @@ def test_memory_holds_both_parts() -> None:
 
 def test_run_mixed_checks_its_parts() -> None:
     model = runner("Qwen/Qwen3-8B", 1, 1, "NVIDIA_H100_SXM_80G")
-    with pytest.raises(InvalidParameterError, match="prefill"):
-        model.run_mixed(decode(1, 10), None)
-    with pytest.raises(InvalidParameterError, match="decode"):
-        model.run_mixed(None, prefill(1, 10, 0))
-    with pytest.raises(InvalidParameterError, match="run_mixed"):
-        model.run_mixed(None, None)
-    result = model.run_mixed(prefill(1, 10, 0), decode(3, 10))
-    assert result.to_dict()["fused_decode"] == decode(3, 10).to_dict()
+    with pytest.raises(InvalidParameterError, match="seq_len"):
+        model.run_mixed(
+            mixed(
+                prefill(1, 10, 0),
+                ForwardShape(is_decode=True, concurrency=3, query_len=4, seq_len=2),
+            )
+        )
+    with pytest.raises(InvalidParameterError, match="concurrency"):
+        model.run_mixed(
+            mixed(
+                ForwardShape(is_decode=False, concurrency=0, query_len=10, seq_len=10),
+                decode(3, 10),
+            )
+        )
+    result = model.run_mixed(mixed(prefill(1, 10, 0), decode(3, 10)))
+    expected = {**_shape_doc(decode(3, 10)), "mtp_draft_tokens": 0}
+    assert result.to_dict()["fused_decode"] == expected
+    assert result.to_dict()["request"] == {**_shape_doc(prefill(1, 10, 0)), "mtp_draft_tokens": 0}
     assert "fused_decode" not in model.run_inference(decode(3, 10)).to_dict()
+
+
+def _shape_doc(shape: ForwardShape) -> dict[str, object]:
+    return {
+        "is_decode": shape.is_decode,
+        "concurrency": shape.concurrency,
+        "query_len": shape.query_len,
+        "seq_len": shape.seq_len,
+    }
 
 
 @settings(max_examples=80, deadline=None)
@@ -194,7 +207,7 @@ def test_serving_model_folds_mtp_into_the_decode_part_only(
     deployment: tuple[str, int, int],
     device: str,
     mtp: int,
-    p: RequestInfo,
+    p: ForwardShape,
     requests: int,
     context: int,
 ) -> None:
@@ -212,7 +225,9 @@ def test_serving_model_folds_mtp_into_the_decode_part_only(
     decode_ms = serving.decode_ms(requests, 1 + mtp, 1 + mtp + context)
     fused_ms = serving.mixed_ms(MixedShape(prefill=p_shape, decode=d_shape))
     assert max(prefill_ms, decode_ms) <= fused_ms <= prefill_ms + decode_ms
-    raw = serving.runner.run_mixed(p, decode(requests, context, mtp)).latency_ms
+    raw = serving.runner.run_mixed(
+        mixed(p, decode(requests, context, mtp)), mtp_draft_tokens=mtp
+    ).latency_ms
     assert fused_ms == pytest.approx(
         prefill_ms + (raw - prefill_ms) / serving.tokens_per_decode_step
     )
@@ -232,9 +247,9 @@ def test_upper_bound_needs_graph_launch_not_far_below_eager() -> None:
     p, d = prefill(1, 1, 0), decode(1, 1)
     prefill_ms = model.run_inference(p).latency_ms
     decode_ms = model.run_inference(d).latency_ms
-    assert model.run_mixed(p, d).latency_ms > prefill_ms + decode_ms
+    assert model.run_mixed(mixed(p, d)).latency_ms > prefill_ms + decode_ms
     # The excess is the decode attention kernels paying the eager launch in the fused step.
     decode_attention = [
-        op for op in model.run_mixed(p, d).breakdown.ops if op.name == "decode_attention"
+        op for op in model.run_mixed(mixed(p, d)).breakdown.ops if op.name == "decode_attention"
     ]
     assert all(op.category is OpCategory.ATTENTION and op.launch_ms > 0 for op in decode_attention)

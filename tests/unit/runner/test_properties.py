@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.catalog import get_device, get_model, parse_quantization
+from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
-from app.core.runner import ModelRunner, OpCategory, RequestInfo
+from app.core.runner import ModelRunner, OpCategory
 
 MODELS = [
     "Qwen/Qwen3-8B",
@@ -30,7 +31,7 @@ def runner(name: str, tp: int = 1) -> ModelRunner:
 
 
 def latency(name: str, decode: bool, concurrency: int, query: int, context: int) -> float:
-    request = RequestInfo(
+    request = ForwardShape(
         is_decode=decode, concurrency=concurrency, query_len=query, seq_len=query + context
     )
     return runner(name).run_inference(request).latency_ms
@@ -75,7 +76,7 @@ def test_latency_non_decreasing_in_concurrency(
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(["Qwen/Qwen3-32B", "meta-llama/Llama-3.1-70B"]), st.integers(1, 8192))
 def test_tensor_parallel_reduces_compute_per_device(name: str, tokens: int) -> None:
-    request = RequestInfo(is_decode=False, concurrency=1, query_len=tokens, seq_len=tokens)
+    request = ForwardShape(is_decode=False, concurrency=1, query_len=tokens, seq_len=tokens)
 
     def flops(tp: int) -> float:
         ops = runner(name, tp).run_inference(request).breakdown.ops
@@ -90,8 +91,8 @@ def test_ops_do_not_grow_with_concurrency(
     name: str, decode: bool, query: int, concurrency: int
 ) -> None:
     """Cost is closed-form: the op list is the same for 1 and 4096 requests."""
-    small = RequestInfo(is_decode=decode, concurrency=1, query_len=query, seq_len=query + 100)
-    large = RequestInfo(
+    small = ForwardShape(is_decode=decode, concurrency=1, query_len=query, seq_len=query + 100)
+    large = ForwardShape(
         is_decode=decode, concurrency=concurrency, query_len=query, seq_len=query + 100
     )
     a = runner(name).run_inference(small).breakdown.ops
@@ -100,7 +101,7 @@ def test_ops_do_not_grow_with_concurrency(
 
 
 def test_same_input_same_output() -> None:
-    request = RequestInfo(is_decode=True, concurrency=17, query_len=2, seq_len=3000)
+    request = ForwardShape(is_decode=True, concurrency=17, query_len=2, seq_len=3000)
     first = runner("deepseek-ai/DeepSeek-V3").run_inference(request)
     second = ModelRunner(
         get_model("deepseek-ai/DeepSeek-V3"),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from app.core.catalog import device_from_dict, get_device, get_model, parse_quantization
-from app.core.cost import ServingModel
+from app.core.cost import ForwardShape, ServingModel
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
-from app.core.runner import ModelRunner, RequestInfo, RunnerServingModel
+from app.core.runner import ModelRunner, RunnerServingModel
 
 
 def _runner(**options: object) -> ModelRunner:
@@ -25,7 +25,7 @@ def test_adapter_implements_the_protocol() -> None:
     serving = RunnerServingModel(_runner())
     assert isinstance(serving, ServingModel)
     direct = _runner().run_inference(
-        RequestInfo(is_decode=False, concurrency=2, query_len=512, seq_len=1024)
+        ForwardShape(is_decode=False, concurrency=2, query_len=512, seq_len=1024)
     )
     assert serving.prefill_ms(2, 512, 1024) == direct.latency_ms
 
@@ -34,7 +34,7 @@ def test_mtp_decode_is_folded_with_acceptance_rates() -> None:
     runner = _runner(num_mtp_tokens=2)
     serving = RunnerServingModel(runner, num_mtp_tokens=2, mtp_acceptance_rates=(0.8, 0.5, 0.1))
     step = runner.run_inference(
-        RequestInfo(is_decode=True, concurrency=32, query_len=3, seq_len=3000, mtp_draft_tokens=2)
+        ForwardShape(is_decode=True, concurrency=32, query_len=3, seq_len=3000), mtp_draft_tokens=2
     )
     assert serving.tokens_per_decode_step == pytest.approx(2.3)
     assert serving.decode_ms(32, 1, 3000) == pytest.approx(step.latency_ms / 2.3)
@@ -93,7 +93,13 @@ def test_invalid_layouts(tp: int, ep: int, dp: int) -> None:
 
 
 def test_request_validation() -> None:
-    with pytest.raises(InvalidParameterError):
-        RequestInfo(is_decode=False, concurrency=0, query_len=1, seq_len=1)
-    with pytest.raises(InvalidParameterError):
-        RequestInfo(is_decode=False, concurrency=1, query_len=10, seq_len=5)
+    runner = _runner()
+    with pytest.raises(InvalidParameterError, match="concurrency"):
+        runner.run_inference(ForwardShape(is_decode=False, concurrency=0, query_len=1, seq_len=1))
+    with pytest.raises(InvalidParameterError, match="seq_len"):
+        runner.memory(ForwardShape(is_decode=False, concurrency=1, query_len=10, seq_len=5))
+    with pytest.raises(InvalidParameterError, match="mtp_draft_tokens"):
+        runner.run_inference(
+            ForwardShape(is_decode=True, concurrency=1, query_len=1, seq_len=5),
+            mtp_draft_tokens=-1,
+        )

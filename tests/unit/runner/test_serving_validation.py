@@ -42,11 +42,11 @@ def test_trtllm_kv_pool_is_a_fraction_of_the_free_memory() -> None:
         TRTLLM_KV_FREE_MEMORY_FRACTION,
         TRTLLM_MAX_NUM_TOKENS,
         TRTLLM_RUNTIME_MEMORY_GB,
-        _serving_models,
         trtllm_kv_capacity_requests,
+        trtllm_serving_model,
     )
 
-    serving, _ = _serving_models(
+    serving = trtllm_serving_model(
         "meta-llama/Llama-3.1-70B", "NVIDIA_H200_SXM_141G", 1, 1, 1, "FP8+KV8"
     )
     assert serving.runner.reserved_memory_gb == TRTLLM_RUNTIME_MEMORY_GB

@@ -1,0 +1,76 @@
+"""Per-process service state: settings, the latency cache, counters and the runner memo."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from app.cache import LatencyCache, create_cache
+from app.core.runner import RunnerServingModel
+from app.settings import Settings
+
+
+class ServiceStats:
+    """Thread-safe counters exported by ``/metrics``."""
+
+    __slots__ = ("_lock", "forward_evaluations", "response_cache_hits")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.forward_evaluations = 0
+        self.response_cache_hits = 0
+
+    def add(self, *, forward_evaluations: int = 0, response_cache_hits: int = 0) -> None:
+        with self._lock:
+            self.forward_evaluations += forward_evaluations
+            self.response_cache_hits += response_cache_hits
+
+
+class RunnerMemo:
+    """The memo of built runners: a process-wide LRU of serving models keyed by (resolved
+    deployment, layout), at most ``max_entries``, kept for the life of the process (building
+    one costs ~0.3 ms: sharding and identity). It holds no forward results."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Hashable, RunnerServingModel] = OrderedDict()
+        self._max_entries = max_entries
+
+    def get_or_build(
+        self, key: Hashable, build: Callable[[], RunnerServingModel]
+    ) -> RunnerServingModel:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+        built = build()  # outside the lock; a rare duplicate build is harmless
+        with self._lock:
+            self._entries[key] = built
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+        return built
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceContext:
+    """What every service function needs; built once per process by the app lifespan or CLI."""
+
+    settings: Settings
+    cache: LatencyCache
+    stats: ServiceStats = field(default_factory=ServiceStats)
+    runners: RunnerMemo = field(default_factory=RunnerMemo)
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+def create_context(settings: Settings) -> ServiceContext:
+    return ServiceContext(settings=settings, cache=create_cache(settings))
+
+
+def deadline_from(settings: Settings) -> float:
+    return time.monotonic() + settings.request_deadline_s

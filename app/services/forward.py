@@ -1,0 +1,109 @@
+"""One forward pass (latency, per-op breakdown, memory): ``POST /v1/forward`` and
+``chunkwise forward`` both go through :func:`run_forward` / :func:`forward`.
+
+    run = run_forward(request, allow_paths=True)     # uncached: the CLI's table and JSON
+    run.result, run.to_dict()
+    forward(context, request) -> ForwardResponse     # the API: the same document, cached
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.cache import identity_digest, shape_key
+from app.core.cost import ForwardShape
+from app.core.runner import (
+    ForwardResult,
+    ModelRunner,
+    forward_request,
+    forward_to_dict,
+    parallel_layout,
+)
+from app.models.common import CacheCounters
+from app.models.forward import ForwardRequest, ForwardResponse
+from app.services.context import ServiceContext
+from app.services.resolve import resolve_deployment
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardPlan:
+    """The runner and the shape of a forward request, before anything is computed."""
+
+    runner: ModelRunner
+    shape: ForwardShape
+    mtp_draft_tokens: int  # the MTP draft passes of a decode step (0 for a prefill)
+
+    def cache_key(self) -> str:
+        """The latency-cache key of the full forward document (kind ``fwd``)."""
+        identity = f"{self.runner.identity()}|draft={self.mtp_draft_tokens}"
+        return shape_key(identity_digest(identity), self.shape, kind="fwd")
+
+    def run(self) -> ForwardRun:
+        result = self.runner.run_inference(self.shape, mtp_draft_tokens=self.mtp_draft_tokens)
+        return ForwardRun(runner=self.runner, result=result)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardRun:
+    """A computed forward: the runner (names, layout, identity) and its result."""
+
+    runner: ModelRunner
+    result: ForwardResult
+
+    def to_dict(self) -> dict[str, Any]:
+        """The forward document (``chunkwise forward --format json``, the API body's core)."""
+        return forward_to_dict(self.runner, self.result)
+
+
+def plan_forward(request: ForwardRequest, *, allow_paths: bool = False) -> ForwardPlan:
+    """Resolve the request's deployment and layout and build its shape (domain errors)."""
+    deployment = resolve_deployment(request, allow_paths=allow_paths)
+    layout = parallel_layout(
+        num_devices=request.num_devices,
+        tp=request.tp_size,
+        ep=request.ep_size,
+        pp=request.pp_size,
+    )
+    runner = deployment.runner(layout)
+    shape = forward_request(
+        num_queries=request.num_queries,
+        query_length=request.query_length,
+        context_length=request.context_length,
+        decode=request.decode,
+        num_mtp_tokens=request.num_mtp_tokens,
+    )
+    drafts = request.num_mtp_tokens if request.decode else 0
+    return ForwardPlan(runner=runner, shape=shape, mtp_draft_tokens=drafts)
+
+
+def run_forward(request: ForwardRequest, *, allow_paths: bool = False) -> ForwardRun:
+    """One forward computed now (no cache): what ``chunkwise forward`` prints."""
+    return plan_forward(request, allow_paths=allow_paths).run()
+
+
+def forward(
+    context: ServiceContext, request: ForwardRequest, *, allow_paths: bool = False
+) -> ForwardResponse:
+    """One forward; the full result (breakdown included) is cached under its own key kind."""
+    plan = plan_forward(request, allow_paths=allow_paths)
+    key = plan.cache_key()
+    cached = context.cache.get_many([key])[0]
+    body = cached if isinstance(cached, dict) and "breakdown" in cached else None
+    if body is None:
+        body = plan.run().to_dict()
+        context.stats.add(forward_evaluations=1)
+        context.cache.set_many({key: body})
+    hit = body is cached
+    return ForwardResponse.model_validate(
+        {
+            **body,
+            "input": request,
+            "cache": CacheCounters(
+                backend=context.cache.backend,
+                hits=int(hit),
+                misses=int(not hit),
+                round_trips=1,
+            ),
+        }
+    )

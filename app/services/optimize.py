@@ -1,0 +1,450 @@
+"""``POST /v1/optimize``: the throughput search over parallel layouts and batch sizes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from app.cache import JSONValue, response_key
+from app.core.errors import InvalidParameterError, SearchLimitError
+from app.core.optimizer import (
+    OptimizeResult,
+    PdRatioResult,
+    Probe,
+    ResultRow,
+    enumerate_layouts,
+    optimize_agg,
+    optimize_disagg_decode,
+    optimize_disagg_prefill,
+    optimize_pd_ratio,
+)
+from app.core.optimizer.agg import SEARCHED_WORKLOADS
+from app.core.parallel import ParallelLayout
+from app.core.runner import RUNNER_MODEL_VERSION
+from app.core.scheduler import Scheduler
+from app.core.spec import WorkloadSpec
+from app.models import limits
+from app.models.common import CacheCounters
+from app.models.optimize import (
+    InfeasibleLayout,
+    InstanceSplitOut,
+    OptimizeRequest,
+    OptimizeResponse,
+    PdRatioOut,
+    ProbeOut,
+    ResultRowOut,
+    Role,
+    RunStats,
+)
+from app.services.context import ServiceContext
+from app.services.cost_model import ModelFactory
+from app.services.resolve import make_scheduler, resolve_deployment
+from app.services.sizing import search_cap, with_engine_budget, workload_spec
+
+
+def _layouts(
+    num_devices: int,
+    tp_sizes: Sequence[int] | None,
+    ep_sizes: Sequence[int] | None,
+    *,
+    per_instance: str | None = None,
+) -> tuple[ParallelLayout, ...]:
+    """Layouts of ``num_devices``; for a PD instance, search sizes that do not fit are dropped."""
+    if per_instance is not None:
+        if tp_sizes is not None:
+            fitting = [t for t in tp_sizes if num_devices % t == 0]
+            if not fitting:
+                raise InvalidParameterError(
+                    "tp_sizes",
+                    list(tp_sizes),
+                    f"at least one divisor of {per_instance}={num_devices}",
+                )
+            tp_sizes = fitting
+        if ep_sizes is not None:
+            fitting = [e for e in ep_sizes if num_devices % e == 0]
+            if not fitting:
+                raise InvalidParameterError(
+                    "ep_sizes",
+                    list(ep_sizes),
+                    f"at least one divisor of {per_instance}={num_devices}",
+                )
+            ep_sizes = fitting
+    layouts = enumerate_layouts(num_devices, tp_sizes, ep_sizes)
+    if len(layouts) > limits.MAX_LAYOUTS:
+        raise SearchLimitError(
+            f"{len(layouts)} parallel layouts requested (tp_sizes x ep_sizes); "
+            f"at most {limits.MAX_LAYOUTS} per request"
+        )
+    return layouts
+
+
+def _row_out(row: ResultRow, role: Role) -> ResultRowOut:
+    return ResultRowOut(
+        role=role,
+        model=row.model,
+        device=row.device,
+        quantization=row.quantization,
+        num_devices=row.num_devices,
+        input_length=row.input_length,
+        output_length=row.output_length,
+        effective_input_length=row.effective_input_length,
+        max_batched_tokens=row.max_batched_tokens,
+        prefill_num_chunks=row.prefill_num_chunks,
+        concurrency=row.concurrency,
+        batch_size=row.batch_size,
+        ttft_ms=row.ttft_ms,
+        tpot_ms=row.tpot_ms,
+        throughput_tokens_s=row.throughput_tokens_s,
+        throughput_per_device=row.throughput_per_device,
+        throughput_kind=row.throughput_kind,
+        request_throughput=row.request_throughput,
+        parallel=row.parallel,
+        tp=row.tp,
+        dp=row.dp,
+        ep=row.ep,
+        pp=row.pp,
+        memory_left_gb=row.memory_left_gb,
+        memory_gb=dict(row.memory_gb),
+        method=row.method,
+    )
+
+
+def _probe_out(probe: Probe, role: Role) -> ProbeOut:
+    layout = probe.layout
+    return ProbeOut(
+        role=role,
+        parallel=layout.label,
+        tp=layout.tp,
+        dp=layout.dp,
+        ep=layout.ep,
+        pp=layout.pp,
+        batch_size=probe.batch_size,
+        concurrency=probe.concurrency,
+        feasible=probe.feasible,
+        reason=probe.reason,
+        ttft_ms=probe.ttft_ms,
+        tpot_ms=probe.tpot_ms,
+        throughput_tokens_s=probe.throughput_tokens_s,
+        throughput_per_device=probe.throughput_per_device,
+        request_throughput=probe.request_throughput,
+        memory_left_gb=probe.memory_left_gb,
+        method=probe.method,
+    )
+
+
+def _infeasible(role: Role, reasons: Mapping[str, str]) -> list[InfeasibleLayout]:
+    return [InfeasibleLayout(role=role, parallel=k, reason=v) for k, v in reasons.items()]
+
+
+def _empty_result(mode: str) -> OptimizeResult:
+    return OptimizeResult(mode=mode, rows=(), probes=(), infeasible={}, forward_evaluations=0)
+
+
+@dataclass(slots=True)
+class _Section:
+    role: Role
+    result: OptimizeResult
+    rejected: dict[str, str]
+
+
+def _search(
+    factory: ModelFactory,
+    role: Role,
+    layouts: Sequence[ParallelLayout],
+    run: Callable[[Sequence[ParallelLayout]], OptimizeResult],
+    mode: str,
+) -> _Section:
+    usable, rejected = factory.usable_layouts(layouts)
+    result = run(usable) if usable else _empty_result(mode)
+    return _Section(role=role, result=result, rejected=rejected)
+
+
+@dataclass(slots=True)
+class _Search:
+    """One optimize request while it runs: its spec, searcher, sections and progress notes."""
+
+    request: OptimizeRequest
+    spec: WorkloadSpec
+    factory: ModelFactory
+    max_batch: int
+    progress: Callable[[str], None] | None
+    sections: list[_Section] = field(default_factory=list)
+    pd: PdRatioOut | None = None
+    reason: str | None = None
+
+    def note(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+
+def _search_devices(request: OptimizeRequest) -> int:
+    """Devices of the searched instance: the prefill instance in pd_ratio, else all of them."""
+    if request.mode == "pd_ratio":
+        return request.prefill_devices_per_instance or max(1, request.num_devices // 2)
+    return request.num_devices
+
+
+def _check_search(request: OptimizeRequest, spec: WorkloadSpec) -> int:
+    """The workload and the search size (also checked for a response-cache hit); the cap."""
+    if request.workload not in SEARCHED_WORKLOADS:
+        raise InvalidParameterError(
+            "workload",
+            request.workload,
+            f"one of {', '.join(SEARCHED_WORKLOADS)}: the optimizer searches concurrency, not a "
+            "request rate (simulate a poisson workload one rate at a time: POST /v1/simulate)",
+        )
+    max_batch = search_cap(request, spec)
+    if request.workload != "burst" and request.mode != "agg":
+        raise InvalidParameterError(
+            "workload", request.workload, f"'burst' for mode {request.mode!r} (closed_loop: agg)"
+        )
+    return max_batch
+
+
+def _cached_response(
+    context: ServiceContext, cached: JSONValue | None, started: float
+) -> OptimizeResponse | None:
+    """A response-cache hit, re-stamped with this request's timing and cache counters."""
+    if cached is None:
+        return None
+    try:
+        response = OptimizeResponse.model_validate(cached)
+    except ValidationError:
+        return None
+    context.stats.add(response_cache_hits=1)
+    response.stats.elapsed_ms = (time.perf_counter() - started) * 1e3
+    response.stats.cache = CacheCounters(
+        backend=context.cache.backend, round_trips=1, response_cache_hit=True
+    )
+    return response
+
+
+def _report_layouts(factory: ModelFactory, progress: Callable[[str], None] | None) -> None:
+    if progress is None:
+        return
+    searched = 0
+
+    def on_layout(layout: ParallelLayout) -> None:
+        nonlocal searched
+        searched += 1
+        progress(f"searching layout {searched}: {layout.label}")
+
+    factory.on_layout = on_layout
+
+
+def _pd_ratio_out(pd_result: PdRatioResult) -> PdRatioOut:
+    split = pd_result.split
+    return PdRatioOut(
+        p_qps=pd_result.p_qps,
+        d_qps=pd_result.d_qps,
+        pd_ratio=pd_result.pd_ratio,
+        split=InstanceSplitOut(
+            prefill_instances=split.prefill_instances,
+            decode_instances=split.decode_instances,
+            devices_used=split.devices_used,
+            balanced_qps=split.balanced_qps,
+        )
+        if split
+        else None,
+        prefill_row=_row_out(pd_result.prefill_row, "prefill") if pd_result.prefill_row else None,
+        decode_row=_row_out(pd_result.decode_row, "decode") if pd_result.decode_row else None,
+        output_throughput=pd_result.output_throughput,
+        throughput_per_device=pd_result.throughput_per_device,
+        reason=pd_result.reason,
+    )
+
+
+def _run_pd_ratio(run: _Search) -> None:
+    """Prefill and decode instances searched separately, then balanced into one deployment."""
+    request, factory = run.request, run.factory
+    p_devices = _search_devices(request)
+    d_devices = request.decode_devices_per_instance or max(1, request.num_devices // 2)
+    p_layouts, p_rejected = factory.usable_layouts(
+        _layouts(
+            p_devices,
+            request.tp_sizes,
+            request.ep_sizes,
+            per_instance="prefill_devices_per_instance",
+        )
+    )
+    d_layouts, d_rejected = factory.usable_layouts(
+        _layouts(
+            d_devices,
+            request.tp_sizes,
+            request.ep_sizes,
+            per_instance="decode_devices_per_instance",
+        )
+    )
+    run.note(f"pd_ratio: {len(p_layouts)} prefill and {len(d_layouts)} decode layouts")
+    if not (p_layouts and d_layouts):
+        empty = _empty_result(request.mode)
+        run.sections.append(_Section("prefill", empty, p_rejected))
+        run.sections.append(_Section("decode", empty, d_rejected))
+        run.reason = "no parallel layout the model supports"
+        return
+    label = factory.deployment.label
+    pd_result = optimize_pd_ratio(
+        run.spec,
+        p_layouts,
+        d_layouts,
+        factory,
+        factory,
+        label,
+        label,
+        device_budget=request.num_devices,
+        serving_overhead_ms=request.serving_overhead_ms,
+        max_batch_size=run.max_batch,
+    )
+    run.sections.append(_Section("prefill", pd_result.prefill, p_rejected))
+    run.sections.append(_Section("decode", pd_result.decode, d_rejected))
+    run.pd = _pd_ratio_out(pd_result)
+    run.reason = pd_result.reason
+
+
+def _run_single(run: _Search, scheduler: Scheduler) -> None:
+    """One role (agg, disagg_prefill or disagg_decode) over every layout of the devices."""
+    request, factory, spec, max_batch = run.request, run.factory, run.spec, run.max_batch
+    label = factory.deployment.label
+    mode = request.mode
+    layouts = _layouts(request.num_devices, request.tp_sizes, request.ep_sizes)
+    run.note(f"{mode}: searching {len(layouts)} layouts")
+    if mode == "agg":
+        section = _search(
+            factory,
+            "agg",
+            layouts,
+            lambda ls: optimize_agg(
+                spec,
+                ls,
+                factory,
+                label,
+                scheduler=scheduler,
+                force_simulation=request.force_simulation,
+                max_batch_size=max_batch,
+                workload=request.workload,
+                window=request.window,
+                requests_per_client=request.requests_per_client,
+            ),
+            mode,
+        )
+    elif mode == "disagg_prefill":
+        section = _search(
+            factory,
+            "prefill",
+            layouts,
+            lambda ls: optimize_disagg_prefill(
+                spec,
+                ls,
+                factory,
+                label,
+                serving_overhead_ms=request.serving_overhead_ms,
+                max_batch_size=max_batch,
+            ),
+            mode,
+        )
+    else:
+        section = _search(
+            factory,
+            "decode",
+            layouts,
+            lambda ls: optimize_disagg_decode(spec, ls, factory, label, max_batch_size=max_batch),
+            mode,
+        )
+    run.sections.append(section)
+
+
+def _response(run: _Search, started: float) -> OptimizeResponse:
+    """The response body of a finished search (rows ranked, top_k kept, probes if asked)."""
+    request, factory, sections = run.request, run.factory, run.sections
+    mode = request.mode
+    rows: list[ResultRowOut] = []
+    probes: list[ProbeOut] = []
+    infeasible: list[InfeasibleLayout] = []
+    for section in sections:
+        rows.extend(_row_out(row, section.role) for row in section.result.rows)
+        if request.include_probes:
+            probes.extend(_probe_out(p, section.role) for p in section.result.probes)
+        infeasible.extend(_infeasible(section.role, section.rejected))
+        infeasible.extend(_infeasible(section.role, section.result.infeasible))
+    if mode != "pd_ratio":
+        rows = rows[: request.top_k]
+    best = rows[0] if rows and mode != "pd_ratio" else None
+    reason = run.reason
+    if mode != "pd_ratio" and best is None:
+        reason = "no feasible configuration: " + (
+            "; ".join(f"{i.parallel}: {i.reason}" for i in infeasible) or "no layout"
+        )
+    return OptimizeResponse(
+        input=request,
+        mode=mode,
+        best=best,
+        rows=rows,
+        probes=probes,
+        infeasible=infeasible,
+        pd_ratio=run.pd,
+        reason=reason,
+        stats=RunStats(
+            elapsed_ms=(time.perf_counter() - started) * 1e3,
+            forward_evaluations=factory.usage.computed,
+            shapes=factory.shapes,
+            layouts=sum(len({p.layout for p in s.result.probes}) for s in sections),
+            probes=sum(len(s.result.probes) for s in sections),
+            cache=factory.counters(),
+        ),
+    )
+
+
+def optimize(
+    context: ServiceContext,
+    request: OptimizeRequest,
+    *,
+    allow_paths: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> OptimizeResponse:
+    """The throughput search; identical requests are answered from the response cache.
+
+    One :class:`WorkloadSpec` is built for the request (the searched instance's devices) and
+    passed whole to the optimizer, so the chunk plan is derived once.
+    """
+    started = time.perf_counter()
+    request = with_engine_budget(request)
+    spec = workload_spec(request, _search_devices(request))
+    max_batch = _check_search(request, spec)
+    scheduler = make_scheduler(request.scheduler)
+    use_response_cache = context.settings.response_cache and not allow_paths
+    key = (
+        response_key("optimize", f"{RUNNER_MODEL_VERSION}|{request.model_dump_json()}")
+        if use_response_cache
+        else None
+    )
+    # The search's manifest: every forward key an identical search (top_k and include_probes
+    # aside) used, so a warm search reads all of them in one MGET.
+    search = request.model_dump_json(exclude={"top_k", "include_probes"})
+    manifest_key = response_key("manifest", f"{RUNNER_MODEL_VERSION}|{search}")
+    first_read = context.cache.get_many([manifest_key] if key is None else [manifest_key, key])
+    if key is not None:
+        hit = _cached_response(context, first_read[1], started)
+        if hit is not None:
+            return hit
+
+    factory = ModelFactory(context, resolve_deployment(request, allow_paths=allow_paths))
+    factory.usage.round_trips += 1  # the read above
+    factory.preload(first_read[0])
+    _report_layouts(factory, progress)
+    run = _Search(
+        request=request, spec=spec, factory=factory, max_batch=max_batch, progress=progress
+    )
+    if request.mode == "pd_ratio":
+        _run_pd_ratio(run)
+    else:
+        _run_single(run, scheduler)
+    new_manifest = factory.manifest()
+    factory.flush({manifest_key: new_manifest} if new_manifest else None)
+    response = _response(run, started)
+    run.note(f"done: {response.stats.probes} probes, {factory.usage.computed} forwards computed")
+    if key is not None:
+        context.cache.set_many({key: response.model_dump(mode="json")})
+    return response

@@ -1,0 +1,167 @@
+"""Resolving what a request names: model (catalog, HF id or inline config.json), device
+(catalog or custom), quantization, and the scheduler.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from app.core.catalog import (
+    Device,
+    ModelArchitecture,
+    Quantization,
+    device_from_dict,
+    get_device,
+    get_model,
+    model_from_config,
+    model_names,
+    parse_quantization,
+    resolve_model_name,
+)
+from app.core.errors import ChunkwiseError, InvalidParameterError, UnknownModelError
+from app.core.optimizer import Deployment
+from app.core.parallel import ParallelLayout
+from app.core.runner import DEFAULT_RESERVED_MEMORY_GB, ModelRunner, RunnerServingModel
+from app.core.scheduler import Scheduler
+from app.core.scheduler import make_scheduler as core_make_scheduler
+from app.models import limits
+from app.models.workload import CustomDevice, DeploymentMixin, InlineModel, SchedulerOptions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedDeployment:
+    """The catalog objects a request names, and the knobs that change a forward's cost."""
+
+    model: ModelArchitecture
+    device: Device
+    quantization: Quantization
+    reserved_memory_gb: float | None
+    num_mtp_tokens: int
+    mtp_acceptance_rates: tuple[float, ...]
+
+    @property
+    def label(self) -> Deployment:
+        return Deployment(
+            model=self.model.name, device=self.device.name, quantization=self.quantization.label
+        )
+
+    def runner(self, layout: ParallelLayout) -> ModelRunner:
+        reserved = self.reserved_memory_gb
+        return ModelRunner(
+            self.model,
+            self.device,
+            layout,
+            self.quantization,
+            reserved_memory_gb=DEFAULT_RESERVED_MEMORY_GB if reserved is None else reserved,
+            num_mtp_tokens=self.num_mtp_tokens,
+        )
+
+
+def build_serving_model(
+    deployment: ResolvedDeployment, layout: ParallelLayout
+) -> RunnerServingModel:
+    """The runner's serving adapter (MTP folded into decode latency) for one layout."""
+    return RunnerServingModel(
+        deployment.runner(layout),
+        num_mtp_tokens=deployment.num_mtp_tokens,
+        mtp_acceptance_rates=deployment.mtp_acceptance_rates,
+    )
+
+
+#: What a hostile inline config.json or custom device can make the catalog raise besides its
+#: domain errors (a string where a number belongs, a list where a mapping belongs, ...).
+_MALFORMED = (ValueError, TypeError, AttributeError, LookupError, ArithmeticError)
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_nextn_predict_layers")
+
+
+def _check_inline_numbers(field: str, value: object, path: str = "") -> None:
+    """Every number of an inline object finite and at most ``MAX_INLINE_NUMBER`` (422 otherwise)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_inline_numbers(field, item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_inline_numbers(field, item, f"{path}[{index}]")
+    elif (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and not (math.isfinite(value) and abs(value) <= limits.MAX_INLINE_NUMBER)
+    ):
+        raise InvalidParameterError(
+            f"{field}.{path}", value, f"a finite number of at most {limits.MAX_INLINE_NUMBER}"
+        )
+
+
+def _inline_model(ref: InlineModel) -> ModelArchitecture:
+    """``model_from_config`` on a client's config.json: bounded, and any failure is a 422."""
+    _check_inline_numbers("model.config", ref.config)
+    for key in _LAYER_KEYS:
+        layers = ref.config.get(key)
+        if isinstance(layers, int | float) and layers > limits.MAX_INLINE_LAYERS:
+            raise InvalidParameterError(
+                f"model.config.{key}", layers, f"at most {limits.MAX_INLINE_LAYERS}"
+            )
+    try:
+        return model_from_config(ref.config, name=ref.name or "inline")
+    except ChunkwiseError:
+        raise
+    except _MALFORMED as exc:
+        raise InvalidParameterError(
+            "model.config", "<inline config.json>", f"a well-formed config.json ({exc})"
+        ) from exc
+
+
+def resolve_model(ref: str | InlineModel, *, allow_paths: bool = False) -> ModelArchitecture:
+    """A catalog name / HF id, or an inline config. Local paths only when ``allow_paths``."""
+    if isinstance(ref, InlineModel):
+        return _inline_model(ref)
+    hf_id = resolve_model_name(ref)
+    if hf_id is not None:
+        return get_model(hf_id)
+    if allow_paths:
+        return get_model(ref)  # a directory or config.json path (CLI only)
+    raise UnknownModelError(ref, model_names())
+
+
+def resolve_device(ref: str | CustomDevice) -> Device:
+    if isinstance(ref, CustomDevice):
+        fields = ref.model_dump(exclude_none=True)
+        _check_inline_numbers("device", fields)
+        try:
+            return device_from_dict(fields)
+        except ChunkwiseError:
+            raise
+        except _MALFORMED as exc:
+            raise InvalidParameterError(
+                "device", ref.name, f"a well-formed custom device ({exc})"
+            ) from exc
+    return get_device(ref)
+
+
+def resolve_deployment(
+    request: DeploymentMixin, *, allow_paths: bool = False
+) -> ResolvedDeployment:
+    num_mtp_tokens = int(getattr(request, "num_mtp_tokens", 0))
+    rates = tuple(float(r) for r in getattr(request, "mtp_acceptance_rates", ()))
+    return ResolvedDeployment(
+        model=resolve_model(request.model, allow_paths=allow_paths),
+        device=resolve_device(request.device),
+        quantization=parse_quantization(
+            request.quantize_linear_action, request.quantize_attention_action
+        ),
+        reserved_memory_gb=request.reserved_memory_gb,
+        num_mtp_tokens=num_mtp_tokens,
+        mtp_acceptance_rates=rates,
+    )
+
+
+def make_scheduler(options: SchedulerOptions) -> Scheduler:
+    return core_make_scheduler(
+        options.name,
+        max_num_seqs=options.max_num_seqs,
+        mixed_latency=options.mixed_latency,
+        slack_ratio=options.slack_ratio,
+        prefill_order=options.prefill_order,
+    )

@@ -1,0 +1,425 @@
+"""``POST /v1/simulate``: one configuration (burst, closed loop or poisson) over its replicas."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.cost import ForwardShape
+from app.core.engine import SimulationResult, StepRecord, combine_replicas, plan_serving, replay
+from app.core.errors import InfeasibleError, InvalidParameterError
+from app.core.optimizer.agg import decode_shape, largest_prefill_shape, limit_reason
+from app.core.parallel import ParallelLayout
+from app.core.scheduler import Scheduler
+from app.core.spec import WorkloadSpec
+from app.core.workload import ServingResult, simulate_poisson_serving, simulate_serving
+from app.models import limits
+from app.models.optimize import RunStats
+from app.models.simulate import (
+    ForwardShapeOut,
+    ReplicaShare,
+    SimulateRequest,
+    SimulateResponse,
+    StepOut,
+)
+from app.services.context import ServiceContext
+from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
+from app.services.resolve import make_scheduler, resolve_deployment
+from app.services.sizing import (
+    check_closed_loop_size,
+    check_poisson_size,
+    check_simulation_size,
+    check_timeline_size,
+    poisson_split,
+    replica_split,
+    with_engine_budget,
+    workload_spec,
+)
+
+#: Fields that belong to one workload only: giving them with another one is a 422.
+_POISSON_ONLY = ("request_rate", "max_concurrency", "num_requests", "seed")
+
+
+def with_device_count(request: SimulateRequest) -> SimulateRequest:
+    """``num_devices`` given: it must be ``tp_size x dp_size``; without ``dp_size`` it sets the
+    replicas to ``num_devices / tp_size``. The request comes back with ``num_devices`` set."""
+    tp, dp, devices = request.tp_size, request.dp_size, request.num_devices
+    if devices is None:
+        return request.model_copy(update={"num_devices": tp * dp})
+    if "dp_size" in request.model_fields_set:
+        if tp * dp != devices:
+            raise InvalidParameterError(
+                "num_devices", devices, f"tp_size x dp_size = {tp} x {dp} = {tp * dp}"
+            )
+        return request
+    if devices % tp:
+        raise InvalidParameterError(
+            "num_devices", devices, f"a multiple of tp_size={tp} (dp_size = num_devices / tp_size)"
+        )
+    if devices // tp > limits.MAX_PARALLEL_SIZE:
+        raise InvalidParameterError(
+            "num_devices", devices, f"at most {limits.MAX_PARALLEL_SIZE} x tp_size={tp}"
+        )
+    return request.model_copy(update={"dp_size": devices // tp})
+
+
+def check_workload_fields(request: SimulateRequest) -> None:
+    """Each workload takes its own fields (a request rate means nothing to a burst)."""
+    given = request.model_fields_set
+    workload = request.workload
+    if workload != "poisson":
+        if request.concurrency is None:
+            raise InvalidParameterError(
+                "concurrency",
+                None,
+                f"given for workload {workload!r} (requests or clients in total over the replicas)",
+            )
+        for field in _POISSON_ONLY:
+            if field in given and getattr(request, field) is not None:
+                raise InvalidParameterError(
+                    field,
+                    getattr(request, field),
+                    f"omitted for workload {workload!r} (a poisson option)",
+                )
+        return
+    if request.request_rate is None:
+        raise InvalidParameterError(
+            "request_rate", None, "given for workload 'poisson' (requests per second, > 0)"
+        )
+    if request.concurrency is not None:
+        raise InvalidParameterError(
+            "concurrency",
+            request.concurrency,
+            "omitted for workload 'poisson' (max_concurrency caps requests in flight)",
+        )
+    if "requests_per_client" in given:
+        raise InvalidParameterError(
+            "requests_per_client",
+            request.requests_per_client,
+            "omitted for workload 'poisson' (num_requests counts its requests)",
+        )
+    if request.window != "benchmark":
+        raise InvalidParameterError(
+            "window", request.window, "'benchmark' for workload 'poisson' (every request counts)"
+        )
+
+
+def simulate(
+    context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
+) -> SimulateResponse:
+    """One configuration: ``concurrency`` requests (or clients) in total over the replicas.
+
+    One MGET for every shape the plan needs, the misses computed, one pipelined write.
+    """
+    started = time.perf_counter()
+    request = with_engine_budget(with_device_count(request))
+    check_workload_fields(request)
+    deployment = resolve_deployment(request, allow_paths=allow_paths)
+    layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
+    data = workload_spec(request, layout.num_devices)
+    scheduler = make_scheduler(request.scheduler)
+    if request.workload == "poisson":
+        shares = poisson_split(request, layout.dp)
+        check_poisson_size(data, shares[0][0], replicas=layout.dp)
+        check_timeline_size(request, data, shares[0][0], "num_requests", layout.dp)
+        factory = ModelFactory(context, deployment)
+        run = _SimulationRun(request, data, layout, scheduler, factory, started)
+        return _simulate_poisson(run, factory(layout), shares)
+    assert request.concurrency is not None  # check_workload_fields
+    split = replica_split(request.concurrency, layout.dp)
+    busiest = split[0][0]
+    check_simulation_size(data, busiest, "concurrency", replicas=layout.dp)
+    check_timeline_size(request, data, busiest, "concurrency", layout.dp)
+    factory = ModelFactory(context, deployment)
+    model = factory(layout)
+    run = _SimulationRun(request, data, layout, scheduler, factory, started)
+    if request.workload == "closed_loop":
+        check_closed_loop_size(
+            data, busiest, request.requests_per_client, "concurrency", replicas=layout.dp
+        )
+        return _simulate_closed_loop(run, model, split)
+    return _simulate_burst(run, model, split)
+
+
+def _simulate_burst(
+    run: _SimulationRun, model: CachedServingModel, split: list[tuple[int, int]]
+) -> SimulateResponse:
+    """``concurrency`` requests at once per replica share: one engine plan per share, every
+    shape the plans and the memory check need read in one MGET, then replayed."""
+    request, data, scheduler = run.request, run.data, run.scheduler
+    busiest = split[0][0]
+    plans = [
+        (
+            plan_serving(
+                data.get_prefill_chunk_plan(),
+                size,
+                data.output_length,
+                data.max_batched_tokens,
+                scheduler,
+                input_length=data.input_length,
+                num_mtp_tokens=data.num_mtp_tokens,
+                force_simulation=request.force_simulation,
+            ),
+            replicas,
+        )
+        for size, replicas in split
+    ]
+    memory_shapes = (decode_shape(data, busiest), largest_prefill_shape(data, busiest))
+    shapes = [shape for plan, _ in plans for shape in plan.shapes]
+    model.prefetch((*shapes, *memory_shapes))  # the request's only cache read
+    result = combine_replicas(
+        [
+            (
+                replay(
+                    plan,
+                    model.forward_latencies_ms(plan.shapes),
+                    scheduler,
+                    record_steps=request.include_timeline and index == 0,
+                ),
+                replicas,
+            )
+            for index, (plan, replicas) in enumerate(plans)
+        ]
+    )
+    memory = model.records(memory_shapes)
+    left_gb = min(r.memory_left_gb for r in memory)
+    reason = (
+        f"memory: {left_gb:.2f} GB left per device"
+        if left_gb < 0
+        else limit_reason(data, result.ttft_ms, result.tpot_ms)
+    )
+    return run.response(
+        result,
+        memory=memory,
+        reason=reason,
+        split=[ReplicaShare(replicas=n, concurrency=size, num_requests=size) for size, n in split],
+        batch_size=busiest,
+        concurrency=result.concurrency,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _SimulationRun:
+    """What every ``/v1/simulate`` response echoes, whatever the workload."""
+
+    request: SimulateRequest
+    data: WorkloadSpec
+    layout: ParallelLayout
+    scheduler: Scheduler
+    factory: ModelFactory
+    started: float
+
+    def response(
+        self,
+        result: SimulationResult | ServingResult | None,
+        *,
+        memory: Sequence[ForwardRecord],
+        reason: str | None,
+        split: list[ReplicaShare],
+        **extra: Any,
+    ) -> SimulateResponse:
+        """The response (zeros when nothing could run: ``result is None``); the cache writes
+        of the request happen here (one pipeline)."""
+        self.factory.flush()
+        data, layout = self.data, self.layout
+        metrics: dict[str, Any] = {"method": "none", "makespan_ms": 0.0}
+        if isinstance(result, SimulationResult):
+            metrics = {"method": result.method, "makespan_ms": result.makespan_ms}
+        elif result is not None:
+            metrics = {
+                "method": result.method,
+                "makespan_ms": result.duration_ms,
+                "num_requests": result.num_requests,
+                "measured_requests": result.measured_requests,
+                "e2e_ms": result.e2e_ms,
+                "total_throughput": result.total_throughput,
+                "mean_running_batch": result.mean_running_batch,
+                "mean_prefill_tokens_per_step": result.mean_prefill_tokens_per_step,
+                "mean_decode_tokens_per_step": result.mean_decode_tokens_per_step,
+                "max_running": result.max_running,
+            }
+        output = result.output_throughput if result else 0.0
+        timeline, truncated = _timeline_out(result.timeline if result else None)
+        return SimulateResponse(
+            input=self.request,
+            max_batched_tokens=data.max_batched_tokens,
+            scheduler=self.scheduler.describe(),
+            parallel=layout.label,
+            num_devices=layout.num_devices,
+            replica_split=split,
+            effective_input_length=data.effective_input_length,
+            prefill_num_chunks=data.prefill_num_chunks,
+            ttft_ms=result.ttft_ms if result else 0.0,
+            tpot_ms=result.tpot_ms if result else 0.0,
+            output_throughput=output,
+            request_throughput=result.request_throughput if result else 0.0,
+            throughput_per_device=output / layout.num_devices,
+            steps=result.steps if result else 0,
+            memory_left_gb=min(r.memory_left_gb for r in memory),
+            memory_gb=dict(memory[0].memory_gb),
+            feasible=reason is None,
+            reason=reason,
+            timeline=timeline,
+            timeline_truncated=truncated,
+            stats=_single_run_stats(self.factory, self.started),
+            **{**metrics, **extra},
+        )
+
+
+def _simulate_closed_loop(
+    run: _SimulationRun, model: CachedServingModel, split: list[tuple[int, int]]
+) -> SimulateResponse:
+    """``concurrency`` clients in total, each re-sending; KV admission queues the rest."""
+    request = run.request
+    assert request.concurrency is not None
+    result: ServingResult | None = None
+    reason: str | None = None
+    try:
+        result = simulate_serving(
+            run.data,
+            request.concurrency,
+            model,
+            run.scheduler,
+            dp=run.layout.dp,
+            num_requests=request.concurrency * request.requests_per_client,
+            window=request.window,
+            record_steps=request.include_timeline,
+        )
+    except InfeasibleError as exc:
+        reason = f"memory: {exc}"
+    per_client = request.requests_per_client
+    return _serving_response(
+        run,
+        model,
+        result,
+        reason,
+        in_flight=split[0][0],
+        split=[
+            ReplicaShare(replicas=n, concurrency=size, num_requests=size * per_client)
+            for size, n in split
+        ],
+        batch_size=split[0][0],
+        concurrency=request.concurrency,
+        workload="closed_loop",
+        window=request.window,
+    )
+
+
+def _simulate_poisson(
+    run: _SimulationRun, model: CachedServingModel, shares: list[tuple[int, int | None, int]]
+) -> SimulateResponse:
+    """Requests arriving at ``request_rate`` in total; KV admission queues the rest."""
+    request = run.request
+    assert request.request_rate is not None
+    dp = run.layout.dp
+    result: ServingResult | None = None
+    reason: str | None = None
+    try:
+        result = simulate_poisson_serving(
+            run.data,
+            request.request_rate,
+            model,
+            run.scheduler,
+            dp=dp,
+            num_requests=sum(n * replicas for n, _, replicas in shares),
+            seed=request.seed,
+            max_concurrency=request.max_concurrency,
+            record_steps=request.include_timeline,
+        )
+    except InfeasibleError as exc:
+        reason = f"memory: {exc}"
+    busiest_requests, busiest_cap, _ = shares[0]
+    return _serving_response(
+        run,
+        model,
+        result,
+        reason,
+        in_flight=busiest_cap or busiest_requests,
+        split=[
+            ReplicaShare(
+                replicas=replicas,
+                concurrency=cap,
+                num_requests=n,
+                request_rate=request.request_rate / dp,
+            )
+            for n, cap, replicas in shares
+        ],
+        batch_size=busiest_cap,
+        concurrency=request.max_concurrency,
+        workload="poisson",
+        window="benchmark",
+        request_rate=request.request_rate,
+        max_concurrency=request.max_concurrency,
+        seed=request.seed,
+    )
+
+
+def _serving_response(
+    run: _SimulationRun,
+    model: CachedServingModel,
+    result: ServingResult | None,
+    reason: str | None,
+    *,
+    in_flight: int,
+    split: list[ReplicaShare],
+    **extra: Any,
+) -> SimulateResponse:
+    """A closed-loop or poisson response: memory at the running batch of the busiest replica
+    (``in_flight`` requests, fewer when KV admission caps them), and the serving metrics."""
+    data = run.data
+    running = in_flight
+    if result is not None and result.max_running is not None:
+        running = min(running, result.max_running)
+    memory = model.records((decode_shape(data, max(1, running)), largest_prefill_shape(data, 1)))
+    if result is not None and reason is None:
+        reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
+    if result is None:
+        extra["max_running"] = 0
+    return run.response(result, memory=memory, reason=reason, split=split, **extra)
+
+
+def _timeline_out(steps: Sequence[StepRecord] | None) -> tuple[list[StepOut] | None, bool]:
+    """The step timeline of a response (its first entries) and whether it was cut."""
+    if steps is None:
+        return None, False
+    kept = [_step_out(step) for step in steps[: limits.MAX_TIMELINE_ENTRIES]]
+    return kept, len(steps) > limits.MAX_TIMELINE_ENTRIES
+
+
+def _single_run_stats(factory: ModelFactory, started: float) -> RunStats:
+    """Statistics of a request that evaluated one configuration."""
+    return RunStats(
+        elapsed_ms=(time.perf_counter() - started) * 1e3,
+        forward_evaluations=factory.usage.computed,
+        shapes=factory.shapes,
+        layouts=1,
+        probes=1,
+        cache=factory.counters(),
+    )
+
+
+def _shape_out(shape: ForwardShape | None) -> ForwardShapeOut | None:
+    if shape is None:
+        return None
+    return ForwardShapeOut(
+        concurrency=shape.concurrency, query_len=shape.query_len, seq_len=shape.seq_len
+    )
+
+
+def _step_out(step: StepRecord) -> StepOut:
+    return StepOut(
+        start_ms=step.start_ms,
+        step_ms=step.step_ms,
+        repeat=step.repeat,
+        p_step=step.p_step,
+        prefill=_shape_out(step.prefill_shape),
+        prefill_ms=step.prefill_ms,
+        d_step=step.d_step,
+        decode=_shape_out(step.decode_shape),
+        decode_ms=step.decode_ms,
+        first_tokens=step.first_tokens,
+        finished=step.finished,
+        fused=step.fused,
+    )

@@ -1,0 +1,187 @@
+"""The engine budget (``max_batched_tokens`` default), the workload spec of a request and the
+simulation-size bounds that keep one request from pinning a worker.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from app.core.errors import ChunkwiseError, InvalidParameterError, SearchLimitError
+from app.core.parallel import split_over_replicas
+from app.core.scheduler import SMALL_DEVICE_BATCHED_TOKENS, default_max_batched_tokens
+from app.core.spec import WorkloadSpec
+from app.core.workload import DEFAULT_POISSON_REQUESTS, poisson_shares
+from app.models import limits
+from app.models.optimize import OptimizeRequest
+from app.models.simulate import SimulateRequest
+from app.models.workload import WorkloadMixin
+from app.services.resolve import resolve_device
+
+
+def engine_budget(request: WorkloadMixin) -> int:
+    """``max_batched_tokens``, or the engine default for the request's device when omitted
+    (an unknown device falls back to the small-device default; resolving it fails later with
+    the valid names)."""
+    if request.max_batched_tokens is not None:
+        return request.max_batched_tokens
+    device = getattr(request, "device", None)
+    try:
+        resolved = resolve_device(device) if device is not None else None
+    except ChunkwiseError:
+        resolved = None
+    if resolved is None:
+        return SMALL_DEVICE_BATCHED_TOKENS
+    return default_max_batched_tokens(resolved.hbm_capacity_gb, resolved.name)
+
+
+RequestT = TypeVar("RequestT", bound=WorkloadMixin)
+
+
+def with_engine_budget(request: RequestT) -> RequestT:
+    """The request with ``max_batched_tokens`` filled in, so the echo shows what was used."""
+    if request.max_batched_tokens is not None:
+        return request
+    return request.model_copy(update={"max_batched_tokens": engine_budget(request)})
+
+
+def workload_spec(request: WorkloadMixin, num_devices: int) -> WorkloadSpec:
+    return WorkloadSpec(
+        input_length=request.input_length,
+        output_length=request.output_length,
+        max_batched_tokens=engine_budget(request),
+        prefix_cache_hit_rate=request.prefix_cache_hit_rate,
+        ttft_limit_ms=getattr(request, "ttft_limit_ms", None),
+        tpot_limit_ms=getattr(request, "tpot_limit_ms", None),
+        num_mtp_tokens=request.num_mtp_tokens,
+        mtp_acceptance_rates=tuple(request.mtp_acceptance_rates),
+        num_devices=num_devices,
+    )
+
+
+def check_simulation_size(
+    data: WorkloadSpec, requests: int, field: str, *, replicas: int = 1
+) -> None:
+    """Refuse simulations whose cost would pin a worker (bounds documented in README).
+
+    ``requests`` is the busiest replica's share; with ``replicas > 1`` the advice names the
+    total over the replicas (what ``field`` holds in ``/v1/simulate``).
+    """
+    chunks = data.prefill_num_chunks
+    if chunks > limits.MAX_PREFILL_CHUNKS:
+        raise SearchLimitError(
+            f"the prompt needs {chunks} prefill chunks (effective_input_length "
+            f"{data.effective_input_length} / max_batched_tokens {data.max_batched_tokens}); at "
+            f"most {limits.MAX_PREFILL_CHUNKS}: raise max_batched_tokens"
+        )
+    if chunks * requests > limits.MAX_CHUNK_REQUESTS:
+        raise SearchLimitError(
+            f"prefill_num_chunks x {_per_replica(field, replicas)} = {chunks} x {requests} "
+            f"exceeds {limits.MAX_CHUNK_REQUESTS}: lower {field} to <= "
+            f"{limits.MAX_CHUNK_REQUESTS // chunks * replicas} or raise max_batched_tokens"
+        )
+
+
+def check_closed_loop_size(
+    data: WorkloadSpec, clients: int, requests_per_client: int, field: str, *, replicas: int = 1
+) -> None:
+    """The closed loop's planning cost: requests sent per replica x prefill chunks."""
+    chunks = data.prefill_num_chunks
+    sent = clients * requests_per_client
+    if sent * chunks > limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS:
+        most = max(1, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // (requests_per_client * chunks))
+        raise SearchLimitError(
+            f"a closed loop of {clients} clients{_per_replica('', replicas)} x "
+            f"{requests_per_client} requests x {chunks} prefill chunks exceeds "
+            f"{limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS}: lower {field} to <= {most * replicas}, "
+            "requests_per_client, or raise max_batched_tokens"
+        )
+
+
+def check_poisson_size(data: WorkloadSpec, requests: int, *, replicas: int = 1) -> None:
+    """A poisson run's planning cost: requests per replica x prefill chunks (arrivals cut the
+    engine's runs, so it follows requests and chunks)."""
+    check_simulation_size(data, 1, "num_requests")  # the chunk bound
+    chunks = data.prefill_num_chunks
+    if requests * chunks > limits.MAX_POISSON_REQUEST_CHUNKS:
+        most = max(1, limits.MAX_POISSON_REQUEST_CHUNKS // chunks)
+        raise SearchLimitError(
+            f"a poisson run of {requests} requests{_per_replica('', replicas)} x {chunks} "
+            f"prefill chunks exceeds {limits.MAX_POISSON_REQUEST_CHUNKS}: lower num_requests to "
+            f"<= {most * replicas} or raise max_batched_tokens"
+        )
+
+
+def _per_replica(text: str, replicas: int) -> str:
+    return f"{text} per replica" if replicas > 1 else text
+
+
+def search_cap(request: OptimizeRequest, data: WorkloadSpec) -> int:
+    """The optimizer's batch-size cap: the default shrinks to the bound, an explicit one not."""
+    closed = request.workload == "closed_loop"
+    if "max_batch_size" in request.model_fields_set:
+        check_simulation_size(data, request.max_batch_size, "max_batch_size")
+        if closed:
+            check_closed_loop_size(
+                data, request.max_batch_size, request.requests_per_client, "max_batch_size"
+            )
+        return request.max_batch_size
+    check_simulation_size(data, 1, "max_batch_size")
+    cap = min(request.max_batch_size, limits.MAX_CHUNK_REQUESTS // data.prefill_num_chunks)
+    if closed:
+        check_closed_loop_size(data, 1, request.requests_per_client, "max_batch_size")
+        per_client = request.requests_per_client * data.prefill_num_chunks
+        cap = min(cap, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // per_client)
+    return cap
+
+
+def _at_least_one_per_replica(field: str, total: int, dp: int) -> None:
+    """Fewer than one request or client per replica is refused: an idle replica is not a
+    deployment anyone asks about, and the totals would describe fewer replicas than named."""
+    if total < dp:
+        raise InvalidParameterError(
+            field,
+            total,
+            f">= dp_size={dp}: {field} is the total over the {dp} data-parallel replicas and "
+            "each needs at least one",
+        )
+
+
+def replica_split(concurrency: int, dp: int) -> list[tuple[int, int]]:
+    """``concurrency`` (the total over ``dp`` replicas) as ``[(per replica, replicas), ...]``;
+    uneven totals give two shares, the larger first (10 over 4: 3, 3, 2, 2)."""
+    _at_least_one_per_replica("concurrency", concurrency, dp)
+    split = split_over_replicas(concurrency, dp)
+    if split[0][0] > limits.MAX_SIM_CONCURRENCY:
+        raise InvalidParameterError(
+            "concurrency",
+            concurrency,
+            f"<= {limits.MAX_SIM_CONCURRENCY * dp} ({limits.MAX_SIM_CONCURRENCY} per replica "
+            f"over dp_size={dp})",
+        )
+    return split
+
+
+def poisson_split(request: SimulateRequest, dp: int) -> list[tuple[int, int | None, int]]:
+    """``[(requests, max_concurrency, replicas), ...]`` of a poisson request, busiest first.
+
+    ``num_requests`` defaults to 1000 (at least one per replica)."""
+    num_requests = request.num_requests
+    if num_requests is None:
+        num_requests = max(DEFAULT_POISSON_REQUESTS, dp)
+    _at_least_one_per_replica("num_requests", num_requests, dp)
+    if request.max_concurrency is not None:
+        _at_least_one_per_replica("max_concurrency", request.max_concurrency, dp)
+    return poisson_shares(num_requests, dp, request.max_concurrency)
+
+
+def check_timeline_size(
+    request: SimulateRequest, data: WorkloadSpec, busiest: int, field: str, dp: int
+) -> None:
+    if request.include_timeline and data.prefill_num_chunks * busiest > (
+        limits.MAX_TIMELINE_CHUNK_REQUESTS
+    ):
+        raise SearchLimitError(
+            f"a step timeline needs prefill_num_chunks x {_per_replica(field, dp)} <= "
+            f"{limits.MAX_TIMELINE_CHUNK_REQUESTS} (here {data.prefill_num_chunks} x "
+            f"{busiest}); drop include_timeline or shrink the request"
+        )

@@ -1,0 +1,27 @@
+"""``chunkwise validate``: replay published and measured data through the latency model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.core.validation import LOADERS, TARGET_KIND, ValidationReport, run_validation
+
+#: Every case kind the validator can replay (``--all``), in report order.
+VALIDATION_KINDS: tuple[str, ...] = tuple(LOADERS)
+
+
+def validate(
+    kinds: Sequence[str] | None = None,
+    *,
+    all_kinds: bool = False,
+    drop_layout_duplicates: bool = False,
+) -> ValidationReport:
+    """Predict every case of ``kinds`` (default: the acceptance target ``ttft_bs1``; every
+    kind with ``all_kinds``) and summarise the errors per kind and device.
+
+    An unknown kind raises :class:`~app.core.errors.UnknownNameError` naming the valid ones.
+    """
+    chosen = tuple(kinds) if kinds else (TARGET_KIND,)
+    if all_kinds:
+        chosen = VALIDATION_KINDS
+    return run_validation(kinds=chosen, drop_layout_duplicates=drop_layout_duplicates)
