@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 from app.core.chunking import (
     PrefillChunk,
-    _require_hit_rate,
-    _require_int,
-    _require_limit,
     decode_query_len,
     decode_seq_len,
     effective_input_length,
     prefill_chunk_plan,
+    require_hit_rate,
+    require_int,
+    require_limit,
 )
 from app.core.errors import InvalidParameterError
 
@@ -37,14 +37,14 @@ class WorkloadSpec:
     _plan: tuple[PrefillChunk, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _require_int("input_length", self.input_length, 1)
-        _require_int("output_length", self.output_length, 1)
-        _require_int("max_batched_tokens", self.max_batched_tokens, 1)
-        _require_hit_rate(self.prefix_cache_hit_rate)
-        _require_limit("ttft_limit_ms", self.ttft_limit_ms)
-        _require_limit("tpot_limit_ms", self.tpot_limit_ms)
-        _require_int("num_mtp_tokens", self.num_mtp_tokens, 0, 16)
-        _require_int("num_devices", self.num_devices, 1, 1_000_000)
+        require_int("input_length", self.input_length, 1)
+        require_int("output_length", self.output_length, 1)
+        require_int("max_batched_tokens", self.max_batched_tokens, 1)
+        require_hit_rate(self.prefix_cache_hit_rate)
+        require_limit("ttft_limit_ms", self.ttft_limit_ms)
+        require_limit("tpot_limit_ms", self.tpot_limit_ms)
+        require_int("num_mtp_tokens", self.num_mtp_tokens, 0, 16)
+        require_int("num_devices", self.num_devices, 1, 1_000_000)
         rates = self.mtp_acceptance_rates
         if not isinstance(rates, tuple) or not all(
             isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0

@@ -27,7 +27,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
 from app.core.chunking import (
     MAX_LENGTH_TOKENS,
@@ -35,9 +35,11 @@ from app.core.chunking import (
     decode_query_len,
     decode_seq_len,
     prefill_chunk_plan,
+    require_int,
 )
 from app.core.cost import (
     AnyShape,
+    BatchLatencyModel,
     ForwardShape,
     LatencyModel,
     MixedLatencyModel,
@@ -47,7 +49,7 @@ from app.core.cost import (
 )
 from app.core.engine.decode_queue import DecodeQueue
 from app.core.errors import InvalidParameterError, SimulationError
-from app.core.scheduler import DecodeFirstWithSlack, Scheduler, SchedulerState, StepDecision
+from app.core.scheduler import Scheduler, SchedulerState, StepDecision, default_scheduler
 
 Method = Literal["time_simulation", "closed_form_waves"]
 TIME_SIMULATION: Method = "time_simulation"
@@ -56,17 +58,6 @@ CLOSED_FORM_WAVES: Method = "closed_form_waves"
 MS_PER_S = 1000.0
 #: Upper bound on concurrent requests of one replica; keeps a single simulation bounded.
 MAX_CONCURRENCY = 1_000_000
-
-
-@runtime_checkable
-class BatchLatencyModel(Protocol):
-    """Optional batch interface: latencies of many shapes in one call (one cache round trip).
-
-    A batch model that is given :class:`MixedShape` s and cannot cost them raises
-    :class:`~app.core.errors.UnsupportedError` (see :func:`~app.core.cost.fused_unsupported`).
-    """
-
-    def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,12 +230,6 @@ class SimulationResult:
 # validation
 
 
-def check_int(name: str, value: object, minimum: int, maximum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise InvalidParameterError(name, value, f"an integer in [{minimum}, {maximum}]")
-    return value
-
-
 def check_serving_args(
     chunk_plan: Sequence[PrefillChunk],
     concurrency: int,
@@ -253,10 +238,10 @@ def check_serving_args(
     input_length: int | None,
     num_mtp_tokens: int,
 ) -> tuple[tuple[PrefillChunk, ...], int]:
-    check_int("concurrency", concurrency, 1, MAX_CONCURRENCY)
-    check_int("output_length", output_length, 1, MAX_LENGTH_TOKENS)
-    check_int("max_batched_tokens", max_batched_tokens, 1, MAX_LENGTH_TOKENS)
-    check_int("num_mtp_tokens", num_mtp_tokens, 0, 16)
+    require_int("concurrency", concurrency, 1, MAX_CONCURRENCY)
+    require_int("output_length", output_length, 1, MAX_LENGTH_TOKENS)
+    require_int("max_batched_tokens", max_batched_tokens, 1, MAX_LENGTH_TOKENS)
+    require_int("num_mtp_tokens", num_mtp_tokens, 0, 16)
     plan = tuple(chunk_plan)
     if not plan:
         raise InvalidParameterError("chunk_plan", plan, "a non-empty chunk plan")
@@ -271,7 +256,7 @@ def check_serving_args(
     effective = plan[-1].seq_len
     if input_length is None:
         input_length = effective
-    check_int("input_length", input_length, effective, MAX_LENGTH_TOKENS)
+    require_int("input_length", input_length, effective, MAX_LENGTH_TOKENS)
     return plan, input_length
 
 
@@ -745,7 +730,7 @@ def plan_chunked_prefill(
     plan, input_length = check_serving_args(
         chunk_plan, concurrency, output_length, max_batched_tokens, input_length, num_mtp_tokens
     )
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    scheduler = scheduler or default_scheduler()
     runs, _ = plan_runs(
         plan,
         concurrency,
@@ -904,7 +889,7 @@ def replay_chunked_prefill(
     record_steps: bool = False,
 ) -> SimulationResult:
     """Phase 3: advance the clock over the planned runs and compute the metrics."""
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    scheduler = scheduler or default_scheduler()
     ends, timeline = run_clock(plan, latencies, scheduler, record_steps=record_steps)
     first_token_sum = 0.0
     finish_sum = 0.0
@@ -980,7 +965,7 @@ def simulate_chunked_prefill(
     record_steps: bool = False,
 ) -> SimulationResult:
     """Time simulation of ``concurrency`` requests arriving at ``t = 0`` on one replica."""
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    scheduler = scheduler or default_scheduler()
     sim_plan = plan_chunked_prefill(
         chunk_plan,
         concurrency,
@@ -1175,7 +1160,7 @@ def simulate(
 
     ``result.method`` says which one ran.
     """
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    scheduler = scheduler or default_scheduler()
     plan = plan_serving(
         chunk_plan,
         concurrency,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from app.core.cost import ForwardShape
-from app.core.engine import check_int, simulate
+from app.core.chunking import require_int
+from app.core.cost import ForwardShape, KvAdmissionModel
+from app.core.engine import simulate
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.common import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -19,12 +20,11 @@ from app.core.optimizer.common import (
     run_layout_searches,
 )
 from app.core.parallel import ParallelLayout
-from app.core.scheduler import DecodeFirstWithSlack, Scheduler
+from app.core.scheduler import Scheduler, default_scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     WORKLOADS,
-    KvAdmissionModel,
     Window,
     Workload,
     simulate_closed_loop,
@@ -134,7 +134,7 @@ def optimize_agg(
     requests beyond the KV cache queue (their wait counts in TTFT), so memory limits a probe
     only when not even one request fits.
     """
-    policy = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    policy = scheduler or default_scheduler()
     plan = data.get_prefill_chunk_plan()
     if workload not in WORKLOADS:
         raise InvalidParameterError("workload", workload, f"one of {', '.join(WORKLOADS)}")
@@ -197,7 +197,7 @@ def _optimize_closed_loop(
     requests_per_client: int,
 ) -> OptimizeResult:
     """The aggregated search with each probe a closed loop of ``batch_size`` clients."""
-    check_int("requests_per_client", requests_per_client, 1, 1000)
+    require_int("requests_per_client", requests_per_client, 1, 1000)
     context = data.input_length + data.output_length
 
     def evaluate_for(

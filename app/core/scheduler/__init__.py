@@ -10,6 +10,7 @@ from app.core.scheduler.policies import (
     SchedulerState,
     StepDecision,
     default_max_batched_tokens,
+    default_scheduler,
     make_scheduler,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "SchedulerState",
     "StepDecision",
     "default_max_batched_tokens",
+    "default_scheduler",
     "make_scheduler",
 ]

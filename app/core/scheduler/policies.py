@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from app.core.chunking import require_int
 from app.core.errors import InvalidParameterError, UnknownSchedulerError
 
 PrefillOrder = Literal["continue_first", "fifo"]
@@ -164,14 +165,8 @@ class _EnginePolicy(Scheduler):
         max_num_seqs: int | None = None,
         mixed_latency: MixedLatency = "max",
     ) -> None:
-        if max_num_seqs is not None and (
-            not isinstance(max_num_seqs, int)
-            or isinstance(max_num_seqs, bool)
-            or not 1 <= max_num_seqs <= MAX_NUM_SEQS_LIMIT
-        ):
-            raise InvalidParameterError(
-                "max_num_seqs", max_num_seqs, f"an integer in [1, {MAX_NUM_SEQS_LIMIT}]"
-            )
+        if max_num_seqs is not None:
+            require_int("max_num_seqs", max_num_seqs, 1, MAX_NUM_SEQS_LIMIT)
         if mixed_latency not in MIXED_LATENCIES:
             raise InvalidParameterError(
                 "mixed_latency", mixed_latency, f"one of {', '.join(MIXED_LATENCIES)}"
@@ -255,6 +250,11 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     SglangMixedChunkScheduler.name: SglangMixedChunkScheduler,
 }
 DEFAULT_SCHEDULER = DecodeFirstWithSlack.name
+
+
+def default_scheduler() -> Scheduler:
+    """The policy a simulation or search uses when none is given: the RFC's decode-first."""
+    return DecodeFirstWithSlack()
 
 
 def make_scheduler(

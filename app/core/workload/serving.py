@@ -37,17 +37,16 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
-from app.core.chunking import PrefillChunk, decode_query_len, decode_seq_len
-from app.core.cost import AnyShape, ForwardShape, LatencyModel, MixedShape
+from app.core.chunking import PrefillChunk, decode_query_len, decode_seq_len, require_int
+from app.core.cost import AnyShape, ForwardShape, KvAdmissionModel, LatencyModel, MixedShape
 from app.core.engine import (
     MS_PER_S,
     RequestRecords,
     SimulationPlan,
     StepRecord,
     TimedArrivals,
-    check_int,
     check_serving_args,
     evaluate_shapes,
     plan_runs,
@@ -55,7 +54,7 @@ from app.core.engine import (
 )
 from app.core.errors import InfeasibleError, InvalidParameterError
 from app.core.parallel import split_over_replicas
-from app.core.scheduler import DecodeFirstWithSlack, Scheduler
+from app.core.scheduler import Scheduler, default_scheduler
 from app.core.spec import WorkloadSpec
 
 Workload = Literal["burst", "closed_loop", "poisson"]
@@ -143,10 +142,10 @@ def plan_closed_loop(
         raise InvalidParameterError("window", window, f"one of {', '.join(WINDOWS)}")
     if num_requests is None:
         num_requests = min(DEFAULT_REQUESTS_PER_CLIENT * clients, MAX_REQUESTS)
-    check_int("num_requests", num_requests, clients, MAX_REQUESTS)
+    require_int("num_requests", num_requests, clients, MAX_REQUESTS)
     if max_running is not None:
-        check_int("max_running", max_running, 1, MAX_REQUESTS)
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+        require_int("max_running", max_running, 1, MAX_REQUESTS)
+    scheduler = scheduler or default_scheduler()
     runs, records = plan_runs(
         plan,
         clients,
@@ -184,7 +183,7 @@ def replay_closed_loop(
     *,
     record_steps: bool = False,
 ) -> ServingResult:
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    scheduler = scheduler or default_scheduler()
     engine = plan.engine
     records = plan.records
     if records.ends_ms is not None and records.sent_ms is not None:
@@ -308,7 +307,7 @@ def simulate_closed_loop(
     record_steps: bool = False,
 ) -> ServingResult:
     """Plan, evaluate each distinct forward shape once, replay: one closed-loop run."""
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    scheduler = scheduler or default_scheduler()
     plan = plan_closed_loop(
         chunk_plan,
         clients,
@@ -323,13 +322,6 @@ def simulate_closed_loop(
     )
     latencies = evaluate_shapes(plan.shapes, latency)
     return replay_closed_loop(plan, latencies, scheduler, record_steps=record_steps)
-
-
-@runtime_checkable
-class KvAdmissionModel(Protocol):
-    """Optional: how many requests of a given context fit the KV cache of one replica."""
-
-    def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int: ...
 
 
 def simulate_serving(
@@ -353,12 +345,12 @@ def simulate_serving(
     ``max_running`` cap running requests too. Throughputs add over replicas; latencies are
     request-weighted means.
     """
-    check_int("concurrency", concurrency, 1, MAX_REQUESTS)
-    check_int("dp", dp, 1, 1 << 16)
+    require_int("concurrency", concurrency, 1, MAX_REQUESTS)
+    require_int("dp", dp, 1, 1 << 16)
     if num_requests is None:
         num_requests = min(DEFAULT_REQUESTS_PER_CLIENT * concurrency, MAX_REQUESTS)
-    check_int("num_requests", num_requests, concurrency, MAX_REQUESTS)
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    require_int("num_requests", num_requests, concurrency, MAX_REQUESTS)
+    scheduler = scheduler or default_scheduler()
     max_running = running_cap(data, latency, scheduler, max_num_seqs)
     parts: list[tuple[ServingResult, int]] = []
     for clients, replicas in split_over_replicas(concurrency, dp):
@@ -389,7 +381,7 @@ def running_cap(
     """Requests one replica runs at once: ``max_num_seqs``, the policy's cap, and the KV cache
     (when the latency model knows its capacity); ``None`` when nothing caps them."""
     if max_num_seqs is not None:
-        check_int("max_num_seqs", max_num_seqs, 1, MAX_REQUESTS)
+        require_int("max_num_seqs", max_num_seqs, 1, MAX_REQUESTS)
     caps = [c for c in (max_num_seqs, scheduler.max_running) if c is not None]
     max_running = min(caps) if caps else None
     if isinstance(latency, KvAdmissionModel):
@@ -470,8 +462,8 @@ def poisson_arrivals_ms(request_rate: float, num_requests: int, seed: int) -> tu
     gives the same times.
     """
     rate = check_request_rate(request_rate)
-    check_int("num_requests", num_requests, 1, MAX_REQUESTS)
-    check_int("seed", seed, 0, MAX_SEED)
+    require_int("num_requests", num_requests, 1, MAX_REQUESTS)
+    require_int("seed", seed, 0, MAX_SEED)
     draw = random.Random(seed).expovariate
     mean_gap_ms = MS_PER_S / rate
     t_ms = 0.0
@@ -581,8 +573,8 @@ def plan_poisson(
     times_ms = poisson_arrivals_ms(request_rate, num_requests, seed)
     for name, cap in (("max_concurrency", max_concurrency), ("max_running", max_running)):
         if cap is not None:
-            check_int(name, cap, 1, MAX_REQUESTS)
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+            require_int(name, cap, 1, MAX_REQUESTS)
+    scheduler = scheduler or default_scheduler()
     caps = [c for c in (max_concurrency, max_running) if c is not None]
     prices = StepPrices(
         latency,
@@ -642,7 +634,7 @@ def simulate_poisson(
     record_steps: bool = False,
 ) -> ServingResult:
     """Poisson arrivals at ``request_rate`` req/s on one replica; every request counts."""
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    scheduler = scheduler or default_scheduler()
     plan, latencies = plan_poisson(
         chunk_plan,
         request_rate,
@@ -672,12 +664,12 @@ def poisson_shares(
 ) -> list[tuple[int, int | None, int]]:
     """How a Poisson run spreads over ``dp`` replicas: ``[(requests, max_concurrency, how many
     replicas), ...]``, the busiest first; both totals split as evenly as integers allow."""
-    check_int("dp", dp, 1, 1 << 16)
-    check_int("num_requests", num_requests, 1, MAX_REQUESTS)
+    require_int("dp", dp, 1, 1 << 16)
+    require_int("num_requests", num_requests, 1, MAX_REQUESTS)
     requests = _per_replica(num_requests, dp, "num_requests")
     caps: list[int | None] = [None] * dp
     if max_concurrency is not None:
-        check_int("max_concurrency", max_concurrency, 1, MAX_REQUESTS)
+        require_int("max_concurrency", max_concurrency, 1, MAX_REQUESTS)
         caps = list(_per_replica(max_concurrency, dp, "max_concurrency"))
     shares = Counter(zip(requests, caps, strict=True))
     return [(n, cap, replicas) for (n, cap), replicas in shares.items()]
@@ -706,7 +698,7 @@ def simulate_poisson_serving(
     """
     rate = check_request_rate(request_rate)
     shares = poisson_shares(num_requests, dp, max_concurrency)
-    scheduler = scheduler if scheduler is not None else DecodeFirstWithSlack()
+    scheduler = scheduler or default_scheduler()
     max_running = running_cap(data, latency, scheduler, max_num_seqs)
     parts: list[tuple[ServingResult, int]] = []
     for replica_requests, cap, replicas in shares:
