@@ -18,6 +18,7 @@ from app.core.chunking import (
     require_int,
     require_limit,
 )
+from app.core.cost import ForwardShape
 from app.core.errors import InvalidParameterError
 
 
@@ -35,6 +36,8 @@ class WorkloadSpec:
     mtp_acceptance_rates: tuple[float, ...] = ()
     num_devices: int = 1
     _plan: tuple[PrefillChunk, ...] = field(init=False, repr=False, compare=False)
+    _decode_query_len: int = field(init=False, repr=False, compare=False)
+    _decode_seq_len: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         require_int("input_length", self.input_length, 1)
@@ -64,6 +67,12 @@ class WorkloadSpec:
             self.max_batched_tokens,
         )
         object.__setattr__(self, "_plan", plan)
+        object.__setattr__(self, "_decode_query_len", decode_query_len(self.num_mtp_tokens))
+        object.__setattr__(
+            self,
+            "_decode_seq_len",
+            decode_seq_len(self.input_length, self.output_length, self.num_mtp_tokens),
+        )
 
     def get_effective_input_length(self, is_decode: bool = False) -> int:
         """Prefill works on the uncached tokens; decode keeps the full input as context."""
@@ -85,9 +94,19 @@ class WorkloadSpec:
     @property
     def decode_query_len(self) -> int:
         """Tokens per request in a decode forward (:func:`decode_query_len`)."""
-        return decode_query_len(self.num_mtp_tokens)
+        return self._decode_query_len
 
     @property
     def decode_seq_len(self) -> int:
         """Context of a representative decode forward (:func:`decode_seq_len`)."""
-        return decode_seq_len(self.input_length, self.output_length, self.num_mtp_tokens)
+        return self._decode_seq_len
+
+    def decode_shape(self, concurrency: int) -> ForwardShape:
+        """The representative decode forward of ``concurrency`` requests (the one builder of it:
+        the engine's plans, the closed-form waves, the optimizers and the Poisson clock)."""
+        return ForwardShape(
+            is_decode=True,
+            concurrency=concurrency,
+            query_len=self.decode_query_len,
+            seq_len=self.decode_seq_len,
+        )

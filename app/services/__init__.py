@@ -74,7 +74,6 @@ from app.core.optimizer import (
 )
 from app.core.optimizer.agg import (
     SEARCHED_WORKLOADS,
-    decode_shape,
     largest_prefill_shape,
     limit_reason,
 )
@@ -982,21 +981,12 @@ def simulate(
         return _simulate_closed_loop(run, model, split)
     plans = [
         (
-            plan_serving(
-                data.get_prefill_chunk_plan(),
-                size,
-                data.output_length,
-                data.max_batched_tokens,
-                scheduler,
-                input_length=data.input_length,
-                num_mtp_tokens=data.num_mtp_tokens,
-                force_simulation=request.force_simulation,
-            ),
+            plan_serving(data, size, scheduler, force_simulation=request.force_simulation),
             replicas,
         )
         for size, replicas in split
     ]
-    memory_shapes = (decode_shape(data, busiest), largest_prefill_shape(data, busiest))
+    memory_shapes = (data.decode_shape(busiest), largest_prefill_shape(data, busiest))
     shapes = [shape for plan, _ in plans for shape in plan.shapes]
     model.prefetch((*shapes, *memory_shapes))  # the request's only cache read
     result = combine_replicas(
@@ -1215,7 +1205,7 @@ def _serving_response(
     running = in_flight
     if result is not None and result.max_running is not None:
         running = min(running, result.max_running)
-    memory = model.records((decode_shape(data, max(1, running)), largest_prefill_shape(data, 1)))
+    memory = model.records((data.decode_shape(max(1, running)), largest_prefill_shape(data, 1)))
     if result is not None and reason is None:
         reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
     if result is None:

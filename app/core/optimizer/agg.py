@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from app.core.chunking import require_int
-from app.core.cost import ForwardShape, KvAdmissionModel
+from app.core.cost import ForwardShape
 from app.core.engine import simulate
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.common import (
@@ -27,20 +27,12 @@ from app.core.workload import (
     WORKLOADS,
     Window,
     Workload,
+    kv_capacity,
     simulate_closed_loop,
 )
 
 #: Workloads the concurrency search runs (a request rate is not a concurrency).
 SEARCHED_WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop")
-
-
-def decode_shape(data: WorkloadSpec, batch_size: int) -> ForwardShape:
-    return ForwardShape(
-        is_decode=True,
-        concurrency=batch_size,
-        query_len=data.decode_query_len,
-        seq_len=data.decode_seq_len,
-    )
 
 
 def largest_prefill_shape(data: WorkloadSpec, batch_size: int) -> ForwardShape:
@@ -135,7 +127,6 @@ def optimize_agg(
     only when not even one request fits.
     """
     policy = scheduler or default_scheduler()
-    plan = data.get_prefill_chunk_plan()
     if workload not in WORKLOADS:
         raise InvalidParameterError("workload", workload, f"one of {', '.join(WORKLOADS)}")
     if workload not in SEARCHED_WORKLOADS:
@@ -162,24 +153,14 @@ def optimize_agg(
     ) -> tuple[Callable[[int], Probe], ForwardShape]:
         def evaluate(batch_size: int) -> Probe:
             left_gb = memory_left_gb(
-                memo, (decode_shape(data, batch_size), largest_prefill_shape(data, batch_size))
+                memo, (data.decode_shape(batch_size), largest_prefill_shape(data, batch_size))
             )
             if left_gb < 0:
                 return out_of_memory_probe(layout, batch_size, left_gb)
-            result = simulate(
-                plan,
-                batch_size,
-                data.output_length,
-                data.max_batched_tokens,
-                memo,
-                policy,
-                input_length=data.input_length,
-                num_mtp_tokens=data.num_mtp_tokens,
-                force_simulation=force_simulation,
-            )
+            result = simulate(data, batch_size, memo, policy, force_simulation=force_simulation)
             return simulated_probe(data, layout, batch_size, left_gb, result)
 
-        return evaluate, decode_shape(data, 1)
+        return evaluate, data.decode_shape(1)
 
     return run_layout_searches(
         "agg", data, deployment, layouts, serving_for, evaluate_for, "output", max_batch_size
@@ -198,43 +179,33 @@ def _optimize_closed_loop(
 ) -> OptimizeResult:
     """The aggregated search with each probe a closed loop of ``batch_size`` clients."""
     require_int("requests_per_client", requests_per_client, 1, 1000)
-    context = data.input_length + data.output_length
 
     def evaluate_for(
         layout: ParallelLayout, memo: MemoLatency
     ) -> tuple[Callable[[int], Probe], ForwardShape]:
-        model = memo.model
-        kv_cap = (
-            model.kv_capacity_requests(context, data.max_batched_tokens)
-            if isinstance(model, KvAdmissionModel)
-            else None
-        )
+        kv_cap = kv_capacity(data, memo.model)
         caps = [c for c in (kv_cap, policy.max_running) if c is not None]
         max_running = min(caps) if caps else None
 
         def evaluate(batch_size: int) -> Probe:
             running = batch_size if max_running is None else min(batch_size, max_running)
             left_gb = memory_left_gb(
-                memo, (decode_shape(data, max(running, 1)), largest_prefill_shape(data, 1))
+                memo, (data.decode_shape(max(running, 1)), largest_prefill_shape(data, 1))
             )
             if max_running == 0 or left_gb < 0:
                 return out_of_memory_probe(layout, batch_size, left_gb)
             result = simulate_closed_loop(
-                data.get_prefill_chunk_plan(),
+                data,
                 batch_size,
-                data.output_length,
-                data.max_batched_tokens,
                 memo,
                 policy,
-                input_length=data.input_length,
-                num_mtp_tokens=data.num_mtp_tokens,
                 num_requests=batch_size * requests_per_client,
                 window=window,
                 max_running=max_running,
             )
             return simulated_probe(data, layout, batch_size, left_gb, result)
 
-        return evaluate, decode_shape(data, 1)
+        return evaluate, data.decode_shape(1)
 
     return run_layout_searches(
         "agg", data, deployment, layouts, serving_for, evaluate_for, "output", max_batch_size

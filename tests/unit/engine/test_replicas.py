@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.chunking import prefill_chunk_plan
 from app.core.engine import SimulationResult, combine_replicas, simulate
 from app.core.errors import InvalidParameterError
 from app.core.parallel import split_over_replicas
+from app.core.spec import WorkloadSpec
 
 from .fakes import LinearLatency
 
@@ -32,8 +32,8 @@ def test_split_conserves_and_is_as_even_as_integers_allow(total: int, replicas: 
 
 
 def run(concurrency: int) -> SimulationResult:
-    plan = prefill_chunk_plan(600, 256)
-    return simulate(plan, concurrency, 16, 256, LinearLatency(), input_length=600)
+    data = WorkloadSpec(input_length=600, output_length=16, max_batched_tokens=256)
+    return simulate(data, concurrency, LinearLatency())
 
 
 def test_combined_replicas_add_throughput_and_weight_latencies_by_requests() -> None:

@@ -29,15 +29,7 @@ class KvLimited(LinearLatency):
 def test_one_replica_is_the_closed_loop() -> None:
     latency = LinearLatency()
     got = simulate_serving(DATA, 8, latency, num_requests=40)
-    want = simulate_closed_loop(
-        DATA.get_prefill_chunk_plan(),
-        8,
-        64,
-        1024,
-        LinearLatency(),
-        input_length=512,
-        num_requests=40,
-    )
+    want = simulate_closed_loop(DATA, 8, LinearLatency(), num_requests=40)
     assert got == want
 
 
