@@ -93,6 +93,30 @@ class Engine:
     An engine runs once (:meth:`run`).
     """
 
+    __slots__ = (
+        "arrivals",
+        "budget",
+        "continue_first",
+        "decode",
+        "decode_tokens",
+        "done",
+        "effective",
+        "ends_ms",
+        "finish_records",
+        "first_records",
+        "max_running",
+        "memo",
+        "pending",
+        "pending_total",
+        "reads_remaining",
+        "runs",
+        "scheduler",
+        "starts_ms",
+        "stateless",
+        "t_ms",
+        "waiting",
+    )
+
     def __init__(
         self,
         chunk_plan: tuple[PrefillChunk, ...],
@@ -127,23 +151,24 @@ class Engine:
 
     def run(self) -> tuple[tuple[StepRun, ...], RequestRecords]:
         """The loop: admit arrivals, ask the scheduler, price the step, advance the groups."""
-        arrivals = self.arrivals
+        arrivals, decode, pending = self.arrivals, self.decode, self.pending
+        num_requests, timed = arrivals.num_requests, arrivals.clock is not None
         arrivals.start(self.waiting)
-        while self.done < arrivals.num_requests:
+        while self.done < num_requests:
             arrivals.arrive(self.t_ms, self.waiting)
             self._admit()
-            if not self.pending and not self.decode.ready:
-                self.t_ms = arrivals.idle_until(self.t_ms, arrivals.num_requests - self.done)
+            if not pending and not decode.ready:
+                self.t_ms = arrivals.idle_until(self.t_ms, num_requests - self.done)
                 continue
             pend, remaining = self._front()
-            ready = self.decode.ready
+            ready = decode.ready
             decision = self._decide(ready, pend, remaining)
             all_advance = decision.d_step == ready
             if self.stateless and decision.p_step == 0 and not all_advance:
                 self._round_robin(decision)
                 continue
             repeat = self._repeat(decision, ready, pend, remaining) if all_advance else 1
-            if arrivals.clock is not None:
+            if timed:
                 repeat = self._price(decision, repeat)
             self._advance(decision, repeat, all_advance)
         return tuple(self.runs), self._records()
@@ -193,13 +218,14 @@ class Engine:
 
     def _decide(self, ready: int, pend: int, remaining: int) -> StepDecision:
         budget = self.budget
-        chunk_query_len = min(budget, remaining) if pend else budget
+        chunk_query_len = (budget if budget < remaining else remaining) if pend else budget
         key = (ready, pend, chunk_query_len, remaining if self.reads_remaining else -1)
-        decision = self.memo.get(key) if self.stateless else None
+        stateless = self.stateless
+        decision = self.memo.get(key) if stateless else None
         if decision is None:
             state = SchedulerState(ready, pend, chunk_query_len, budget, remaining)
             decision = checked_decision(self.scheduler, state)
-            if self.stateless:
+            if stateless:
                 self.memo[key] = decision
         return decision
 
