@@ -1060,7 +1060,7 @@ class _SimulationRun:
                 "mean_decode_tokens_per_step": result.mean_decode_tokens_per_step,
                 "max_running": result.max_running,
             }
-        output = result.output_throughput if result else 0.0
+        output = result.throughput_tokens_s if result else 0.0
         timeline, truncated = _timeline_out(result.timeline if result else None)
         return SimulateResponse(
             input=self.request,
@@ -1506,7 +1506,7 @@ def optimize(
                 decode_row=_row_out(pd_result.decode_row, "decode")
                 if pd_result.decode_row
                 else None,
-                output_throughput=pd_result.output_throughput,
+                output_throughput=pd_result.throughput_tokens_s,
                 throughput_per_device=pd_result.throughput_per_device,
                 reason=pd_result.reason,
             )

@@ -212,7 +212,7 @@ def replay_time_simulation(
         ttft_ms=min(first_token_sum / n, makespan_ms),  # a mean never exceeds the max
         tpot_ms=max(tpot_ms, 0.0),
         makespan_ms=makespan_ms,
-        output_throughput=per_s(n * plan.output_length, makespan_ms),
+        throughput_tokens_s=per_s(n * plan.output_length, makespan_ms),
         request_throughput=per_s(n, makespan_ms),
         prefill_num_chunks=len(plan.chunk_plan),
         steps=plan.steps,

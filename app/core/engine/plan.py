@@ -203,7 +203,7 @@ class SimulationResult:
     ttft_ms: float
     tpot_ms: float
     makespan_ms: float
-    output_throughput: float  # output tokens / s
+    throughput_tokens_s: float  # output tokens / s
     request_throughput: float  # requests / s
     prefill_num_chunks: int
     steps: int

@@ -41,7 +41,7 @@ def combine_replicas(parts: Sequence[tuple[SimulationResult, int]]) -> Simulatio
         ttft_ms=weighted_mean(parts, "ttft_ms", "concurrency"),
         tpot_ms=weighted_mean(parts, "tpot_ms", "concurrency"),
         makespan_ms=max(r.makespan_ms for r, _ in parts),
-        output_throughput=replica_total(parts, "output_throughput"),
+        throughput_tokens_s=replica_total(parts, "throughput_tokens_s"),
         request_throughput=replica_total(parts, "request_throughput"),
         prefill_num_chunks=first.prefill_num_chunks,
         steps=sum(r.steps * n for r, n in parts),

@@ -100,7 +100,7 @@ def replay_waves(plan: WavesPlan, latencies: Mapping[AnyShape, float]) -> Simula
         ttft_ms=ttft_ms,
         tpot_ms=e2e_ms / output_length,
         makespan_ms=e2e_ms,
-        output_throughput=per_s(output_length * c, e2e_ms),
+        throughput_tokens_s=per_s(output_length * c, e2e_ms),
         request_throughput=per_s(c, e2e_ms),
         prefill_num_chunks=1,
         steps=n + (1 if r else 0) + output_length,

@@ -69,7 +69,7 @@ class SimulatedMetrics(Protocol):
     def tpot_ms(self) -> float: ...
 
     @property
-    def output_throughput(self) -> float: ...
+    def throughput_tokens_s(self) -> float: ...
 
     @property
     def request_throughput(self) -> float: ...
@@ -95,7 +95,7 @@ def simulated_probe(
         reason=reason,
         ttft_ms=result.ttft_ms,
         tpot_ms=result.tpot_ms,
-        throughput_tokens_s=result.output_throughput * layout.dp,
+        throughput_tokens_s=result.throughput_tokens_s * layout.dp,
         request_throughput=result.request_throughput * layout.dp,
         memory_left_gb=left_gb,
         method=result.method,

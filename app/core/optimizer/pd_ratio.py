@@ -95,7 +95,7 @@ class PdRatioResult:
     d_qps: float | None
     pd_ratio: float | None
     split: InstanceSplit | None
-    output_throughput: float
+    throughput_tokens_s: float
     throughput_per_device: float
     reason: str | None
 
@@ -155,7 +155,7 @@ def optimize_pd_ratio(
             d_qps=None,
             pd_ratio=None,
             split=None,
-            output_throughput=0.0,
+            throughput_tokens_s=0.0,
             throughput_per_device=0.0,
             reason=f"no feasible {side} configuration",
         )
@@ -177,7 +177,7 @@ def optimize_pd_ratio(
         d_qps=d_qps,
         pd_ratio=d_qps / p_qps,
         split=split,
-        output_throughput=throughput,
+        throughput_tokens_s=throughput,
         throughput_per_device=throughput / split.devices_used if split else 0.0,
         reason=None
         if split

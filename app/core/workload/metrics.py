@@ -70,7 +70,7 @@ class ServingResult:
     ttft_ms: float
     tpot_ms: float
     e2e_ms: float
-    output_throughput: float  # output tokens / s
+    throughput_tokens_s: float  # output tokens / s
     total_throughput: float  # (input + output) tokens / s
     request_throughput: float  # requests / s
     mean_running_batch: float  # requests per engine step (prefill + decode)
@@ -174,7 +174,7 @@ def replay_serving(
         ttft_ms=ttft_ms,
         tpot_ms=tpot_ms,
         e2e_ms=ttft_ms + decode_ms,
-        output_throughput=per_s(totals.output_tokens, duration_ms),
+        throughput_tokens_s=per_s(totals.output_tokens, duration_ms),
         total_throughput=per_s(totals.output_tokens + totals.input_tokens, duration_ms),
         request_throughput=per_s(totals.completed, duration_ms),
         mean_running_batch=totals.per_step(totals.batch),
@@ -205,7 +205,7 @@ def combine_serving(parts: Sequence[tuple[ServingResult, int]], clients: int) ->
         ttft_ms=weighted_mean(parts, "ttft_ms", "measured_requests"),
         tpot_ms=weighted_mean(parts, "tpot_ms", "measured_requests"),
         e2e_ms=weighted_mean(parts, "e2e_ms", "measured_requests"),
-        output_throughput=replica_total(parts, "output_throughput"),
+        throughput_tokens_s=replica_total(parts, "throughput_tokens_s"),
         total_throughput=replica_total(parts, "total_throughput"),
         request_throughput=replica_total(parts, "request_throughput"),
         mean_running_batch=weighted_mean(parts, "mean_running_batch", "steps"),

@@ -279,13 +279,15 @@ def test_replicas_share_the_rate_and_the_requests() -> None:
     two = simulate_poisson_serving(DATA, 100.0, LinearLatency(), dp=2, num_requests=200)
     assert two.measured_requests == 200
     assert two.ttft_ms == pytest.approx(one.ttft_ms)
-    assert two.output_throughput == pytest.approx(2 * one.output_throughput)
+    assert two.throughput_tokens_s == pytest.approx(2 * one.throughput_tokens_s)
     # 201 over two replicas: 101 and 100, each at 50 req/s; the client cap splits alike.
     big = simulate_poisson(DATA, 50.0, LinearLatency(), num_requests=101)
     uneven = simulate_poisson_serving(DATA, 100.0, LinearLatency(), dp=2, num_requests=201)
     assert uneven.measured_requests == 201
     assert uneven.ttft_ms == pytest.approx((101 * big.ttft_ms + 100 * one.ttft_ms) / 201)
-    assert uneven.output_throughput == pytest.approx(big.output_throughput + one.output_throughput)
+    assert uneven.throughput_tokens_s == pytest.approx(
+        big.throughput_tokens_s + one.throughput_tokens_s
+    )
     with pytest.raises(InvalidParameterError, match="num_requests"):
         simulate_poisson_serving(DATA, 10.0, LinearLatency(), dp=4, num_requests=3)
     with pytest.raises(InvalidParameterError, match="max_concurrency"):

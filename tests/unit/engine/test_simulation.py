@@ -64,7 +64,7 @@ def test_closed_form_waves_known_answer() -> None:
     assert result.method == CLOSED_FORM_WAVES
     assert result.ttft_ms == pytest.approx(16.8)
     assert result.tpot_ms == pytest.approx(5.36)
-    assert result.output_throughput == pytest.approx(932.8358, abs=1e-4)
+    assert result.throughput_tokens_s == pytest.approx(932.8358, abs=1e-4)
 
 
 def test_entry_point_picks_waves_for_one_chunk_and_can_be_forced() -> None:
@@ -83,7 +83,7 @@ def test_fifo_order_known_answer() -> None:
     )
     assert result.ttft_ms == pytest.approx(3.5)
     assert result.tpot_ms == pytest.approx(1.0)
-    assert result.output_throughput == pytest.approx(800.0)
+    assert result.throughput_tokens_s == pytest.approx(800.0)
     assert result.makespan_ms == pytest.approx(5.0)
     assert result.steps == 5
 
@@ -235,7 +235,7 @@ def test_conservation_and_sanity(s: dict[str, Any]) -> None:
     result = time_simulation(effective, budget, n, o, LinearLatency())
     assert 0 < result.ttft_ms <= result.makespan_ms
     assert result.tpot_ms >= 0
-    assert result.output_throughput == pytest.approx(1000 * n * o / result.makespan_ms)
+    assert result.throughput_tokens_s == pytest.approx(1000 * n * o / result.makespan_ms)
     again = time_simulation(effective, budget, n, o, LinearLatency())
     assert again == result  # deterministic
 
@@ -258,7 +258,7 @@ def test_single_chunk_forced_simulation_and_waves_both_sane(
     for result in (waves, forced):
         assert result.prefill_num_chunks == 1
         assert 0 < result.ttft_ms <= result.makespan_ms
-        assert result.output_throughput > 0 and math.isfinite(result.output_throughput)
+        assert result.throughput_tokens_s > 0 and math.isfinite(result.throughput_tokens_s)
     if budget >= n * effective:
         # The budget never binds: the simulation prefills everyone in one step, then decodes all
         # together, like the single closed-form wave, except that the closed form also charges

@@ -31,7 +31,7 @@ def test_single_client_runs_requests_back_to_back() -> None:
     assert result.tpot_ms == pytest.approx(1.0)
     assert result.e2e_ms == pytest.approx(2.0)
     assert result.duration_ms == pytest.approx(6.0)
-    assert result.output_throughput == pytest.approx(1000 * 3 * 2 / 6)
+    assert result.throughput_tokens_s == pytest.approx(1000 * 3 * 2 / 6)
     assert result.total_throughput == pytest.approx(1000 * 3 * (4 + 2) / 6)
     assert result.request_throughput == pytest.approx(500.0)
     assert result.steps == 6
@@ -68,7 +68,7 @@ def test_steady_state_window() -> None:
     assert 0 < steady.measured_requests < 200
     assert steady.duration_ms < bench.duration_ms
     assert steady.tpot_ms > 0 and steady.ttft_ms > 0
-    assert steady.output_throughput > 0
+    assert steady.throughput_tokens_s > 0
     with pytest.raises(InvalidParameterError, match="num_requests"):
         simulate_closed_loop(spec(64, 64, 16), 8, latency, num_requests=8, window="steady_state")
 
@@ -158,7 +158,7 @@ def test_burst_is_the_closed_loop_without_resubmission() -> None:
     assert loop.ttft_ms == pytest.approx(burst.ttft_ms)
     assert loop.tpot_ms == pytest.approx(burst.tpot_ms)
     assert loop.duration_ms == pytest.approx(burst.makespan_ms)
-    assert loop.output_throughput == pytest.approx(burst.output_throughput)
+    assert loop.throughput_tokens_s == pytest.approx(burst.throughput_tokens_s)
 
 
 policies = st.fixed_dictionaries(
