@@ -127,15 +127,7 @@ def optimize_agg(
     only when not even one request fits.
     """
     policy = scheduler or default_scheduler()
-    if workload not in WORKLOADS:
-        raise InvalidParameterError("workload", workload, f"one of {', '.join(WORKLOADS)}")
-    if workload not in SEARCHED_WORKLOADS:
-        raise InvalidParameterError(
-            "workload",
-            workload,
-            f"one of {', '.join(SEARCHED_WORKLOADS)}: the search varies concurrency, not a "
-            "request rate (simulate a poisson workload one rate at a time)",
-        )
+    check_searched_workload(workload)
     if workload == "closed_loop":
         return _optimize_closed_loop(
             data,
@@ -147,6 +139,33 @@ def optimize_agg(
             window,
             requests_per_client,
         )
+    return _optimize_burst(
+        data, layouts, serving_for, deployment, policy, max_batch_size, force_simulation
+    )
+
+
+def check_searched_workload(workload: object) -> None:
+    if workload not in WORKLOADS:
+        raise InvalidParameterError("workload", workload, f"one of {', '.join(WORKLOADS)}")
+    if workload not in SEARCHED_WORKLOADS:
+        raise InvalidParameterError(
+            "workload",
+            workload,
+            f"one of {', '.join(SEARCHED_WORKLOADS)}: the search varies concurrency, not a "
+            "request rate (simulate a poisson workload one rate at a time)",
+        )
+
+
+def _optimize_burst(
+    data: WorkloadSpec,
+    layouts: Sequence[ParallelLayout],
+    serving_for: ServingFactory,
+    deployment: Deployment,
+    policy: Scheduler,
+    max_batch_size: int,
+    force_simulation: bool,
+) -> OptimizeResult:
+    """The aggregated search with each probe a burst of ``batch_size`` requests (the RFC)."""
 
     def evaluate_for(
         layout: ParallelLayout, memo: MemoLatency
