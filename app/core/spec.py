@@ -74,17 +74,13 @@ class WorkloadSpec:
             decode_seq_len(self.input_length, self.output_length, self.num_mtp_tokens),
         )
 
-    def get_effective_input_length(self, is_decode: bool = False) -> int:
-        """Prefill works on the uncached tokens; decode keeps the full input as context."""
-        if is_decode:
-            return self.input_length
-        return self._plan[-1].seq_len
-
     def get_prefill_chunk_plan(self) -> tuple[PrefillChunk, ...]:
         return self._plan
 
     @property
     def effective_input_length(self) -> int:
+        """Tokens prefill computes (the uncached part); decode keeps ``input_length`` as
+        context."""
         return self._plan[-1].seq_len
 
     @property

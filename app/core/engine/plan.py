@@ -96,8 +96,6 @@ class SimulationPlan:
     def max_batched_tokens(self) -> int:
         return self.spec.max_batched_tokens
 
-    prefill_shape = staticmethod(prefill_shape)
-
     def decode_shape(self, d_step: int) -> ForwardShape:
         return self.spec.decode_shape(d_step)
 
