@@ -160,7 +160,9 @@ class Engine:
             if not pending and not decode.ready:
                 self.t_ms = arrivals.idle_until(self.t_ms, num_requests - self.done)
                 continue
-            pend, remaining = self._front()
+            pend, remaining = (
+                (pending[0].count, self.effective - pending[0].done) if pending else (0, 0)
+            )
             ready = decode.ready
             decision = self._decide(ready, pend, remaining)
             all_advance = decision.d_step == ready
@@ -290,22 +292,34 @@ class Engine:
 
     def _advance(self, decision: StepDecision, repeat: int, all_advance: bool) -> None:
         """``repeat`` steps of ``decision``: prefill progress, first tokens, decode, finishes."""
-        p_step, d_step, tokens = decision.p_step, decision.d_step, decision.prefill_tokens or 0
+        p_step, d_step = decision.p_step, decision.d_step
+        tokens = decision.prefill_tokens or 0
+        decode = self.decode
         run_index = len(self.runs)
         finished: list[Finished] = []
         # Decode: the front d_step requests (all of them when all advance) emit a token.
-        selected = self.decode.take(d_step) if d_step and not all_advance else []
+        selected = decode.take(d_step) if d_step and not all_advance else []
         first_tokens = 0
         prefill_start = -1
         if p_step:
-            prefill_start = self.pending[0].done
-            shifted = repeat if all_advance and d_step else 0
-            if self._prefill(p_step, tokens * repeat, run_index, shifted, all_advance, finished):
+            # Prefill: p_step requests at the front compute ``tokens`` more, ``repeat`` times.
+            pending = self.pending
+            head = pending[0]
+            prefill_start = head.done
+            moved = pending.popleft() if head.count == p_step else head.split_front(p_step)
+            moved.done += tokens * repeat
+            if moved.done >= self.effective:
                 first_tokens = p_step
+                self.pending_total -= p_step
+                shifted = repeat if all_advance and d_step else 0
+                self._first_tokens(moved, run_index, shifted, all_advance, finished)
+            else:
+                self._requeue_prefill(moved)
         # Decode bookkeeping: finished requests leave, the others re-queue at the back.
         if d_step and all_advance:
-            finished.extend(self.decode.advance_all(repeat))
-        finished.extend(self.decode.requeue(selected))
+            finished.extend(decode.advance_all(repeat))
+        if selected:
+            finished.extend(decode.requeue(selected))
         self._finish(run_index, finished)
         self.runs.append(
             StepRun(
@@ -315,48 +329,43 @@ class Engine:
                 d_step=d_step,
                 repeat=repeat,
                 first_tokens=first_tokens,
-                finished=sum(count for count, _ in finished),
+                finished=sum(count for count, _ in finished) if finished else 0,
             )
         )
 
-    def _prefill(
+    def _first_tokens(
         self,
-        p_step: int,
-        tokens: int,
+        moved: _Segment,
         run_index: int,
         shifted: int,
         front: bool,
         finished: list[Finished],
-    ) -> bool:
-        """``p_step`` requests at the front compute ``tokens`` more; whether they are done."""
+    ) -> None:
+        """``moved`` completed its last chunk at the end of ``run_index``: first tokens, then
+        decode (or done, when the output is one token)."""
+        for count, arrival in moved.parts:
+            self.first_records.append((count, arrival, run_index))
+        if self.decode_tokens == 0:
+            finished.append((moved.count, run_index))
+        else:
+            # Promoted requests queue behind the unselected ones and ahead of the selected ones
+            # re-queueing later (all were selected when all advance).
+            self.decode.promote(moved.count, self.decode_tokens + shifted, run_index, front=front)
+
+    def _requeue_prefill(self, moved: _Segment) -> None:
+        """``moved`` has chunks left: back to the front (``continue_first``) or the back."""
         pending = self.pending
-        head = pending[0]
-        moved = pending.popleft() if head.count == p_step else head.split_front(p_step)
-        self.pending_total -= p_step
-        moved.done += tokens
-        if moved.done >= self.effective:
-            for count, arrival in moved.parts:
-                self.first_records.append((count, arrival, run_index))
-            if self.decode_tokens == 0:
-                finished.append((p_step, run_index))
-            else:
-                # Promoted requests queue behind the unselected ones and ahead of the selected
-                # ones re-queueing later (all were selected when all advance).
-                self.decode.promote(p_step, self.decode_tokens + shifted, run_index, front=front)
-            return True
-        self.pending_total += p_step
         if self.continue_first:
             if pending and pending[0].done == moved.done:
-                pending[0].count += p_step
+                pending[0].count += moved.count
                 pending[0].parts.extendleft(reversed(moved.parts))
             else:
                 pending.appendleft(moved)
         elif pending and pending[-1].done == moved.done:
-            pending[-1].count += p_step
+            pending[-1].count += moved.count
             pending[-1].parts.extend(moved.parts)
         else:
             pending.append(moved)
-        return False
 
     def _round_robin(self, decision: StepDecision) -> None:
         """Round robin with nobody joining decode: the whole stretch in one move."""
