@@ -17,8 +17,7 @@ from app.core.workload import (
     simulate_closed_loop,
     simulate_serving,
 )
-
-from .fakes import ConstantLatency, LinearLatency, reference_simulation, spec
+from tests.unit.engine.fakes import ConstantLatency, LinearLatency, reference_simulation, spec
 
 
 def test_single_client_runs_requests_back_to_back() -> None:

@@ -25,8 +25,7 @@ from app.core.optimizer import (
 )
 from app.core.parallel import ParallelLayout
 from app.core.spec import WorkloadSpec
-
-from .fakes import ConstantLatency, LinearLatency
+from tests.unit.engine.fakes import ConstantLatency, LinearLatency
 
 DEPLOYMENT = Deployment(model="fake-model", device="FAKE_DEVICE", quantization="bf16")
 

@@ -7,8 +7,7 @@ import pytest
 from app.core.errors import InfeasibleError, InvalidParameterError
 from app.core.spec import WorkloadSpec
 from app.core.workload import simulate_closed_loop, simulate_serving
-
-from .fakes import LinearLatency
+from tests.unit.engine.fakes import LinearLatency
 
 DATA = WorkloadSpec(input_length=512, output_length=64, max_batched_tokens=1024)
 

@@ -21,8 +21,7 @@ from app.core.workload import (
     simulate_poisson,
     simulate_poisson_serving,
 )
-
-from .fakes import ConstantLatency, LinearLatency, reference_simulation, spec
+from tests.unit.engine.fakes import ConstantLatency, LinearLatency, reference_simulation, spec
 
 
 def test_arrivals_are_a_seeded_poisson_process() -> None:
