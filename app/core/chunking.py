@@ -28,12 +28,23 @@ class PrefillChunk:
     is_last_chunk: bool
 
 
-def require_int(name: str, value: object, minimum: int, maximum: int = MAX_LENGTH_TOKENS) -> int:
-    """``value`` if it is an ``int`` (not a ``bool``) in ``[minimum, maximum]``; the one integer
-    check of the core (every ``InvalidParameterError`` for an integer reads the same)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise InvalidParameterError(name, value, f"an integer in [{minimum}, {maximum}]")
+def require_int(
+    name: str, value: object, minimum: int, maximum: int | None = MAX_LENGTH_TOKENS
+) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``) in ``[minimum, maximum]`` (no upper bound
+    when ``maximum`` is ``None``); the one integer check of the engine, workloads, schedulers,
+    optimizers and layouts (every ``InvalidParameterError`` for an integer reads the same)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidParameterError(name, value, _int_range(minimum, maximum))
+    if maximum is not None and value > maximum:
+        raise InvalidParameterError(name, value, _int_range(minimum, maximum))
     return value
+
+
+def _int_range(minimum: int, maximum: int | None) -> str:
+    if maximum is None:
+        return f"an integer >= {minimum}"
+    return f"an integer in [{minimum}, {maximum}]"
 
 
 def require_limit(name: str, value: float | None) -> None:

@@ -111,8 +111,7 @@ def enumerate_layouts(
 
     ``ep_sizes`` (MoE) default to ``(1,)``; an EP size must divide ``num_devices``.
     """
-    if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
-        raise InvalidParameterError("num_devices", num_devices, "an integer >= 1")
+    require_int("num_devices", num_devices, 1, None)
     if tp_sizes is None:
         tp_sizes = [
             t for t in (1 << i for i in range(num_devices.bit_length())) if t <= num_devices

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.core.chunking import PrefillChunk, prefill_chunk_plan
+from app.core.chunking import PrefillChunk, prefill_chunk_plan, require_int
 from app.core.cost import ForwardShape, LatencyModel
 from app.core.engine import (
     MS_PER_S,
@@ -61,8 +61,7 @@ def prefill_chunk_waves(
         raise InvalidParameterError(
             "chunk_plan", [c.query_len for c in plan], "the plan for this max_batched_tokens"
         )
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-        raise InvalidParameterError("concurrency", concurrency, "an integer >= 1")
+    require_int("concurrency", concurrency, 1, None)
     if not serving_overhead_ms >= 0:
         raise InvalidParameterError("serving_overhead_ms", serving_overhead_ms, "a number >= 0")
     shapes: list[ForwardShape] = []

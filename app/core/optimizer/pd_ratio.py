@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.core.chunking import require_int
 from app.core.engine import MS_PER_S
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.common import (
@@ -157,8 +158,7 @@ def optimize_pd_ratio(
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
 ) -> PdRatioResult:
     """Best prefill and decode instance configurations, their QPS ratio and instance split."""
-    if not isinstance(device_budget, int) or isinstance(device_budget, bool) or device_budget < 2:
-        raise InvalidParameterError("num_devices", device_budget, "an integer >= 2")
+    require_int("num_devices", device_budget, 2, None)
     prefill = optimize_disagg_prefill(
         data,
         prefill_layouts,
