@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from app.core.chunking import require_int
 from app.core.cost import ForwardShape
-from app.core.engine import simulate
+from app.core.engine import SimulationResult, simulate
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.common import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -25,6 +24,7 @@ from app.core.spec import WorkloadSpec
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     WORKLOADS,
+    ServingResult,
     Window,
     Workload,
     kv_capacity,
@@ -59,23 +59,10 @@ def limit_reason(data: WorkloadSpec, ttft_ms: float | None, tpot_ms: float | Non
     return None
 
 
-class SimulatedMetrics(Protocol):
-    """What a probe needs of a simulation result (burst or closed loop), per replica."""
-
-    @property
-    def ttft_ms(self) -> float: ...
-
-    @property
-    def tpot_ms(self) -> float: ...
-
-    @property
-    def throughput_tokens_s(self) -> float: ...
-
-    @property
-    def request_throughput(self) -> float: ...
-
-    @property
-    def method(self) -> str: ...
+#: What a probe reads of one replica's simulation (a burst or a closed loop): TTFT, TPOT,
+#: ``throughput_tokens_s``, ``request_throughput`` and ``method``. A result, not a cost model:
+#: it stays beside the search, not in :mod:`app.core.cost`.
+SimulatedMetrics = SimulationResult | ServingResult
 
 
 def simulated_probe(
