@@ -11,9 +11,8 @@ import argparse
 import time
 from collections.abc import Callable
 
-from app.core.chunking import prefill_chunk_plan
 from app.core.cost import ServingModel
-from app.core.engine import simulate_chunked_prefill
+from app.core.engine import simulate
 from app.core.optimizer import Deployment, enumerate_layouts, optimize_agg
 from app.core.parallel import ParallelLayout
 from app.core.spec import WorkloadSpec
@@ -57,10 +56,9 @@ def best_of(fn: Callable[[], object], repeats: int) -> float:
 
 
 def sim_case(effective: int, budget: int, concurrency: int, output: int, repeats: int) -> float:
-    plan = prefill_chunk_plan(effective, budget)
+    data = WorkloadSpec(input_length=effective, output_length=output, max_batched_tokens=budget)
     return best_of(
-        lambda: simulate_chunked_prefill(plan, concurrency, output, budget, ConstantCost()),
-        repeats,
+        lambda: simulate(data, concurrency, ConstantCost(), force_simulation=True), repeats
     )
 
 
@@ -70,7 +68,7 @@ def main() -> None:
     args = parser.parse_args()
     r = args.repeats
 
-    print("simulate_chunked_prefill (constant-cost fake latency), best of", r)
+    print("simulate, time simulation (constant-cost fake latency), best of", r)
     cases = [
         ("E=32768 B=8192 C=256  O=256 ", 32768, 8192, 256, 256),
         ("E=32768 B=8192 C=256  O=4096", 32768, 8192, 256, 4096),

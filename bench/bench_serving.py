@@ -81,7 +81,7 @@ def main() -> None:
             f"  vllm, mixed_latency={rule:<5}: {seconds * 1000:.1f} ms (target < 300 ms); "
             f"{result.steps} engine steps, {result.forward_evaluations} forward shapes, "
             f"TTFT {result.ttft_ms:.0f} ms, TPOT {result.tpot_ms:.2f} ms, "
-            f"{result.output_throughput:.0f} output tok/s"
+            f"{result.throughput_tokens_s:.0f} output tok/s"
         )
 
     limits = WorkloadSpec(

@@ -18,8 +18,7 @@ from app.cli.commands import (
 from app.cli.serve import cmd_serve
 from app.core.limits import DEFAULT_TOP_K, DEFAULT_WINDOW, DEFAULT_WORKLOAD
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
-from app.core.scheduler import MIXED_LATENCIES, SCHEDULERS
-from app.core.scheduler.policies import DEFAULT_SCHEDULER, PREFILL_ORDERS
+from app.core.scheduler import DEFAULT_SCHEDULER, MIXED_LATENCIES, PREFILL_ORDERS, SCHEDULERS
 from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     DEFAULT_POISSON_SEED,

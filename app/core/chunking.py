@@ -28,13 +28,27 @@ class PrefillChunk:
     is_last_chunk: bool
 
 
-def _require_int(name: str, value: object, minimum: int, maximum: int = MAX_LENGTH_TOKENS) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise InvalidParameterError(name, value, f"an integer in [{minimum}, {maximum}]")
+def require_int(
+    name: str, value: object, minimum: int, maximum: int | None = MAX_LENGTH_TOKENS
+) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``) in ``[minimum, maximum]`` (no upper bound
+    when ``maximum`` is ``None``); the one integer check of the engine, workloads, schedulers,
+    optimizers and layouts (every ``InvalidParameterError`` for an integer reads the same)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidParameterError(name, value, _int_range(minimum, maximum))
+    if maximum is not None and value > maximum:
+        raise InvalidParameterError(name, value, _int_range(minimum, maximum))
     return value
 
 
-def _require_limit(name: str, value: float | None) -> None:
+def _int_range(minimum: int, maximum: int | None) -> str:
+    if maximum is None:
+        return f"an integer >= {minimum}"
+    return f"an integer in [{minimum}, {maximum}]"
+
+
+def require_limit(name: str, value: float | None) -> None:
+    """A latency limit: omitted, or a finite number > 0."""
     if value is None:
         return
     if (
@@ -48,8 +62,8 @@ def _require_limit(name: str, value: float | None) -> None:
 
 def effective_input_length(input_length: int, prefix_cache_hit_rate: float) -> int:
     """Tokens left to prefill after the prefix cache: ``L - floor(L * h)``."""
-    _require_int("input_length", input_length, 1)
-    _require_hit_rate(prefix_cache_hit_rate)
+    require_int("input_length", input_length, 1)
+    require_hit_rate(prefix_cache_hit_rate)
     # The rate is read as the decimal the user wrote (0.29 is 29/100, not 0.28999...).
     cached = math.floor(input_length * Fraction(repr(float(prefix_cache_hit_rate))))
     effective = input_length - cached
@@ -62,7 +76,8 @@ def effective_input_length(input_length: int, prefix_cache_hit_rate: float) -> i
     return effective
 
 
-def _require_hit_rate(value: float) -> None:
+def require_hit_rate(value: float) -> None:
+    """A prefix-cache hit rate in ``[0, 1)``."""
     if (
         not isinstance(value, int | float)
         or isinstance(value, bool)
@@ -76,8 +91,8 @@ def prefill_chunk_plan(
     effective_input_length: int, max_batched_tokens: int
 ) -> tuple[PrefillChunk, ...]:
     """Split ``effective_input_length`` tokens into chunks of at most ``max_batched_tokens``."""
-    _require_int("effective_input_length", effective_input_length, 1)
-    _require_int("max_batched_tokens", max_batched_tokens, 1)
+    require_int("effective_input_length", effective_input_length, 1)
+    require_int("max_batched_tokens", max_batched_tokens, 1)
     num_chunks = -(-effective_input_length // max_batched_tokens)
     chunks = []
     for index in range(num_chunks):

@@ -1,7 +1,16 @@
-"""The contract between the engine (simulation, optimizers) and a forward-latency model.
+"""THE contract between the engine (simulation, workloads, optimizers) and a cost model.
 
 The engine never builds a latency model itself: it receives any object with these methods.
-Tests inject fakes; the service injects a cached ``ModelRunner`` adapter.
+Tests inject fakes; the service injects a cached ``ModelRunner`` adapter. Every protocol a
+cost model may implement lives here, and nowhere else:
+
+- :class:`LatencyModel` (required): ``prefill_ms`` / ``decode_ms`` of one forward;
+- :class:`BatchLatencyModel` (optional): the latencies of many shapes in one call;
+- :class:`MixedLatencyModel` (optional): a fused mixed step (:class:`MixedShape`);
+- :class:`MemoryModel` (the optimizers): memory left after a forward is admitted;
+- :class:`ServingModel`: latency and memory, what the optimizers search over;
+- :class:`KvAdmissionModel` (optional): how many requests fit the KV cache of a replica;
+- :class:`MemoryBreakdownModel` (optional): the memory picture behind ``memory_left_gb``.
 
 A mixed engine step (a prefill chunk beside decodes) is costed from its two parts by the
 scheduler's ``mixed_latency`` rule (``max``, ``sum``), or, with ``fused``, as one forward over
@@ -12,6 +21,7 @@ as a fused mixed step needs a latency (no silent fallback to another rule).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -71,6 +81,17 @@ class LatencyModel(Protocol):
 
 
 @runtime_checkable
+class BatchLatencyModel(Protocol):
+    """Optional batch interface: latencies of many shapes in one call (one cache round trip).
+
+    A batch model that is given :class:`MixedShape` s and cannot cost them raises
+    :class:`~app.core.errors.UnsupportedError` (see :func:`fused_unsupported`).
+    """
+
+    def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]: ...
+
+
+@runtime_checkable
 class MixedLatencyModel(Protocol):
     """Optional capability: the latency of a fused mixed step (``mixed_latency="fused"``)."""
 
@@ -98,3 +119,30 @@ class MemoryModel(Protocol):
 @runtime_checkable
 class ServingModel(LatencyModel, MemoryModel, Protocol):
     """What the optimizers need: latency and memory headroom."""
+
+
+@runtime_checkable
+class KvAdmissionModel(Protocol):
+    """Optional: how many requests of a given context fit the KV cache of one replica."""
+
+    def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int: ...
+
+
+@runtime_checkable
+class MemoryBreakdownModel(Protocol):
+    """Optional: the memory picture (GB per device) behind ``memory_left_gb``."""
+
+    def memory_breakdown_gb(
+        self, is_decode: bool, concurrency: int, query_len: int, seq_len: int
+    ) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class MemoisedLatencyModel(Protocol):
+    """A batch latency model that evaluates each shape at most once by itself (the service's
+    cache-backed model keeps every record of its request): a search adds no memo over it."""
+
+    def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]: ...
+
+    @property
+    def shapes_seen(self) -> int: ...

@@ -7,9 +7,9 @@
      ├── UnknownNameError           a catalog/policy name is not known (lists valid names)
      │    ├── UnknownModelError
      │    ├── UnknownDeviceError
- │    └── UnknownSchedulerError
+     │    └── UnknownSchedulerError
      ├── UnsupportedError           a well-formed request the model cannot handle
- ├── InfeasibleError            the configuration cannot run at all (e.g. memory)
+     ├── InfeasibleError            the configuration cannot run at all (e.g. memory)
      ├── SimulationError            the scheduler made no progress or broke an invariant
      ├── SearchLimitError           a search would exceed its configured bounds
      └── DeadlineExceededError      a computation ran past its deadline

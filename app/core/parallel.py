@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.core.chunking import require_int
 from app.core.errors import InvalidParameterError
 
 
@@ -22,9 +23,7 @@ class ParallelLayout:
 
     def __post_init__(self) -> None:
         for name in ("tp", "dp", "ep", "pp"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidParameterError(name, value, "an integer >= 1")
+            require_int(name, getattr(self, name), 1, None)
         if self.ep > self.num_devices:
             raise InvalidParameterError("ep", self.ep, f"<= tp * dp * pp = {self.num_devices}")
 

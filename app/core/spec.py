@@ -10,14 +10,15 @@ from dataclasses import dataclass, field
 
 from app.core.chunking import (
     PrefillChunk,
-    _require_hit_rate,
-    _require_int,
-    _require_limit,
     decode_query_len,
     decode_seq_len,
     effective_input_length,
     prefill_chunk_plan,
+    require_hit_rate,
+    require_int,
+    require_limit,
 )
+from app.core.cost import ForwardShape
 from app.core.errors import InvalidParameterError
 
 
@@ -35,16 +36,18 @@ class WorkloadSpec:
     mtp_acceptance_rates: tuple[float, ...] = ()
     num_devices: int = 1
     _plan: tuple[PrefillChunk, ...] = field(init=False, repr=False, compare=False)
+    _decode_query_len: int = field(init=False, repr=False, compare=False)
+    _decode_seq_len: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _require_int("input_length", self.input_length, 1)
-        _require_int("output_length", self.output_length, 1)
-        _require_int("max_batched_tokens", self.max_batched_tokens, 1)
-        _require_hit_rate(self.prefix_cache_hit_rate)
-        _require_limit("ttft_limit_ms", self.ttft_limit_ms)
-        _require_limit("tpot_limit_ms", self.tpot_limit_ms)
-        _require_int("num_mtp_tokens", self.num_mtp_tokens, 0, 16)
-        _require_int("num_devices", self.num_devices, 1, 1_000_000)
+        require_int("input_length", self.input_length, 1)
+        require_int("output_length", self.output_length, 1)
+        require_int("max_batched_tokens", self.max_batched_tokens, 1)
+        require_hit_rate(self.prefix_cache_hit_rate)
+        require_limit("ttft_limit_ms", self.ttft_limit_ms)
+        require_limit("tpot_limit_ms", self.tpot_limit_ms)
+        require_int("num_mtp_tokens", self.num_mtp_tokens, 0, 16)
+        require_int("num_devices", self.num_devices, 1, 1_000_000)
         rates = self.mtp_acceptance_rates
         if not isinstance(rates, tuple) or not all(
             isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0
@@ -64,18 +67,20 @@ class WorkloadSpec:
             self.max_batched_tokens,
         )
         object.__setattr__(self, "_plan", plan)
-
-    def get_effective_input_length(self, is_decode: bool = False) -> int:
-        """Prefill works on the uncached tokens; decode keeps the full input as context."""
-        if is_decode:
-            return self.input_length
-        return self._plan[-1].seq_len
+        object.__setattr__(self, "_decode_query_len", decode_query_len(self.num_mtp_tokens))
+        object.__setattr__(
+            self,
+            "_decode_seq_len",
+            decode_seq_len(self.input_length, self.output_length, self.num_mtp_tokens),
+        )
 
     def get_prefill_chunk_plan(self) -> tuple[PrefillChunk, ...]:
         return self._plan
 
     @property
     def effective_input_length(self) -> int:
+        """Tokens prefill computes (the uncached part); decode keeps ``input_length`` as
+        context."""
         return self._plan[-1].seq_len
 
     @property
@@ -85,9 +90,19 @@ class WorkloadSpec:
     @property
     def decode_query_len(self) -> int:
         """Tokens per request in a decode forward (:func:`decode_query_len`)."""
-        return decode_query_len(self.num_mtp_tokens)
+        return self._decode_query_len
 
     @property
     def decode_seq_len(self) -> int:
         """Context of a representative decode forward (:func:`decode_seq_len`)."""
-        return decode_seq_len(self.input_length, self.output_length, self.num_mtp_tokens)
+        return self._decode_seq_len
+
+    def decode_shape(self, concurrency: int) -> ForwardShape:
+        """The representative decode forward of ``concurrency`` requests (the one builder of it:
+        the engine's plans, the closed-form waves, the optimizers and the Poisson clock)."""
+        return ForwardShape(
+            is_decode=True,
+            concurrency=concurrency,
+            query_len=self.decode_query_len,
+            seq_len=self.decode_seq_len,
+        )

@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.core import limits
-from app.core.scheduler import SCHEDULERS, MixedLatency
-from app.core.scheduler.policies import (
+from app.core.scheduler import (
     DEFAULT_SCHEDULER,
     DEFAULT_SLACK_RATIO,
     MAX_NUM_SEQS_LIMIT,
+    SCHEDULERS,
+    MixedLatency,
     PrefillOrder,
 )
 

@@ -251,7 +251,7 @@ def _pd_ratio_out(pd_result: PdRatioResult) -> PdRatioOut:
         else None,
         prefill_row=_row_out(pd_result.prefill_row, "prefill") if pd_result.prefill_row else None,
         decode_row=_row_out(pd_result.decode_row, "decode") if pd_result.decode_row else None,
-        output_throughput=pd_result.output_throughput,
+        output_throughput=pd_result.throughput_tokens_s,
         throughput_per_device=pd_result.throughput_per_device,
         reason=pd_result.reason,
     )

@@ -10,7 +10,7 @@ from typing import Any
 from app.core.cost import ForwardShape
 from app.core.engine import SimulationResult, StepRecord, combine_replicas, plan_serving, replay
 from app.core.errors import InfeasibleError, InvalidParameterError
-from app.core.optimizer.agg import decode_shape, largest_prefill_shape, limit_reason
+from app.core.optimizer.agg import largest_prefill_shape, limit_reason
 from app.core.parallel import ParallelLayout
 from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
@@ -152,21 +152,12 @@ def _simulate_burst(
     busiest = split[0][0]
     plans = [
         (
-            plan_serving(
-                data.get_prefill_chunk_plan(),
-                size,
-                data.output_length,
-                data.max_batched_tokens,
-                scheduler,
-                input_length=data.input_length,
-                num_mtp_tokens=data.num_mtp_tokens,
-                force_simulation=request.force_simulation,
-            ),
+            plan_serving(data, size, scheduler, force_simulation=request.force_simulation),
             replicas,
         )
         for size, replicas in split
     ]
-    memory_shapes = (decode_shape(data, busiest), largest_prefill_shape(data, busiest))
+    memory_shapes = (data.decode_shape(busiest), largest_prefill_shape(data, busiest))
     shapes = [shape for plan, _ in plans for shape in plan.shapes]
     model.prefetch((*shapes, *memory_shapes))  # the request's only cache read
     result = combine_replicas(
@@ -240,7 +231,7 @@ class _SimulationRun:
                 "mean_decode_tokens_per_step": result.mean_decode_tokens_per_step,
                 "max_running": result.max_running,
             }
-        output = result.output_throughput if result else 0.0
+        output = result.throughput_tokens_s if result else 0.0
         timeline, truncated = _timeline_out(result.timeline if result else None)
         return SimulateResponse(
             input=self.request,
@@ -372,7 +363,7 @@ def _serving_response(
     running = in_flight
     if result is not None and result.max_running is not None:
         running = min(running, result.max_running)
-    memory = model.records((decode_shape(data, max(1, running)), largest_prefill_shape(data, 1)))
+    memory = model.records((data.decode_shape(max(1, running)), largest_prefill_shape(data, 1)))
     if result is not None and reason is None:
         reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
     if result is None:

@@ -167,12 +167,7 @@ def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -
     assert warm.stats.cache.hits == cold.stats.shapes
     assert warm.ttft_ms == cold.ttft_ms and warm.makespan_ms == cold.makespan_ms
     plan = plan_serving(
-        services.workload_spec(request, 8).get_prefill_chunk_plan(),
-        16,
-        128,
-        2048,
-        make_scheduler("vllm", mixed_latency="fused"),
-        input_length=4096,
+        services.workload_spec(request, 8), 16, make_scheduler("vllm", mixed_latency="fused")
     )
     mixed = [s for s in plan.shapes if isinstance(s, MixedShape)]
     assert mixed

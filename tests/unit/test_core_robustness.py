@@ -164,16 +164,16 @@ def test_simulate(
     def call() -> None:
         options_ = dict(options)
         scheduler = make_scheduler(options_.pop("name"), **options_)
-        simulate(
-            prefill_chunk_plan(effective, budget),
-            concurrency,
-            output_length,
-            step_budget,
-            LinearLatency(),
-            scheduler,
+        # The spec takes the place of (chunk plan, lengths, budget): the plan is its own.
+        rates = (0.5,) * mtp if type(mtp) is int and 0 < mtp <= 16 else ()
+        data = WorkloadSpec(
+            input_length=effective,
+            output_length=output_length,
+            max_batched_tokens=step_budget,
             num_mtp_tokens=mtp,
-            force_simulation=force,
+            mtp_acceptance_rates=rates,
         )
+        simulate(data, concurrency, LinearLatency(), scheduler, force_simulation=force)
 
     only_domain_errors(call)
 

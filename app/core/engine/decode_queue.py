@@ -162,38 +162,8 @@ class DecodeQueue:
         """
         live = self._live()
         rem = [g.rem_base - self.shift for g in live]
-        values = sorted(set(rem))
-        rank = {v: i for i, v in enumerate(values)}
-        count_at = [0] * len(values)
-        for g, m in zip(live, rem, strict=True):
-            count_at[rank[m]] += g.count
-        below_sum = [0] * (len(values) + 1)
-        below_count = [0] * (len(values) + 1)
-        for i, v in enumerate(values):
-            below_sum[i + 1] = below_sum[i] + v * count_at[i]
-            below_count[i + 1] = below_count[i] + count_at[i]
-        total = below_count[-1]
-
-        def slots_before_sweep(k: int) -> int:
-            """Slots served before sweep ``k``: sum_y min(m_y, k - 1)."""
-            i = bisect.bisect_left(values, k)
-            return below_sum[i] + (k - 1) * (total - below_count[i])
-
-        events: dict[int, list[Finished]] = {}
-        seen = _Fenwick(len(values))
-        for g, m in zip(live, rem, strict=True):
-            r = rank[m]
-            before = seen.prefix(len(values)) - seen.prefix(r)  # earlier, with m_y >= m
-            seen.add(r, g.count)
-            first = slots_before_sweep(m) + before + 1
-            last = first + g.count - 1
-            step = -(-first // d_step)
-            while (step - 1) * d_step < last:
-                lo = max(first, (step - 1) * d_step + 1)
-                hi = min(last, step * d_step)
-                events.setdefault(step, []).append((hi - lo + 1, g.first_run))
-                step += 1
-
+        sweeps = _Sweeps(live, rem)
+        events = sweeps.finish_events(live, rem, d_step)
         runs: list[tuple[int, list[Finished]]] = []
         previous = 0
         ready = self.ready
@@ -211,19 +181,18 @@ class DecodeQueue:
             keep_going = on_finish(ready, finished, step)
             if ready == 0 or not keep_going:
                 break
+        self.groups = deque(self._after_sweeps(live, rem, sweeps, previous * d_step))
+        self.ready = ready
+        self.heap_fresh = False
+        return runs
 
-        # The queue after ``previous`` steps: sweep k* is under way with ``offset`` of its
-        # members served; unserved members come first, then the served survivors.
-        served_slots = previous * d_step
-        lo_k, hi_k = 1, values[-1]
-        while lo_k < hi_k:  # largest k with slots_before_sweep(k) <= served_slots
-            mid = (lo_k + hi_k + 1) // 2
-            if slots_before_sweep(mid) <= served_slots:
-                lo_k = mid
-            else:
-                hi_k = mid - 1
-        sweep = lo_k
-        offset = served_slots - slots_before_sweep(sweep)
+    def _after_sweeps(
+        self, live: list[DecodeGroup], rem: list[int], sweeps: _Sweeps, served_slots: int
+    ) -> list[DecodeGroup]:
+        """The queue after ``served_slots`` slots: sweep k* is under way with ``offset`` of its
+        members served; unserved members come first, then the served survivors."""
+        sweep = sweeps.sweep_at(served_slots)
+        offset = served_slots - sweeps.slots_before_sweep(sweep)
         unserved: list[DecodeGroup] = []
         served: list[DecodeGroup] = []
         position = 0
@@ -238,7 +207,65 @@ class DecodeQueue:
                 unserved.append(DecodeGroup(g.count - in_sweep, left + self.shift, g.first_run))
             if in_sweep and m > sweep:
                 served.append(DecodeGroup(in_sweep, m - sweep + self.shift, g.first_run))
-        self.groups = deque(unserved + served)
-        self.ready = ready
-        self.heap_fresh = False
-        return runs
+        return unserved + served
+
+
+class _Sweeps:
+    """The sweeps of a round-robin stretch over live groups with ``rem`` tokens left each:
+    a request with ``m`` tokens left is served once per sweep and finishes in sweep ``m``."""
+
+    __slots__ = ("below_count", "below_sum", "rank", "total", "values")
+
+    def __init__(self, live: list[DecodeGroup], rem: list[int]) -> None:
+        values = sorted(set(rem))
+        rank = {v: i for i, v in enumerate(values)}
+        count_at = [0] * len(values)
+        for g, m in zip(live, rem, strict=True):
+            count_at[rank[m]] += g.count
+        below_sum = [0] * (len(values) + 1)
+        below_count = [0] * (len(values) + 1)
+        for i, v in enumerate(values):
+            below_sum[i + 1] = below_sum[i] + v * count_at[i]
+            below_count[i + 1] = below_count[i] + count_at[i]
+        self.values = values
+        self.rank = rank
+        self.below_sum = below_sum
+        self.below_count = below_count
+        self.total = below_count[-1]
+
+    def slots_before_sweep(self, k: int) -> int:
+        """Slots served before sweep ``k``: sum_y min(m_y, k - 1)."""
+        i = bisect.bisect_left(self.values, k)
+        return self.below_sum[i] + (k - 1) * (self.total - self.below_count[i])
+
+    def sweep_at(self, served_slots: int) -> int:
+        """The largest ``k`` with ``slots_before_sweep(k) <= served_slots``."""
+        lo_k, hi_k = 1, self.values[-1]
+        while lo_k < hi_k:
+            mid = (lo_k + hi_k + 1) // 2
+            if self.slots_before_sweep(mid) <= served_slots:
+                lo_k = mid
+            else:
+                hi_k = mid - 1
+        return lo_k
+
+    def finish_events(
+        self, live: list[DecodeGroup], rem: list[int], d_step: int
+    ) -> dict[int, list[Finished]]:
+        """Who finishes at which step (1-based) of ``d_step`` requests each."""
+        events: dict[int, list[Finished]] = {}
+        values = self.values
+        seen = _Fenwick(len(values))
+        for g, m in zip(live, rem, strict=True):
+            r = self.rank[m]
+            before = seen.prefix(len(values)) - seen.prefix(r)  # earlier, with m_y >= m
+            seen.add(r, g.count)
+            first = self.slots_before_sweep(m) + before + 1
+            last = first + g.count - 1
+            step = -(-first // d_step)
+            while (step - 1) * d_step < last:
+                lo = max(first, (step - 1) * d_step + 1)
+                hi = min(last, step * d_step)
+                events.setdefault(step, []).append((hi - lo + 1, g.first_run))
+                step += 1
+        return events

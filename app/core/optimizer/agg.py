@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
+from app.core.chunking import require_int
 from app.core.cost import ForwardShape
-from app.core.engine import check_int, simulate
+from app.core.engine import SimulationResult, simulate
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.common import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -19,28 +19,20 @@ from app.core.optimizer.common import (
     run_layout_searches,
 )
 from app.core.parallel import ParallelLayout
-from app.core.scheduler import DecodeFirstWithSlack, Scheduler
+from app.core.scheduler import Scheduler, default_scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     WORKLOADS,
-    KvAdmissionModel,
+    ServingResult,
     Window,
     Workload,
+    kv_capacity,
     simulate_closed_loop,
 )
 
 #: Workloads the concurrency search runs (a request rate is not a concurrency).
 SEARCHED_WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop")
-
-
-def decode_shape(data: WorkloadSpec, batch_size: int) -> ForwardShape:
-    return ForwardShape(
-        is_decode=True,
-        concurrency=batch_size,
-        query_len=data.decode_query_len,
-        seq_len=data.decode_seq_len,
-    )
 
 
 def largest_prefill_shape(data: WorkloadSpec, batch_size: int) -> ForwardShape:
@@ -67,23 +59,10 @@ def limit_reason(data: WorkloadSpec, ttft_ms: float | None, tpot_ms: float | Non
     return None
 
 
-class SimulatedMetrics(Protocol):
-    """What a probe needs of a simulation result (burst or closed loop), per replica."""
-
-    @property
-    def ttft_ms(self) -> float: ...
-
-    @property
-    def tpot_ms(self) -> float: ...
-
-    @property
-    def output_throughput(self) -> float: ...
-
-    @property
-    def request_throughput(self) -> float: ...
-
-    @property
-    def method(self) -> str: ...
+#: What a probe reads of one replica's simulation (a burst or a closed loop): TTFT, TPOT,
+#: ``throughput_tokens_s``, ``request_throughput`` and ``method``. A result, not a cost model:
+#: it stays beside the search, not in :mod:`app.core.cost`.
+SimulatedMetrics = SimulationResult | ServingResult
 
 
 def simulated_probe(
@@ -103,7 +82,7 @@ def simulated_probe(
         reason=reason,
         ttft_ms=result.ttft_ms,
         tpot_ms=result.tpot_ms,
-        throughput_tokens_s=result.output_throughput * layout.dp,
+        throughput_tokens_s=result.throughput_tokens_s * layout.dp,
         request_throughput=result.request_throughput * layout.dp,
         memory_left_gb=left_gb,
         method=result.method,
@@ -134,17 +113,8 @@ def optimize_agg(
     requests beyond the KV cache queue (their wait counts in TTFT), so memory limits a probe
     only when not even one request fits.
     """
-    policy = scheduler if scheduler is not None else DecodeFirstWithSlack()
-    plan = data.get_prefill_chunk_plan()
-    if workload not in WORKLOADS:
-        raise InvalidParameterError("workload", workload, f"one of {', '.join(WORKLOADS)}")
-    if workload not in SEARCHED_WORKLOADS:
-        raise InvalidParameterError(
-            "workload",
-            workload,
-            f"one of {', '.join(SEARCHED_WORKLOADS)}: the search varies concurrency, not a "
-            "request rate (simulate a poisson workload one rate at a time)",
-        )
+    policy = scheduler or default_scheduler()
+    check_searched_workload(workload)
     if workload == "closed_loop":
         return _optimize_closed_loop(
             data,
@@ -156,30 +126,47 @@ def optimize_agg(
             window,
             requests_per_client,
         )
+    return _optimize_burst(
+        data, layouts, serving_for, deployment, policy, max_batch_size, force_simulation
+    )
+
+
+def check_searched_workload(workload: object) -> None:
+    if workload not in WORKLOADS:
+        raise InvalidParameterError("workload", workload, f"one of {', '.join(WORKLOADS)}")
+    if workload not in SEARCHED_WORKLOADS:
+        raise InvalidParameterError(
+            "workload",
+            workload,
+            f"one of {', '.join(SEARCHED_WORKLOADS)}: the search varies concurrency, not a "
+            "request rate (simulate a poisson workload one rate at a time)",
+        )
+
+
+def _optimize_burst(
+    data: WorkloadSpec,
+    layouts: Sequence[ParallelLayout],
+    serving_for: ServingFactory,
+    deployment: Deployment,
+    policy: Scheduler,
+    max_batch_size: int,
+    force_simulation: bool,
+) -> OptimizeResult:
+    """The aggregated search with each probe a burst of ``batch_size`` requests (the RFC)."""
 
     def evaluate_for(
         layout: ParallelLayout, memo: MemoLatency
     ) -> tuple[Callable[[int], Probe], ForwardShape]:
         def evaluate(batch_size: int) -> Probe:
             left_gb = memory_left_gb(
-                memo, (decode_shape(data, batch_size), largest_prefill_shape(data, batch_size))
+                memo, (data.decode_shape(batch_size), largest_prefill_shape(data, batch_size))
             )
             if left_gb < 0:
                 return out_of_memory_probe(layout, batch_size, left_gb)
-            result = simulate(
-                plan,
-                batch_size,
-                data.output_length,
-                data.max_batched_tokens,
-                memo,
-                policy,
-                input_length=data.input_length,
-                num_mtp_tokens=data.num_mtp_tokens,
-                force_simulation=force_simulation,
-            )
+            result = simulate(data, batch_size, memo, policy, force_simulation=force_simulation)
             return simulated_probe(data, layout, batch_size, left_gb, result)
 
-        return evaluate, decode_shape(data, 1)
+        return evaluate, data.decode_shape(1)
 
     return run_layout_searches(
         "agg", data, deployment, layouts, serving_for, evaluate_for, "output", max_batch_size
@@ -197,44 +184,34 @@ def _optimize_closed_loop(
     requests_per_client: int,
 ) -> OptimizeResult:
     """The aggregated search with each probe a closed loop of ``batch_size`` clients."""
-    check_int("requests_per_client", requests_per_client, 1, 1000)
-    context = data.input_length + data.output_length
+    require_int("requests_per_client", requests_per_client, 1, 1000)
 
     def evaluate_for(
         layout: ParallelLayout, memo: MemoLatency
     ) -> tuple[Callable[[int], Probe], ForwardShape]:
-        model = memo.model
-        kv_cap = (
-            model.kv_capacity_requests(context, data.max_batched_tokens)
-            if isinstance(model, KvAdmissionModel)
-            else None
-        )
+        kv_cap = kv_capacity(data, memo.model)
         caps = [c for c in (kv_cap, policy.max_running) if c is not None]
         max_running = min(caps) if caps else None
 
         def evaluate(batch_size: int) -> Probe:
             running = batch_size if max_running is None else min(batch_size, max_running)
             left_gb = memory_left_gb(
-                memo, (decode_shape(data, max(running, 1)), largest_prefill_shape(data, 1))
+                memo, (data.decode_shape(max(running, 1)), largest_prefill_shape(data, 1))
             )
             if max_running == 0 or left_gb < 0:
                 return out_of_memory_probe(layout, batch_size, left_gb)
             result = simulate_closed_loop(
-                data.get_prefill_chunk_plan(),
+                data,
                 batch_size,
-                data.output_length,
-                data.max_batched_tokens,
                 memo,
                 policy,
-                input_length=data.input_length,
-                num_mtp_tokens=data.num_mtp_tokens,
                 num_requests=batch_size * requests_per_client,
                 window=window,
                 max_running=max_running,
             )
             return simulated_probe(data, layout, batch_size, left_gb, result)
 
-        return evaluate, decode_shape(data, 1)
+        return evaluate, data.decode_shape(1)
 
     return run_layout_searches(
         "agg", data, deployment, layouts, serving_for, evaluate_for, "output", max_batch_size

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
-from app.core.cost import AnyShape, ForwardShape, ServingModel
-from app.core.engine import BatchLatencyModel, evaluate_shapes
+from app.core.chunking import require_int
+from app.core.cost import (
+    AnyShape,
+    BatchLatencyModel,
+    ForwardShape,
+    MemoisedLatencyModel,
+    MemoryBreakdownModel,
+    ServingModel,
+)
+from app.core.engine import evaluate_shapes
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.spec import WorkloadSpec
@@ -18,15 +25,6 @@ MAX_BATCH_SIZE_LIMIT = 65_536
 
 ServingFactory = Callable[[ParallelLayout], ServingModel]
 ProbeFunction = Callable[[int], "Probe"]
-
-
-@runtime_checkable
-class MemoryBreakdownModel(Protocol):
-    """Optional: the memory picture (GB per device) behind ``memory_left_gb``."""
-
-    def memory_breakdown_gb(
-        self, is_decode: bool, concurrency: int, query_len: int, seq_len: int
-    ) -> Mapping[str, float]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,8 +112,7 @@ def enumerate_layouts(
 
     ``ep_sizes`` (MoE) default to ``(1,)``; an EP size must divide ``num_devices``.
     """
-    if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
-        raise InvalidParameterError("num_devices", num_devices, "an integer >= 1")
+    require_int("num_devices", num_devices, 1, None)
     if tp_sizes is None:
         tp_sizes = [
             t for t in (1 << i for i in range(num_devices.bit_length())) if t <= num_devices
@@ -137,17 +134,6 @@ def enumerate_layouts(
     if not layouts:
         raise InvalidParameterError("tp_sizes", list(tp_sizes), "a non-empty list")
     return tuple(layouts)
-
-
-@runtime_checkable
-class MemoisedLatencyModel(Protocol):
-    """A batch latency model that evaluates each shape at most once by itself (the service's
-    cache-backed model keeps every record of its request): a search adds no memo over it."""
-
-    def forward_latencies_ms(self, shapes: Sequence[AnyShape]) -> Mapping[AnyShape, float]: ...
-
-    @property
-    def shapes_seen(self) -> int: ...
 
 
 class MemoLatency:
@@ -243,18 +229,6 @@ def out_of_memory_probe(layout: ParallelLayout, batch_size: int, left_gb: float)
         memory_left_gb=left_gb,
         method="none",
     )
-
-
-def check_max_batch_size(max_batch_size: int) -> int:
-    if (
-        not isinstance(max_batch_size, int)
-        or isinstance(max_batch_size, bool)
-        or not 1 <= max_batch_size <= MAX_BATCH_SIZE_LIMIT
-    ):
-        raise InvalidParameterError(
-            "max_batch_size", max_batch_size, f"an integer in [1, {MAX_BATCH_SIZE_LIMIT}]"
-        )
-    return max_batch_size
 
 
 def search_batch_sizes(evaluate: Callable[[int], Probe], max_batch_size: int) -> list[Probe]:
@@ -368,7 +342,7 @@ def run_layout_searches(
     ``evaluate_for`` returns the probe function of a layout and the shape whose memory picture
     describes a row (called with the row's batch size substituted).
     """
-    check_max_batch_size(max_batch_size)
+    require_int("max_batch_size", max_batch_size, 1, MAX_BATCH_SIZE_LIMIT)
     rows: list[ResultRow] = []
     all_probes: list[Probe] = []
     infeasible: dict[str, str] = {}

@@ -11,11 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.core.chunking import PrefillChunk, prefill_chunk_plan
+from app.core.chunking import PrefillChunk, prefill_chunk_plan, require_int
 from app.core.cost import ForwardShape, LatencyModel
-from app.core.engine import MS_PER_S, evaluate_shapes
+from app.core.engine import (
+    MS_PER_S,
+    evaluate_shapes,
+    prefill_shape,
+    wave_completion_sum_ms,
+    wave_split,
+)
 from app.core.errors import InvalidParameterError
-from app.core.optimizer.agg import decode_shape, largest_prefill_shape, limit_reason, memory_left_gb
+from app.core.optimizer.agg import largest_prefill_shape, limit_reason, memory_left_gb
 from app.core.optimizer.common import (
     DEFAULT_MAX_BATCH_SIZE,
     Deployment,
@@ -41,13 +47,6 @@ class PrefillWavesResult:
     forward_evaluations: int
 
 
-def _wave_shapes(
-    chunk: PrefillChunk, concurrency: int, max_batched_tokens: int
-) -> tuple[int, int, int]:
-    per_wave = max(max_batched_tokens // chunk.query_len, 1)
-    return per_wave, concurrency // per_wave, concurrency % per_wave
-
-
 def prefill_chunk_waves(
     chunk_plan: Sequence[PrefillChunk],
     concurrency: int,
@@ -62,20 +61,15 @@ def prefill_chunk_waves(
         raise InvalidParameterError(
             "chunk_plan", [c.query_len for c in plan], "the plan for this max_batched_tokens"
         )
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-        raise InvalidParameterError("concurrency", concurrency, "an integer >= 1")
+    require_int("concurrency", concurrency, 1, None)
     if not serving_overhead_ms >= 0:
         raise InvalidParameterError("serving_overhead_ms", serving_overhead_ms, "a number >= 0")
     shapes: list[ForwardShape] = []
     waves = []
     for chunk in plan:
-        per_wave, full, rest = _wave_shapes(chunk, concurrency, max_batched_tokens)
-        full_shape = ForwardShape(
-            is_decode=False, concurrency=per_wave, query_len=chunk.query_len, seq_len=chunk.seq_len
-        )
-        rest_shape = ForwardShape(
-            is_decode=False, concurrency=rest, query_len=chunk.query_len, seq_len=chunk.seq_len
-        )
+        per_wave, full, rest = wave_split(chunk.query_len, concurrency, max_batched_tokens)
+        full_shape = prefill_shape(per_wave, chunk.query_len, chunk.seq_len)
+        rest_shape = prefill_shape(rest, chunk.query_len, chunk.seq_len)
         waves.append((per_wave, full, rest, full_shape, rest_shape))
         if full:
             shapes.append(full_shape)
@@ -90,8 +84,7 @@ def prefill_chunk_waves(
     lp = latencies[full_shape] if full else 0.0
     lr = latencies[rest_shape] if rest else 0.0
     # Full wave j (1..full) ends at t + j * lp; the remainder wave at t + full * lp + lr.
-    completion_sum = t_ms * concurrency + per_wave * lp * full * (full + 1) / 2
-    completion_sum += rest * (full * lp + lr)
+    completion_sum = wave_completion_sum_ms(t_ms * concurrency, per_wave, full, rest, lp, lr)
     makespan_ms = t_ms + full * lp + lr
     return PrefillWavesResult(
         ttft_ms=completion_sum / concurrency + serving_overhead_ms,
@@ -174,7 +167,7 @@ def optimize_disagg_decode(
         layout: ParallelLayout, memo: MemoLatency
     ) -> tuple[Callable[[int], Probe], ForwardShape]:
         def evaluate(batch_size: int) -> Probe:
-            shape = decode_shape(data, batch_size)
+            shape = data.decode_shape(batch_size)
             left_gb = memory_left_gb(memo, (shape,))
             if left_gb < 0:
                 return out_of_memory_probe(layout, batch_size, left_gb)
@@ -195,7 +188,7 @@ def optimize_disagg_decode(
                 method=DECODE_STEP,
             )
 
-        return evaluate, decode_shape(data, 1)
+        return evaluate, data.decode_shape(1)
 
     return run_layout_searches(
         "disagg_decode",

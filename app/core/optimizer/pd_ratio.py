@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.core.chunking import require_int
 from app.core.engine import MS_PER_S
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.common import (
@@ -95,7 +96,7 @@ class PdRatioResult:
     d_qps: float | None
     pd_ratio: float | None
     split: InstanceSplit | None
-    output_throughput: float
+    throughput_tokens_s: float
     throughput_per_device: float
     reason: str | None
 
@@ -103,6 +104,44 @@ class PdRatioResult:
 def _best_by_qps(probes: Sequence[Probe], qps: dict[int, float]) -> Probe | None:
     feasible = [p for p in probes if p.feasible]
     return max(feasible, key=lambda p: (qps[id(p)], -p.layout.tp)) if feasible else None
+
+
+def _best_prefill(prefill: OptimizeResult) -> tuple[Probe | None, float]:
+    """The feasible prefill probe with the most QPS per instance, and that QPS."""
+    qps_of = {
+        id(p): prefill_qps(p.concurrency, p.ttft_ms)
+        for p in prefill.probes
+        if p.feasible and p.ttft_ms
+    }
+    best = _best_by_qps([p for p in prefill.probes if id(p) in qps_of], qps_of)
+    return best, qps_of[id(best)] if best is not None else 0.0
+
+
+def _best_decode(decode: OptimizeResult, output_length: int) -> tuple[Probe | None, float]:
+    """The feasible decode probe with the most QPS per instance, and that QPS."""
+    qps_of = {
+        id(p): decode_qps(p.concurrency, p.tpot_ms, output_length)
+        for p in decode.probes
+        if p.feasible and p.tpot_ms
+    }
+    best = _best_by_qps([p for p in decode.probes if id(p) in qps_of], qps_of)
+    return best, qps_of[id(best)] if best is not None else 0.0
+
+
+def _infeasible(prefill: OptimizeResult, decode: OptimizeResult, reason: str) -> PdRatioResult:
+    return PdRatioResult(
+        prefill=prefill,
+        decode=decode,
+        prefill_row=None,
+        decode_row=None,
+        p_qps=None,
+        d_qps=None,
+        pd_ratio=None,
+        split=None,
+        throughput_tokens_s=0.0,
+        throughput_per_device=0.0,
+        reason=reason,
+    )
 
 
 def optimize_pd_ratio(
@@ -119,8 +158,7 @@ def optimize_pd_ratio(
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
 ) -> PdRatioResult:
     """Best prefill and decode instance configurations, their QPS ratio and instance split."""
-    if not isinstance(device_budget, int) or isinstance(device_budget, bool) or device_budget < 2:
-        raise InvalidParameterError("num_devices", device_budget, "an integer >= 2")
+    require_int("num_devices", device_budget, 2, None)
     prefill = optimize_disagg_prefill(
         data,
         prefill_layouts,
@@ -132,34 +170,11 @@ def optimize_pd_ratio(
     decode = optimize_disagg_decode(
         data, decode_layouts, decode_serving_for, decode_deployment, max_batch_size=max_batch_size
     )
-    p_qps_of = {
-        id(p): prefill_qps(p.concurrency, p.ttft_ms)
-        for p in prefill.probes
-        if p.feasible and p.ttft_ms
-    }
-    d_qps_of = {
-        id(p): decode_qps(p.concurrency, p.tpot_ms, data.output_length)
-        for p in decode.probes
-        if p.feasible and p.tpot_ms
-    }
-    p_best = _best_by_qps([p for p in prefill.probes if id(p) in p_qps_of], p_qps_of)
-    d_best = _best_by_qps([p for p in decode.probes if id(p) in d_qps_of], d_qps_of)
+    p_best, p_qps = _best_prefill(prefill)
+    d_best, d_qps = _best_decode(decode, data.output_length)
     if p_best is None or d_best is None:
         side = "prefill" if p_best is None else "decode"
-        return PdRatioResult(
-            prefill=prefill,
-            decode=decode,
-            prefill_row=None,
-            decode_row=None,
-            p_qps=None,
-            d_qps=None,
-            pd_ratio=None,
-            split=None,
-            output_throughput=0.0,
-            throughput_per_device=0.0,
-            reason=f"no feasible {side} configuration",
-        )
-    p_qps, d_qps = p_qps_of[id(p_best)], d_qps_of[id(d_best)]
+        return _infeasible(prefill, decode, f"no feasible {side} configuration")
     split = split_instances(
         p_qps,
         d_qps,
@@ -177,7 +192,7 @@ def optimize_pd_ratio(
         d_qps=d_qps,
         pd_ratio=d_qps / p_qps,
         split=split,
-        output_throughput=throughput,
+        throughput_tokens_s=throughput,
         throughput_per_device=throughput / split.devices_used if split else 0.0,
         reason=None
         if split

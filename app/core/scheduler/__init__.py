@@ -1,27 +1,57 @@
-"""Step schedulers: the RFC's decode-first policy and the engines' policies."""
+"""Step schedulers: the RFC's decode-first policy and the engines' policies.
 
-from app.core.scheduler.policies import (
+- :mod:`~app.core.scheduler.base`: ``Scheduler``, ``SchedulerState``, ``StepDecision``;
+- :mod:`~app.core.scheduler.decode_first`: the RFC's ``DecodeFirstWithSlack``;
+- :mod:`~app.core.scheduler.engines`: vLLM, SGLang and SGLang mixed-chunk policies;
+- :mod:`~app.core.scheduler.factory`: policies by name, the default policy and budget.
+"""
+
+from app.core.scheduler.base import (
+    DEFAULT_SLACK_RATIO,
+    MAX_NUM_SEQS_LIMIT,
     MIXED_LATENCIES,
-    SCHEDULERS,
-    SMALL_DEVICE_BATCHED_TOKENS,
-    DecodeFirstWithSlack,
+    PREFILL_ORDERS,
     MixedLatency,
+    PrefillOrder,
     Scheduler,
     SchedulerState,
     StepDecision,
+)
+from app.core.scheduler.decode_first import DecodeFirstWithSlack
+from app.core.scheduler.engines import (
+    EnginePolicy,
+    SglangMixedChunkScheduler,
+    SglangScheduler,
+    VllmScheduler,
+)
+from app.core.scheduler.factory import (
+    DEFAULT_SCHEDULER,
+    SCHEDULERS,
+    SMALL_DEVICE_BATCHED_TOKENS,
     default_max_batched_tokens,
+    default_scheduler,
     make_scheduler,
 )
 
 __all__ = [
+    "DEFAULT_SCHEDULER",
+    "DEFAULT_SLACK_RATIO",
+    "MAX_NUM_SEQS_LIMIT",
     "MIXED_LATENCIES",
+    "PREFILL_ORDERS",
     "SCHEDULERS",
     "SMALL_DEVICE_BATCHED_TOKENS",
     "DecodeFirstWithSlack",
+    "EnginePolicy",
     "MixedLatency",
+    "PrefillOrder",
     "Scheduler",
     "SchedulerState",
+    "SglangMixedChunkScheduler",
+    "SglangScheduler",
     "StepDecision",
+    "VllmScheduler",
     "default_max_batched_tokens",
+    "default_scheduler",
     "make_scheduler",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,6 +12,35 @@ from itertools import takewhile
 from app.core.chunking import PrefillChunk
 from app.core.cost import AnyShape, ForwardShape, MixedShape
 from app.core.scheduler import Scheduler, SchedulerState, StepDecision
+from app.core.spec import WorkloadSpec
+
+
+def spec(
+    effective_input_length: int,
+    max_batched_tokens: int,
+    output_length: int,
+    *,
+    input_length: int | None = None,
+    num_mtp_tokens: int = 0,
+) -> WorkloadSpec:
+    """The workload spec of a prompt whose uncached part is ``effective_input_length`` tokens
+    (of ``input_length``, the default being no prefix-cache hit): the hit rate is the smallest
+    float that leaves exactly that many tokens to prefill."""
+    length = effective_input_length if input_length is None else input_length
+    rate = (length - effective_input_length) / length
+    while True:
+        data = WorkloadSpec(
+            input_length=length,
+            output_length=output_length,
+            max_batched_tokens=max_batched_tokens,
+            prefix_cache_hit_rate=rate,
+            num_mtp_tokens=num_mtp_tokens,
+            mtp_acceptance_rates=(1.0,) * num_mtp_tokens,
+        )
+        if data.effective_input_length <= effective_input_length:
+            assert data.effective_input_length == effective_input_length
+            return data
+        rate = math.nextafter(rate, 1.0)
 
 
 class ConstantLatency:

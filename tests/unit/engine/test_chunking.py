@@ -53,8 +53,8 @@ def test_rfc_example_seq_lens() -> None:
 
 def test_prefix_cache_applies_before_chunking() -> None:
     data = _data(input_length=32768, output_length=1024, prefix_cache_hit_rate=0.5)
-    assert data.get_effective_input_length() == 16384
-    assert data.get_effective_input_length(is_decode=True) == 32768
+    assert data.effective_input_length == 16384  # prefill works on the uncached tokens
+    assert data.input_length == 32768  # decode keeps the full input as context
     assert data.prefill_num_chunks == 2
     assert [c.query_len for c in data.get_prefill_chunk_plan()] == [8192, 8192]
 

@@ -13,9 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.chunking import prefill_chunk_plan
 from app.core.cost import ForwardShape, MixedShape
-from app.core.engine import plan_chunked_prefill, simulate
+from app.core.engine import SimulationPlan, plan_serving, simulate
 from app.core.errors import UnsupportedError
 from app.core.optimizer import Deployment, optimize_agg
 from app.core.parallel import ParallelLayout
@@ -53,9 +52,10 @@ class NoMixedForward(ConstantLatency):
 
 
 def test_a_mixed_step_is_one_mixed_shape() -> None:
-    plan = prefill_chunk_plan(4096, 1024)
-    fused = plan_chunked_prefill(plan, 16, 64, 1024, make_scheduler("vllm", mixed_latency="fused"))
-    overlapped = plan_chunked_prefill(plan, 16, 64, 1024, make_scheduler("vllm"))
+    data = WorkloadSpec(input_length=4096, output_length=64, max_batched_tokens=1024)
+    fused = plan_serving(data, 16, make_scheduler("vllm", mixed_latency="fused"))
+    overlapped = plan_serving(data, 16, make_scheduler("vllm"))
+    assert isinstance(fused, SimulationPlan) and isinstance(overlapped, SimulationPlan)
     assert fused.runs == overlapped.runs  # the rule changes costs, never decisions
     mixed = [s for s in fused.shapes if isinstance(s, MixedShape)]
     assert mixed and all(s.prefill.concurrency and s.decode.concurrency for s in mixed)
@@ -71,13 +71,9 @@ def test_a_mixed_step_is_one_mixed_shape() -> None:
 def test_each_fused_shape_is_evaluated_once() -> None:
     latency = LinearLatency()
     scheduler = make_scheduler("sglang_mixed_chunk", mixed_latency="fused")
-    plan = plan_closed_loop(prefill_chunk_plan(4096, 1024), 32, 128, 1024, scheduler)
-    result = simulate_serving(
-        WorkloadSpec(input_length=4096, output_length=128, max_batched_tokens=1024),
-        32,
-        latency,
-        scheduler,
-    )
+    data = WorkloadSpec(input_length=4096, output_length=128, max_batched_tokens=1024)
+    plan = plan_closed_loop(data, 32, scheduler)
+    result = simulate_serving(data, 32, latency, scheduler)
     assert set(latency.calls) == set(plan.shapes)
     assert max(latency.calls.values()) == 1
     assert result.forward_evaluations == len(plan.shapes)
@@ -117,14 +113,7 @@ def test_fused_matches_max_and_sum_when_the_forward_costs_that(s: dict[str, Any]
             )
             return got.ttft_ms, got.tpot_ms, got.duration_ms, got.steps
         burst = simulate(
-            data.get_prefill_chunk_plan(),
-            s["clients"],
-            s["output"],
-            s["budget"],
-            latency,
-            scheduler,
-            force_simulation=True,
-            record_steps=record,
+            data, s["clients"], latency, scheduler, force_simulation=True, record_steps=record
         )
         return burst.ttft_ms, burst.tpot_ms, burst.makespan_ms, burst.steps
 
@@ -135,9 +124,8 @@ def test_fused_matches_max_and_sum_when_the_forward_costs_that(s: dict[str, Any]
 def test_fused_steps_in_the_timeline() -> None:
     latency = LinearLatency(base_ms=1.0, per_token_ms=0.01)
     scheduler = make_scheduler("vllm", mixed_latency="fused")
-    result = simulate(
-        prefill_chunk_plan(4096, 1024), 8, 16, 1024, latency, scheduler, record_steps=True
-    )
+    data = WorkloadSpec(input_length=4096, output_length=16, max_batched_tokens=1024)
+    result = simulate(data, 8, latency, scheduler, record_steps=True)
     assert result.timeline is not None
     fused = [step for step in result.timeline if step.fused]
     assert fused
@@ -152,14 +140,12 @@ def test_fused_steps_in_the_timeline() -> None:
 
 
 def test_a_model_without_mixed_forwards_is_rejected_for_fused() -> None:
-    plan = prefill_chunk_plan(4096, 1024)
+    burst = WorkloadSpec(input_length=4096, output_length=16, max_batched_tokens=1024)
     with pytest.raises(UnsupportedError, match="analytic runner"):
-        simulate(
-            plan, 8, 16, 1024, ConstantLatency(), make_scheduler("vllm", mixed_latency="fused")
-        )
+        simulate(burst, 8, ConstantLatency(), make_scheduler("vllm", mixed_latency="fused"))
     # No mixed step, nothing to fuse: SGLang's default policy never mixes.
     sglang = make_scheduler("sglang", mixed_latency="fused")
-    assert simulate(plan, 8, 16, 1024, ConstantLatency(), sglang).steps > 0
+    assert simulate(burst, 8, ConstantLatency(), sglang).steps > 0
     # Through the optimizer's memo too (a closed-loop search over a fake without mixed_ms).
     data = WorkloadSpec(
         input_length=4096, output_length=16, max_batched_tokens=1024, tpot_limit_ms=1e6

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.chunking import prefill_chunk_plan
 from app.core.engine import SimulationResult, combine_replicas, simulate
 from app.core.errors import InvalidParameterError
 from app.core.parallel import split_over_replicas
+from app.core.spec import WorkloadSpec
 
 from .fakes import LinearLatency
 
@@ -32,8 +32,8 @@ def test_split_conserves_and_is_as_even_as_integers_allow(total: int, replicas: 
 
 
 def run(concurrency: int) -> SimulationResult:
-    plan = prefill_chunk_plan(600, 256)
-    return simulate(plan, concurrency, 16, 256, LinearLatency(), input_length=600)
+    data = WorkloadSpec(input_length=600, output_length=16, max_batched_tokens=256)
+    return simulate(data, concurrency, LinearLatency())
 
 
 def test_combined_replicas_add_throughput_and_weight_latencies_by_requests() -> None:
@@ -42,8 +42,8 @@ def test_combined_replicas_add_throughput_and_weight_latencies_by_requests() -> 
     assert both.concurrency == 10
     assert both.ttft_ms == pytest.approx((6 * three.ttft_ms + 4 * two.ttft_ms) / 10)
     assert both.tpot_ms == pytest.approx((6 * three.tpot_ms + 4 * two.tpot_ms) / 10)
-    assert both.output_throughput == pytest.approx(
-        2 * three.output_throughput + 2 * two.output_throughput
+    assert both.throughput_tokens_s == pytest.approx(
+        2 * three.throughput_tokens_s + 2 * two.throughput_tokens_s
     )
     assert both.request_throughput == pytest.approx(
         2 * three.request_throughput + 2 * two.request_throughput
@@ -59,6 +59,6 @@ def test_identical_replicas_keep_latencies_and_multiply_throughput() -> None:
     four = combine_replicas([(one, 4)])
     assert four.concurrency == 16
     assert four.ttft_ms == pytest.approx(one.ttft_ms)
-    assert four.output_throughput == pytest.approx(4 * one.output_throughput)
+    assert four.throughput_tokens_s == pytest.approx(4 * one.throughput_tokens_s)
     with pytest.raises(InvalidParameterError, match="parts"):
         combine_replicas([])

@@ -14,15 +14,37 @@ from app.core.cost import ForwardShape
 from app.core.engine import (
     CLOSED_FORM_WAVES,
     TIME_SIMULATION,
-    closed_form_waves,
-    plan_chunked_prefill,
+    SimulationPlan,
+    plan_serving,
+    plan_waves,
     simulate,
-    simulate_chunked_prefill,
 )
 from app.core.errors import InvalidParameterError, SimulationError
-from app.core.scheduler import DecodeFirstWithSlack
+from app.core.scheduler import DecodeFirstWithSlack, Scheduler
 
-from .fakes import ConstantLatency, LinearLatency, ScriptedScheduler, reference_simulation
+from .fakes import ConstantLatency, LinearLatency, ScriptedScheduler, reference_simulation, spec
+
+
+def time_simulation(
+    effective: int,
+    budget: int,
+    concurrency: int,
+    output: int,
+    latency: ConstantLatency,
+    scheduler: Scheduler | None = None,
+    **kwargs: Any,
+) -> Any:
+    """The time simulation of a burst (forced, whatever the chunk count)."""
+    input_length = kwargs.pop("input_length", None)
+    mtp = kwargs.pop("num_mtp_tokens", 0)
+    data = spec(effective, budget, output, input_length=input_length, num_mtp_tokens=mtp)
+    return simulate(data, concurrency, latency, scheduler, force_simulation=True, **kwargs)
+
+
+def burst_plan(effective: int, budget: int, concurrency: int, output: int) -> SimulationPlan:
+    plan = plan_serving(spec(effective, budget, output), concurrency, force_simulation=True)
+    assert isinstance(plan, SimulationPlan)
+    return plan
 
 
 class WaveLatency(ConstantLatency):
@@ -38,43 +60,36 @@ class WaveLatency(ConstantLatency):
 
 
 def test_closed_form_waves_known_answer() -> None:
-    result = closed_form_waves(10, 5, 5, 20, WaveLatency())
+    result = simulate(spec(10, 20, 5), 5, WaveLatency())
     assert result.method == CLOSED_FORM_WAVES
     assert result.ttft_ms == pytest.approx(16.8)
     assert result.tpot_ms == pytest.approx(5.36)
-    assert result.output_throughput == pytest.approx(932.8358, abs=1e-4)
+    assert result.throughput_tokens_s == pytest.approx(932.8358, abs=1e-4)
 
 
 def test_entry_point_picks_waves_for_one_chunk_and_can_be_forced() -> None:
-    plan = prefill_chunk_plan(10, 20)
-    waves = simulate(plan, 5, 5, 20, WaveLatency())
+    data = spec(10, 20, 5)
+    waves = simulate(data, 5, WaveLatency())
     assert waves.method == CLOSED_FORM_WAVES
     assert waves.ttft_ms == pytest.approx(16.8)
-    forced = simulate(plan, 5, 5, 20, WaveLatency(), force_simulation=True)
+    forced = simulate(data, 5, WaveLatency(), force_simulation=True)
     assert forced.method == TIME_SIMULATION
-    assert simulate(prefill_chunk_plan(30, 20), 5, 5, 20, ConstantLatency()).method == (
-        TIME_SIMULATION
-    )
+    assert simulate(spec(30, 20, 5), 5, ConstantLatency()).method == TIME_SIMULATION
 
 
 def test_fifo_order_known_answer() -> None:
-    result = simulate_chunked_prefill(
-        prefill_chunk_plan(5, 3),
-        2,
-        2,
-        3,
-        ConstantLatency(),
-        DecodeFirstWithSlack(prefill_order="fifo"),
+    result = time_simulation(
+        5, 3, 2, 2, ConstantLatency(), DecodeFirstWithSlack(prefill_order="fifo")
     )
     assert result.ttft_ms == pytest.approx(3.5)
     assert result.tpot_ms == pytest.approx(1.0)
-    assert result.output_throughput == pytest.approx(800.0)
+    assert result.throughput_tokens_s == pytest.approx(800.0)
     assert result.makespan_ms == pytest.approx(5.0)
     assert result.steps == 5
 
 
 def test_continue_first_finishes_a_started_request_first() -> None:
-    result = simulate_chunked_prefill(prefill_chunk_plan(5, 3), 2, 2, 3, ConstantLatency())
+    result = time_simulation(5, 3, 2, 2, ConstantLatency())
     # Request A: chunks at t=1, 2 (first token 2); B waits for A's decode step, then 4, 5.
     assert result.ttft_ms == pytest.approx((2 + 5) / 2)
     assert result.tpot_ms == pytest.approx(1.0)
@@ -82,14 +97,8 @@ def test_continue_first_finishes_a_started_request_first() -> None:
 
 
 def test_timeline_on_request() -> None:
-    result = simulate_chunked_prefill(
-        prefill_chunk_plan(5, 3),
-        2,
-        2,
-        3,
-        ConstantLatency(),
-        DecodeFirstWithSlack(prefill_order="fifo"),
-        record_steps=True,
+    result = time_simulation(
+        5, 3, 2, 2, ConstantLatency(), DecodeFirstWithSlack(prefill_order="fifo"), record_steps=True
     )
     assert result.timeline is not None
     decisions = [(s.p_step, s.d_step, s.repeat) for s in result.timeline]
@@ -97,10 +106,7 @@ def test_timeline_on_request() -> None:
     assert [s.first_tokens for s in result.timeline] == [0, 0, 1, 1, 0]
     assert [s.finished for s in result.timeline] == [0, 0, 0, 1, 1]
     assert result.timeline[-1].end_ms == pytest.approx(result.makespan_ms)
-    assert (
-        simulate_chunked_prefill(prefill_chunk_plan(5, 3), 2, 2, 3, ConstantLatency()).timeline
-        is None
-    )
+    assert time_simulation(5, 3, 2, 2, ConstantLatency()).timeline is None
 
 
 def test_scripted_scheduler_drives_the_loop() -> None:
@@ -108,9 +114,7 @@ def test_scripted_scheduler_drives_the_loop() -> None:
     script = [(2, 0), (2, 0), (0, 2), (0, 2)]
     scheduler = ScriptedScheduler(script)
     latency = LinearLatency(base_ms=1.0, per_token_ms=0.0, per_context_ms=0.0)
-    result = simulate_chunked_prefill(
-        prefill_chunk_plan(8, 4), 2, 3, 4, latency, scheduler, record_steps=True
-    )
+    result = time_simulation(8, 4, 2, 3, latency, scheduler, record_steps=True)
     assert [(s.ready_decode, s.pending_prefill, s.chunk_query_len) for s in scheduler.seen] == [
         (0, 2, 4),
         (0, 2, 4),
@@ -135,71 +139,43 @@ def test_scripted_scheduler_drives_the_loop() -> None:
 )
 def test_invalid_decisions_are_domain_errors(script: list[tuple[int, int]], message: str) -> None:
     with pytest.raises(SimulationError, match=message):
-        simulate_chunked_prefill(
-            prefill_chunk_plan(8, 4), 2, 3, 4, ConstantLatency(), ScriptedScheduler(script)
-        )
+        time_simulation(8, 4, 2, 3, ConstantLatency(), ScriptedScheduler(script))
 
 
 def test_each_shape_is_evaluated_once() -> None:
     latency = LinearLatency()
-    simulate_chunked_prefill(prefill_chunk_plan(4096, 1024), 64, 256, 1024, latency)
+    time_simulation(4096, 1024, 64, 256, latency)
     assert latency.calls
     assert max(latency.calls.values()) == 1
 
 
 def test_decode_shape_uses_full_input_and_mtp_tokens() -> None:
     latency = ConstantLatency()
-    simulate_chunked_prefill(
-        prefill_chunk_plan(6, 4), 1, 4, 4, latency, input_length=12, num_mtp_tokens=1
-    )
+    time_simulation(6, 4, 1, 4, latency, input_length=12, num_mtp_tokens=1)
     decode = [s for s in latency.calls if isinstance(s, ForwardShape) and s.is_decode]
     assert {(s.query_len, s.seq_len) for s in decode} == {(2, 12 + 4 // 2 + 2)}
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"concurrency": 0}, "concurrency"),
-        ({"output_length": 0}, "output_length"),
-        ({"max_batched_tokens": 0}, "max_batched_tokens"),
-        ({"input_length": 3}, "input_length"),
-        ({"num_mtp_tokens": -1}, "num_mtp_tokens"),
-    ],
-)
-def test_bad_arguments(kwargs: dict[str, int], field: str) -> None:
-    args: dict[str, Any] = {
-        "concurrency": 2,
-        "output_length": 4,
-        "max_batched_tokens": 4,
-        "input_length": None,
-        "num_mtp_tokens": 0,
-    }
-    args.update(kwargs)
-    with pytest.raises(InvalidParameterError, match=field):
-        simulate_chunked_prefill(
-            prefill_chunk_plan(8, 4),
-            args["concurrency"],
-            args["output_length"],
-            args["max_batched_tokens"],
-            ConstantLatency(),
-            input_length=args["input_length"],
-            num_mtp_tokens=args["num_mtp_tokens"],
-        )
-
-
-def test_plan_must_match_budget() -> None:
-    with pytest.raises(InvalidParameterError, match="chunk_plan"):
-        simulate_chunked_prefill(prefill_chunk_plan(8, 4), 2, 4, 2, ConstantLatency())
+@pytest.mark.parametrize("concurrency", [0, -1, 1_000_001, True, 2.0])
+def test_bad_concurrency(concurrency: Any) -> None:
+    """The workload is checked by its spec (tests/unit/engine/test_chunking.py); the entry
+    points check what is not in it."""
+    data = spec(8, 4, 4)
+    with pytest.raises(InvalidParameterError, match="concurrency"):
+        simulate(data, concurrency, ConstantLatency())
+    with pytest.raises(InvalidParameterError, match="concurrency"):
+        simulate(data, concurrency, ConstantLatency(), force_simulation=True)
+    assert simulate(data, 2, ConstantLatency()).concurrency == 2  # a valid one runs
 
 
 def test_closed_form_rejects_multi_chunk() -> None:
     with pytest.raises(InvalidParameterError, match="closed-form"):
-        closed_form_waves(30, 2, 4, 20, ConstantLatency())
+        plan_waves(spec(30, 20, 4), 2)
 
 
 def test_negative_latency_is_rejected() -> None:
     with pytest.raises(SimulationError, match="latency model returned"):
-        simulate_chunked_prefill(prefill_chunk_plan(8, 4), 2, 4, 4, ConstantLatency(-1.0))
+        time_simulation(8, 4, 2, 4, ConstantLatency(-1.0))
 
 
 scenario = st.fixed_dictionaries(
@@ -235,8 +211,8 @@ def test_group_simulation_matches_per_request_reference(s: dict[str, Any]) -> No
     n, o = int(s["concurrency"]), int(s["output"])
     input_length = effective + int(s["extra_input"])
     mtp = int(s["mtp"])
-    got = simulate_chunked_prefill(
-        plan, n, o, budget, latency, scheduler, input_length=input_length, num_mtp_tokens=mtp
+    got = time_simulation(
+        effective, budget, n, o, latency, scheduler, input_length=input_length, num_mtp_tokens=mtp
     )
     want = reference_simulation(plan, n, o, budget, latency, scheduler, input_length, mtp)
     assert got.ttft_ms == pytest.approx(want.ttft_ms, rel=1e-9, abs=1e-9)
@@ -251,16 +227,16 @@ def test_conservation_and_sanity(s: dict[str, Any]) -> None:
     effective, budget = int(s["effective"]), int(s["budget"])
     n, o = int(s["concurrency"]), int(s["output"])
     chunks = prefill_chunk_plan(effective, budget)
-    sim_plan = plan_chunked_prefill(chunks, n, o, budget)
+    sim_plan = burst_plan(effective, budget, n, o)
     assert sum(run.first_tokens for run in sim_plan.runs) == n  # every request starts once
     assert sum(run.finished for run in sim_plan.runs) == n  # and finishes exactly once
     assert sum(run.p_step * run.repeat for run in sim_plan.runs) == n * len(chunks)
     assert sum(run.d_step * run.repeat for run in sim_plan.runs) == n * (o - 1)
-    result = simulate_chunked_prefill(chunks, n, o, budget, LinearLatency())
+    result = time_simulation(effective, budget, n, o, LinearLatency())
     assert 0 < result.ttft_ms <= result.makespan_ms
     assert result.tpot_ms >= 0
-    assert result.output_throughput == pytest.approx(1000 * n * o / result.makespan_ms)
-    again = simulate_chunked_prefill(chunks, n, o, budget, LinearLatency())
+    assert result.throughput_tokens_s == pytest.approx(1000 * n * o / result.makespan_ms)
+    again = time_simulation(effective, budget, n, o, LinearLatency())
     assert again == result  # deterministic
 
 
@@ -275,14 +251,14 @@ def test_single_chunk_forced_simulation_and_waves_both_sane(
     effective: int, budget: int, n: int, o: int
 ) -> None:
     budget = max(budget, effective)  # one chunk
-    plan = prefill_chunk_plan(effective, budget)
-    waves = simulate(plan, n, o, budget, LinearLatency())
-    forced = simulate(plan, n, o, budget, LinearLatency(), force_simulation=True)
+    data = spec(effective, budget, o)
+    waves = simulate(data, n, LinearLatency())
+    forced = simulate(data, n, LinearLatency(), force_simulation=True)
     assert waves.method == CLOSED_FORM_WAVES and forced.method == TIME_SIMULATION
     for result in (waves, forced):
         assert result.prefill_num_chunks == 1
         assert 0 < result.ttft_ms <= result.makespan_ms
-        assert result.output_throughput > 0 and math.isfinite(result.output_throughput)
+        assert result.throughput_tokens_s > 0 and math.isfinite(result.throughput_tokens_s)
     if budget >= n * effective:
         # The budget never binds: the simulation prefills everyone in one step, then decodes all
         # together, like the single closed-form wave, except that the closed form also charges
@@ -298,13 +274,10 @@ def test_more_chunks_never_lower_ttft(effective: int, n: int, o: int, data: st.D
     """Same latencies (every forward 1 ms), smaller budget -> more chunks -> TTFT not lower."""
     big = data.draw(st.integers(1, effective))
     small = data.draw(st.integers(1, big))
-    plans = [prefill_chunk_plan(effective, b) for b in (big, small)]
-    if len(plans[1]) == len(plans[0]):
+    specs = [spec(effective, b, o) for b in (big, small)]
+    if specs[1].prefill_num_chunks == specs[0].prefill_num_chunks:
         return
-    ttft = [
-        simulate(p, n, o, b, ConstantLatency(), force_simulation=True).ttft_ms
-        for p, b in zip(plans, (big, small), strict=True)
-    ]
+    ttft = [simulate(d, n, ConstantLatency(), force_simulation=True).ttft_ms for d in specs]
     assert ttft[1] >= ttft[0]
 
 
@@ -330,7 +303,7 @@ def test_round_robin_regime_matches_reference(s: dict[str, Any]) -> None:
     scheduler = DecodeFirstWithSlack(slack_ratio=s["slack"], prefill_order=s["order"])
     latency = LinearLatency(base_ms=1.0, per_token_ms=s["per_token"])
     n, o = s["concurrency"], s["output"]
-    got = simulate_chunked_prefill(plan, n, o, budget, latency, scheduler)
+    got = time_simulation(s["effective"], budget, n, o, latency, scheduler)
     want = reference_simulation(plan, n, o, budget, latency, scheduler, s["effective"])
     assert got.ttft_ms == pytest.approx(want.ttft_ms, rel=1e-9)
     assert got.tpot_ms == pytest.approx(want.tpot_ms, rel=1e-9, abs=1e-12)
@@ -340,7 +313,6 @@ def test_round_robin_regime_matches_reference(s: dict[str, Any]) -> None:
 
 def test_round_robin_stretch_is_fast_forwarded() -> None:
     """Short prompts, more decodes than the budget: cost follows decisions, not tokens."""
-    plan = prefill_chunk_plan(16, 256)
-    sim_plan = plan_chunked_prefill(plan, 4096, 1024, 256)
+    sim_plan = burst_plan(16, 256, 4096, 1024)
     assert sim_plan.steps > 16_000
     assert len(sim_plan.runs) < sim_plan.steps / 4

@@ -17,23 +17,20 @@ from app.core.workload import (
     simulate_closed_loop,
     simulate_serving,
 )
-
-from .fakes import ConstantLatency, LinearLatency, reference_simulation
+from tests.unit.engine.fakes import ConstantLatency, LinearLatency, reference_simulation, spec
 
 
 def test_single_client_runs_requests_back_to_back() -> None:
     # Every forward 1 ms: each request prefills (first token at +1) and decodes once (+2);
     # the client sends the next one when it finishes.
-    result = simulate_closed_loop(
-        prefill_chunk_plan(4, 4), 1, 2, 4, ConstantLatency(), num_requests=3
-    )
+    result = simulate_closed_loop(spec(4, 4, 2), 1, ConstantLatency(), num_requests=3)
     assert result.workload == "closed_loop" and result.window == "benchmark"
     assert result.measured_requests == 3
     assert result.ttft_ms == pytest.approx(1.0)
     assert result.tpot_ms == pytest.approx(1.0)
     assert result.e2e_ms == pytest.approx(2.0)
     assert result.duration_ms == pytest.approx(6.0)
-    assert result.output_throughput == pytest.approx(1000 * 3 * 2 / 6)
+    assert result.throughput_tokens_s == pytest.approx(1000 * 3 * 2 / 6)
     assert result.total_throughput == pytest.approx(1000 * 3 * (4 + 2) / 6)
     assert result.request_throughput == pytest.approx(500.0)
     assert result.steps == 6
@@ -46,18 +43,16 @@ def test_kv_admission_queues_requests() -> None:
     # Room for one request at a time: the four clients are served one after another, and the
     # queueing shows up in TTFT (first tokens at 1, 3, 5, 7).
     result = simulate_closed_loop(
-        prefill_chunk_plan(4, 16), 4, 2, 16, ConstantLatency(), num_requests=4, max_running=1
+        spec(4, 16, 2), 4, ConstantLatency(), num_requests=4, max_running=1
     )
     assert result.ttft_ms == pytest.approx((1 + 3 + 5 + 7) / 4)
     assert result.tpot_ms == pytest.approx(1.0)
-    unlimited = simulate_closed_loop(
-        prefill_chunk_plan(4, 16), 4, 2, 16, ConstantLatency(), num_requests=4
-    )
+    unlimited = simulate_closed_loop(spec(4, 16, 2), 4, ConstantLatency(), num_requests=4)
     assert unlimited.ttft_ms == pytest.approx(1.0)  # all four prefill in the first step
 
 
 def test_default_request_count_is_ten_per_client() -> None:
-    plan = plan_closed_loop(prefill_chunk_plan(8, 8), 3, 4, 8)
+    plan = plan_closed_loop(spec(8, 8, 4), 3)
     assert plan.num_requests == 30
     assert sum(count for count, _, _ in plan.records.finish) == 30
 
@@ -65,18 +60,16 @@ def test_default_request_count_is_ten_per_client() -> None:
 def test_steady_state_window() -> None:
     latency = LinearLatency(base_ms=1.0, per_token_ms=0.01)
     steady = simulate_closed_loop(
-        prefill_chunk_plan(64, 64), 8, 16, 64, latency, num_requests=200, window="steady_state"
+        spec(64, 64, 16), 8, latency, num_requests=200, window="steady_state"
     )
-    bench = simulate_closed_loop(prefill_chunk_plan(64, 64), 8, 16, 64, latency, num_requests=200)
+    bench = simulate_closed_loop(spec(64, 64, 16), 8, latency, num_requests=200)
     assert steady.window == "steady_state"
     assert 0 < steady.measured_requests < 200
     assert steady.duration_ms < bench.duration_ms
     assert steady.tpot_ms > 0 and steady.ttft_ms > 0
-    assert steady.output_throughput > 0
+    assert steady.throughput_tokens_s > 0
     with pytest.raises(InvalidParameterError, match="num_requests"):
-        simulate_closed_loop(
-            prefill_chunk_plan(64, 64), 8, 16, 64, latency, num_requests=8, window="steady_state"
-        )
+        simulate_closed_loop(spec(64, 64, 16), 8, latency, num_requests=8, window="steady_state")
 
 
 @pytest.mark.parametrize(
@@ -89,7 +82,7 @@ def test_steady_state_window() -> None:
 )
 def test_bad_arguments(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidParameterError, match=field):
-        simulate_closed_loop(prefill_chunk_plan(8, 4), 4, 4, 4, ConstantLatency(), **kwargs)
+        simulate_closed_loop(spec(8, 4, 4), 4, ConstantLatency(), **kwargs)
 
 
 closed_loop = st.fixed_dictionaries(
@@ -128,10 +121,8 @@ def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
     latency = LinearLatency(base_ms=1.0, per_token_ms=s["per_token"])
     n = s["clients"] + s["extra"]
     got = simulate_closed_loop(
-        plan,
+        spec(s["effective"], s["budget"], s["output"]),
         s["clients"],
-        s["output"],
-        s["budget"],
         latency,
         scheduler,
         num_requests=n,
@@ -158,15 +149,15 @@ def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
 
 
 def test_burst_is_the_closed_loop_without_resubmission() -> None:
-    from app.core.engine import simulate_chunked_prefill
+    from app.core.engine import simulate
 
-    plan = prefill_chunk_plan(300, 128)
-    burst = simulate_chunked_prefill(plan, 16, 32, 128, LinearLatency())
-    loop = simulate_closed_loop(plan, 16, 32, 128, LinearLatency(), num_requests=16)
+    data = spec(300, 128, 32)
+    burst = simulate(data, 16, LinearLatency())
+    loop = simulate_closed_loop(data, 16, LinearLatency(), num_requests=16)
     assert loop.ttft_ms == pytest.approx(burst.ttft_ms)
     assert loop.tpot_ms == pytest.approx(burst.tpot_ms)
     assert loop.duration_ms == pytest.approx(burst.makespan_ms)
-    assert loop.output_throughput == pytest.approx(burst.output_throughput)
+    assert loop.throughput_tokens_s == pytest.approx(burst.throughput_tokens_s)
 
 
 policies = st.fixed_dictionaries(
@@ -220,16 +211,16 @@ def test_engine_policies_match_per_request_reference(s: dict[str, Any]) -> None:
 
 
 def test_vllm_long_prompt_overlaps_decode_with_cut_chunks() -> None:
-    plan = prefill_chunk_plan(4096, 1024)
+    data = spec(4096, 1024, 64)
     latency = LinearLatency(base_ms=1.0, per_token_ms=0.001)
     vllm = simulate_closed_loop(
-        plan, 8, 64, 1024, latency, make_scheduler("vllm"), num_requests=32, record_steps=True
+        data, 8, latency, make_scheduler("vllm"), num_requests=32, record_steps=True
     )
     assert vllm.timeline is not None
     cut = {s.prefill_shape.query_len for s in vllm.timeline if s.prefill_shape}
     assert 1024 in cut and any(q < 1024 for q in cut)  # chunks shrink beside decodes
     sglang = simulate_closed_loop(
-        plan, 8, 64, 1024, latency, make_scheduler("sglang"), num_requests=32, record_steps=True
+        data, 8, latency, make_scheduler("sglang"), num_requests=32, record_steps=True
     )
     assert sglang.timeline is not None
     assert all(not (s.p_step and s.d_step) for s in sglang.timeline)  # never mixed

@@ -25,8 +25,7 @@ from app.core.optimizer import (
 )
 from app.core.parallel import ParallelLayout
 from app.core.spec import WorkloadSpec
-
-from .fakes import ConstantLatency, LinearLatency
+from tests.unit.engine.fakes import ConstantLatency, LinearLatency
 
 DEPLOYMENT = Deployment(model="fake-model", device="FAKE_DEVICE", quantization="bf16")
 
@@ -224,7 +223,7 @@ def test_pd_ratio_end_to_end() -> None:
     )
     assert result.pd_ratio == pytest.approx(result.d_qps / result.p_qps)  # type: ignore[operator]
     assert result.split is not None and result.split.devices_used <= 16
-    assert result.output_throughput == pytest.approx(result.split.balanced_qps * 256)
+    assert result.throughput_tokens_s == pytest.approx(result.split.balanced_qps * 256)
     with pytest.raises(InvalidParameterError, match="num_devices"):
         optimize_pd_ratio(
             data,

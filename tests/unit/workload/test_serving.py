@@ -7,8 +7,7 @@ import pytest
 from app.core.errors import InfeasibleError, InvalidParameterError
 from app.core.spec import WorkloadSpec
 from app.core.workload import simulate_closed_loop, simulate_serving
-
-from .fakes import LinearLatency
+from tests.unit.engine.fakes import LinearLatency
 
 DATA = WorkloadSpec(input_length=512, output_length=64, max_batched_tokens=1024)
 
@@ -29,15 +28,7 @@ class KvLimited(LinearLatency):
 def test_one_replica_is_the_closed_loop() -> None:
     latency = LinearLatency()
     got = simulate_serving(DATA, 8, latency, num_requests=40)
-    want = simulate_closed_loop(
-        DATA.get_prefill_chunk_plan(),
-        8,
-        64,
-        1024,
-        LinearLatency(),
-        input_length=512,
-        num_requests=40,
-    )
+    want = simulate_closed_loop(DATA, 8, LinearLatency(), num_requests=40)
     assert got == want
 
 
@@ -61,7 +52,7 @@ def test_data_parallel_replicas_add_throughput() -> None:
     one = simulate_serving(DATA, 4, LinearLatency(), num_requests=40)
     two = simulate_serving(DATA, 8, LinearLatency(), dp=2, num_requests=80)
     assert two.clients == 8 and two.measured_requests == 80
-    assert two.output_throughput == pytest.approx(2 * one.output_throughput)
+    assert two.throughput_tokens_s == pytest.approx(2 * one.throughput_tokens_s)
     assert two.ttft_ms == pytest.approx(one.ttft_ms)
     assert two.tpot_ms == pytest.approx(one.tpot_ms)
 
@@ -72,11 +63,13 @@ def test_uneven_split_weights_latencies_by_requests() -> None:
     split = simulate_serving(DATA, 5, LinearLatency(), dp=2, num_requests=50)
     assert split.measured_requests == 50
     assert split.ttft_ms == pytest.approx((three.ttft_ms * 30 + two.ttft_ms * 20) / 50)
-    assert split.output_throughput == pytest.approx(three.output_throughput + two.output_throughput)
+    assert split.throughput_tokens_s == pytest.approx(
+        three.throughput_tokens_s + two.throughput_tokens_s
+    )
     # More replicas than clients: idle replicas add nothing.
     sparse = simulate_serving(DATA, 2, LinearLatency(), dp=8, num_requests=20)
     single = simulate_serving(DATA, 1, LinearLatency(), num_requests=10)
-    assert sparse.output_throughput == pytest.approx(2 * single.output_throughput)
+    assert sparse.throughput_tokens_s == pytest.approx(2 * single.throughput_tokens_s)
 
 
 @pytest.mark.parametrize(

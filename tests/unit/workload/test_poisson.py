@@ -21,10 +21,7 @@ from app.core.workload import (
     simulate_poisson,
     simulate_poisson_serving,
 )
-
-from .fakes import ConstantLatency, LinearLatency, reference_simulation
-
-PLAN = prefill_chunk_plan(512, 256)  # two chunks
+from tests.unit.engine.fakes import ConstantLatency, LinearLatency, reference_simulation, spec
 
 
 def test_arrivals_are_a_seeded_poisson_process() -> None:
@@ -60,7 +57,7 @@ def test_bad_arrival_parameters(rate: float, requests: int, seed: int, field: st
 def test_a_very_low_rate_sees_an_empty_engine() -> None:
     # One request every ~1000 s, each done in 5 ms (two 1-ms prefill steps, three decode
     # steps): every TTFT is the isolated prefill, nobody waits for a slot or for KV blocks.
-    result = simulate_poisson(PLAN, 0.001, 4, 256, ConstantLatency(), num_requests=20, seed=3)
+    result = simulate_poisson(spec(512, 256, 4), 0.001, ConstantLatency(), num_requests=20, seed=3)
     assert result.workload == "poisson" and result.method == "poisson_simulation"
     assert result.window == "benchmark" and result.clients == 0
     assert result.measured_requests == 20
@@ -72,14 +69,14 @@ def test_a_very_low_rate_sees_an_empty_engine() -> None:
     times = poisson_arrivals_ms(0.001, 20, 3)
     assert result.duration_ms == pytest.approx(times[-1] + 5.0)
     assert result.request_throughput == pytest.approx(1000 * 20 / result.duration_ms)
-    plan, _ = plan_poisson(PLAN, 0.001, 4, 256, ConstantLatency(), num_requests=20, seed=3)
+    plan, _ = plan_poisson(spec(512, 256, 4), 0.001, ConstantLatency(), num_requests=20, seed=3)
     assert plan.records.sent_ms == times  # sent when they arrived
 
 
 def test_ttft_grows_as_the_rate_passes_capacity() -> None:
     latency = LinearLatency(base_ms=1.0, per_token_ms=0.002)
     results = [
-        simulate_poisson(PLAN, rate, 64, 256, latency, num_requests=400, seed=1)
+        simulate_poisson(spec(512, 256, 64), rate, latency, num_requests=400, seed=1)
         for rate in (1.0, 20.0, 100.0, 400.0, 2000.0)
     ]
     ttft = [r.ttft_ms for r in results]
@@ -97,7 +94,7 @@ def test_a_client_side_cap_is_not_part_of_ttft_but_kv_admission_is() -> None:
     # 10 requests almost at once. max_concurrency=1: each is sent when the previous one
     # finishes, so its TTFT is the isolated prefill; the run takes 10 x 5 ms.
     capped = simulate_poisson(
-        PLAN, 1e9, 4, 256, ConstantLatency(), num_requests=10, max_concurrency=1
+        spec(512, 256, 4), 1e9, ConstantLatency(), num_requests=10, max_concurrency=1
     )
     assert capped.ttft_ms == 2.0
     assert capped.e2e_ms == 5.0
@@ -106,21 +103,23 @@ def test_a_client_side_cap_is_not_part_of_ttft_but_kv_admission_is() -> None:
     assert capped.mean_running_batch == 1.0
     # The same one-at-a-time engine through KV admission: requests were sent and queue on the
     # server, so their wait is TTFT.
-    queued = simulate_poisson(PLAN, 1e9, 4, 256, ConstantLatency(), num_requests=10, max_running=1)
+    queued = simulate_poisson(
+        spec(512, 256, 4), 1e9, ConstantLatency(), num_requests=10, max_running=1
+    )
     assert queued.duration_ms == pytest.approx(50.0)
     assert queued.ttft_ms == pytest.approx(sum(2.0 + 5 * i for i in range(10)) / 10, abs=1e-3)
-    free = simulate_poisson(PLAN, 1e9, 4, 256, ConstantLatency(), num_requests=10)
+    free = simulate_poisson(spec(512, 256, 4), 1e9, ConstantLatency(), num_requests=10)
     assert free.mean_running_batch > 1.0 and free.duration_ms < 50.0
 
 
 def test_zero_latency_steps_still_finish_every_request() -> None:
-    result = simulate_poisson(PLAN, 100.0, 8, 256, ConstantLatency(0.0, 0.0), num_requests=50)
+    result = simulate_poisson(spec(512, 256, 8), 100.0, ConstantLatency(0.0, 0.0), num_requests=50)
     assert result.measured_requests == 50 and result.ttft_ms == 0.0
 
 
 def test_timeline_keeps_the_idle_gaps() -> None:
     result = simulate_poisson(
-        PLAN, 0.5, 4, 256, ConstantLatency(), num_requests=5, seed=2, record_steps=True
+        spec(512, 256, 4), 0.5, ConstantLatency(), num_requests=5, seed=2, record_steps=True
     )
     assert result.timeline is not None
     times = poisson_arrivals_ms(0.5, 5, 2)
@@ -188,10 +187,8 @@ def test_poisson_matches_per_request_reference(s: dict[str, Any]) -> None:
     scheduler = scheduler_for(s["policy"])
     times = poisson_arrivals_ms(s["rate"], s["requests"], s["seed"])
     got = simulate_poisson(
-        plan,
+        spec(s["effective"], s["budget"], s["output"]),
         s["rate"],
-        s["output"],
-        s["budget"],
         DYADIC,
         scheduler,
         num_requests=s["requests"],
@@ -243,14 +240,14 @@ conservation_cases = st.fixed_dictionaries(
 def test_every_request_finishes_after_it_arrives_and_runs_are_reproducible(
     s: dict[str, Any],
 ) -> None:
-    plan = prefill_chunk_plan(64 * s["chunks"], 64)
+    data = spec(64 * s["chunks"], 64, s["output"])
     kwargs: dict[str, Any] = {
         "num_requests": s["requests"],
         "seed": s["seed"],
         "max_concurrency": s["client_cap"],
         "max_running": s["kv_cap"],
     }
-    args = (plan, s["rate"], s["output"], 64, ConstantLatency(), scheduler_for(s["policy"]))
+    args = (data, s["rate"], ConstantLatency(), scheduler_for(s["policy"]))
     serving, _ = plan_poisson(*args, **kwargs)
     records = serving.records
     assert records.sent_ms is not None and records.ends_ms is not None
@@ -281,15 +278,15 @@ def test_replicas_share_the_rate_and_the_requests() -> None:
     two = simulate_poisson_serving(DATA, 100.0, LinearLatency(), dp=2, num_requests=200)
     assert two.measured_requests == 200
     assert two.ttft_ms == pytest.approx(one.ttft_ms)
-    assert two.output_throughput == pytest.approx(2 * one.output_throughput)
+    assert two.throughput_tokens_s == pytest.approx(2 * one.throughput_tokens_s)
     # 201 over two replicas: 101 and 100, each at 50 req/s; the client cap splits alike.
-    big = simulate_poisson(
-        DATA.get_prefill_chunk_plan(), 50.0, 32, 256, LinearLatency(), num_requests=101
-    )
+    big = simulate_poisson(DATA, 50.0, LinearLatency(), num_requests=101)
     uneven = simulate_poisson_serving(DATA, 100.0, LinearLatency(), dp=2, num_requests=201)
     assert uneven.measured_requests == 201
     assert uneven.ttft_ms == pytest.approx((101 * big.ttft_ms + 100 * one.ttft_ms) / 201)
-    assert uneven.output_throughput == pytest.approx(big.output_throughput + one.output_throughput)
+    assert uneven.throughput_tokens_s == pytest.approx(
+        big.throughput_tokens_s + one.throughput_tokens_s
+    )
     with pytest.raises(InvalidParameterError, match="num_requests"):
         simulate_poisson_serving(DATA, 10.0, LinearLatency(), dp=4, num_requests=3)
     with pytest.raises(InvalidParameterError, match="max_concurrency"):
@@ -323,12 +320,12 @@ class BatchCounting(ConstantLatency):
 
 def test_each_shape_is_priced_once_and_likely_ones_together() -> None:
     latency = ConstantLatency()
-    result = simulate_poisson(PLAN, 300.0, 16, 256, latency, num_requests=300, seed=5)
+    result = simulate_poisson(spec(512, 256, 16), 300.0, latency, num_requests=300, seed=5)
     assert max(latency.calls.values()) == 1
     assert result.forward_evaluations == len(latency.calls)
     # A 16-chunk prompt at a low rate: one call prices the whole walk, one the decode sizes.
     batch = BatchCounting()
-    walk = prefill_chunk_plan(16 * 64, 64)
-    sparse = simulate_poisson(walk, 0.01, 8, 64, batch, num_requests=10, max_running=4)
+    walk = spec(16 * 64, 64, 8)
+    sparse = simulate_poisson(walk, 0.01, batch, num_requests=10, max_running=4)
     assert sparse.ttft_ms == 16.0
     assert len(batch.batches) == 2 and sorted(batch.batches) == [4, 16]

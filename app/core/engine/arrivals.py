@@ -1,0 +1,175 @@
+"""Where the engine's requests come from: the arrival source, a strategy of the engine loop.
+
+Three sources, one small interface (:class:`ArrivalSource`):
+
+- :class:`Burst`: ``N`` requests at ``t = 0`` (the RFC's workload);
+- :class:`ClosedLoop`: ``C`` clients at ``t = 0``, each finish re-submits until
+  ``num_requests`` were sent (``benchmark_serving --max-concurrency``);
+- :class:`TimedArrivals`: requests at given times (Poisson), optionally at most
+  ``max_in_flight`` sent and not finished, with the clock that prices each step: the loop
+  keeps the clock only for this source.
+
+A source is used by one engine run (it keeps the state of its arrivals). Arrivals wait in the
+engine's ``waiting`` queue as ``[requests, arrival]`` entries, in arrival order; ``arrival`` is
+a run index (``-1``: ``t = 0``) or, for timed arrivals, an index into :attr:`sent_ms`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from app.core.errors import SimulationError
+
+#: The latency of one engine step: ``(p_step, prefill_tokens, prefill_seq_len, d_step) -> ms``.
+StepClock = Callable[[int, int, int, int], float]
+#: Requests that wait for admission: ``[requests, arrival]`` entries in arrival order.
+Waiting = deque[list[int]]
+#: Requests that finished together: ``(requests, run of their first token)``.
+Finished = tuple[int, int]
+
+
+class ArrivalSource:
+    """The interface the engine loop sees. The defaults are those of an untimed source."""
+
+    #: Requests the run serves in all; the loop ends when that many finished.
+    num_requests: int
+    #: Prices one step when the loop keeps the clock (timed arrivals); ``None`` otherwise.
+    clock: StepClock | None = None
+    #: The run at whose end the last request was submitted (``-1``: ``t = 0``).
+    last_arrival_run: int = -1
+
+    def start(self, waiting: Waiting) -> None:
+        """Put the requests present at ``t = 0`` into ``waiting``."""
+
+    def arrive(self, now_ms: float, waiting: Waiting) -> None:
+        """Requests that arrived by ``now_ms`` join ``waiting`` (timed arrivals only)."""
+
+    @property
+    def horizon_ms(self) -> float | None:
+        """When the next request arrives on its own (``None``: never, or not timed)."""
+        return None
+
+    def finished(self, run: int, who: Sequence[Finished], now_ms: float, waiting: Waiting) -> None:
+        """``who`` completed at the end of ``run`` (at ``now_ms`` when the clock is kept)."""
+
+    def idle_until(self, now_ms: float, left: int) -> float:
+        """Nothing runs and ``left`` requests are not done: when the engine wakes up."""
+        raise SimulationError(f"{left} requests neither ran nor were left to arrive")
+
+    @property
+    def sent_ms(self) -> tuple[float, ...] | None:
+        """When each arrival was sent to the engine (timed arrivals only)."""
+        return None
+
+
+class ClosedLoop(ArrivalSource):
+    """``clients`` requests at ``t = 0``; each finished request is replaced by a new one that
+    arrives when it finishes, until ``num_requests`` were submitted."""
+
+    def __init__(self, clients: int, num_requests: int) -> None:
+        self.clients = clients
+        self.num_requests = num_requests
+        self.submitted = clients
+
+    def start(self, waiting: Waiting) -> None:
+        waiting.append([self.clients, -1])
+
+    def finished(self, run: int, who: Sequence[Finished], now_ms: float, waiting: Waiting) -> None:
+        for count, _ in who:
+            more = min(count, self.num_requests - self.submitted)
+            if more > 0:
+                self.submitted += more
+                self.last_arrival_run = run
+                if waiting and waiting[-1][1] == run:
+                    waiting[-1][0] += more
+                else:
+                    waiting.append([more, run])
+
+
+class Burst(ClosedLoop):
+    """``requests`` requests at ``t = 0`` and nothing after them (the RFC's workload)."""
+
+    def __init__(self, requests: int) -> None:
+        super().__init__(requests, requests)
+
+
+class TimedArrivals(ArrivalSource):
+    """Requests that arrive at given times (an open workload) and the clock that places them.
+
+    ``times_ms``: non-decreasing arrival times, one per request. ``max_in_flight`` caps the
+    requests sent and not finished, like a benchmark client's ``--max-concurrency``: an arrival
+    that finds every slot taken waits on the client side and is sent when a request finishes
+    (its TTFT counts from then). ``step_ms`` prices one engine step, so the loop knows when each
+    step ends and which arrivals it has seen.
+    """
+
+    def __init__(
+        self, *, times_ms: tuple[float, ...], max_in_flight: int | None, step_ms: StepClock
+    ) -> None:
+        self.times_ms = times_ms
+        self.num_requests = len(times_ms)
+        self.clock = step_ms
+        self.cap = max_in_flight
+        self.next = 0  # index of the next arrival
+        self.backlog = 0  # arrived, waiting for a free slot
+        self.in_flight = 0
+        self._sent_ms: list[float] = []
+
+    @property
+    def horizon_ms(self) -> float | None:
+        return self.times_ms[self.next] if self.next < len(self.times_ms) else None
+
+    @property
+    def sent_ms(self) -> tuple[float, ...]:
+        return tuple(self._sent_ms)
+
+    def _send(self, count: int, at_ms: float, waiting: Waiting) -> None:
+        sent = self._sent_ms
+        last = len(sent) - 1
+        if last >= 0 and sent[last] == at_ms and waiting and waiting[-1][1] == last:
+            waiting[-1][0] += count
+        else:
+            sent.append(at_ms)
+            waiting.append([count, last + 1])
+        self.in_flight += count
+
+    def arrive(self, now_ms: float, waiting: Waiting) -> None:
+        """Arrivals up to ``now_ms``: sent when they arrived if a slot was free, else queued."""
+        times = self.times_ms
+        while self.next < len(times) and times[self.next] <= now_ms:
+            if self.backlog == 0 and (self.cap is None or self.in_flight < self.cap):
+                self._send(1, times[self.next], waiting)
+            else:
+                self.backlog += 1
+            self.next += 1
+
+    def finished(self, run: int, who: Sequence[Finished], now_ms: float, waiting: Waiting) -> None:
+        """Requests that arrived during the run are sent, then queued arrivals take the slots of
+        the finished ones."""
+        self.arrive(now_ms, waiting)
+        for count, _ in who:
+            self.in_flight -= count
+            if self.backlog:  # only when a cap is set
+                free = min(self.backlog, (self.cap or 0) - self.in_flight)
+                if free > 0:
+                    self.backlog -= free
+                    self._send(free, now_ms, waiting)
+
+    def idle_until(self, now_ms: float, left: int) -> float:
+        horizon = self.horizon_ms
+        if horizon is None:
+            return super().idle_until(now_ms, left)
+        return max(now_ms, horizon)  # idle until the next arrival
+
+
+def steps_until(now_ms: float, horizon_ms: float | None, step_ms: float) -> int | None:
+    """Fewest steps of ``step_ms`` after ``now_ms`` that reach ``horizon_ms`` (at least 1);
+    ``None`` when there is no horizon or steps take no time."""
+    if horizon_ms is None or step_ms <= 0.0:
+        return None
+    steps = max(1, math.ceil((horizon_ms - now_ms) / step_ms))
+    while now_ms + steps * step_ms < horizon_ms:  # floating-point rounding
+        steps += 1
+    return steps

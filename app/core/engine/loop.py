@@ -1,0 +1,418 @@
+"""The engine loop over request groups (RFC §3.1.4): policy-free, one move per run of steps.
+
+Each iteration reads like the RFC's pseudo-code::
+
+    admit arrivals          (the arrival source: burst, closed loop, timed)
+    ask the scheduler       (the policy: how many prefill and decode requests run)
+    price the step          (only when the clock is kept: timed arrivals)
+    advance the groups      (prefill progress, first tokens, decode queue, finishes)
+
+Requests stay aggregated in groups, so cost follows scheduling decisions, not tokens: a run of
+identical steps (decode-only steps until the next finish, a request walking through its equal
+chunks) is taken in one move, and a round-robin stretch (more ready decodes than a step takes,
+nobody joining) in one call of :meth:`DecodeQueue.rotate`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from app.core.chunking import PrefillChunk
+from app.core.engine.arrivals import ArrivalSource, Finished, Waiting, steps_until
+from app.core.engine.decode_queue import DecodeQueue
+from app.core.engine.plan import RequestRecords, StepRun
+from app.core.errors import SimulationError
+from app.core.scheduler import Scheduler, SchedulerState, StepDecision
+
+
+def checked_decision(scheduler: Scheduler, state: SchedulerState) -> StepDecision:
+    """Ask the scheduler, check the answer, and resolve ``prefill_tokens`` (0 without prefill)."""
+    decision = scheduler.decide(state)
+    p_step, d_step, tokens = decision.p_step, decision.d_step, decision.prefill_tokens
+    for name, value, upper in (
+        ("p_step", p_step, state.pending_prefill),
+        ("d_step", d_step, state.ready_decode),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= upper:
+            raise SimulationError(
+                f"scheduler {scheduler.name!r} returned {name}={value!r} for {state}; "
+                f"it must be an integer in [0, {upper}]"
+            )
+    if p_step == 0 and d_step == 0:
+        raise SimulationError(
+            f"scheduler {scheduler.name!r} made no progress (p_step = d_step = 0) for {state}"
+        )
+    if p_step == 0:
+        return StepDecision(0, d_step, 0)
+    if tokens is None:
+        return StepDecision(p_step, d_step, state.chunk_query_len)
+    upper = min(state.prefill_remaining, state.max_batched_tokens)
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or not 1 <= tokens <= upper:
+        raise SimulationError(
+            f"scheduler {scheduler.name!r} returned prefill_tokens={tokens!r} for {state}; "
+            f"it must be an integer in [1, {upper}]"
+        )
+    return decision
+
+
+class _Segment:
+    """Consecutive pending requests with the same prefill progress (``done`` tokens);
+    ``parts`` keeps their arrival runs."""
+
+    __slots__ = ("count", "done", "parts")
+
+    def __init__(self, done: int, count: int, parts: deque[list[int]]) -> None:
+        self.done = done
+        self.count = count
+        self.parts = parts  # [requests, arrival_run], in queue order
+
+    def split_front(self, count: int) -> _Segment:
+        """Detach the first ``count`` requests (``count < self.count``)."""
+        taken: deque[list[int]] = deque()
+        need = count
+        while need:
+            part = self.parts[0]
+            if part[0] > need:
+                part[0] -= need
+                taken.append([need, part[1]])
+                need = 0
+            else:
+                taken.append(self.parts.popleft())
+                need -= part[0]
+        self.count -= count
+        return _Segment(self.done, count, taken)
+
+
+class Engine:
+    """One engine instance serving the requests of an arrival source under a scheduler.
+
+    At most ``max_running`` requests are in prefill or decode at once (KV-cache admission); the
+    others wait in arrival order and are invisible to the scheduler until admitted. With a
+    clock (timed arrivals) a run of identical steps ends at the first step end at or after the
+    next arrival (which the next decision sees), and an idle engine waits for the next arrival.
+    An engine runs once (:meth:`run`).
+    """
+
+    __slots__ = (
+        "arrivals",
+        "budget",
+        "continue_first",
+        "decode",
+        "decode_tokens",
+        "done",
+        "effective",
+        "ends_ms",
+        "finish_records",
+        "first_records",
+        "max_running",
+        "memo",
+        "pending",
+        "pending_total",
+        "reads_remaining",
+        "runs",
+        "scheduler",
+        "starts_ms",
+        "stateless",
+        "t_ms",
+        "waiting",
+    )
+
+    def __init__(
+        self,
+        chunk_plan: tuple[PrefillChunk, ...],
+        output_length: int,
+        max_batched_tokens: int,
+        scheduler: Scheduler,
+        arrivals: ArrivalSource,
+        *,
+        max_running: int | None = None,
+    ) -> None:
+        self.effective = chunk_plan[-1].seq_len
+        self.decode_tokens = output_length - 1  # tokens left after the first one
+        self.budget = max_batched_tokens
+        self.scheduler = scheduler
+        self.arrivals = arrivals
+        self.max_running = max_running
+        self.continue_first = scheduler.prefill_order == "continue_first"
+        self.stateless = scheduler.stateless
+        self.reads_remaining = scheduler.reads_prefill_remaining
+        self.memo: dict[tuple[int, int, int, int], StepDecision] = {}
+        self.waiting: Waiting = deque()
+        self.pending: deque[_Segment] = deque()
+        self.pending_total = 0
+        self.decode = DecodeQueue()
+        self.done = 0
+        self.runs: list[StepRun] = []
+        self.first_records: list[tuple[int, int, int]] = []
+        self.finish_records: list[tuple[int, int, int]] = []
+        self.t_ms = 0.0  # with a clock: the end of the last run
+        self.starts_ms: list[float] = []
+        self.ends_ms: list[float] = []
+
+    def run(self) -> tuple[tuple[StepRun, ...], RequestRecords]:
+        """The loop: admit arrivals, ask the scheduler, price the step, advance the groups."""
+        arrivals, decode, pending = self.arrivals, self.decode, self.pending
+        num_requests, timed = arrivals.num_requests, arrivals.clock is not None
+        arrivals.start(self.waiting)
+        while self.done < num_requests:
+            arrivals.arrive(self.t_ms, self.waiting)
+            self._admit()
+            if not pending and not decode.ready:
+                self.t_ms = arrivals.idle_until(self.t_ms, num_requests - self.done)
+                continue
+            pend, remaining = (
+                (pending[0].count, self.effective - pending[0].done) if pending else (0, 0)
+            )
+            ready = decode.ready
+            decision = self._decide(ready, pend, remaining)
+            all_advance = decision.d_step == ready
+            if self.stateless and decision.p_step == 0 and not all_advance:
+                self._round_robin(decision)
+                continue
+            repeat = self._repeat(decision, ready, pend, remaining) if all_advance else 1
+            if timed:
+                repeat = self._price(decision, repeat)
+            self._advance(decision, repeat, all_advance)
+        return tuple(self.runs), self._records()
+
+    # ----------------------------------------------------------------------------------------
+    # admit arrivals
+
+    def _admit(self) -> None:
+        """Waiting requests enter prefill while the running cap allows."""
+        waiting, pending = self.waiting, self.pending
+        room = (
+            sum(part[0] for part in waiting)
+            if self.max_running is None
+            else self.max_running - self.pending_total - self.decode.ready
+        )
+        while waiting and room > 0:
+            part = waiting[0]
+            take = min(part[0], room)
+            if take == part[0]:
+                waiting.popleft()
+            else:
+                part[0] -= take
+            room -= take
+            self.pending_total += take
+            if pending and pending[-1].done == 0:
+                pending[-1].count += take
+                pending[-1].parts.append([take, part[1]])
+            else:
+                pending.append(_Segment(0, take, deque([[take, part[1]]])))
+
+    def _finish(self, run: int, who: list[Finished]) -> None:
+        """Record finishes at the end of ``run`` and tell the arrival source (its clients
+        re-submit, or arrivals take the freed slots)."""
+        for count, first_run in who:
+            self.finish_records.append((count, first_run, run))
+            self.done += count
+        self.arrivals.finished(run, who, self.t_ms, self.waiting)
+
+    # ----------------------------------------------------------------------------------------
+    # ask the scheduler
+
+    def _front(self) -> tuple[int, int]:
+        """Requests at the front with the same progress, and the tokens they have left."""
+        if self.pending:
+            return self.pending[0].count, self.effective - self.pending[0].done
+        return 0, 0
+
+    def _decide(self, ready: int, pend: int, remaining: int) -> StepDecision:
+        budget = self.budget
+        chunk_query_len = (budget if budget < remaining else remaining) if pend else budget
+        key = (ready, pend, chunk_query_len, remaining if self.reads_remaining else -1)
+        stateless = self.stateless
+        decision = self.memo.get(key) if stateless else None
+        if decision is None:
+            state = SchedulerState(ready, pend, chunk_query_len, budget, remaining)
+            decision = checked_decision(self.scheduler, state)
+            if stateless:
+                self.memo[key] = decision
+        return decision
+
+    def _repeat(self, decision: StepDecision, ready: int, pend: int, remaining: int) -> int:
+        """How many identical steps (every decode request advancing) can be taken in one move."""
+        if not self.stateless:
+            return 1
+        p_step, tokens = decision.p_step, decision.prefill_tokens or 0
+        if p_step == 0:
+            return self.decode.min_remaining()
+        if p_step != pend or not (self.continue_first or len(self.pending) == 1):
+            return 1
+        # The front group walks through its chunks while the decision stays the same.
+        limit = self.decode.min_remaining() if ready else remaining
+        budget = self.budget
+        if self.reads_remaining:
+            state = SchedulerState(ready, pend, min(budget, remaining), budget, remaining)
+            floor = self.scheduler.stable_down_to(state, decision)
+            if floor is not None:
+                return min(limit, 1 + (remaining - floor) // tokens)
+            repeat = 1
+            while repeat < limit:
+                left = remaining - repeat * tokens
+                if left <= 0 or self._decide(ready, pend, left) != decision:
+                    break
+                repeat += 1
+            return repeat
+        if remaining >= budget:
+            # Same state (and so decision) while a full planned chunk is left.
+            return min(limit, 1 + (remaining - budget) // tokens)
+        return 1
+
+    # ----------------------------------------------------------------------------------------
+    # price the step (timed arrivals only)
+
+    def _price(self, decision: StepDecision, repeat: int) -> int:
+        """Cut the run at the next arrival and advance the clock over it."""
+        clock = self.arrivals.clock
+        assert clock is not None
+        horizon = self.arrivals.horizon_ms
+        p_step, d_step, tokens = decision.p_step, decision.d_step, decision.prefill_tokens or 0
+        self.starts_ms.append(self.t_ms)
+        if p_step == 0:
+            step = clock(0, 0, 0, d_step)
+            cut = steps_until(self.t_ms, horizon, step)
+            repeat = repeat if cut is None else min(repeat, cut)
+            self.t_ms += repeat * step
+        else:
+            start = self.pending[0].done
+            elapsed_ms = 0.0
+            for i in range(repeat):
+                elapsed_ms += clock(p_step, tokens, start + (i + 1) * tokens, d_step)
+                if horizon is not None and self.t_ms + elapsed_ms >= horizon:
+                    repeat = i + 1
+                    break
+            self.t_ms += elapsed_ms
+        self.ends_ms.append(self.t_ms)
+        return repeat
+
+    # ----------------------------------------------------------------------------------------
+    # advance the groups
+
+    def _advance(self, decision: StepDecision, repeat: int, all_advance: bool) -> None:
+        """``repeat`` steps of ``decision``: prefill progress, first tokens, decode, finishes."""
+        p_step, d_step = decision.p_step, decision.d_step
+        tokens = decision.prefill_tokens or 0
+        decode = self.decode
+        run_index = len(self.runs)
+        finished: list[Finished] = []
+        # Decode: the front d_step requests (all of them when all advance) emit a token.
+        selected = decode.take(d_step) if d_step and not all_advance else []
+        first_tokens = 0
+        prefill_start = -1
+        if p_step:
+            # Prefill: p_step requests at the front compute ``tokens`` more, ``repeat`` times.
+            pending = self.pending
+            head = pending[0]
+            prefill_start = head.done
+            moved = pending.popleft() if head.count == p_step else head.split_front(p_step)
+            moved.done += tokens * repeat
+            if moved.done >= self.effective:
+                first_tokens = p_step
+                self.pending_total -= p_step
+                shifted = repeat if all_advance and d_step else 0
+                self._first_tokens(moved, run_index, shifted, all_advance, finished)
+            else:
+                self._requeue_prefill(moved)
+        # Decode bookkeeping: finished requests leave, the others re-queue at the back.
+        if d_step and all_advance:
+            finished.extend(decode.advance_all(repeat))
+        if selected:
+            finished.extend(decode.requeue(selected))
+        self._finish(run_index, finished)
+        self.runs.append(
+            StepRun(
+                p_step=p_step,
+                prefill_start=prefill_start,
+                prefill_tokens=tokens,
+                d_step=d_step,
+                repeat=repeat,
+                first_tokens=first_tokens,
+                finished=sum(count for count, _ in finished) if finished else 0,
+            )
+        )
+
+    def _first_tokens(
+        self,
+        moved: _Segment,
+        run_index: int,
+        shifted: int,
+        front: bool,
+        finished: list[Finished],
+    ) -> None:
+        """``moved`` completed its last chunk at the end of ``run_index``: first tokens, then
+        decode (or done, when the output is one token)."""
+        for count, arrival in moved.parts:
+            self.first_records.append((count, arrival, run_index))
+        if self.decode_tokens == 0:
+            finished.append((moved.count, run_index))
+        else:
+            # Promoted requests queue behind the unselected ones and ahead of the selected ones
+            # re-queueing later (all were selected when all advance).
+            self.decode.promote(moved.count, self.decode_tokens + shifted, run_index, front=front)
+
+    def _requeue_prefill(self, moved: _Segment) -> None:
+        """``moved`` has chunks left: back to the front (``continue_first``) or the back."""
+        pending = self.pending
+        if self.continue_first:
+            if pending and pending[0].done == moved.done:
+                pending[0].count += moved.count
+                pending[0].parts.extendleft(reversed(moved.parts))
+            else:
+                pending.appendleft(moved)
+        elif pending and pending[-1].done == moved.done:
+            pending[-1].count += moved.count
+            pending[-1].parts.extend(moved.parts)
+        else:
+            pending.append(moved)
+
+    def _round_robin(self, decision: StepDecision) -> None:
+        """Round robin with nobody joining decode: the whole stretch in one move."""
+        d_step = decision.d_step
+        clock = self.arrivals.clock
+        start_ms = self.t_ms
+        d_ms = clock(0, 0, 0, d_step) if clock is not None else 0.0
+        max_steps = steps_until(start_ms, self.arrivals.horizon_ms, d_ms)
+        run_index = len(self.runs)  # the run the next finish belongs to
+
+        def on_finish(ready_now: int, who: list[Finished], steps: int) -> bool:
+            nonlocal run_index
+            self.t_ms = start_ms + steps * d_ms
+            self._finish(run_index, who)
+            run_index += 1
+            self._admit()
+            if ready_now == 0 and not self.pending:
+                return False
+            return self._decide(ready_now, *self._front()) == decision
+
+        steps = 0
+        for repeat, who in self.decode.rotate(d_step, on_finish, max_steps):
+            if clock is not None:
+                self.starts_ms.append(start_ms + steps * d_ms)
+                steps += repeat
+                self.ends_ms.append(start_ms + steps * d_ms)
+            self.runs.append(
+                StepRun(
+                    p_step=0,
+                    prefill_start=-1,
+                    prefill_tokens=0,
+                    d_step=d_step,
+                    repeat=repeat,
+                    first_tokens=0,
+                    finished=sum(count for count, _ in who),
+                )
+            )
+        if clock is not None:
+            self.t_ms = start_ms + steps * d_ms
+
+    def _records(self) -> RequestRecords:
+        timed = self.arrivals.clock is not None
+        return RequestRecords(
+            first=tuple(self.first_records),
+            finish=tuple(self.finish_records),
+            last_arrival_run=self.arrivals.last_arrival_run,
+            sent_ms=self.arrivals.sent_ms,
+            starts_ms=tuple(self.starts_ms) if timed else None,
+            ends_ms=tuple(self.ends_ms) if timed else None,
+        )

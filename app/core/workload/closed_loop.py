@@ -1,0 +1,136 @@
+"""The closed-loop workload: ``C`` clients, each re-submitting as soon as its answer completes.
+
+The RFC's ``burst`` workload starts N requests at ``t = 0`` and measures that one burst. The
+``closed_loop`` workload is what ``benchmark_serving --max-concurrency C`` or aiperf measure:
+``C`` clients, each re-submitting as soon as its answer completes, until ``num_requests``
+requests were sent. Requests stay aggregated in groups (cost does not grow with C) and the same
+engine loop, schedulers and latency models serve both workloads (the arrival source differs:
+:class:`~app.core.engine.ClosedLoop`).
+"""
+
+from __future__ import annotations
+
+from app.core.chunking import require_int
+from app.core.cost import LatencyModel
+from app.core.engine import MAX_CONCURRENCY, ClosedLoop, evaluate_shapes, run_engine
+from app.core.parallel import split_over_replicas
+from app.core.scheduler import Scheduler, default_scheduler
+from app.core.spec import WorkloadSpec
+from app.core.workload.admission import running_cap
+from app.core.workload.metrics import (
+    MAX_REQUESTS,
+    ServingPlan,
+    ServingResult,
+    combine_serving,
+    replay_serving,
+)
+from app.core.workload.windows import Window, check_window
+
+#: Requests sent per client when ``num_requests`` is not given (serving benchmarks send ~10).
+DEFAULT_REQUESTS_PER_CLIENT = 10
+#: Largest data-parallel degree a serving run spreads over.
+MAX_DP = 1 << 16
+
+
+def default_num_requests(clients: int) -> int:
+    return min(DEFAULT_REQUESTS_PER_CLIENT * clients, MAX_REQUESTS)
+
+
+def plan_closed_loop(
+    spec: WorkloadSpec,
+    clients: int,
+    scheduler: Scheduler | None = None,
+    *,
+    num_requests: int | None = None,
+    window: Window = "benchmark",
+    max_running: int | None = None,
+) -> ServingPlan:
+    """One replica's closed loop of ``clients`` clients, planned (no latency needed)."""
+    require_int("concurrency", clients, 1, MAX_CONCURRENCY)
+    check_window(window)
+    if num_requests is None:
+        num_requests = default_num_requests(clients)
+    require_int("num_requests", num_requests, clients, MAX_REQUESTS)
+    if max_running is not None:
+        require_int("max_running", max_running, 1, MAX_REQUESTS)
+    scheduler = scheduler or default_scheduler()
+    arrivals = ClosedLoop(clients, num_requests)
+    engine, records = run_engine(spec, clients, scheduler, arrivals, max_running=max_running)
+    return ServingPlan(
+        engine=engine,
+        records=records,
+        clients=clients,
+        num_requests=num_requests,
+        window=window,
+        max_running=max_running,
+    )
+
+
+def simulate_closed_loop(
+    spec: WorkloadSpec,
+    clients: int,
+    latency: LatencyModel,
+    scheduler: Scheduler | None = None,
+    *,
+    num_requests: int | None = None,
+    window: Window = "benchmark",
+    max_running: int | None = None,
+    record_steps: bool = False,
+) -> ServingResult:
+    """Plan, evaluate each distinct forward shape once, replay: one replica's closed loop."""
+    scheduler = scheduler or default_scheduler()
+    plan = plan_closed_loop(
+        spec,
+        clients,
+        scheduler,
+        num_requests=num_requests,
+        window=window,
+        max_running=max_running,
+    )
+    latencies = evaluate_shapes(plan.shapes, latency)
+    return replay_serving(plan, latencies, scheduler, record_steps=record_steps)
+
+
+def simulate_serving(
+    spec: WorkloadSpec,
+    concurrency: int,
+    latency: LatencyModel,
+    scheduler: Scheduler | None = None,
+    *,
+    dp: int = 1,
+    num_requests: int | None = None,
+    window: Window = "benchmark",
+    max_num_seqs: int | None = None,
+    record_steps: bool = False,
+) -> ServingResult:
+    """Closed-loop serving of ``concurrency`` clients over ``dp`` data-parallel replicas.
+
+    Each replica serves its share of the clients (``concurrency / dp``, as evenly as integers
+    allow) with its own budget and KV cache; ``num_requests`` (default 10 per client) is
+    shared in proportion. When the latency model knows its KV capacity, requests queue for KV
+    blocks of ``input_length + output_length`` tokens; ``max_num_seqs`` and the scheduler's
+    ``max_running`` cap running requests too. Throughputs add over replicas; latencies are
+    request-weighted means.
+    """
+    require_int("concurrency", concurrency, 1, MAX_REQUESTS)
+    require_int("dp", dp, 1, MAX_DP)
+    if num_requests is None:
+        num_requests = default_num_requests(concurrency)
+    require_int("num_requests", num_requests, concurrency, MAX_REQUESTS)
+    scheduler = scheduler or default_scheduler()
+    max_running = running_cap(spec, latency, scheduler, max_num_seqs)
+    parts: list[tuple[ServingResult, int]] = []
+    for clients, replicas in split_over_replicas(concurrency, dp):
+        requests = max(clients, round(num_requests * clients / concurrency))
+        result = simulate_closed_loop(
+            spec,
+            clients,
+            latency,
+            scheduler,
+            num_requests=requests,
+            window=window,
+            max_running=max_running,
+            record_steps=record_steps,
+        )
+        parts.append((result, replicas))
+    return combine_serving(parts, concurrency)

@@ -1,0 +1,220 @@
+"""What a serving run measures: its plan, its result, and the replay that computes one.
+
+A serving run (closed loop or Poisson) is one engine run (:class:`ServingPlan`); its replay
+walks the clock (or reads the clock kept while planning), picks the measurement window
+(:mod:`app.core.workload.windows`) and reports means over the requests measured in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from app.core.cost import AnyShape
+from app.core.engine import (
+    RequestRecords,
+    SimulationPlan,
+    StepRecord,
+    per_s,
+    replica_total,
+    run_clock,
+    weighted_mean,
+)
+from app.core.scheduler import Scheduler, default_scheduler
+from app.core.workload.windows import Window, measured_records
+
+Workload = Literal["burst", "closed_loop", "poisson"]
+WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop", "poisson")
+CLOSED_LOOP_SIMULATION = "closed_loop_simulation"
+POISSON_SIMULATION = "poisson_simulation"
+#: Largest accepted request count (and client count, running cap) of one serving run.
+MAX_REQUESTS = 10_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingPlan:
+    """The scheduling decisions of one closed-loop or Poisson run, before any latency is known.
+
+    ``clients == 0``: nobody re-sends (Poisson arrivals).
+    """
+
+    engine: SimulationPlan
+    records: RequestRecords
+    clients: int
+    num_requests: int
+    window: Window
+    max_running: int | None
+    workload: Workload = "closed_loop"
+
+    @property
+    def input_length(self) -> int:
+        return self.engine.spec.input_length
+
+    @property
+    def shapes(self) -> tuple[AnyShape, ...]:
+        return self.engine.shapes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingResult:
+    """Serving metrics under a closed loop of ``clients`` clients or Poisson arrivals
+    (``clients == 0``: nobody re-sends)."""
+
+    method: str
+    workload: Workload
+    window: Window
+    clients: int
+    num_requests: int
+    measured_requests: int
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    throughput_tokens_s: float  # output tokens / s
+    total_throughput: float  # (input + output) tokens / s
+    request_throughput: float  # requests / s
+    mean_running_batch: float  # requests per engine step (prefill + decode)
+    mean_prefill_tokens_per_step: float
+    mean_decode_tokens_per_step: float
+    duration_ms: float
+    max_running: int | None
+    prefill_num_chunks: int
+    steps: int
+    forward_evaluations: int
+    timeline: tuple[StepRecord, ...] | None = None
+
+
+def _run_ends(
+    plan: ServingPlan,
+    latencies: Mapping[AnyShape, float],
+    scheduler: Scheduler,
+    record_steps: bool,
+) -> tuple[list[float], tuple[StepRecord, ...] | None]:
+    """When every run ended, and the timeline when asked for."""
+    records = plan.records
+    if records.ends_ms is not None and records.sent_ms is not None:
+        # Timed arrivals: the clock ran while planning (idle gaps included).
+        timeline = None
+        if record_steps:
+            starts_ms = records.starts_ms
+            timeline = run_clock(
+                plan.engine, latencies, scheduler, record_steps=True, starts_ms=starts_ms
+            )[1]
+        return list(records.ends_ms), timeline
+    return run_clock(plan.engine, latencies, scheduler, record_steps=record_steps)
+
+
+@dataclass(slots=True)
+class _WindowTotals:
+    """Tokens, steps and completions of the runs that end inside the window."""
+
+    steps: int = 0
+    prefill_tokens: int = 0
+    decode_step_tokens: int = 0
+    batch: int = 0
+    output_tokens: int = 0
+    input_tokens: int = 0
+    completed: int = 0
+
+    @classmethod
+    def over(
+        cls, plan: ServingPlan, ends: Sequence[float], start_ms: float, end_ms: float
+    ) -> _WindowTotals:
+        totals = cls()
+        input_length = plan.input_length
+        for run, t_ms in zip(plan.engine.runs, ends, strict=True):
+            if not start_ms < t_ms <= end_ms:
+                continue
+            totals.steps += run.repeat
+            totals.prefill_tokens += run.p_step * run.prefill_tokens * run.repeat
+            totals.decode_step_tokens += run.d_step * run.repeat
+            totals.batch += (run.p_step + run.d_step) * run.repeat
+            totals.output_tokens += run.first_tokens + run.d_step * run.repeat
+            totals.input_tokens += run.first_tokens * input_length
+            totals.completed += run.finished
+        return totals
+
+    def per_step(self, count: int) -> float:
+        return count / self.steps if self.steps else 0.0
+
+
+def replay_serving(
+    plan: ServingPlan,
+    latencies: Mapping[AnyShape, float],
+    scheduler: Scheduler | None = None,
+    *,
+    record_steps: bool = False,
+) -> ServingResult:
+    """The metrics of a planned serving run from the latencies of its shapes."""
+    scheduler = scheduler or default_scheduler()
+    ends, timeline = _run_ends(plan, latencies, scheduler, record_steps)
+
+    def at(run: int) -> float:
+        return ends[run] if run >= 0 else 0.0
+
+    sent_ms = plan.records.sent_ms
+    arrived = at if sent_ms is None else sent_ms.__getitem__
+    start_ms, end_ms, first, finish = measured_records(plan, ends)
+    decode_tokens = plan.engine.output_length - 1
+    measured_first = sum(r[0] for r in first)
+    measured_finish = sum(r[0] for r in finish)
+    ttft_ms = sum(c * (at(f) - arrived(a)) for c, a, f in first) / measured_first
+    decode_ms = sum(c * (at(e) - at(f)) for c, f, e in finish) / measured_finish
+    tpot_ms = decode_ms / decode_tokens if decode_tokens else 0.0
+
+    duration_ms = end_ms - start_ms
+    totals = _WindowTotals.over(plan, ends, start_ms, end_ms)
+    return ServingResult(
+        method=POISSON_SIMULATION if plan.workload == "poisson" else CLOSED_LOOP_SIMULATION,
+        workload=plan.workload,
+        window=plan.window,
+        clients=plan.clients,
+        num_requests=plan.num_requests,
+        measured_requests=measured_first,
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        e2e_ms=ttft_ms + decode_ms,
+        throughput_tokens_s=per_s(totals.output_tokens, duration_ms),
+        total_throughput=per_s(totals.output_tokens + totals.input_tokens, duration_ms),
+        request_throughput=per_s(totals.completed, duration_ms),
+        mean_running_batch=totals.per_step(totals.batch),
+        mean_prefill_tokens_per_step=totals.per_step(totals.prefill_tokens),
+        mean_decode_tokens_per_step=totals.per_step(totals.decode_step_tokens),
+        duration_ms=duration_ms,
+        max_running=plan.max_running,
+        prefill_num_chunks=plan.engine.spec.prefill_num_chunks,
+        steps=plan.engine.steps,
+        forward_evaluations=len(latencies),
+        timeline=timeline,
+    )
+
+
+def combine_serving(parts: Sequence[tuple[ServingResult, int]], clients: int) -> ServingResult:
+    """Replicas as one result (:mod:`app.core.engine.replicas`): throughputs add, latencies
+    are means weighted by measured requests, per-step figures by steps."""
+    first = parts[0][0]
+    if len(parts) == 1 and parts[0][1] == 1:
+        return first
+    return ServingResult(
+        method=first.method,
+        workload=first.workload,
+        window=first.window,
+        clients=clients,
+        num_requests=sum(r.num_requests * n for r, n in parts),
+        measured_requests=sum(r.measured_requests * n for r, n in parts),
+        ttft_ms=weighted_mean(parts, "ttft_ms", "measured_requests"),
+        tpot_ms=weighted_mean(parts, "tpot_ms", "measured_requests"),
+        e2e_ms=weighted_mean(parts, "e2e_ms", "measured_requests"),
+        throughput_tokens_s=replica_total(parts, "throughput_tokens_s"),
+        total_throughput=replica_total(parts, "total_throughput"),
+        request_throughput=replica_total(parts, "request_throughput"),
+        mean_running_batch=weighted_mean(parts, "mean_running_batch", "steps"),
+        mean_prefill_tokens_per_step=weighted_mean(parts, "mean_prefill_tokens_per_step", "steps"),
+        mean_decode_tokens_per_step=weighted_mean(parts, "mean_decode_tokens_per_step", "steps"),
+        duration_ms=max(r.duration_ms for r, _ in parts),
+        max_running=first.max_running,
+        prefill_num_chunks=first.prefill_num_chunks,
+        steps=sum(r.steps * n for r, n in parts),
+        forward_evaluations=sum(r.forward_evaluations for r, _ in parts),
+        timeline=first.timeline,
+    )
