@@ -95,19 +95,24 @@ def forward_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_forward(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from app import services
+    from app.core.errors import ChunkwiseError
     from app.models.forward import ForwardRequest
 
-    def call(context: ServiceContext) -> int:
+    try:
         request = ForwardRequest.model_validate(forward_fields(args))
-        body = services.forward(context, request, allow_paths=True).model_dump(mode="json")
-        if args.format == "json":
-            render.dump(render.forward_document(body))
-        else:
-            print(render.forward_table(body))
-        return 0
-
-    return run_service(call)
+        document = services.run_forward(request, allow_paths=True).to_dict()
+    except ValidationError as err:
+        return fail(validation_line(err))
+    except ChunkwiseError as err:
+        return fail(err)
+    if args.format == "json":
+        render.dump(document)
+    else:
+        print(render.forward_table(document))
+    return 0
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -135,12 +140,13 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from app import services
     from app.core.errors import ChunkwiseError
-    from app.core.validation import LOADERS, TARGET_KIND, run_validation
 
-    kinds = tuple(LOADERS) if args.all else tuple(args.kind or (TARGET_KIND,))
     try:
-        report = run_validation(kinds=kinds, drop_layout_duplicates=args.drop_layout_duplicates)
+        report = services.validate(
+            args.kind, all_kinds=args.all, drop_layout_duplicates=args.drop_layout_duplicates
+        )
     except ChunkwiseError as err:
         return fail(err)
     if args.format == "json":

@@ -63,15 +63,6 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
 # -- forward, models, devices ------------------------------------------------------------------
 #: ``chunkwise forward --format json``: the forward response without its input echo and cache
 #: counters, in the order the runner's document has always had.
-FORWARD_KEYS = ("model", "device", "parallel", "quantization", "identity", "latency_ms")
-
-
-def forward_document(body: dict[str, Any]) -> dict[str, Any]:
-    document = {key: body[key] for key in FORWARD_KEYS}
-    document.update((k, v) for k, v in body.items() if k not in ("input", "cache"))
-    return document
-
-
 def forward_table(body: dict[str, Any]) -> str:
     """A forward response (``POST /v1/forward``'s body) as the ``chunkwise forward`` table."""
     q = body["quantization"]

@@ -39,7 +39,7 @@ MAX_PARALLEL_SIZE = 1024  # any single tp / ep / dp value
 MAX_SEARCH_LIST = 16  # entries in tp_sizes / ep_sizes
 MAX_LAYOUTS = 64  # parallel layouts one optimize request may search
 MAX_TOP_K = 100
-# MTP draft tokens a request may ask for (the WorkloadSpec itself accepts up to 16).
+# MTP draft tokens a request may ask for (the wire and the WorkloadSpec alike).
 MAX_MTP_TOKENS = 8
 MIN_SLACK_RATIO = 1.0  # decode_first_with_slack's budget slack, as DecodeFirstWithSlack checks
 MAX_SLACK_RATIO = 4.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.core import limits
 from app.core.chunking import (
     PrefillChunk,
     decode_query_len,
@@ -46,7 +47,7 @@ class WorkloadSpec:
         require_hit_rate(self.prefix_cache_hit_rate)
         require_limit("ttft_limit_ms", self.ttft_limit_ms)
         require_limit("tpot_limit_ms", self.tpot_limit_ms)
-        require_int("num_mtp_tokens", self.num_mtp_tokens, 0, 16)
+        require_int("num_mtp_tokens", self.num_mtp_tokens, 0, limits.MAX_MTP_TOKENS)
         require_int("num_devices", self.num_devices, 1, 1_000_000)
         rates = self.mtp_acceptance_rates
         if not isinstance(rates, tuple) or not all(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
+from app.core import limits
 from app.core.chunking import effective_input_length, prefill_chunk_plan
 from app.core.errors import InvalidParameterError
-from app.models import limits
 from app.models.plan import Chunk, ChunkPlanRequest, ChunkPlanResponse
 
 

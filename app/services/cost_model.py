@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from app.cache import JSONObject, JSONValue, LatencyCache, identity_digest, shape_key
+from app.core import limits
 from app.core.cost import AnyShape, ForwardShape, MixedShape
 from app.core.errors import DeadlineExceededError, InvalidParameterError, UnsupportedError
 from app.core.parallel import ParallelLayout
 from app.core.runner import RunnerServingModel
-from app.models import limits
 from app.models.common import CacheCounters
 from app.services.context import ServiceContext, ServiceStats, deadline_from
 from app.services.resolve import ResolvedDeployment, build_serving_model

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from app.cache import JSONValue, response_key
+from app.core import limits
 from app.core.errors import InvalidParameterError, SearchLimitError
 from app.core.optimizer import (
     OptimizeResult,
@@ -26,7 +27,6 @@ from app.core.parallel import ParallelLayout
 from app.core.runner import RUNNER_MODEL_VERSION
 from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
-from app.models import limits
 from app.models.common import CacheCounters
 from app.models.optimize import (
     InfeasibleLayout,

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from app.core import limits
 from app.core.catalog import (
     Device,
     ModelArchitecture,
@@ -26,7 +27,6 @@ from app.core.parallel import ParallelLayout
 from app.core.runner import DEFAULT_RESERVED_MEMORY_GB, ModelRunner, RunnerServingModel
 from app.core.scheduler import Scheduler
 from app.core.scheduler import make_scheduler as core_make_scheduler
-from app.models import limits
 from app.models.workload import CustomDevice, DeploymentMixin, InlineModel, SchedulerOptions
 
 

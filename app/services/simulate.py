@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core import limits
 from app.core.cost import ForwardShape
 from app.core.engine import SimulationResult, StepRecord, combine_replicas, plan_serving, replay
 from app.core.errors import InfeasibleError, InvalidParameterError
@@ -15,7 +16,6 @@ from app.core.parallel import ParallelLayout
 from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload import ServingResult, simulate_poisson_serving, simulate_serving
-from app.models import limits
 from app.models.optimize import RunStats
 from app.models.simulate import (
     ForwardShapeOut,

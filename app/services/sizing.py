@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from app.core import limits
 from app.core.errors import ChunkwiseError, InvalidParameterError, SearchLimitError
 from app.core.parallel import split_over_replicas
 from app.core.scheduler import SMALL_DEVICE_BATCHED_TOKENS, default_max_batched_tokens
 from app.core.spec import WorkloadSpec
 from app.core.workload import DEFAULT_POISSON_REQUESTS, poisson_shares
-from app.models import limits
 from app.models.optimize import OptimizeRequest
 from app.models.simulate import SimulateRequest
 from app.models.workload import WorkloadMixin

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.models import limits
+from app.core import limits
 
 CONFIGS = Path(__file__).resolve().parents[2] / "app/core/catalog/model_configs"
 BASE_CONFIGS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from app.core import limits
 from app.core.chunking import require_int
 from app.core.cost import (
     AnyShape,
@@ -21,7 +22,6 @@ from app.core.spec import WorkloadSpec
 
 #: Default and hard cap of the per-replica batch size a search may probe.
 DEFAULT_MAX_BATCH_SIZE = 4096
-MAX_BATCH_SIZE_LIMIT = 65_536
 
 ServingFactory = Callable[[ParallelLayout], ServingModel]
 ProbeFunction = Callable[[int], "Probe"]
@@ -342,7 +342,7 @@ def run_layout_searches(
     ``evaluate_for`` returns the probe function of a layout and the shape whose memory picture
     describes a row (called with the row's batch size substituted).
     """
-    require_int("max_batch_size", max_batch_size, 1, MAX_BATCH_SIZE_LIMIT)
+    require_int("max_batch_size", max_batch_size, 1, limits.MAX_SEARCH_BATCH_SIZE)
     rows: list[ResultRow] = []
     all_probes: list[Probe] = []
     infeasible: dict[str, str] = {}

@@ -30,6 +30,7 @@ from typing import Any
 from app.core.catalog.devices import BYTES_PER_GB, Device
 from app.core.catalog.models import KV_TENSORS, ModelArchitecture
 from app.core.catalog.quantization import Quantization
+from app.core.chunking import require_int
 from app.core.cost import AnyShape, ForwardShape, MixedShape
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
@@ -43,11 +44,6 @@ DEFAULT_RESERVED_MEMORY_GB = 10.0
 RESIDUAL_STREAMS = 2  # residual and hidden state live across every op
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidParameterError(name, value, f"an integer >= {minimum}")
-
-
 def check_shape(shape: ForwardShape) -> None:
     """A forward the runner can cost: integers >= 1, ``seq_len >= query_len`` (domain errors).
 
@@ -56,9 +52,9 @@ def check_shape(shape: ForwardShape) -> None:
     """
     if not isinstance(shape.is_decode, bool):
         raise InvalidParameterError("is_decode", shape.is_decode, "a boolean")
-    _check_int("concurrency", shape.concurrency, 1)
-    _check_int("query_len", shape.query_len, 1)
-    _check_int("seq_len", shape.seq_len, 1)
+    require_int("concurrency", shape.concurrency, 1, None)
+    require_int("query_len", shape.query_len, 1, None)
+    require_int("seq_len", shape.seq_len, 1, None)
     if shape.seq_len < shape.query_len:
         raise InvalidParameterError("seq_len", shape.seq_len, f">= query_len={shape.query_len}")
 
@@ -191,7 +187,7 @@ class ModelRunner:
             isinstance(reserved_memory_gb, int | float) and reserved_memory_gb >= 0
         ):
             raise InvalidParameterError("reserved_memory_gb", reserved_memory_gb, "a number >= 0")
-        _check_int("num_mtp_tokens", num_mtp_tokens, 0)
+        require_int("num_mtp_tokens", num_mtp_tokens, 0, None)
         self.model = model
         self.device = device
         self.parallel = parallel or ParallelLayout()
@@ -231,7 +227,7 @@ class ModelRunner:
     def _drafts(self, mtp_draft_tokens: int | None) -> int:
         if mtp_draft_tokens is None:
             return self.num_mtp_tokens
-        _check_int("mtp_draft_tokens", mtp_draft_tokens, 0)
+        require_int("mtp_draft_tokens", mtp_draft_tokens, 0, None)
         return mtp_draft_tokens
 
     def run_inference(

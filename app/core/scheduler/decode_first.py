@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+from app.core import limits
 from app.core.errors import InvalidParameterError
 from app.core.scheduler.base import (
     DEFAULT_SLACK_RATIO,
@@ -33,9 +34,13 @@ class DecodeFirstWithSlack(Scheduler):
             not isinstance(slack_ratio, int | float)
             or isinstance(slack_ratio, bool)
             or not math.isfinite(slack_ratio)
-            or not 1.0 <= slack_ratio <= 4.0
+            or not limits.MIN_SLACK_RATIO <= slack_ratio <= limits.MAX_SLACK_RATIO
         ):
-            raise InvalidParameterError("slack_ratio", slack_ratio, "a number in [1, 4]")
+            raise InvalidParameterError(
+                "slack_ratio",
+                slack_ratio,
+                f"a number in [{limits.MIN_SLACK_RATIO:g}, {limits.MAX_SLACK_RATIO:g}]",
+            )
         if prefill_order not in PREFILL_ORDERS:
             raise InvalidParameterError(
                 "prefill_order", prefill_order, f"one of {', '.join(PREFILL_ORDERS)}"
