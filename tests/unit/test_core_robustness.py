@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,7 +53,7 @@ from app.core.catalog.models import ModelArchitecture, model_from_config
 from app.core.catalog.quantization import Quantization, parse_quantization
 from app.core.chunking import PrefillChunk, effective_input_length, prefill_chunk_plan
 from app.core.engine import CLOSED_FORM_WAVES, TIME_SIMULATION, SimulationResult, simulate
-from app.core.errors import ChunkwiseError
+from app.core.errors import ChunkwiseError, UnknownModelError
 from app.core.optimizer import Deployment, OptimizeResult, enumerate_layouts, optimize_agg
 from app.core.parallel import ParallelLayout
 from app.core.runner import ForwardResult, MemoryBreakdown, ModelRunner, RequestInfo
@@ -181,15 +181,12 @@ class Tally:
         event(outcome)
         self.counts[outcome] += 1
 
-    def share(self, outcome: str, among: Iterable[str] | None = None) -> float:
-        keys = list(self.counts) if among is None else list(among)
-        total = sum(self.counts[k] for k in keys)
+    def share(self, outcome: str) -> float:
+        total = sum(self.counts.values())
         return self.counts[outcome] / total if total else 0.0
 
-    def assert_share(
-        self, outcome: str, minimum: float, among: Iterable[str] | None = None
-    ) -> None:
-        share = self.share(outcome, among)
+    def assert_share(self, outcome: str, minimum: float) -> None:
+        share = self.share(outcome)
         assert share >= minimum, f"{outcome}: {share:.0%} < {minimum:.0%} of {dict(self.counts)}"
 
 
@@ -630,13 +627,20 @@ def valid_layout_args(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-def check_layouts(devices: int, layouts: tuple[ParallelLayout, ...]) -> None:
-    assert layouts
-    assert len(set(layouts)) == len(layouts)
+def check_layouts(
+    devices: int,
+    tp_sizes: Sequence[int] | None,
+    ep_sizes: Sequence[int] | None,
+    layouts: tuple[ParallelLayout, ...],
+) -> None:
+    powers_of_two = {t for t in (1 << i for i in range(devices.bit_length())) if devices % t == 0}
+    tps = powers_of_two if tp_sizes is None else set(tp_sizes)
+    eps = {1} if ep_sizes is None else set(ep_sizes)
+    assert {(layout.tp, layout.ep) for layout in layouts} == {(t, e) for t in tps for e in eps}
+    assert len(set(layouts)) == len(layouts) == len(tps) * len(eps)
     for layout in layouts:
-        assert layout.num_devices == devices
-        assert layout.tp * layout.dp == devices
-        assert devices % layout.ep == 0
+        assert layout.num_devices == layout.tp * layout.dp == devices
+        assert layout.pp == 1
 
 
 def test_layouts() -> None:
@@ -685,7 +689,7 @@ def test_layouts() -> None:
             search_tally,
             case,
             lambda: run_enumerate_layouts(a["devices"], a["tp_sizes"], a["ep_sizes"]),
-            lambda layouts: check_layouts(a["devices"], layouts),
+            lambda layouts: check_layouts(a["devices"], a["tp_sizes"], a["ep_sizes"], layouts),
         )
 
     check()
@@ -847,7 +851,7 @@ def test_catalog_lookups() -> None:
 
 
 def test_get_model_with_an_unknown_home_directory() -> None:
-    with pytest.raises(ChunkwiseError):
+    with pytest.raises(UnknownModelError):
         get_model("~nosuchuser-chunkwise/config.json")
 
 
