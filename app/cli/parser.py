@@ -16,13 +16,15 @@ from app.cli.commands import (
     cmd_validate,
 )
 from app.cli.serve import cmd_serve
-from app.core.limits import DEFAULT_TOP_K, DEFAULT_WINDOW, DEFAULT_WORKLOAD
+from app.core.limits import DEFAULT_TOP_K
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
 from app.core.scheduler import DEFAULT_SCHEDULER, MIXED_LATENCIES, PREFILL_ORDERS, SCHEDULERS
 from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     DEFAULT_POISSON_SEED,
     DEFAULT_REQUESTS_PER_CLIENT,
+    DEFAULT_WINDOW,
+    DEFAULT_WORKLOAD,
     WORKLOADS,
     Window,
 )

@@ -9,10 +9,7 @@ default batch-size cap (``app.core.optimizer``). Stdlib only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:  # annotations only: this module imports nothing at run time
-    from app.core.workload import Window, Workload
+from typing import Literal
 
 # -- the optimize vocabulary (no core package names these) --------------------------------------
 #: agg: prefill and decode share instances; disagg_prefill / disagg_decode: one side of a
@@ -23,10 +20,6 @@ DEFAULT_MODE: Mode = "agg"
 #: The side of a deployment a result row describes.
 Role = Literal["agg", "prefill", "decode"]
 ROLES: tuple[Role, ...] = ("agg", "prefill", "decode")
-#: The workload and measurement window a request gets when it names none (of
-#: ``app.core.workload.WORKLOADS`` / ``Window``): the RFC's burst, benchmark_serving's window.
-DEFAULT_WORKLOAD: Workload = "burst"
-DEFAULT_WINDOW: Window = "benchmark"
 #: Ranked configurations an optimize request returns by default.
 DEFAULT_TOP_K = 10
 

@@ -9,7 +9,13 @@ from pydantic import BaseModel, Field
 from app.core import limits
 from app.core.limits import DEFAULT_MODE, DEFAULT_TOP_K, Mode, Role
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
-from app.core.workload import DEFAULT_REQUESTS_PER_CLIENT, Window, Workload
+from app.core.workload import (
+    DEFAULT_REQUESTS_PER_CLIENT,
+    DEFAULT_WINDOW,
+    DEFAULT_WORKLOAD,
+    Window,
+    Workload,
+)
 from app.models.common import CacheCounters
 from app.models.workload import DeploymentMixin, WorkloadMixin
 
@@ -64,13 +70,11 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         description="fixed TTFT overhead of prefill instances",
     )
     workload: Workload = Field(
-        default=limits.DEFAULT_WORKLOAD,
+        default=DEFAULT_WORKLOAD,
         description="burst (RFC): batch_size requests at t = 0 per replica; closed_loop: "
         "batch_size clients per replica re-sending (agg mode only)",
     )
-    window: Window = Field(
-        default=limits.DEFAULT_WINDOW, description="closed_loop measurement window"
-    )
+    window: Window = Field(default=DEFAULT_WINDOW, description="closed_loop measurement window")
     requests_per_client: int = Field(
         default=DEFAULT_REQUESTS_PER_CLIENT,
         strict=True,

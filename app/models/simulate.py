@@ -11,6 +11,8 @@ from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     DEFAULT_POISSON_SEED,
     DEFAULT_REQUESTS_PER_CLIENT,
+    DEFAULT_WINDOW,
+    DEFAULT_WORKLOAD,
     MAX_SEED,
     Window,
     Workload,
@@ -54,13 +56,13 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     tpot_limit_ms: float | None = Field(default=None, gt=0)
     include_timeline: bool = Field(default=False, description="return the step timeline")
     workload: Workload = Field(
-        default=limits.DEFAULT_WORKLOAD,
+        default=DEFAULT_WORKLOAD,
         description="burst (RFC): concurrency requests at t = 0; closed_loop: concurrency "
         "clients, each sending its next request when one ends; poisson: requests arriving at "
         "request_rate (exponential gaps, the first at t = 0), every one counted",
     )
     window: Window = Field(
-        default=limits.DEFAULT_WINDOW,
+        default=DEFAULT_WINDOW,
         description="closed_loop measurement window (poisson: benchmark)",
     )
     requests_per_client: int = Field(
@@ -175,7 +177,7 @@ class SimulateResponse(BaseModel):
     request_throughput: float = Field(description="requests/s over all replicas")
     throughput_per_device: float
     steps: int = Field(description="engine steps, summed over the replicas")
-    workload: str = limits.DEFAULT_WORKLOAD
+    workload: str = DEFAULT_WORKLOAD
     window: str | None = Field(default=None, description="closed_loop and poisson")
     num_requests: int | None = Field(
         default=None, description="closed_loop and poisson: requests sent"

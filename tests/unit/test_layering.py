@@ -1,12 +1,37 @@
-"""Dependencies point one way: core <- models <- services/cache <- api/cli <- main.
+"""Dependencies point one way, between the top-level layers of ``app`` and inside ``app.core``.
 
-An AST walk over every module under ``app`` enforces it, so a stray import fails CI.
+An AST walk over every module under ``app`` enforces both tables, so a stray import (a local one
+inside a function or under ``TYPE_CHECKING`` included) fails CI.
+
+Top level (:data:`ALLOWED`)::
+
+    core  <-  models  <-  services, cache  <-  api, cli  <-  main
+    settings is a leaf beside core; web holds static assets; nothing imports api, cli or main.
+
+Inside core (:data:`CORE_ALLOWED`), an arrow reads "may import"::
+
+    validation ──► anything in core
+        │
+        ▼
+    optimizer ──► workload ──► engine ──► scheduler
+        │            │           │            │
+        ▼            ▼           ▼            ▼
+      cost, basics (errors, limits, chunking, spec, parallel)
+        ▲
+        │
+    runner ──► catalog ──► basics
+
+The engine's loop asks the scheduler interface, so the engine may import ``scheduler``; the
+engine and the runner see the latency model only through the cost protocols (``app.core.cost``).
+Nothing in ``app.core`` but ``validation`` itself imports ``app.core.validation``; outside core,
+only the layers that run a validation (services, cli, api) do.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -26,10 +51,50 @@ ALLOWED: dict[str, set[str]] = {
     "web": set(),
 }
 
+#: The basic modules of core: values, bounds and checks every other unit builds on.
+BASICS = {"errors", "limits", "chunking", "spec", "parallel"}
+
+# Which units of app.core each unit may import (besides itself). A unit is a module directly
+# under app/core (``spec``) or a package there (``engine``, with every module inside it).
+CORE_ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "limits": set(),
+    "chunking": BASICS,
+    # The spec builds the representative decode shape (a cost.ForwardShape value).
+    "spec": BASICS | {"cost"},
+    "parallel": BASICS,
+    "cost": BASICS,
+    "catalog": BASICS,
+    "scheduler": BASICS | {"cost"},
+    "engine": BASICS | {"cost", "scheduler"},
+    "runner": BASICS | {"cost", "catalog"},
+    "workload": BASICS | {"cost", "scheduler", "engine"},
+    "optimizer": BASICS | {"cost", "scheduler", "engine", "workload"},
+    "validation": {
+        *BASICS,
+        "cost",
+        "catalog",
+        "scheduler",
+        "engine",
+        "runner",
+        "workload",
+        "optimizer",
+    },
+}
+
+#: The only top-level layers that may import ``app.core.validation``.
+VALIDATION_USERS = {"services", "cli", "api"}
+
 
 def _layer(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
+
+
+def _core_unit(module: str) -> str:
+    """``app.core.engine.simulation`` -> ``engine``; ``app.core`` itself -> ``""``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else ""
 
 
 def _modules() -> list[tuple[str, Path]]:
@@ -43,7 +108,16 @@ def _modules() -> list[tuple[str, Path]]:
     return out
 
 
+_MODULE_NAMES = {name for name, _ in _modules()}
+
+
+def _core_modules() -> list[tuple[str, Path]]:
+    return [(m, p) for m, p in _modules() if m.startswith("app.core.")]
+
+
 def _imports(path: Path, module: str) -> list[str]:
+    """Every module ``path`` imports; ``from X import name`` also yields ``X.name`` when that is a
+    module of ``app`` (a submodule reached as ``from app.core import engine`` counts)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names: list[str] = []
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
@@ -58,7 +132,27 @@ def _imports(path: Path, module: str) -> list[str]:
             else:
                 target = node.module or ""
             names.append(target)
+            names.extend(
+                f"{target}.{alias.name}"
+                for alias in node.names
+                if f"{target}.{alias.name}" in _MODULE_NAMES
+            )
     return names
+
+
+def core_violations(module: str, targets: Iterable[str]) -> list[str]:
+    """The imports of core module ``module`` that :data:`CORE_ALLOWED` forbids."""
+    unit = _core_unit(module)
+    out = []
+    for target in targets:
+        if not target.startswith("app.core."):
+            continue
+        target_unit = _core_unit(target)
+        if target_unit in ("", unit):
+            continue
+        if target_unit not in CORE_ALLOWED.get(unit, set()):
+            out.append(f"{module} ({unit}) imports {target} ({target_unit})")
+    return out
 
 
 @pytest.mark.parametrize(("module", "path"), _modules(), ids=str)
@@ -76,3 +170,67 @@ def test_imports_follow_the_layers(module: str, path: Path) -> None:
             assert target_layer in ALLOWED[layer], f"{module} imports {target} ({target_layer})"
         elif layer == "core":
             assert root in sys.stdlib_module_names, f"core module {module} imports {target}"
+
+
+@pytest.mark.parametrize(("module", "path"), _core_modules(), ids=str)
+def test_core_imports_follow_the_core_layers(module: str, path: Path) -> None:
+    unit = _core_unit(module)
+    assert unit in CORE_ALLOWED, f"{module}: core unit {unit!r} missing from CORE_ALLOWED"
+    assert core_violations(module, _imports(path, module)) == []
+
+
+@pytest.mark.parametrize(("module", "path"), _modules(), ids=str)
+def test_only_services_cli_and_api_import_validation(module: str, path: Path) -> None:
+    if _layer(module) in VALIDATION_USERS or _core_unit(module) == "validation":
+        return
+    offenders = [t for t in _imports(path, module) if _core_unit(t) == "validation"]
+    assert offenders == [], f"{module} imports {offenders}"
+
+
+def test_every_core_unit_on_disk_is_in_the_table() -> None:
+    on_disk = {_core_unit(m) for m, _ in _core_modules()}
+    assert on_disk == set(CORE_ALLOWED)
+
+
+@pytest.mark.parametrize(
+    ("module", "target"),
+    [
+        ("app.core.engine.simulation", "app.core.runner.runner"),
+        ("app.core.engine.simulation", "app.core.workload"),
+        ("app.core.runner.layers", "app.core.optimizer.common"),
+        ("app.core.workload.serving", "app.core.optimizer"),
+        ("app.core.optimizer.agg", "app.core.runner"),
+        ("app.core.optimizer.agg", "app.core.validation.replay"),
+        ("app.core.scheduler.policies", "app.core.engine"),
+        ("app.core.chunking", "app.core.cost"),
+    ],
+)
+def test_the_core_table_rejects_upward_imports(module: str, target: str) -> None:
+    # The checker itself must bite: each of these imports points up the graph.
+    assert core_violations(module, [target]) != []
+
+
+def test_the_core_table_accepts_the_drawn_edges() -> None:
+    assert (
+        core_violations("app.core.engine.simulation", ["app.core.scheduler", "app.core.cost"]) == []
+    )
+    assert core_violations("app.core.runner.layers", ["app.core.catalog.models"]) == []
+    assert core_violations("app.core.validation.replay", ["app.core.optimizer.common"]) == []
+
+
+def test_local_and_package_imports_are_seen(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from app.core.runner import ModelRunner\n"
+        "def f() -> None:\n"
+        "    from app.core import validation\n"
+        "    from . import decode_queue\n",
+        encoding="utf-8",
+    )
+    targets = _imports(source, "app.core.engine.probe")
+    assert {"app.core.runner", "app.core.validation", "app.core.engine.decode_queue"} <= set(
+        targets
+    )
+    assert len(core_violations("app.core.engine.probe", targets)) == 2

@@ -15,6 +15,7 @@ from app.core.workload.closed_loop import (
     simulate_serving,
 )
 from app.core.workload.metrics import (
+    DEFAULT_WORKLOAD,
     MAX_REQUESTS,
     WORKLOADS,
     ServingPlan,
@@ -34,12 +35,14 @@ from app.core.workload.poisson import (
     simulate_poisson,
     simulate_poisson_serving,
 )
-from app.core.workload.windows import WINDOWS, Window
+from app.core.workload.windows import DEFAULT_WINDOW, WINDOWS, Window
 
 __all__ = [
     "DEFAULT_POISSON_REQUESTS",
     "DEFAULT_POISSON_SEED",
     "DEFAULT_REQUESTS_PER_CLIENT",
+    "DEFAULT_WINDOW",
+    "DEFAULT_WORKLOAD",
     "MAX_REQUESTS",
     "MAX_SEED",
     "WINDOWS",

@@ -26,6 +26,8 @@ from app.core.workload.windows import Window, measured_records
 
 Workload = Literal["burst", "closed_loop", "poisson"]
 WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop", "poisson")
+#: The workload a request gets when it names none: the RFC's burst.
+DEFAULT_WORKLOAD: Workload = "burst"
 CLOSED_LOOP_SIMULATION = "closed_loop_simulation"
 POISSON_SIMULATION = "poisson_simulation"
 #: Largest accepted request count (and client count, running cap) of one serving run.

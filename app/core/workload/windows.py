@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 Window = Literal["benchmark", "steady_state"]
 WINDOWS: tuple[Window, ...] = ("benchmark", "steady_state")
+#: The window a request gets when it names none: every request counts, as benchmarks report.
+DEFAULT_WINDOW: Window = "benchmark"
 
 Records = tuple[tuple[int, int, int], ...]
 
