@@ -26,10 +26,9 @@ from app.services.optimize import optimize
 from app.services.resolve import ResolvedDeployment
 from app.services.simulate import simulate
 from app.services.sizing import workload_spec
-from app.services.validate import VALIDATION_KINDS, validate
+from app.services.validate import validate, validation_kinds
 
 __all__ = [
-    "VALIDATION_KINDS",
     "CachedServingModel",
     "ForwardPlan",
     "ForwardRecord",
@@ -50,5 +49,6 @@ __all__ = [
     "run_forward",
     "simulate",
     "validate",
+    "validation_kinds",
     "workload_spec",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from app.core.catalog import (
     SUPPORTED_MODEL_TYPES,
     Device,
@@ -12,11 +14,15 @@ from app.core.catalog import (
 )
 from app.core.catalog import list_devices as catalog_devices
 from app.core.catalog import list_models as catalog_models
-from app.models.catalog import DeviceInfo, DeviceList, ModelInfo, ModelList
 from app.services.resolve import resolve_model
+
+if TYPE_CHECKING:  # the wire models load with the first listing, not with app.services
+    from app.models.catalog import DeviceInfo, DeviceList, ModelInfo, ModelList
 
 
 def _model_info(arch: ModelArchitecture) -> ModelInfo:
+    from app.models.catalog import ModelInfo
+
     return ModelInfo(
         name=arch.name,
         model_type=arch.model_type,
@@ -29,6 +35,8 @@ def _model_info(arch: ModelArchitecture) -> ModelInfo:
 
 
 def _device_info(d: Device) -> DeviceInfo:
+    from app.models.catalog import DeviceInfo
+
     return DeviceInfo(
         name=d.name,
         vendor=d.vendor,
@@ -53,6 +61,8 @@ def get_device_info(name: str) -> DeviceInfo:
 
 
 def list_models() -> ModelList:
+    from app.models.catalog import ModelList
+
     models = [_model_info(arch) for arch in catalog_models()]
     return ModelList(
         models=models,
@@ -63,4 +73,6 @@ def list_models() -> ModelList:
 
 
 def list_devices() -> DeviceList:
+    from app.models.catalog import DeviceList
+
     return DeviceList(devices=[_device_info(d) for d in catalog_devices()])

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cache import identity_digest, shape_key
 from app.core.cost import ForwardShape
@@ -20,10 +20,11 @@ from app.core.runner import (
     forward_to_dict,
     parallel_layout,
 )
-from app.models.common import CacheCounters
-from app.models.forward import ForwardRequest, ForwardResponse
 from app.services.context import ServiceContext
 from app.services.resolve import resolve_deployment
+
+if TYPE_CHECKING:  # the wire models load with the first forward, not with app.services
+    from app.models.forward import ForwardRequest, ForwardResponse
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +87,9 @@ def forward(
     context: ServiceContext, request: ForwardRequest, *, allow_paths: bool = False
 ) -> ForwardResponse:
     """One forward; the full result (breakdown included) is cached under its own key kind."""
+    from app.models.common import CacheCounters
+    from app.models.forward import ForwardResponse
+
     plan = plan_forward(request, allow_paths=allow_paths)
     key = plan.cache_key()
     cached = context.cache.get_many([key])[0]

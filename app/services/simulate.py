@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core import limits
 from app.core.cost import ForwardShape
@@ -17,13 +17,6 @@ from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload import ServingResult, simulate_poisson_serving, simulate_serving
 from app.models.optimize import RunStats
-from app.models.simulate import (
-    ForwardShapeOut,
-    ReplicaShare,
-    SimulateRequest,
-    SimulateResponse,
-    StepOut,
-)
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
 from app.services.resolve import make_scheduler, resolve_deployment
@@ -37,6 +30,15 @@ from app.services.sizing import (
     with_engine_budget,
     workload_spec,
 )
+
+if TYPE_CHECKING:  # the wire models load with the first simulate, not with app.services
+    from app.models.simulate import (
+        ForwardShapeOut,
+        ReplicaShare,
+        SimulateRequest,
+        SimulateResponse,
+        StepOut,
+    )
 
 #: Fields that belong to one workload only: giving them with another one is a 422.
 _POISSON_ONLY = ("request_rate", "max_concurrency", "num_requests", "seed")
@@ -148,6 +150,8 @@ def _simulate_burst(
 ) -> SimulateResponse:
     """``concurrency`` requests at once per replica share: one engine plan per share, every
     shape the plans and the memory check need read in one MGET, then replayed."""
+    from app.models.simulate import ReplicaShare
+
     request, data, scheduler = run.request, run.data, run.scheduler
     busiest = split[0][0]
     plans = [
@@ -213,6 +217,8 @@ class _SimulationRun:
     ) -> SimulateResponse:
         """The response (zeros when nothing could run: ``result is None``); the cache writes
         of the request happen here (one pipeline)."""
+        from app.models.simulate import SimulateResponse
+
         self.factory.flush()
         data, layout = self.data, self.layout
         metrics: dict[str, Any] = {"method": "none", "makespan_ms": 0.0}
@@ -263,6 +269,8 @@ def _simulate_closed_loop(
     run: _SimulationRun, model: CachedServingModel, split: list[tuple[int, int]]
 ) -> SimulateResponse:
     """``concurrency`` clients in total, each re-sending; KV admission queues the rest."""
+    from app.models.simulate import ReplicaShare
+
     request = run.request
     assert request.concurrency is not None
     result: ServingResult | None = None
@@ -302,6 +310,8 @@ def _simulate_poisson(
     run: _SimulationRun, model: CachedServingModel, shares: list[tuple[int, int | None, int]]
 ) -> SimulateResponse:
     """Requests arriving at ``request_rate`` in total; KV admission queues the rest."""
+    from app.models.simulate import ReplicaShare
+
     request = run.request
     assert request.request_rate is not None
     dp = run.layout.dp
@@ -392,6 +402,8 @@ def _single_run_stats(factory: ModelFactory, started: float) -> RunStats:
 
 
 def _shape_out(shape: ForwardShape | None) -> ForwardShapeOut | None:
+    from app.models.simulate import ForwardShapeOut
+
     if shape is None:
         return None
     return ForwardShapeOut(
@@ -400,6 +412,8 @@ def _shape_out(shape: ForwardShape | None) -> ForwardShapeOut | None:
 
 
 def _step_out(step: StepRecord) -> StepOut:
+    from app.models.simulate import StepOut
+
     return StepOut(
         start_ms=step.start_ms,
         step_ms=step.step_ms,

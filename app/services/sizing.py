@@ -4,7 +4,7 @@ simulation-size bounds that keep one request from pinning a worker.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from app.core import limits
 from app.core.errors import ChunkwiseError, InvalidParameterError, SearchLimitError
@@ -12,10 +12,12 @@ from app.core.parallel import split_over_replicas
 from app.core.scheduler import SMALL_DEVICE_BATCHED_TOKENS, default_max_batched_tokens
 from app.core.spec import WorkloadSpec
 from app.core.workload import DEFAULT_POISSON_REQUESTS, poisson_shares
-from app.models.optimize import OptimizeRequest
-from app.models.simulate import SimulateRequest
 from app.models.workload import WorkloadMixin
 from app.services.resolve import resolve_device
+
+if TYPE_CHECKING:  # annotations: a command imports only the wire models it uses
+    from app.models.optimize import OptimizeRequest
+    from app.models.simulate import SimulateRequest
 
 
 def engine_budget(request: WorkloadMixin) -> int:

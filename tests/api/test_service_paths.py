@@ -88,7 +88,7 @@ def test_run_forward_resolves_like_the_api() -> None:
 def test_validate_defaults_and_kinds() -> None:
     report = services.validate()
     assert {r.case.kind for r in report.results} == {TARGET_KIND}
-    assert tuple(LOADERS) == services.VALIDATION_KINDS
+    assert tuple(LOADERS) == services.validation_kinds()
     with pytest.raises(UnknownNameError):
         services.validate(["no_such_kind"])
 
