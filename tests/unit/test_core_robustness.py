@@ -48,8 +48,10 @@ from app.core.catalog import (
     linear_actions,
     model_names,
 )
-from app.core.catalog.devices import Device, device_from_dict
-from app.core.catalog.models import ModelArchitecture, model_from_config
+from app.core.catalog.architecture import ModelArchitecture
+from app.core.catalog.devices import device_from_dict
+from app.core.catalog.hardware import Device
+from app.core.catalog.hf_config import model_from_config
 from app.core.catalog.quantization import Quantization, parse_quantization
 from app.core.chunking import PrefillChunk, effective_input_length, prefill_chunk_plan
 from app.core.cost import ForwardShape

@@ -14,25 +14,20 @@ Unknown names raise :class:`~app.core.errors.UnknownModelError` /
 :class:`~app.core.errors.UnsupportedError`.
 """
 
-from app.core.catalog.devices import (
-    Device,
-    InterconnectTier,
-    device_from_dict,
-    device_names,
-    get_device,
-    list_devices,
-)
-from app.core.catalog.models import (
-    SUPPORTED_MODEL_TYPES,
+from app.core.catalog.architecture import (
     AttentionKind,
     FfnKind,
     LayerGroup,
     MlaDims,
     ModelArchitecture,
     MoeDims,
+)
+from app.core.catalog.devices import device_from_dict, device_names, get_device, list_devices
+from app.core.catalog.hardware import Device, InterconnectTier
+from app.core.catalog.hf_config import SUPPORTED_MODEL_TYPES, model_from_config
+from app.core.catalog.models import (
     get_model,
     list_models,
-    model_from_config,
     model_from_path,
     model_names,
     resolve_model_name,

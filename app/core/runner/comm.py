@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import math
 
-from app.core.catalog.devices import BYTES_PER_GB, InterconnectTier
+from app.core.catalog.hardware import BYTES_PER_GB, InterconnectTier
 
 S_PER_US = 1e-6
 ALL_REDUCE_PHASES = 2  # reduce-scatter + all-gather

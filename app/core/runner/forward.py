@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.core.catalog.devices import Device, get_device
-from app.core.catalog.models import ModelArchitecture, get_model
+from app.core.catalog.architecture import ModelArchitecture
+from app.core.catalog.devices import get_device
+from app.core.catalog.hardware import Device
+from app.core.catalog.models import get_model
 from app.core.catalog.quantization import parse_quantization
 from app.core.cost import ForwardShape
 from app.core.errors import InvalidParameterError

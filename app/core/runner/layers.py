@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.core.catalog.models import KV_TENSORS, MTP_EH_INPUTS, FfnKind, LayerGroup
+from app.core.catalog.architecture import KV_TENSORS, MTP_EH_INPUTS, FfnKind, LayerGroup
 from app.core.catalog.quantization import BYTES_16BIT
 from app.core.cost import ForwardShape
 from app.core.runner.comm import Collective, collective_time_s

@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from app.core.catalog.devices import BYTES_PER_GB, Device, InterconnectTier
-from app.core.catalog.models import (
+from app.core.catalog.architecture import (
     KV_TENSORS,
     MTP_EH_INPUTS,
     AttentionKind,
     FfnKind,
     ModelArchitecture,
 )
+from app.core.catalog.hardware import BYTES_PER_GB, Device, InterconnectTier
 from app.core.catalog.quantization import (
     BYTES_8BIT,
     BYTES_16BIT,

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.catalog.devices import BYTES_PER_GB, Device
-from app.core.catalog.models import KV_TENSORS, ModelArchitecture
+from app.core.catalog.architecture import KV_TENSORS, ModelArchitecture
+from app.core.catalog.hardware import BYTES_PER_GB, Device
 from app.core.catalog.quantization import Quantization
 from app.core.chunking import require_int
 from app.core.cost import AnyShape, ForwardShape, MixedShape

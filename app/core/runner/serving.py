@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from app.core.catalog.devices import BYTES_PER_GB
+from app.core.catalog.hardware import BYTES_PER_GB
 from app.core.cost import ForwardShape, MixedShape
 from app.core.errors import InvalidParameterError
 from app.core.runner.runner import MemoryBreakdown, ModelRunner

@@ -12,12 +12,9 @@ from typing import Any
 import pytest
 
 from app.core.catalog import get_device, get_model, model_names
-from app.core.catalog.models import (
-    CONFIG_DIR,
-    AttentionKind,
-    FfnKind,
-    model_from_config,
-)
+from app.core.catalog.architecture import AttentionKind, FfnKind
+from app.core.catalog.hf_config import model_from_config
+from app.core.catalog.models import CONFIG_DIR
 from app.core.errors import UnsupportedError
 
 GIB = 1024**3

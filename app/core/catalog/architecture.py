@@ -1,0 +1,274 @@
+"""The architecture of a decoder model, as the latency and memory model reads it.
+
+Everything the latency model needs is flattened into one frozen :class:`ModelArchitecture`;
+per-layer differences (dense vs MoE FFN, sliding vs full attention) become
+:class:`LayerGroup` counts so the runner computes each distinct layer once. Sizes are in
+elements; :mod:`app.core.catalog.hf_config` builds these values from a ``config.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.errors import InvalidParameterError
+
+# Gated MLPs (SwiGLU) hold gate, up and down matrices; plain MLPs (GELU) hold up and down.
+GATED_MLP_MATRICES = 3
+PLAIN_MLP_MATRICES = 2
+KV_TENSORS = 2  # a K and a V vector per KV head and token
+NORMS_PER_LAYER = 2  # pre-attention and pre-MLP norms
+QK_NORMS = 2  # Qwen3 normalizes queries and keys (one head_dim weight each)
+MTP_EH_INPUTS = 2  # DeepSeek MTP projects [embedding ; hidden] (2h) back to h
+MTP_NORMS = 2  # enorm and hnorm of an MTP module
+# HF default when a config omits ``intermediate_size`` / ``n_inner`` for GPT-J and Falcon.
+DEFAULT_FFN_MULTIPLIER = 4
+
+
+class AttentionKind(enum.StrEnum):
+    GQA = "gqa"  # MHA / GQA / MQA: K and V heads cached per token
+    MLA = "mla"  # multi-head latent attention: one compressed latent + RoPE key cached
+
+
+class FfnKind(enum.StrEnum):
+    DENSE = "dense"
+    MOE = "moe"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MlaDims:
+    """DeepSeek multi-head latent attention sizes (``q_lora_rank`` 0 = no Q compression)."""
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def cache_elements_per_token(self) -> int:
+        """Latent plus the decoupled RoPE key, shared by all heads."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeDims:
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    num_shared_experts: int = 0
+    shared_intermediate_size: int = 0  # total over all shared experts
+
+    def __post_init__(self) -> None:
+        # The runner routes k of the e experts per token (a fraction k / e of each).
+        if self.num_experts < 1:
+            raise InvalidParameterError(
+                "num_experts", self.num_experts, "an integer >= 1 for a mixture-of-experts model"
+            )
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise InvalidParameterError(
+                "num_experts_per_tok",
+                self.experts_per_token,
+                f"an integer in [1, num_experts={self.num_experts}]",
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerGroup:
+    """``count`` decoder layers that share FFN kind and attention window."""
+
+    ffn: FfnKind
+    sliding_window: int | None
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelArchitecture:
+    """Everything the latency and memory model reads from a config (sizes in elements)."""
+
+    name: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int  # dense FFN width (dense layers of an MoE model too)
+    mlp_gated: bool = True
+    parallel_attention: bool = False  # attention and MLP read one norm, one residual add
+    qk_norm: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = False
+    rotary_dim: int = 0
+    attention: AttentionKind = AttentionKind.GQA
+    mla: MlaDims | None = None
+    moe: MoeDims | None = None
+    layer_groups: tuple[LayerGroup, ...] = ()
+    num_mtp_layers: int = 0
+    native_quantization: str | None = None
+
+    def __post_init__(self) -> None:
+        for field in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "vocab_size",
+            "intermediate_size",
+        ):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameterError(field, value, "an integer >= 1")
+        if self.num_heads % self.num_kv_heads:
+            raise InvalidParameterError(
+                "num_key_value_heads", self.num_kv_heads, f"a divisor of {self.num_heads}"
+            )
+        if (self.attention is AttentionKind.MLA) != (self.mla is not None):
+            raise InvalidParameterError("mla", self.mla, "given exactly for MLA attention")
+        if not self.layer_groups:
+            object.__setattr__(
+                self,
+                "layer_groups",
+                (LayerGroup(ffn=FfnKind.DENSE, sliding_window=None, count=self.num_layers),),
+            )
+        if sum(g.count for g in self.layer_groups) != self.num_layers:
+            raise InvalidParameterError("layer_groups", self.layer_groups, "num_layers in total")
+        if self.moe is None and any(g.ffn is FfnKind.MOE for g in self.layer_groups):
+            raise InvalidParameterError("moe", None, "MoE sizes for MoE layers")
+
+    # -- derived sizes -----------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(g.count for g in self.layer_groups if g.ffn is FfnKind.MOE)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def kv_elements_per_token_per_layer(self) -> int:
+        if self.mla is not None:
+            return self.mla.cache_elements_per_token
+        return KV_TENSORS * self.num_kv_heads * self.head_dim
+
+    def kv_bytes_per_token(self, bytes_per_element: float) -> float:
+        """KV-cache bytes of one token over all decoder layers, unsharded (MTP layers apart)."""
+        return self.num_layers * self.kv_elements_per_token_per_layer * bytes_per_element
+
+    @property
+    def mlp_matrices(self) -> int:
+        return GATED_MLP_MATRICES if self.mlp_gated else PLAIN_MLP_MATRICES
+
+    # -- parameter counts (elements) ---------------------------------------------------------
+    @property
+    def attention_params_per_layer(self) -> int:
+        h = self.hidden_size
+        if self.mla is not None:
+            m = self.mla
+            q = (
+                h * m.q_lora_rank + m.q_lora_rank * self.num_heads * m.qk_head_dim + m.q_lora_rank
+                if m.q_lora_rank
+                else h * self.num_heads * m.qk_head_dim
+            )
+            kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            kv_b = m.kv_lora_rank * self.num_heads * (m.qk_nope_head_dim + m.v_head_dim)
+            o = self.num_heads * m.v_head_dim * h
+            return q + kv_a + kv_b + o
+        q_out = self.num_heads * self.head_dim
+        kv_out = KV_TENSORS * self.num_kv_heads * self.head_dim
+        params = h * (q_out + kv_out) + q_out * h
+        if self.attention_bias:
+            params += q_out + kv_out
+        if self.qk_norm:
+            params += QK_NORMS * self.head_dim
+        return params
+
+    @property
+    def dense_mlp_params_per_layer(self) -> int:
+        params = self.mlp_matrices * self.hidden_size * self.intermediate_size
+        if self.mlp_bias:
+            params += self.intermediate_size + self.hidden_size
+        return params
+
+    @property
+    def moe_params_per_layer(self) -> int:
+        """Routed experts, shared experts and router of one MoE layer."""
+        if self.moe is None:
+            return 0
+        m = self.moe
+        per_expert = self.mlp_matrices * self.hidden_size * m.expert_intermediate_size
+        shared = self.mlp_matrices * self.hidden_size * m.shared_intermediate_size
+        router = self.hidden_size * m.num_experts
+        return m.num_experts * per_expert + shared + router
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        return NORMS_PER_LAYER * self.hidden_size
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def mtp_params(self) -> int:
+        """MTP modules (DeepSeek): eh_proj (2h -> h), two norms and one MoE decoder layer."""
+        if not self.num_mtp_layers:
+            return 0
+        h = self.hidden_size
+        ffn = self.moe_params_per_layer if self.moe else self.dense_mlp_params_per_layer
+        layer = self.attention_params_per_layer + ffn + self.norm_params_per_layer
+        return self.num_mtp_layers * (MTP_EH_INPUTS * h * h + MTP_NORMS * h + layer)
+
+    @property
+    def num_params(self) -> int:
+        """Parameters of the main model (embedding, decoder layers, final norm, lm_head)."""
+        layers = self.num_layers * (self.attention_params_per_layer + self.norm_params_per_layer)
+        layers += self.num_dense_layers * self.dense_mlp_params_per_layer
+        layers += self.num_moe_layers * self.moe_params_per_layer
+        return self.embedding_params + layers + self.hidden_size + self.lm_head_params
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters one token touches (top-k routed experts only)."""
+        if self.moe is None:
+            return self.num_params
+        m = self.moe
+        idle = m.num_experts - m.experts_per_token
+        per_expert = self.mlp_matrices * self.hidden_size * m.expert_intermediate_size
+        return self.num_params - self.num_moe_layers * idle * per_expert
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "layer_groups":
+                value = [
+                    {"ffn": g.ffn.value, "sliding_window": g.sliding_window, "count": g.count}
+                    for g in value
+                ]
+            elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                value = dataclasses.asdict(value)
+            elif isinstance(value, enum.Enum):
+                value = value.value
+            out[f.name] = value
+        out["num_params"] = self.num_params
+        out["num_active_params"] = self.num_active_params
+        out["kv_elements_per_token_per_layer"] = self.kv_elements_per_token_per_layer
+        return out

@@ -1,0 +1,313 @@
+"""Model architectures read from Hugging Face ``config.json``.
+
+Supported ``model_type`` values: dense GQA/MHA decoders (``llama``, ``mistral``, ``qwen2``,
+``qwen3``), parallel-attention decoders (``gptj``, ``falcon``), MoE decoders (``mixtral``,
+``qwen3_moe``, ``gpt_oss``, ``minimax_m2``) and MLA + MoE decoders (``deepseek_v2``,
+``deepseek_v3``, ``kimi_k2``). A multimodal wrapper (``kimi_k25``, ``qwen3_5_moe``, ...) that
+nests its language model under ``text_config`` is read through it: the serving workloads are
+text only, so the vision tower never runs, and its weights (Kimi-K2.5's MoonViT: 27 layers of
+width 1152, about 0.4 B parameters, 0.04 % of the model) are left out of the memory.
+
+Architecture features the latency model does not represent are refused with
+:class:`UnsupportedError` naming the feature, never approximated by a neighbouring one:
+linear-attention layers (``layer_types`` entries other than full or sliding attention, e.g.
+Qwen3.5's Gated DeltaNet, whose state does not grow with context) and sparse-attention indexers
+(GLM-5's and DeepSeek-V3.2's DSA ``index_*`` keys, which attend to ``index_topk`` tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from app.core.catalog.architecture import (
+    DEFAULT_FFN_MULTIPLIER,
+    AttentionKind,
+    FfnKind,
+    LayerGroup,
+    MlaDims,
+    ModelArchitecture,
+    MoeDims,
+)
+from app.core.errors import InvalidParameterError, UnsupportedError
+
+_DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+_MOE_TYPES = ("mixtral", "qwen3_moe", "gpt_oss", "minimax_m2")
+_MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+_PARALLEL_TYPES = ("gptj", "falcon")
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (*_DENSE_TYPES, *_PARALLEL_TYPES, *_MOE_TYPES, *_MLA_TYPES)
+
+
+def _int(config: Mapping[str, Any], *keys: str, default: int | None = None) -> int:
+    for key in keys:
+        value = config.get(key)
+        if value is not None:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+                or value != int(value)
+            ):
+                raise InvalidParameterError(key, value, "a non-negative integer")
+            return int(value)
+    if default is None:
+        raise InvalidParameterError(keys[0], None, "present in config.json")
+    return default
+
+
+def _bool(config: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = config.get(key)
+    return default if value is None else bool(value)
+
+
+def _native_quantization(config: Mapping[str, Any]) -> str | None:
+    quant = config.get("quantization_config")
+    if isinstance(quant, Mapping):
+        method = quant.get("quant_method")
+        return str(method) if method else None
+    return None
+
+
+#: ``layer_types`` entries the runner models (anything else is refused).
+_ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+#: Keys of a sparse-attention indexer (DeepSeek-V3.2 / GLM-5 DSA): attention reads only the
+#: ``index_topk`` tokens the indexer picks, which the dense attention model would overstate.
+_SPARSE_INDEXER_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
+
+
+def _language_model(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """The language-model part of ``config`` and the type the user named.
+
+    A multimodal checkpoint (``KimiK25ForConditionalGeneration``, ``Qwen3_5Moe...``) keeps the
+    decoder under ``text_config``; a top-level ``quantization_config`` applies to it too.
+    """
+    outer_type = str(config.get("model_type", "")).lower()
+    text = config.get("text_config")
+    if not isinstance(text, Mapping) or "hidden_size" in config:
+        return config, outer_type
+    inner: dict[str, Any] = dict(text)
+    if "quantization_config" not in inner and "quantization_config" in config:
+        inner["quantization_config"] = config["quantization_config"]
+    if "tie_word_embeddings" in config and "tie_word_embeddings" not in inner:
+        inner["tie_word_embeddings"] = config["tie_word_embeddings"]
+    return inner, outer_type
+
+
+def _refuse_unmodelled_features(config: Mapping[str, Any], model_type: str) -> None:
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list):
+        other = sorted({str(t) for t in layer_types} - _ATTENTION_LAYER_TYPES)
+        if other:
+            count = sum(1 for t in layer_types if str(t) not in _ATTENTION_LAYER_TYPES)
+            raise UnsupportedError(
+                f"model_type {model_type!r} has {count} of {len(layer_types)} layers of type "
+                f"{', '.join(repr(t) for t in other)} (layer_types): linear-attention layers "
+                "(e.g. Gated DeltaNet, whose state does not grow with context) are not modelled, "
+                "and Chunkwise does not approximate them as full attention"
+            )
+    found = [key for key in _SPARSE_INDEXER_KEYS if key in config]
+    if found:
+        raise UnsupportedError(
+            f"model_type {model_type!r} uses a sparse-attention indexer ({', '.join(found)}: "
+            f"attention reads index_topk={config.get('index_topk')!r} selected tokens); sparse "
+            "attention is not modelled, and Chunkwise does not approximate it as dense attention"
+        )
+
+
+def _windows(config: Mapping[str, Any], num_layers: int, model_type: str) -> list[int | None]:
+    """Per-layer sliding window (None = full attention)."""
+    window = _int(config, "sliding_window", default=0)
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == num_layers and window:
+        return [window if t == "sliding_attention" else None for t in layer_types]
+    if model_type == "mistral" and window:
+        return [window] * num_layers
+    if (
+        model_type in ("qwen2", "qwen3", "qwen3_moe")
+        and config.get("use_sliding_window")
+        and window
+    ):
+        first = _int(config, "max_window_layers", default=num_layers)
+        return [window if i >= first else None for i in range(num_layers)]
+    return [None] * num_layers
+
+
+def _groups(ffn: list[FfnKind], windows: list[int | None]) -> tuple[LayerGroup, ...]:
+    counts = Counter(zip(ffn, windows, strict=True))
+    return tuple(
+        LayerGroup(ffn=kind, sliding_window=window, count=count)
+        for (kind, window), count in counts.items()
+    )
+
+
+def model_from_config(config: Mapping[str, Any], name: str | None = None) -> ModelArchitecture:
+    """Build an architecture from a Hugging Face ``config.json`` mapping.
+
+    Raises :class:`UnsupportedError` (listing the supported types) for other ``model_type``
+    values and :class:`InvalidParameterError` for missing or malformed fields.
+    """
+    if not isinstance(config, Mapping):
+        raise InvalidParameterError("config", config, "a JSON object (config.json)")
+    config, outer_type = _language_model(config)
+    model_type = str(config.get("model_type", "")).lower()
+    _refuse_unmodelled_features(config, model_type or outer_type)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        wrapped = f" (the language model of {outer_type!r})" if outer_type != model_type else ""
+        raise UnsupportedError(
+            f"model_type {model_type!r}{wrapped} is not supported; supported: "
+            + ", ".join(SUPPORTED_MODEL_TYPES)
+        )
+    label = name or str(config.get("_name_or_path") or model_type)
+    if model_type in _PARALLEL_TYPES:
+        return _parallel_model(config, label, model_type)
+
+    h = _int(config, "hidden_size")
+    layers = _int(config, "num_hidden_layers")
+    heads = _int(config, "num_attention_heads")
+    kv_heads = _int(config, "num_key_value_heads", default=heads)
+    head_dim = _int(config, "head_dim", default=h // heads if heads else 0)
+    common: dict[str, Any] = {
+        "name": label,
+        "model_type": model_type,
+        "hidden_size": h,
+        "num_layers": layers,
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": _int(config, "vocab_size"),
+        "intermediate_size": _int(config, "intermediate_size"),
+        "tie_word_embeddings": _bool(config, "tie_word_embeddings", True),
+        # Partial rotary embeddings (MiniMax-M2 rotates 64 of 128 dims) name their width.
+        "rotary_dim": _int(config, "rotary_dim", default=head_dim),
+        "attention_bias": _bool(config, "attention_bias", model_type == "qwen2"),
+        "mlp_bias": _bool(config, "mlp_bias", False),
+        "qk_norm": model_type in ("qwen3", "qwen3_moe") or _bool(config, "use_qk_norm", False),
+        "native_quantization": _native_quantization(config),
+    }
+    windows = _windows(config, layers, model_type)
+    if model_type in _DENSE_TYPES:
+        return ModelArchitecture(**common, layer_groups=_groups([FfnKind.DENSE] * layers, windows))
+    if model_type in _MOE_TYPES:
+        return _moe_model(config, common, model_type, layers, windows)
+    return _mla_model(config, common, layers, windows)
+
+
+def _moe_model(
+    config: Mapping[str, Any],
+    common: dict[str, Any],
+    model_type: str,
+    layers: int,
+    windows: list[int | None],
+) -> ModelArchitecture:
+    num_experts = _int(config, "num_local_experts", "num_experts")
+    top_k = _int(config, "num_experts_per_tok", "experts_per_token")
+    if model_type == "qwen3_moe":
+        expert_size = _int(config, "moe_intermediate_size")
+        step = max(_int(config, "decoder_sparse_step", default=1), 1)
+        dense_only = set(config.get("mlp_only_layers") or [])
+        ffn = [
+            FfnKind.MOE if (i not in dense_only and (i + 1) % step == 0) else FfnKind.DENSE
+            for i in range(layers)
+        ]
+    else:
+        # Mixtral, gpt-oss and MiniMax-M2 name the expert width intermediate_size. MiniMax-M2's
+        # MTP modules (use_mtp) are left out: serving engines load them only for speculative
+        # decoding, which the runner models with the main model's layers.
+        expert_size = common["intermediate_size"]
+        ffn = [FfnKind.MOE] * layers
+    moe = MoeDims(
+        num_experts=num_experts, experts_per_token=top_k, expert_intermediate_size=expert_size
+    )
+    return ModelArchitecture(**common, moe=moe, layer_groups=_groups(ffn, windows))
+
+
+def _mla_model(
+    config: Mapping[str, Any], common: dict[str, Any], layers: int, windows: list[int | None]
+) -> ModelArchitecture:
+    mla = MlaDims(
+        q_lora_rank=_int(config, "q_lora_rank", default=0),
+        kv_lora_rank=_int(config, "kv_lora_rank"),
+        qk_nope_head_dim=_int(config, "qk_nope_head_dim"),
+        qk_rope_head_dim=_int(config, "qk_rope_head_dim"),
+        v_head_dim=_int(config, "v_head_dim"),
+    )
+    expert_size = _int(config, "moe_intermediate_size")
+    shared = _int(config, "n_shared_experts", default=0)
+    moe = MoeDims(
+        num_experts=_int(config, "n_routed_experts"),
+        experts_per_token=_int(config, "num_experts_per_tok"),
+        expert_intermediate_size=expert_size,
+        num_shared_experts=shared,
+        shared_intermediate_size=shared * expert_size,
+    )
+    first_dense = _int(config, "first_k_dense_replace", default=0)
+    freq = max(_int(config, "moe_layer_freq", default=1), 1)
+    ffn = [
+        FfnKind.MOE if (i >= first_dense and i % freq == 0) else FfnKind.DENSE
+        for i in range(layers)
+    ]
+    common = {
+        **common,
+        "head_dim": mla.v_head_dim,
+        "rotary_dim": mla.qk_rope_head_dim,
+        "qk_norm": False,
+    }
+    return ModelArchitecture(
+        **common,
+        attention=AttentionKind.MLA,
+        mla=mla,
+        moe=moe,
+        layer_groups=_groups(ffn, windows),
+        num_mtp_layers=_int(config, "num_nextn_predict_layers", default=0),
+    )
+
+
+def _parallel_model(config: Mapping[str, Any], label: str, model_type: str) -> ModelArchitecture:
+    """GPT-J and Falcon: attention and a plain GELU MLP in parallel off one residual stream."""
+    if model_type == "gptj":
+        h = _int(config, "n_embd")
+        heads = _int(config, "n_head")
+        return ModelArchitecture(
+            name=label,
+            model_type=model_type,
+            hidden_size=h,
+            num_layers=_int(config, "n_layer"),
+            num_heads=heads,
+            num_kv_heads=heads,
+            head_dim=h // heads,
+            vocab_size=_int(config, "vocab_size"),
+            intermediate_size=_int(config, "n_inner", default=DEFAULT_FFN_MULTIPLIER * h),
+            mlp_gated=False,
+            parallel_attention=True,
+            mlp_bias=True,
+            tie_word_embeddings=_bool(config, "tie_word_embeddings", False),
+            rotary_dim=_int(config, "rotary_dim", default=h // heads),
+        )
+    h = _int(config, "hidden_size")
+    heads = _int(config, "num_attention_heads")
+    if _bool(config, "new_decoder_architecture", False):
+        kv_heads = _int(config, "num_kv_heads", default=heads)
+    elif _bool(config, "multi_query", True):
+        kv_heads = 1
+    else:
+        kv_heads = heads
+    return ModelArchitecture(
+        name=label,
+        model_type=model_type,
+        hidden_size=h,
+        num_layers=_int(config, "num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=h // heads,
+        vocab_size=_int(config, "vocab_size"),
+        intermediate_size=_int(config, "ffn_hidden_size", default=DEFAULT_FFN_MULTIPLIER * h),
+        mlp_gated=False,
+        parallel_attention=_bool(config, "parallel_attn", True),
+        attention_bias=_bool(config, "bias", False),
+        mlp_bias=_bool(config, "bias", False),
+        tie_word_embeddings=_bool(config, "tie_word_embeddings", True),
+        rotary_dim=h // heads,
+    )
