@@ -45,6 +45,20 @@ from app.services.resolve import make_scheduler, resolve_deployment
 from app.services.sizing import search_cap, with_engine_budget, workload_spec
 
 
+def _fitting(
+    field: str, sizes: Sequence[int] | None, num_devices: int, per_instance: str
+) -> Sequence[int] | None:
+    """The search sizes that divide one PD instance's ``num_devices`` (all given: a 422)."""
+    if sizes is None:
+        return None
+    fitting = [size for size in sizes if num_devices % size == 0]
+    if not fitting:
+        raise InvalidParameterError(
+            field, list(sizes), f"at least one divisor of {per_instance}={num_devices}"
+        )
+    return fitting
+
+
 def _layouts(
     num_devices: int,
     tp_sizes: Sequence[int] | None,
@@ -54,24 +68,8 @@ def _layouts(
 ) -> tuple[ParallelLayout, ...]:
     """Layouts of ``num_devices``; for a PD instance, search sizes that do not fit are dropped."""
     if per_instance is not None:
-        if tp_sizes is not None:
-            fitting = [t for t in tp_sizes if num_devices % t == 0]
-            if not fitting:
-                raise InvalidParameterError(
-                    "tp_sizes",
-                    list(tp_sizes),
-                    f"at least one divisor of {per_instance}={num_devices}",
-                )
-            tp_sizes = fitting
-        if ep_sizes is not None:
-            fitting = [e for e in ep_sizes if num_devices % e == 0]
-            if not fitting:
-                raise InvalidParameterError(
-                    "ep_sizes",
-                    list(ep_sizes),
-                    f"at least one divisor of {per_instance}={num_devices}",
-                )
-            ep_sizes = fitting
+        tp_sizes = _fitting("tp_sizes", tp_sizes, num_devices, per_instance)
+        ep_sizes = _fitting("ep_sizes", ep_sizes, num_devices, per_instance)
     layouts = enumerate_layouts(num_devices, tp_sizes, ep_sizes)
     if len(layouts) > limits.MAX_LAYOUTS:
         raise SearchLimitError(
