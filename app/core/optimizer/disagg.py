@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.core.chunking import PrefillChunk, prefill_chunk_plan, require_int
+from app.core.chunking import require_int
 from app.core.cost import ForwardShape, LatencyModel
 from app.core.engine import (
     MS_PER_S,
@@ -48,19 +48,16 @@ class PrefillWavesResult:
 
 
 def prefill_chunk_waves(
-    chunk_plan: Sequence[PrefillChunk],
+    spec: WorkloadSpec,
     concurrency: int,
-    max_batched_tokens: int,
     latency: LatencyModel,
     *,
     serving_overhead_ms: float = 0.0,
 ) -> PrefillWavesResult:
-    """Chunk-major prefill waves of one prefill instance; TTFT from the last chunk's waves."""
-    plan = tuple(chunk_plan)
-    if not plan or plan != prefill_chunk_plan(plan[-1].seq_len, max_batched_tokens):
-        raise InvalidParameterError(
-            "chunk_plan", [c.query_len for c in plan], "the plan for this max_batched_tokens"
-        )
+    """Chunk-major prefill waves of one prefill instance over the spec's chunk plan (derived
+    once, with the spec); TTFT from the last chunk's waves."""
+    plan = spec.get_prefill_chunk_plan()
+    max_batched_tokens = spec.max_batched_tokens
     require_int("concurrency", concurrency, 1, None)
     if not serving_overhead_ms >= 0:
         raise InvalidParameterError("serving_overhead_ms", serving_overhead_ms, "a number >= 0")
@@ -104,7 +101,6 @@ def optimize_disagg_prefill(
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
 ) -> OptimizeResult:
     """Prefill instances: the most input tokens/s with TTFT within its limit."""
-    plan = data.get_prefill_chunk_plan()
 
     def evaluate_for(
         layout: ParallelLayout, memo: MemoLatency
@@ -114,11 +110,7 @@ def optimize_disagg_prefill(
             if left_gb < 0:
                 return out_of_memory_probe(layout, batch_size, left_gb)
             waves = prefill_chunk_waves(
-                plan,
-                batch_size,
-                data.max_batched_tokens,
-                memo,
-                serving_overhead_ms=serving_overhead_ms,
+                data, batch_size, memo, serving_overhead_ms=serving_overhead_ms
             )
             reason = limit_reason(data, waves.ttft_ms, None)
             return Probe(

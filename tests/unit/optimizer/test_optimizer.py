@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.chunking import prefill_chunk_plan
 from app.core.cost import ServingModel
 from app.core.errors import InvalidParameterError
 from app.core.optimizer import (
@@ -148,9 +147,9 @@ def test_infeasible_layout_is_reported_not_raised() -> None:
 def test_prefill_chunk_waves_known_answer() -> None:
     # Chunks [4, 4, 2] with budget 4, 3 requests, every forward 1 ms: chunk 0 and 1 run one
     # request per wave (t = 6), the last chunk fits 2 per wave: done at 7 (2 requests) and 8.
-    result = prefill_chunk_waves(
-        prefill_chunk_plan(10, 4), 3, 4, ConstantLatency(), serving_overhead_ms=0.5
-    )
+    spec = WorkloadSpec(input_length=10, output_length=1, max_batched_tokens=4)
+    assert [c.query_len for c in spec.get_prefill_chunk_plan()] == [4, 4, 2]
+    result = prefill_chunk_waves(spec, 3, ConstantLatency(), serving_overhead_ms=0.5)
     assert result.ttft_ms == pytest.approx((7 * 2 + 8) / 3 + 0.5)
     assert result.makespan_ms == pytest.approx(8.0)
     assert result.waves == 8
