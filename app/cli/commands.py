@@ -143,6 +143,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from app import services
     from app.core.errors import ChunkwiseError
 
+    if args.cases is not None:
+        return _validate_case_file(args)
     try:
         report = services.validate(
             args.kind, all_kinds=args.all, drop_layout_duplicates=args.drop_layout_duplicates
@@ -159,6 +161,32 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.csv is not None:
         Path(args.csv).write_text(report.to_csv(), encoding="utf-8")
     return 0 if report.targets_met else 1
+
+
+def _validate_case_file(args: argparse.Namespace) -> int:
+    """``validate --cases FILE``: every row predicted or refused with its reason; exit 0."""
+    from pathlib import Path
+
+    from app import services
+    from app.core.errors import ChunkwiseError
+
+    if args.kind or args.all:
+        return fail("--cases replays one file; leave out --kind and --all")
+    try:
+        text = Path(args.cases).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return fail(f"--cases {args.cases}: {err}")
+    try:
+        report = services.validate_cases(text, drop_layout_duplicates=args.drop_layout_duplicates)
+    except ChunkwiseError as err:
+        return fail(f"--cases {args.cases}: {err}")
+    if args.format == "json":
+        render.dump(report.to_dict())
+    else:
+        print(report.format_table())
+    if args.csv is not None:
+        Path(args.csv).write_text(report.to_csv(), encoding="utf-8")
+    return 0
 
 
 # -- optimize, simulate ------------------------------------------------------------------------

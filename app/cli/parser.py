@@ -111,6 +111,14 @@ def _add_catalog_and_validate(sub: Subparsers[argparse.ArgumentParser]) -> None:
     )
     validate.add_argument("--all", action="store_true", help="replay every case kind")
     validate.add_argument(
+        "--cases",
+        default=None,
+        metavar="FILE.csv",
+        help="replay every row of a measurement file with the columns of "
+        "measured_agg_serving_cases.csv (instead of --kind / --all); --csv writes one row per "
+        "input row (case_id, ttft_ms_pred, tpot_ms_pred, error, ...)",
+    )
+    validate.add_argument(
         "--drop-layout-duplicates",
         action="store_true",
         help="serving kinds: leave out rows that repeat a smaller deployment's measurement "

@@ -26,7 +26,7 @@ from app.services.optimize import optimize
 from app.services.resolve import ResolvedDeployment
 from app.services.simulate import simulate
 from app.services.sizing import workload_spec
-from app.services.validate import validate, validation_kinds
+from app.services.validate import validate, validate_cases, validation_kinds
 
 __all__ = [
     "CachedServingModel",
@@ -49,6 +49,7 @@ __all__ = [
     "run_forward",
     "simulate",
     "validate",
+    "validate_cases",
     "validation_kinds",
     "workload_spec",
 ]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the replay harness loads when a validation runs, not with app.services
-    from app.core.validation import ValidationReport
+    from app.core.validation import CaseFileReport, ValidationReport
 
 
 def validation_kinds() -> tuple[str, ...]:
@@ -33,3 +33,15 @@ def validate(
     if all_kinds:
         chosen = validation_kinds()
     return run_validation(kinds=chosen, drop_layout_duplicates=drop_layout_duplicates)
+
+
+def validate_cases(text: str, *, drop_layout_duplicates: bool = False) -> CaseFileReport:
+    """Replay every row of a measurement file (CSV text with the columns of
+    ``measured_agg_serving_cases.csv``); a row that cannot be predicted carries its reason.
+
+    A header with missing or unknown columns, no rows or more than ``MAX_CASE_ROWS`` raise
+    :class:`~app.core.errors.InvalidParameterError` naming the problem.
+    """
+    from app.core.validation import replay_case_file
+
+    return replay_case_file(text, drop_layout_duplicates=drop_layout_duplicates)

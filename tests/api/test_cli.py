@@ -417,3 +417,52 @@ def test_every_request_field_is_a_flag_with_the_models_choices_and_default(
         if action.default is not None:
             assert action.default == info.get_default(call_default_factory=True), field
         assert action.required == info.is_required(), field
+
+
+# -- validate --cases ----------------------------------------------------------------------------
+CASE_HEADER = (
+    "case_id,model,hardware,engine,gemm_quant,moe_quant,tp,pp,attn_dp,moe_tp,moe_ep,"
+    "num_devices,isl,osl,concurrency,ttft_ms,tpot_ms"
+)
+CASE_ROW = "a,Qwen/Qwen3-32B,H100 SXM 80GB,vllm 0.18.0,fp8,fp8,2,1,1,1,0,2,2048,256,16,300,20"
+
+
+def test_validate_cases_writes_one_out_row_per_input_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = tmp_path / "mine.csv"
+    unknown = CASE_ROW.replace("a,Qwen/Qwen3-32B", "b,acme/Unknown-1B")
+    cases.write_text(f"{CASE_HEADER}\n{CASE_ROW}\n{unknown}\n", encoding="utf-8")
+    out = tmp_path / "out.csv"
+    code, printed, err = run(["validate", "--cases", str(cases), "--csv", str(out)], capsys)
+    assert code == 0, err
+    assert "H100 SXM 80GB | vllm | Qwen/Qwen3-32B" in printed and "overall" in printed
+    rows = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
+    assert [r["case_id"] for r in rows] == ["a", "b"]
+    assert float(rows[0]["ttft_ms_pred"]) > 0 and float(rows[0]["tpot_ms_pred"]) > 0
+    assert rows[1]["ttft_ms_pred"] == "" and "acme/Unknown-1B" in rows[1]["error"]
+    code, printed, _ = run(["validate", "--cases", str(cases), "--format", "json"], capsys)
+    assert code == 0 and json.loads(printed)["overall"]["refused"] == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "needle"),
+    [
+        ("case_id,model\nx,y\n", [], "missing hardware"),
+        (f"{CASE_HEADER}\n{CASE_ROW}\n", ["--all"], "leave out --kind and --all"),
+        (None, [], "No such file"),
+    ],
+)
+def test_validate_cases_refuses_bad_input_in_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str | None,
+    extra: list[str],
+    needle: str,
+) -> None:
+    cases = tmp_path / "cases.csv"
+    if content is not None:
+        cases.write_text(content, encoding="utf-8")
+    code, out, err = run(["validate", "--cases", str(cases), *extra], capsys)
+    assert code == 2 and out == ""
+    assert needle in err and len(err.strip().splitlines()) == 1

@@ -4,8 +4,19 @@ cases.py     ValidationCase and the loaders of the measurement files
 predict.py   predictions of a case (one forward, or a serving simulation); ServingReplay
 report.py    errors per case, summaries per kind and group, targets, CSV / table / JSON
 replay.py    LOADERS, load_cases, run_validation
+case_file.py any measurement file with the serving columns (validate --cases)
 """
 
+from app.core.validation.case_file import (
+    CASE_COLUMNS,
+    MAX_CASE_ROWS,
+    CaseFileReport,
+    GroupErrors,
+    RowOutcome,
+    read_case_rows,
+    replay_case_file,
+    row_case,
+)
 from app.core.validation.cases import (
     SERVING_TPOT_KIND,
     SERVING_TTFT_KIND,
@@ -31,7 +42,9 @@ from app.core.validation.replay import LOADERS, load_cases, run_validation
 from app.core.validation.report import CaseResult, ErrorSummary, ValidationReport
 
 __all__ = [
+    "CASE_COLUMNS",
     "LOADERS",
+    "MAX_CASE_ROWS",
     "SERVING_TPOT_KIND",
     "SERVING_TTFT_KIND",
     "TARGETS",
@@ -41,8 +54,11 @@ __all__ = [
     "TRTLLM_KV_FREE_MEMORY_FRACTION",
     "TRTLLM_MAX_NUM_TOKENS",
     "TRTLLM_RUNTIME_MEMORY_GB",
+    "CaseFileReport",
     "CaseResult",
     "ErrorSummary",
+    "GroupErrors",
+    "RowOutcome",
     "ServingReplay",
     "ValidationCase",
     "ValidationReport",
@@ -51,6 +67,9 @@ __all__ = [
     "load_msmodeling_cases",
     "load_published_points",
     "predictors",
+    "read_case_rows",
+    "replay_case_file",
+    "row_case",
     "run_validation",
     "trtllm_kv_capacity_requests",
     "trtllm_serving_model",

@@ -182,7 +182,7 @@ _MEASUREMENT_KEY = (
 )
 
 
-def _layout_duplicates(rows: Sequence[Mapping[str, str]]) -> set[int]:
+def layout_duplicates(rows: Sequence[Mapping[str, str]]) -> set[int]:
     """Rows that repeat another row's measurement (same model, hardware, engine, lengths,
     concurrency and both measured means to the digit) under a layout with more devices: one
     run cannot have been measured on two deployments, so all but the smallest are recording
@@ -210,12 +210,12 @@ def load_agg_serving_cases(
     TPOT case per row, grouped by (device, engine, model).
 
     Every row is replayed by default. ``drop_layout_duplicates`` leaves out rows whose
-    measurement repeats a smaller deployment's (see :func:`_layout_duplicates`), for the
+    measurement repeats a smaller deployment's (see :func:`layout_duplicates`), for the
     figures with the recording artefacts removed."""
     cases: list[ValidationCase] = []
     with path.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    skip = _layout_duplicates(rows) if drop_layout_duplicates else set()
+    skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     for index, row in enumerate(rows):
         if index in skip:
             continue

@@ -47,7 +47,7 @@ def load_cases(
     kinds: Sequence[str], *, drop_layout_duplicates: bool = False
 ) -> list[ValidationCase]:
     """Every case of ``kinds``; ``drop_layout_duplicates`` leaves out the serving rows that
-    repeat a smaller deployment's measurement (:func:`_layout_duplicates`)."""
+    repeat a smaller deployment's measurement (:func:`layout_duplicates`)."""
     unknown = sorted(set(kinds) - set(LOADERS))
     if unknown:
         raise UnknownNameError(", ".join(unknown), LOADERS)

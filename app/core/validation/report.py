@@ -43,7 +43,7 @@ class ErrorSummary:
     mean_signed_error_pct: float
 
 
-def _percentile(values: Sequence[float], fraction: float) -> float:
+def percentile(values: Sequence[float], fraction: float) -> float:
     """Linear-interpolated percentile (numpy's default), stdlib only."""
     ordered = sorted(values)
     if not ordered:
@@ -61,7 +61,7 @@ def summarise(kind: str, group: str, results: Sequence[CaseResult]) -> ErrorSumm
         group=group,
         count=len(results),
         median_ape_pct=statistics.median(apes),
-        p90_ape_pct=_percentile(apes, P90),
+        p90_ape_pct=percentile(apes, P90),
         max_ape_pct=max(apes),
         mean_signed_error_pct=statistics.fmean(r.error_pct for r in results),
     )

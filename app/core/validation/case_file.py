@@ -1,0 +1,410 @@
+"""Replay any file of measured serving runs (``chunkwise validate --cases FILE.csv``).
+
+A file has exactly the columns of ``shared/validation/measured_agg_serving_cases.csv``
+(:data:`CASE_COLUMNS`): a deployment (``model``, ``hardware``, ``engine``, ``gemm_quant``,
+``moe_quant``, ``tp``, ``pp``, ``attn_dp``, ``moe_tp``, ``moe_ep``, ``num_devices``), a closed
+loop (``isl``, ``osl``, ``concurrency``) and its measured means (``ttft_ms``, ``tpot_ms``).
+Every row gets one outcome: the predicted TTFT and TPOT of its closed-loop simulation, or the
+reason it cannot be predicted (an unknown model or device, an architecture or quantization the
+latency model does not represent, a deployment whose weights or one request's KV do not fit).
+No row is dropped silently.
+
+How a row maps to a deployment, the way the product would map a user's:
+
+- ``model``: the catalog resolves Hugging Face ids case-insensitively and strips repackaging
+  suffixes (``nvidia/Llama-3.1-8B-Instruct-FP8``, ``Qwen/Qwen3-235B-A22B-FP8`` -> the base
+  architecture); a model of another organisation (``nvidia/DeepSeek-R1-NVFP4``) resolves by
+  its name after the slash.
+- ``hardware``: :data:`HARDWARE_ALIASES` (the names the measurement files use) or a catalog
+  device name.
+- ``gemm_quant`` / ``moe_quant``: :data:`QUANTIZATIONS`; a row whose two columns read as
+  different formats is refused (per-layer quantization is not modelled).
+- layout: ``tp x pp`` tensor-parallel ranks, ``attn_dp`` attention data-parallel replicas,
+  ``moe_ep`` expert-parallel ranks.
+- engine: every row is simulated with the validator's current serving reading (TensorRT-LLM's
+  token budget, KV pool and per-iteration host cost; :class:`~app.core.validation.predict.
+  ServingReplay`); the engine column only groups the errors (by its first word, the family).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.catalog.devices import get_device
+from app.core.catalog.models import get_model, model_names, resolve_model_name
+from app.core.errors import ChunkwiseError, InvalidParameterError, UnknownModelError
+from app.core.validation.cases import (
+    SERVING_DEVICE_ALIASES,
+    SERVING_SOURCE,
+    SERVING_TTFT_KIND,
+    UNRECORDED_PRECISION,
+    ValidationCase,
+    layout_duplicates,
+)
+from app.core.validation.predict import ServingReplay
+from app.core.validation.report import P90, PERCENT, percentile
+
+#: The columns of a measurement file, in the order of the shared sample.
+CASE_COLUMNS: tuple[str, ...] = (
+    "case_id",
+    "model",
+    "hardware",
+    "engine",
+    "gemm_quant",
+    "moe_quant",
+    "tp",
+    "pp",
+    "attn_dp",
+    "moe_tp",
+    "moe_ep",
+    "num_devices",
+    "isl",
+    "osl",
+    "concurrency",
+    "ttft_ms",
+    "tpot_ms",
+)
+#: Rows one file may hold (a replay simulates every one of them).
+MAX_CASE_ROWS = 10_000
+#: A prediction within this share of the measurement counts as close (the issue's +-25 %).
+CLOSE_APE_PCT = 25.0
+
+#: Hardware names of the measurement files -> catalog devices.
+HARDWARE_ALIASES: Mapping[str, str] = {
+    **SERVING_DEVICE_ALIASES,
+    "B300 SXM 288GB": "NVIDIA_B300_SXM_288G",
+    "GB200 (NVL72)": "NVIDIA_GB200_186G",
+    "GB300 (NVL72)": "NVIDIA_GB300_288G",
+}
+#: Quantization columns -> the validator's precision (linear layers + KV cache). An FP8 or FP4
+#: checkpoint keeps an FP8 KV cache (see ``SERVING_PRECISIONS`` in cases.py); "unrecorded"
+#: (and an empty ``moe_quant`` of a dense model) reads as the native 16-bit weights.
+QUANTIZATIONS: Mapping[str, str] = {
+    "fp8": "FP8+KV8",
+    "fp8_block": "FP8+KV8",
+    "nvfp4": "NVFP4+KV8",
+    "unrecorded": UNRECORDED_PRECISION,
+    "": UNRECORDED_PRECISION,
+}
+_UNSTATED = ("unrecorded", "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowOutcome:
+    """One row: its measurements and either both predictions or the reason for none."""
+
+    case_id: str
+    hardware: str
+    engine_family: str
+    model: str
+    measured_ttft_ms: float
+    measured_tpot_ms: float
+    ttft_ms_pred: float | None = None
+    tpot_ms_pred: float | None = None
+    error: str = ""
+
+    @property
+    def refused(self) -> bool:
+        return self.ttft_ms_pred is None
+
+    @property
+    def ttft_error_pct(self) -> float | None:
+        return _error_pct(self.ttft_ms_pred, self.measured_ttft_ms)
+
+    @property
+    def tpot_error_pct(self) -> float | None:
+        return _error_pct(self.tpot_ms_pred, self.measured_tpot_ms)
+
+
+def _error_pct(predicted: float | None, measured: float) -> float | None:
+    if predicted is None or not measured > 0:
+        return None
+    return (predicted - measured) / measured * PERCENT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupErrors:
+    """Absolute % errors of the predicted rows of one group (``None`` without predictions)."""
+
+    group: str
+    rows: int
+    refused: int
+    ttft_median_ape_pct: float | None
+    ttft_p90_ape_pct: float | None
+    ttft_close_share: float | None
+    tpot_median_ape_pct: float | None
+    tpot_p90_ape_pct: float | None
+
+
+def _group_errors(group: str, outcomes: Sequence[RowOutcome]) -> GroupErrors:
+    ttft = [abs(e) for o in outcomes if (e := o.ttft_error_pct) is not None]
+    tpot = [abs(e) for o in outcomes if (e := o.tpot_error_pct) is not None]
+    return GroupErrors(
+        group=group,
+        rows=len(outcomes),
+        refused=sum(o.refused for o in outcomes),
+        ttft_median_ape_pct=statistics.median(ttft) if ttft else None,
+        ttft_p90_ape_pct=percentile(ttft, P90) if ttft else None,
+        ttft_close_share=sum(e <= CLOSE_APE_PCT for e in ttft) / len(ttft) if ttft else None,
+        tpot_median_ape_pct=statistics.median(tpot) if tpot else None,
+        tpot_p90_ape_pct=percentile(tpot, P90) if tpot else None,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseFileReport:
+    """Every row's outcome, the errors overall, per (hardware, engine family) and per
+    (hardware, engine family, model)."""
+
+    outcomes: tuple[RowOutcome, ...]
+    overall: GroupErrors
+    by_engine: tuple[GroupErrors, ...]
+    by_model: tuple[GroupErrors, ...]
+
+    def to_csv(self) -> str:
+        """One line per input row: ``case_id,ttft_ms_pred,tpot_ms_pred,error`` and the rest."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(OUT_COLUMNS)
+        for o in self.outcomes:
+            writer.writerow(
+                [
+                    o.case_id,
+                    _number(o.ttft_ms_pred),
+                    _number(o.tpot_ms_pred),
+                    o.error,
+                    o.hardware,
+                    o.engine_family,
+                    o.model,
+                    _number(o.measured_ttft_ms),
+                    _number(o.measured_tpot_ms),
+                    _signed(o.ttft_error_pct),
+                    _signed(o.tpot_error_pct),
+                ]
+            )
+        return buffer.getvalue()
+
+    def format_table(self) -> str:
+        groups = (*self.by_engine, *self.by_model, self.overall)
+        width = max(len(g.group) for g in groups)
+        lines = [
+            f"{'group':{width}s} {'rows':>5s} {'refused':>7s} {'TTFT med':>9s} {'TTFT p90':>9s} "
+            f"{'<=25%':>6s} {'TPOT med':>9s} {'TPOT p90':>9s}"
+        ]
+        for g in (*self.by_engine, self.overall, *self.by_model):
+            lines.append(
+                f"{g.group:{width}s} {g.rows:5d} {g.refused:7d} {_pct(g.ttft_median_ape_pct):>9s} "
+                f"{_pct(g.ttft_p90_ape_pct):>9s} {_share(g.ttft_close_share):>6s} "
+                f"{_pct(g.tpot_median_ape_pct):>9s} {_pct(g.tpot_p90_ape_pct):>9s}"
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        def group(g: GroupErrors) -> dict[str, Any]:
+            return {field: getattr(g, field) for field in GroupErrors.__dataclass_fields__}
+
+        return {
+            "overall": group(self.overall),
+            "by_engine": [group(g) for g in self.by_engine],
+            "by_model": [group(g) for g in self.by_model],
+            "refused": [
+                {"case_id": o.case_id, "error": o.error} for o in self.outcomes if o.refused
+            ],
+        }
+
+
+OUT_COLUMNS = (
+    "case_id",
+    "ttft_ms_pred",
+    "tpot_ms_pred",
+    "error",
+    "hardware",
+    "engine_family",
+    "model",
+    "ttft_ms",
+    "tpot_ms",
+    "ttft_error_pct",
+    "tpot_error_pct",
+)
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def _signed(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+# -- reading ---------------------------------------------------------------------------------
+def read_case_rows(text: str) -> list[dict[str, str]]:
+    """The rows of a measurement file, after checking its header and size (domain errors
+    that name the problem)."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = tuple(reader.fieldnames or ())
+    missing = [c for c in CASE_COLUMNS if c not in header]
+    unknown = [c for c in header if c not in CASE_COLUMNS]
+    if missing or unknown:
+        problems = []
+        if missing:
+            problems.append(f"missing {', '.join(missing)}")
+        if unknown:
+            problems.append(f"unknown {', '.join(unknown)}")
+        raise InvalidParameterError(
+            "columns", "; ".join(problems), f"exactly the columns {', '.join(CASE_COLUMNS)}"
+        )
+    rows: list[dict[str, str]] = []
+    for row in reader:
+        if len(rows) == MAX_CASE_ROWS:
+            raise InvalidParameterError("rows", f"more than {MAX_CASE_ROWS}", "a smaller file")
+        rows.append({key: (value or "").strip() for key, value in row.items() if key})
+    if not rows:
+        raise InvalidParameterError("rows", 0, "at least one measurement row")
+    return rows
+
+
+# -- mapping ---------------------------------------------------------------------------------
+def _positive_int(row: Mapping[str, str], column: str, default: int | None = None) -> int:
+    text = row[column]
+    if not text and default is not None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidParameterError(column, text, "a positive integer") from None
+    if value < 1:
+        raise InvalidParameterError(column, text, "a positive integer")
+    return value
+
+
+def _ranks(row: Mapping[str, str], column: str) -> int:
+    """A parallel size where 0 or blank means "not split" (the sample writes ``moe_ep`` 0 for
+    dense models), as the earlier serving loader read it."""
+    text = row[column] or "1"
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidParameterError(column, text, "an integer >= 0") from None
+    if value < 0:
+        raise InvalidParameterError(column, text, "an integer >= 0")
+    return max(1, value)
+
+
+def _measured(row: Mapping[str, str], column: str) -> float:
+    try:
+        value = float(row[column])
+    except ValueError:
+        raise InvalidParameterError(column, row[column], "a finite number > 0") from None
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidParameterError(column, row[column], "a finite number > 0")
+    return value
+
+
+def _device(hardware: str) -> str:
+    alias = HARDWARE_ALIASES.get(hardware)
+    return alias if alias is not None else get_device(hardware).name
+
+
+def _model(name: str) -> str:
+    hf_id = resolve_model_name(name)
+    if hf_id is None:
+        raise UnknownModelError(name, model_names())
+    get_model(hf_id)  # an architecture the runner cannot represent is refused here
+    return hf_id
+
+
+def _precision(gemm: str, moe: str) -> str:
+    for column, value in (("gemm_quant", gemm), ("moe_quant", moe)):
+        if value not in QUANTIZATIONS:
+            known = ", ".join(repr(k) for k in QUANTIZATIONS if k)
+            raise InvalidParameterError(
+                column,
+                value,
+                f"one of {known} (other formats, e.g. INT4 weight-only experts beside 16-bit "
+                "attention, need per-layer quantization, which is not modelled)",
+            )
+    chosen = {QUANTIZATIONS[v] for v in (gemm, moe) if v not in _UNSTATED}
+    if len(chosen) > 1:
+        raise InvalidParameterError(
+            "moe_quant", moe, f"the format of gemm_quant={gemm!r} (per-layer quantization)"
+        )
+    return chosen.pop() if chosen else UNRECORDED_PRECISION
+
+
+def row_case(row: Mapping[str, str]) -> ValidationCase:
+    """The serving case of one row (domain errors say why a row cannot be one)."""
+    return ValidationCase(
+        kind=SERVING_TTFT_KIND,
+        model=_model(row["model"]),
+        device=_device(row["hardware"]),
+        tp=_positive_int(row, "tp") * _ranks(row, "pp"),
+        dp=_ranks(row, "attn_dp"),
+        ep=_ranks(row, "moe_ep"),
+        precision=_precision(row["gemm_quant"], row["moe_quant"]),
+        concurrency=_positive_int(row, "concurrency"),
+        query_len=_positive_int(row, "isl"),
+        output_len=_positive_int(row, "osl"),
+        measured=_measured(row, "ttft_ms"),
+        unit="ms",
+        source=SERVING_SOURCE,
+        name=row["case_id"],
+        engine=row["engine"],
+    )
+
+
+def _outcome(row: Mapping[str, str], replay: ServingReplay) -> RowOutcome:
+    base: dict[str, Any] = {
+        "case_id": row["case_id"],
+        "hardware": row["hardware"],
+        "engine_family": (row["engine"].split() or ["(blank)"])[0],
+        "model": row["model"],
+        "measured_ttft_ms": _float_or_nan(row["ttft_ms"]),
+        "measured_tpot_ms": _float_or_nan(row["tpot_ms"]),
+    }
+    try:
+        _measured(row, "tpot_ms")
+        ttft_ms, tpot_ms = replay.predict(row_case(row))
+    except ChunkwiseError as err:
+        return RowOutcome(**base, error=str(err))
+    return RowOutcome(**base, ttft_ms_pred=ttft_ms, tpot_ms_pred=tpot_ms)
+
+
+def _float_or_nan(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def replay_case_file(text: str, *, drop_layout_duplicates: bool = False) -> CaseFileReport:
+    """Predict every row of a measurement file (``drop_layout_duplicates``: leave out the rows
+    that repeat a smaller deployment's measurement, see ``layout_duplicates``)."""
+    rows = read_case_rows(text)
+    skip = layout_duplicates(rows) if drop_layout_duplicates else set()
+    replay = ServingReplay()
+    outcomes = tuple(_outcome(row, replay) for i, row in enumerate(rows) if i not in skip)
+    by_engine: dict[str, list[RowOutcome]] = {}
+    by_model: dict[str, list[RowOutcome]] = {}
+    for o in outcomes:
+        by_engine.setdefault(f"{o.hardware} | {o.engine_family}", []).append(o)
+        by_model.setdefault(f"{o.hardware} | {o.engine_family} | {o.model}", []).append(o)
+    return CaseFileReport(
+        outcomes=outcomes,
+        overall=_group_errors("overall", outcomes),
+        by_engine=tuple(_group_errors(g, items) for g, items in by_engine.items()),
+        by_model=tuple(_group_errors(g, items) for g, items in by_model.items()),
+    )

@@ -1,0 +1,153 @@
+"""``validate --cases``: any measurement file with the serving columns, every row accounted for."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from app.core.errors import InvalidParameterError
+from app.core.validation import (
+    CASE_COLUMNS,
+    MAX_CASE_ROWS,
+    SERVING_TPOT_KIND,
+    SERVING_TTFT_KIND,
+    read_case_rows,
+    replay_case_file,
+    run_validation,
+)
+from app.core.validation.case_file import OUT_COLUMNS
+from app.core.validation.cases import SERVING_CASES
+
+ROW = {
+    "case_id": "ok",
+    "model": "meta-llama/Llama-3.1-8B-Instruct",
+    "hardware": "H100 SXM 80GB",
+    "engine": "vllm 0.18.0",
+    "gemm_quant": "unrecorded",
+    "moe_quant": "",
+    "tp": "1",
+    "pp": "1",
+    "attn_dp": "1",
+    "moe_tp": "1",
+    "moe_ep": "0",
+    "num_devices": "1",
+    "isl": "1024",
+    "osl": "128",
+    "concurrency": "8",
+    "ttft_ms": "50",
+    "tpot_ms": "8",
+}
+
+
+def file_of(*rows: dict[str, str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CASE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def test_the_builtin_serving_rows_replay_exactly_as_the_serving_kinds() -> None:
+    """The same rows through --cases and through the serving_ttft / serving_tpot kinds give
+    bit-identical predictions: one mapping, one simulation per row."""
+    report = replay_case_file(SERVING_CASES.read_text(encoding="utf-8"))
+    built_in = run_validation(kinds=(SERVING_TTFT_KIND, SERVING_TPOT_KIND))
+    predicted = {(r.case.kind, r.case.name): r.predicted for r in built_in.results}
+    assert len(report.outcomes) == 758 and report.overall.refused == 0
+    for outcome in report.outcomes:
+        assert outcome.ttft_ms_pred == predicted[(SERVING_TTFT_KIND, outcome.case_id)]
+        assert outcome.tpot_ms_pred == predicted[(SERVING_TPOT_KIND, outcome.case_id)]
+
+
+def test_every_row_gets_a_prediction_or_its_reason() -> None:
+    rows = [
+        ROW,
+        {**ROW, "case_id": "repackaged", "model": "nvidia/Llama-3.1-8B-Instruct-FP8"},
+        {**ROW, "case_id": "fp8", "gemm_quant": "fp8", "moe_quant": "fp8"},
+        {**ROW, "case_id": "unknown", "model": "acme/NotAModel-7B"},
+        {**ROW, "case_id": "linear", "model": "Qwen/Qwen3.5-397B-A17B", "tp": "8"},
+        {**ROW, "case_id": "int4", "gemm_quant": "int4_wo", "moe_quant": "int4_wo"},
+        {**ROW, "case_id": "mixed", "gemm_quant": "fp8", "moe_quant": "nvfp4"},
+        {**ROW, "case_id": "device", "hardware": "TPU v9"},
+        {**ROW, "case_id": "number", "concurrency": "many"},
+        {**ROW, "case_id": "measured", "tpot_ms": "0"},
+    ]
+    report = replay_case_file(file_of(*rows))
+    by_id = {o.case_id: o for o in report.outcomes}
+    assert [o.case_id for o in report.outcomes] == [r["case_id"] for r in rows]
+    for case_id in ("ok", "repackaged", "fp8"):
+        outcome = by_id[case_id]
+        assert outcome.error == ""
+        assert outcome.ttft_ms_pred is not None and outcome.ttft_ms_pred > 0
+        assert outcome.tpot_ms_pred is not None and outcome.tpot_ms_pred > 0
+    # A repackaged checkpoint id resolves to its base architecture.
+    assert by_id["repackaged"].ttft_ms_pred == by_id["ok"].ttft_ms_pred
+    assert by_id["fp8"].tpot_ms_pred != by_id["ok"].tpot_ms_pred
+    reasons = {
+        "unknown": "acme/NotAModel-7B",
+        "linear": "linear_attention",
+        "int4": "int4_wo",
+        "mixed": "per-layer quantization",
+        "device": "TPU v9",
+        "number": "concurrency",
+        "measured": "tpot_ms",
+    }
+    for case_id, text in reasons.items():
+        outcome = by_id[case_id]
+        assert outcome.refused and outcome.ttft_ms_pred is None and outcome.tpot_ms_pred is None
+        assert text in outcome.error, (case_id, outcome.error)
+    assert report.overall.rows == len(rows) and report.overall.refused == len(reasons)
+
+
+def test_the_out_csv_has_one_line_per_input_row() -> None:
+    report = replay_case_file(file_of(ROW, {**ROW, "case_id": "bad", "model": "nope/nope"}))
+    lines = list(csv.DictReader(io.StringIO(report.to_csv())))
+    assert tuple(lines[0]) == OUT_COLUMNS
+    assert [line["case_id"] for line in lines] == ["ok", "bad"]
+    assert float(lines[0]["ttft_ms_pred"]) > 0 and lines[0]["error"] == ""
+    assert lines[1]["ttft_ms_pred"] == "" and lines[1]["tpot_ms_pred"] == ""
+    assert "nope/nope" in lines[1]["error"]
+    error = float(lines[0]["ttft_error_pct"])
+    assert error == pytest.approx((float(lines[0]["ttft_ms_pred"]) / 50 - 1) * 100, abs=0.06)
+
+
+def test_groups_are_hardware_engine_family_and_model() -> None:
+    rows = [ROW, {**ROW, "case_id": "b", "engine": "vllm (version blank)"}]
+    report = replay_case_file(file_of(*rows, {**ROW, "case_id": "c", "engine": "sglang 0.5.9"}))
+    assert [g.group for g in report.by_engine] == ["H100 SXM 80GB | vllm", "H100 SXM 80GB | sglang"]
+    vllm = report.by_engine[0]
+    assert vllm.rows == 2 and vllm.refused == 0
+    assert vllm.ttft_median_ape_pct is not None and vllm.ttft_close_share is not None
+    assert report.by_model[0].group == ("H100 SXM 80GB | vllm | meta-llama/Llama-3.1-8B-Instruct")
+    assert "overall" in report.format_table()
+    assert report.to_dict()["overall"]["rows"] == 3
+
+
+def test_layout_duplicates_can_be_left_out() -> None:
+    wide = {**ROW, "case_id": "wide", "tp": "2", "num_devices": "2"}
+    text = file_of(ROW, wide)
+    assert len(replay_case_file(text).outcomes) == 2
+    kept = replay_case_file(text, drop_layout_duplicates=True).outcomes
+    assert [o.case_id for o in kept] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("case_id,model\nx,y\n", "missing hardware"),
+        (file_of(ROW).replace("tpot_ms\n", "tpot_ms,note\n", 1), "unknown note"),
+        (file_of(), "at least one measurement row"),
+    ],
+)
+def test_a_bad_file_is_one_domain_error_naming_the_problem(text: str, names: str) -> None:
+    with pytest.raises(InvalidParameterError, match=names):
+        read_case_rows(text)
+
+
+def test_a_file_over_the_row_bound_is_refused() -> None:
+    line = file_of(ROW).splitlines()[1]
+    text = file_of(ROW) + "\n".join([line] * MAX_CASE_ROWS) + "\n"
+    with pytest.raises(InvalidParameterError, match=f"more than {MAX_CASE_ROWS}"):
+        read_case_rows(text)
