@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.status import HTTP_500_INTERNAL_SERVER_ERROR
 
 from app.api.compute import OverloadedError
+from app.api.logsafe import loggable
 from app.core.errors import (
     ChunkwiseError,
     DeadlineExceededError,
@@ -187,8 +188,8 @@ async def _http(request: Request, exc: Exception) -> ProblemResponse:
 async def _unhandled(request: Request, exc: Exception) -> ProblemResponse:
     logger.exception(
         "unhandled error on %s %s (request_id=%s)",
-        request.method,
-        request.url.path,
+        loggable(request.method),
+        loggable(request.url.path),
         getattr(request.state, "request_id", "-"),
     )
     return problem_response(

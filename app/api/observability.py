@@ -20,6 +20,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import PROBLEM_BASE, ProblemResponse
+from app.api.logsafe import loggable
 from app.models.common import problem_dict
 from app.services import ServiceContext
 
@@ -202,6 +203,10 @@ class RequestContextMiddleware:
             route = getattr(scope.get("route"), "path", None) or "<unmatched>"
             self.metrics.observe(scope["method"], route, status, elapsed)
             logger.info(
-                "%s %s -> %d in %.1f ms", scope["method"], scope["path"], status, elapsed * 1e3
+                "%s %s -> %d in %.1f ms",
+                loggable(scope["method"]),
+                loggable(scope["path"]),
+                status,
+                elapsed * 1e3,
             )
             request_id_var.reset(token)

@@ -33,7 +33,22 @@ class InvalidParameterError(ChunkwiseError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field}={value!r} is invalid: must be {allowed}")
+        super().__init__(f"{field}={_shown(value)} is invalid: must be {allowed}")
+
+
+#: The longest rendering of a rejected value in a message (a hostile body can send megabytes).
+MAX_SHOWN_VALUE = 200
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut to :data:`MAX_SHOWN_VALUE` characters."""
+    try:
+        text = repr(value)
+    except RecursionError:  # a value nested past the interpreter's limit
+        text = f"<{type(value).__name__} nested too deep to show>"
+    if len(text) > MAX_SHOWN_VALUE:
+        text = text[: MAX_SHOWN_VALUE - 3] + "..."
+    return text
 
 
 class UnknownNameError(ChunkwiseError, LookupError):

@@ -67,3 +67,7 @@ MAX_MANIFEST_KEYS = 50_000  # forward keys remembered per optimize search (one M
 # MAX_INLINE_LAYERS layers (the catalog builds one entry per layer).
 MAX_INLINE_NUMBER = 2**31 - 1
 MAX_INLINE_LAYERS = 1024
+# ... nested at most this deep (a config.json nests 4-5 levels: quantization_config groups) and
+# holding at most this many values in all (a 1 MiB body holds fewer), walked iteratively.
+MAX_INLINE_DEPTH = 32
+MAX_INLINE_NODES = 200_000

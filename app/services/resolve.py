@@ -76,22 +76,41 @@ _MALFORMED = (ValueError, TypeError, AttributeError, LookupError, ArithmeticErro
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_nextn_predict_layers")
 
 
-def _check_inline_numbers(field: str, value: object, path: str = "") -> None:
-    """Every number of an inline object finite and at most ``MAX_INLINE_NUMBER`` (422 otherwise)."""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            _check_inline_numbers(field, item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_inline_numbers(field, item, f"{path}[{index}]")
-    elif (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and not (math.isfinite(value) and abs(value) <= limits.MAX_INLINE_NUMBER)
-    ):
-        raise InvalidParameterError(
-            f"{field}.{path}", value, f"a finite number of at most {limits.MAX_INLINE_NUMBER}"
-        )
+def _check_inline_numbers(field: str, value: object) -> None:
+    """An inline object (a config.json, a custom device) is bounded before anything reads it:
+    at most ``MAX_INLINE_DEPTH`` levels of nesting and ``MAX_INLINE_NODES`` values, every
+    number finite and at most ``MAX_INLINE_NUMBER`` (a 422 naming the path otherwise). The
+    walk is iterative, so no depth reaches the interpreter's recursion limit."""
+    stack: list[tuple[object, str, int]] = [(value, "", 0)]
+    seen = 0
+    while stack:
+        item, path, depth = stack.pop()
+        seen += 1
+        if seen > limits.MAX_INLINE_NODES:
+            raise InvalidParameterError(
+                field, f"more than {limits.MAX_INLINE_NODES} values", "a smaller object"
+            )
+        if isinstance(item, Mapping | list | tuple) and depth >= limits.MAX_INLINE_DEPTH:
+            raise InvalidParameterError(
+                f"{field}.{path}" if path else field,
+                f"nested deeper than {limits.MAX_INLINE_DEPTH} levels",
+                f"at most {limits.MAX_INLINE_DEPTH} levels of objects and lists",
+            )
+        if isinstance(item, Mapping):
+            stack.extend(
+                (child, f"{path}.{key}" if path else str(key), depth + 1)
+                for key, child in item.items()
+            )
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+        elif (
+            isinstance(item, int | float)
+            and not isinstance(item, bool)
+            and not (math.isfinite(item) and abs(item) <= limits.MAX_INLINE_NUMBER)
+        ):
+            raise InvalidParameterError(
+                f"{field}.{path}", item, f"a finite number of at most {limits.MAX_INLINE_NUMBER}"
+            )
 
 
 def _inline_model(ref: InlineModel) -> ModelArchitecture:

@@ -55,10 +55,15 @@ class InterconnectTier:
     switched: bool = False
 
     def __post_init__(self) -> None:
+        require_text("interconnect.name", self.name)
+        if isinstance(self.max_devices, bool) or not isinstance(self.max_devices, int):
+            raise InvalidParameterError("interconnect.max_devices", self.max_devices, "an integer")
         require_positive("interconnect.max_devices", self.max_devices)
         require_positive("interconnect.bandwidth_gb_s", self.bandwidth_gb_s)
         require_non_negative("interconnect.latency_us", self.latency_us)
         require_fraction("interconnect.efficiency", self.efficiency)
+        if not isinstance(self.switched, bool):
+            raise InvalidParameterError("interconnect.switched", self.switched, "true or false")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,8 +98,8 @@ class Device:
     source: str = ""
 
     def __post_init__(self) -> None:
-        if not self.name or not isinstance(self.name, str):
-            raise InvalidParameterError("name", self.name, "a non-empty string")
+        for field in ("name", "vendor", "description", "source"):
+            require_text(field, getattr(self, field), empty=field != "name")
         require_positive("peak_bf16_tflops", self.peak_bf16_tflops)
         for field in ("peak_fp8_tflops", "peak_int8_tops", "peak_fp4_tflops"):
             value = getattr(self, field)
@@ -179,16 +184,44 @@ class Device:
         return out
 
 
+#: Physical floors and ceilings of a device's numbers (custom devices included). Rates and
+#: capacities (TFLOPS, GB, GB/s, devices) lie in [MIN_RATE, MAX_RATE] and efficiencies in
+#: [MIN_EFFICIENCY, 1], so every product of a rate and an efficiency is at least 1e-6 and no
+#: latency (bytes / (GB/s x 1e9 x efficiency), at most ~1e13 bytes a forward) can overflow to
+#: infinity or divide by an underflowed zero; fixed costs (µs) lie in [0, MAX_RATE].
+MIN_RATE = 1e-3
+MAX_RATE = 1e9
+MIN_EFFICIENCY = 1e-3
+#: Longest name, vendor, description or source string of a device.
+MAX_DEVICE_TEXT = 1000
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def require_positive(field: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidParameterError(field, value, "a number > 0")
+    """A rate or capacity: a number in ``[MIN_RATE, MAX_RATE]``."""
+    if not _is_number(value) or not MIN_RATE <= value <= MAX_RATE:
+        raise InvalidParameterError(field, value, f"a number in [{MIN_RATE:g}, {MAX_RATE:g}]")
 
 
 def require_non_negative(field: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise InvalidParameterError(field, value, "a number >= 0")
+    """A fixed cost: a number in ``[0, MAX_RATE]``."""
+    if not _is_number(value) or not 0 <= value <= MAX_RATE:
+        raise InvalidParameterError(field, value, f"a number in [0, {MAX_RATE:g}]")
 
 
 def require_fraction(field: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise InvalidParameterError(field, value, "a number in (0, 1]")
+    """An efficiency: a number in ``[MIN_EFFICIENCY, 1]``."""
+    if not _is_number(value) or not MIN_EFFICIENCY <= value <= 1:
+        raise InvalidParameterError(field, value, f"a number in [{MIN_EFFICIENCY:g}, 1]")
+
+
+def require_text(field: str, value: object, *, empty: bool = False) -> None:
+    """A name or description: a string of at most ``MAX_DEVICE_TEXT`` characters."""
+    if not isinstance(value, str) or len(value) > MAX_DEVICE_TEXT or not (value or empty):
+        size = "a" if empty else "a non-empty"
+        raise InvalidParameterError(
+            field, value, f"{size} string of at most {MAX_DEVICE_TEXT} characters"
+        )

@@ -27,6 +27,8 @@ def parallel_layout(
         return ParallelLayout(tp=tp or 1, ep=ep, pp=pp)
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
         raise InvalidParameterError("num_devices", num_devices, "an integer >= 1")
+    if tp is None and num_devices % pp:
+        raise InvalidParameterError("num_devices", num_devices, f"a multiple of pp = {pp}")
     tp = tp or num_devices // pp
     if num_devices % (tp * pp):
         raise InvalidParameterError(
