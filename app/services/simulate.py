@@ -67,6 +67,13 @@ def with_device_count(request: SimulateRequest) -> SimulateRequest:
     return request.model_copy(update={"dp_size": devices // tp})
 
 
+def _schema_default(field: str) -> object:
+    """The default ``/openapi.json`` declares for a simulate field."""
+    from app.models.simulate import SimulateRequest
+
+    return SimulateRequest.model_fields[field].default
+
+
 def check_workload_fields(request: SimulateRequest) -> None:
     """Each workload takes its own fields (a request rate means nothing to a burst)."""
     given = request.model_fields_set
@@ -79,7 +86,8 @@ def check_workload_fields(request: SimulateRequest) -> None:
                 f"given for workload {workload!r} (requests or clients in total over the replicas)",
             )
         for field in _POISSON_ONLY:
-            if field in given and getattr(request, field) is not None:
+            # The schema's own default is accepted (a generated client sends every default).
+            if field in given and getattr(request, field) != _schema_default(field):
                 raise InvalidParameterError(
                     field,
                     getattr(request, field),
@@ -96,7 +104,9 @@ def check_workload_fields(request: SimulateRequest) -> None:
             request.concurrency,
             "omitted for workload 'poisson' (max_concurrency caps requests in flight)",
         )
-    if "requests_per_client" in given:
+    if "requests_per_client" in given and request.requests_per_client != _schema_default(
+        "requests_per_client"
+    ):
         raise InvalidParameterError(
             "requests_per_client",
             request.requests_per_client,

@@ -678,6 +678,19 @@ def test_poisson_options_belong_to_poisson(client: TestClient) -> None:
     assert body["errors"][0]["loc"] == ["body", "concurrency"]
 
 
+def test_the_schema_defaults_are_accepted_for_every_workload(client: TestClient) -> None:
+    """A generated client sends every field with its declared default (``seed: 0``,
+    ``requests_per_client: 10``, ``request_rate: null``): that is never an error."""
+    defaults = {"seed": 0, "request_rate": None, "num_requests": None, "max_concurrency": None}
+    burst = client.post("/v1/simulate", json={**SIMULATE, **defaults})
+    assert burst.status_code == 200, burst.text
+    assert burst.json() == {**burst.json(), "workload": "burst"}
+    poisson = client.post("/v1/simulate", json={**POISSON, "requests_per_client": 10})
+    assert poisson.status_code == 200, poisson.text
+    body = problem(client.post("/v1/simulate", json={**POISSON, "requests_per_client": 3}), 422)
+    assert body["errors"][0]["loc"] == ["body", "requests_per_client"]
+
+
 def test_unknown_workload_names_the_valid_ones(client: TestClient) -> None:
     body = problem(client.post("/v1/simulate", json={**SIMULATE, "workload": "open_loop"}), 422)
     assert body["errors"][0]["loc"] == ["body", "workload"]
