@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -82,7 +83,7 @@ def response_key(kind: str, canonical_request: str) -> str:
 class CacheStats:
     """Thread-safe counters; ``/metrics`` reads them at scrape time."""
 
-    __slots__ = ("_lock", "errors", "hits", "misses", "writes")
+    __slots__ = ("_lock", "_warned_invalid", "errors", "hits", "invalid", "misses", "writes")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -90,13 +91,34 @@ class CacheStats:
         self.misses = 0
         self.errors = 0
         self.writes = 0
+        self.invalid = 0
+        self._warned_invalid = False
 
-    def add(self, *, hits: int = 0, misses: int = 0, errors: int = 0, writes: int = 0) -> None:
+    def add(
+        self, *, hits: int = 0, misses: int = 0, errors: int = 0, writes: int = 0, invalid: int = 0
+    ) -> None:
         with self._lock:
             self.hits += hits
             self.misses += misses
             self.errors += errors
             self.writes += writes
+            self.invalid += invalid
+
+    def reject(self, key: str, why: str) -> None:
+        """A value read under ``key`` failed its schema: counted (``invalid``), logged once per
+        process (a poisoned cache would otherwise log on every read), recomputed by the caller
+        and overwritten with the computed value."""
+        with self._lock:
+            self.invalid += 1
+            first = not self._warned_invalid
+            self._warned_invalid = True
+        if first:
+            logger.warning(
+                "cache value under %s failed its check (%s); recomputing and overwriting "
+                "(further invalid values are only counted: chunkwise_cache_invalid_total)",
+                key,
+                why,
+            )
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -105,6 +127,7 @@ class CacheStats:
                 "misses": self.misses,
                 "errors": self.errors,
                 "writes": self.writes,
+                "invalid": self.invalid,
             }
 
 
@@ -348,9 +371,29 @@ def _decode(raw: str | bytes | None) -> JSONValue | None:
         return None
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None  # a corrupt entry is a miss; the next write replaces it
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None  # a corrupt (or absurdly nested) entry is a miss; the next write replaces it
     return value if isinstance(value, dict | list) else None
+
+
+#: Deepest nesting a cached document may have (responses nest about six levels).
+MAX_CACHED_DEPTH = 32
+
+
+def all_finite(value: JSONValue) -> bool:
+    """Whether a cached JSON document holds only finite numbers (``json.loads`` reads ``NaN``
+    and ``Infinity``) and nests at most ``MAX_CACHED_DEPTH`` levels; walked iteratively."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_CACHED_DEPTH:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return False
+    return True
 
 
 def _redact(url: str) -> str:

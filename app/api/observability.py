@@ -74,6 +74,7 @@ class _ServiceCollector(Collector):
             ("misses", "Latency cache misses"),
             ("errors", "Latency cache backend errors (each degraded to local compute)"),
             ("writes", "Latency cache entries written"),
+            ("invalid", "Cache values that failed their schema check (recomputed, overwritten)"),
         ):
             family = CounterMetricFamily(f"chunkwise_cache_{name}", doc, labels=["backend"])
             family.add_metric([backend], stats[name])

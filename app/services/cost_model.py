@@ -4,6 +4,7 @@ latency cache in batches, computed by the runner on a miss.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,13 +49,21 @@ class ForwardRecord:
 
     @classmethod
     def from_json(cls, value: JSONValue) -> ForwardRecord | None:
+        """The record a cached array holds, or ``None`` when it fails the schema: exactly
+        ``2 + len(MEMORY_KEYS)`` JSON numbers (no booleans, strings or nulls), all finite, the
+        latency > 0 and the memory figures other than ``available_gb`` >= 0 (memory left and
+        available may be negative: the forward does not fit)."""
         if not isinstance(value, list) or len(value) != 2 + len(MEMORY_KEYS):
             return None
-        try:
-            numbers = [float(v) for v in value]
-        except (TypeError, ValueError):
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
             return None
-        return cls(numbers[0], numbers[1], dict(zip(MEMORY_KEYS, numbers[2:], strict=True)))
+        numbers = [float(v) for v in value]
+        if not all(math.isfinite(v) for v in numbers) or not numbers[0] > 0:
+            return None
+        memory = dict(zip(MEMORY_KEYS, numbers[2:], strict=True))
+        if any(v < 0 for k, v in memory.items() if k != "available_gb"):
+            return None
+        return cls(numbers[0], numbers[1], memory)
 
 
 class ShapeEvaluator(Protocol):
@@ -139,6 +148,8 @@ class CachedServingModel:
         computed = 0
         for shape, key, value in zip(wanted, keys, values, strict=True):
             record = ForwardRecord.from_json(value) if value is not None else None
+            if value is not None and record is None:
+                self._cache.stats.reject(key, "not a forward record")
             if record is not None:
                 self.usage.hits += 1
             else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.cache import identity_digest, shape_key
+from app.cache import JSONValue, all_finite, identity_digest, shape_key
 from app.core.cost import ForwardShape
 from app.core.runner import (
     ForwardResult,
@@ -24,6 +24,7 @@ from app.services.context import ServiceContext
 from app.services.resolve import resolve_deployment
 
 if TYPE_CHECKING:  # the wire models load with the first forward, not with app.services
+    from app.models.common import CacheCounters
     from app.models.forward import ForwardRequest, ForwardResponse
 
 
@@ -86,28 +87,51 @@ def run_forward(request: ForwardRequest, *, allow_paths: bool = False) -> Forwar
 def forward(
     context: ServiceContext, request: ForwardRequest, *, allow_paths: bool = False
 ) -> ForwardResponse:
-    """One forward; the full result (breakdown included) is cached under its own key kind."""
-    from app.models.common import CacheCounters
+    """One forward; the full result (breakdown included) is cached under its own key kind;
+    a cached document is served only when it passes its checks (:func:`_cached_forward`)."""
     from app.models.forward import ForwardResponse
 
     plan = plan_forward(request, allow_paths=allow_paths)
     key = plan.cache_key()
     cached = context.cache.get_many([key])[0]
-    body = cached if isinstance(cached, dict) and "breakdown" in cached else None
-    if body is None:
-        body = plan.run().to_dict()
-        context.stats.add(forward_evaluations=1)
-        context.cache.set_many({key: body})
-    hit = body is cached
+    if cached is not None:
+        response = _cached_forward(context, key, cached, request)
+        if response is not None:
+            return response
+    body = plan.run().to_dict()
+    context.stats.add(forward_evaluations=1)
+    context.cache.set_many({key: body})
     return ForwardResponse.model_validate(
-        {
-            **body,
-            "input": request,
-            "cache": CacheCounters(
-                backend=context.cache.backend,
-                hits=int(hit),
-                misses=int(not hit),
-                round_trips=1,
-            ),
-        }
+        {**body, "input": request, "cache": _counters(context, hit=False)}
     )
+
+
+def _counters(context: ServiceContext, *, hit: bool) -> CacheCounters:
+    from app.models.common import CacheCounters
+
+    return CacheCounters(
+        backend=context.cache.backend, hits=int(hit), misses=int(not hit), round_trips=1
+    )
+
+
+def _cached_forward(
+    context: ServiceContext, key: str, cached: JSONValue, request: ForwardRequest
+) -> ForwardResponse | None:
+    """A cached forward document that passes the response schema with finite, non-negative
+    numbers; anything else is rejected (counted, logged once) and recomputed."""
+    from pydantic import ValidationError
+
+    from app.models.forward import ForwardResponse
+
+    if isinstance(cached, dict) and all_finite(cached):
+        try:
+            response = ForwardResponse.model_validate(
+                {**cached, "input": request, "cache": _counters(context, hit=True)}
+            )
+        except ValidationError:
+            pass
+        else:
+            if response.latency_ms > 0:
+                return response
+    context.cache.stats.reject(key, "not a forward document")
+    return None

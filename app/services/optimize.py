@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from app.cache import JSONValue, response_key
+from app.cache import JSONValue, all_finite, response_key
 from app.core import limits
 from app.core.errors import InvalidParameterError, SearchLimitError
 from app.core.optimizer import (
@@ -203,14 +203,25 @@ def _check_search(request: OptimizeRequest, spec: WorkloadSpec) -> int:
 
 
 def _cached_response(
-    context: ServiceContext, cached: JSONValue | None, started: float
+    context: ServiceContext,
+    key: str,
+    cached: JSONValue | None,
+    request: OptimizeRequest,
+    started: float,
 ) -> OptimizeResponse | None:
-    """A response-cache hit, re-stamped with this request's timing and cache counters."""
+    """A response-cache hit, re-stamped with this request's timing and cache counters.
+
+    Checked like any cached value: the response schema, only finite numbers, and the echo of
+    exactly this request (a body stored under another request's key is not its answer);
+    anything else is rejected (counted, logged once) and the search runs and overwrites it."""
     if cached is None:
         return None
     try:
-        response = OptimizeResponse.model_validate(cached)
+        response = OptimizeResponse.model_validate(cached) if all_finite(cached) else None
     except ValidationError:
+        response = None
+    if response is None or response.input != request:
+        context.cache.stats.reject(key, "not this request's optimize response")
         return None
     context.stats.add(response_cache_hits=1)
     response.stats.elapsed_ms = (time.perf_counter() - started) * 1e3
@@ -413,6 +424,8 @@ def optimize(
     max_batch = _check_search(request, spec)
     scheduler = make_scheduler(request.scheduler)
     use_response_cache = context.settings.response_cache and not allow_paths
+    # response_key folds in the application version, this the runner's: an upgrade never
+    # serves an older answer.
     key = (
         response_key("optimize", f"{RUNNER_MODEL_VERSION}|{request.model_dump_json()}")
         if use_response_cache
@@ -424,7 +437,7 @@ def optimize(
     manifest_key = response_key("manifest", f"{RUNNER_MODEL_VERSION}|{search}")
     first_read = context.cache.get_many([manifest_key] if key is None else [manifest_key, key])
     if key is not None:
-        hit = _cached_response(context, first_read[1], started)
+        hit = _cached_response(context, key, first_read[1], request, started)
         if hit is not None:
             return hit
 

@@ -36,7 +36,13 @@ def test_memory_cache_round_trip_and_stats() -> None:
     assert cache.get_many(["a", "b"]) == [None, None]
     cache.set_many({"a": {"latency_ms": 1.5}, "b": {"latency_ms": 2.0}})
     assert cache.get_many(["b", "a", "c"]) == [{"latency_ms": 2.0}, {"latency_ms": 1.5}, None]
-    assert cache.stats.snapshot() == {"hits": 2, "misses": 3, "errors": 0, "writes": 2}
+    assert cache.stats.snapshot() == {
+        "hits": 2,
+        "misses": 3,
+        "errors": 0,
+        "writes": 2,
+        "invalid": 0,
+    }
 
 
 def test_memory_cache_evicts_least_recently_used() -> None:

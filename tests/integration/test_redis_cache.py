@@ -35,7 +35,13 @@ def test_round_trip_with_ttl(redis_server: RedisServer) -> None:
         raw = redis_server.client()
         assert 0 < int(raw.ttl("k1")) <= 60
         assert raw.get("k1") == b'{"latency_ms":1.25}'
-        assert cache.stats.snapshot() == {"hits": 2, "misses": 3, "errors": 0, "writes": 2}
+        assert cache.stats.snapshot() == {
+            "hits": 2,
+            "misses": 3,
+            "errors": 0,
+            "writes": 2,
+            "invalid": 0,
+        }
         assert cache.check().reachable
     finally:
         cache.close()
