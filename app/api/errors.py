@@ -88,8 +88,19 @@ def problem_response(
     return ProblemResponse(body, status_code=status, headers=headers)
 
 
+#: A 422 lists at most this many invalid fields (a body with 70,000 unknown keys would
+#: otherwise answer megabytes); ``detail`` says how many were left out.
+MAX_REPORTED_ERRORS = 50
+#: Longest rendering of one location part or message (keys and messages come from the body).
+MAX_ERROR_TEXT = 200
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 3] + "..."
+
+
 def _loc(loc: Any) -> list[str | int]:
-    return [part if isinstance(part, int) else str(part) for part in loc]
+    return [part if isinstance(part, int) else _cut(str(part)) for part in loc]
 
 
 async def _validation(request: Request, exc: Exception) -> ProblemResponse:
@@ -101,13 +112,17 @@ async def _validation(request: Request, exc: Exception) -> ProblemResponse:
         )
     errors = [
         ProblemFieldError(
-            loc=_loc(err.get("loc", ())), msg=str(err.get("msg", "")), type=str(err.get("type"))
+            loc=_loc(err.get("loc", ())),
+            msg=_cut(str(err.get("msg", ""))),
+            type=_cut(str(err.get("type"))),
         )
-        for err in raw
+        for err in raw[:MAX_REPORTED_ERRORS]
     ]
     detail = "; ".join(
         f"{'.'.join(str(p) for p in e.loc if p != 'body') or 'body'}: {e.msg}" for e in errors
     )
+    if len(raw) > MAX_REPORTED_ERRORS:
+        detail += f"; and {len(raw) - MAX_REPORTED_ERRORS} more invalid fields"
     return problem_response(
         request,
         422,

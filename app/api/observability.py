@@ -32,6 +32,14 @@ _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 
+def is_json(content_type: str) -> bool:
+    """``application/json`` (any parameters, e.g. ``; charset=utf-8``) or a ``+json`` type."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
 class RequestIdLogFilter(logging.Filter):
     """Adds ``request_id`` to every log record (``-`` outside a request)."""
 
@@ -145,6 +153,18 @@ class RequestContextMiddleware:
         )
         return ProblemResponse(body, status_code=413)
 
+    @staticmethod
+    def _not_json(scope: Scope, request_id: str, content_type: str) -> ProblemResponse:
+        body = problem_dict(
+            type=f"{PROBLEM_BASE}unsupported-media-type",
+            title="Unsupported media type",
+            status=415,
+            detail=f"a POST body must be application/json, not {loggable(content_type) or 'none'}",
+            instance=scope["path"],
+            request_id=request_id,
+        )
+        return ProblemResponse(body, status_code=415)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -189,7 +209,16 @@ class RequestContextMiddleware:
 
         try:
             declared = headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > limit:
+            content_type = headers.get("content-type", "")
+            has_body = (declared.isdigit() and int(declared) > 0) or (
+                "transfer-encoding" in headers
+            )
+            if scope["method"] == "POST" and has_body and not is_json(content_type):
+                # A page on another origin can POST text/plain or a form without a CORS
+                # preflight; only application/json bodies are read, so it cannot make a
+                # loopback service compute.
+                await self._not_json(scope, request_id, content_type)(scope, receive, send_with_id)
+            elif declared.isdigit() and int(declared) > limit:
                 await answer_too_large()
             else:
                 try:
