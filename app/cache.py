@@ -80,6 +80,11 @@ def response_key(kind: str, canonical_request: str) -> str:
     return f"{KEY_PREFIX}:v{CACHE_SCHEMA_VERSION}:resp:{kind}:{hashlib.sha256(payload).hexdigest()}"
 
 
+#: The key a readiness check writes to learn whether a refusing Redis accepts writes again.
+PROBE_KEY = f"{KEY_PREFIX}:v{CACHE_SCHEMA_VERSION}:probe"
+PROBE_TTL_S = 60
+
+
 class CacheStats:
     """Thread-safe counters; ``/metrics`` reads them at scrape time."""
 
@@ -136,6 +141,9 @@ class CacheHealth:
     backend: str
     reachable: bool
     detail: str = ""
+    #: False while the backend answers but refuses writes (a full Redis under ``noeviction``,
+    #: a read-only replica): requests are answered, nothing computed is kept.
+    writable: bool = True
 
 
 @runtime_checkable
@@ -252,6 +260,9 @@ class RedisLatencyCache:
         from redis.retry import Retry
 
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        # A server reply refusing a write (OOM under noeviction, READONLY): Redis is reachable
+        # and reads go on; only writes pause.
+        self._refusals: tuple[type[BaseException], ...] = (redis.ResponseError,)
         # No client-side retries: one failed round trip costs at most one socket timeout.
         self._client: redis.Redis = redis.Redis.from_url(
             url,
@@ -265,6 +276,8 @@ class RedisLatencyCache:
         self._down_until = 0.0
         self._last_error = ""
         self._reachable = True
+        self._refusing_until = 0.0
+        self._refusal = ""
 
     # -- failure bookkeeping -------------------------------------------------------------
     def _skipping(self) -> bool:
@@ -295,6 +308,34 @@ class RedisLatencyCache:
         if not was_reachable:
             logger.info("redis cache reachable again at %s", _redact(self.url))
 
+    def _refusing(self) -> bool:
+        with self._lock:
+            return time.monotonic() < self._refusing_until
+
+    def _refused(self, exc: BaseException) -> None:
+        """A write refused by the server: pause writes for the retry interval; one warning
+        when it starts (not one per request), one info line when writes are accepted again."""
+        self.stats.add(errors=1)
+        with self._lock:
+            first = not self._refusal
+            self._refusal = f"{type(exc).__name__}: {exc}"
+            self._refusing_until = time.monotonic() + self.retry_interval_s
+        if first:
+            logger.warning(
+                "redis cache refuses writes (%s); reads go on, computed forwards are not kept, "
+                "writes are retried every %.1fs",
+                self._refusal,
+                self.retry_interval_s,
+            )
+
+    def _accepted(self) -> None:
+        with self._lock:
+            was_refusing = bool(self._refusal)
+            self._refusal = ""
+            self._refusing_until = 0.0
+        if was_refusing:
+            logger.info("redis cache accepts writes again at %s", _redact(self.url))
+
     # -- LatencyCache --------------------------------------------------------------------
     def get_many(self, keys: Sequence[str]) -> list[JSONValue | None]:
         if not keys:
@@ -316,17 +357,22 @@ class RedisLatencyCache:
 
     def set_many(self, items: Mapping[str, JSONValue]) -> None:
         encoded = _encode_all(items)
-        if not encoded or self._skipping():
+        if not encoded or self._skipping() or self._refusing():
             return
         try:
             pipe = self._client.pipeline(transaction=False)
             for key, raw in encoded.items():
                 pipe.set(key, raw, ex=self.ttl_s)
             pipe.execute()
+        except self._refusals as exc:
+            self._succeeded()  # it answered
+            self._refused(exc)
+            return
         except self._errors as exc:
             self._failed("pipelined SET", exc)
             return
         self._succeeded()
+        self._accepted()
         self.stats.add(writes=len(encoded))
 
     def check(self) -> CacheHealth:
@@ -336,6 +382,30 @@ class RedisLatencyCache:
             self._failed("PING", exc)
             return CacheHealth(backend=self.backend, reachable=False, detail=self._last_error)
         self._succeeded()
+        with self._lock:
+            refusal = self._refusal
+        if refusal and not self._refusing():
+            # Writes were refused and the pause is over: probe with one small write, so a
+            # readiness check clears the state without waiting for traffic (which an unready
+            # worker does not get).
+            try:
+                self._client.set(PROBE_KEY, "1", ex=PROBE_TTL_S)
+            except self._refusals as exc:
+                self._refused(exc)
+            except self._errors as exc:
+                self._failed("probe SET", exc)
+                return CacheHealth(backend=self.backend, reachable=False, detail=self._last_error)
+            else:
+                self._accepted()
+            with self._lock:
+                refusal = self._refusal
+        if refusal:
+            return CacheHealth(
+                backend=self.backend,
+                reachable=True,
+                writable=False,
+                detail=f"refuses writes ({refusal})",
+            )
         return CacheHealth(backend=self.backend, reachable=True, detail=_redact(self.url))
 
     def close(self) -> None:

@@ -27,12 +27,17 @@ async def healthz() -> Health:
 async def readyz(request: Request, context: ContextDep) -> Response | Readiness:
     """Readiness: the cache backend answers a probe now (503 otherwise)."""
     health = await anyio.to_thread.run_sync(context.cache.check)
-    cache = CacheStatus(backend=health.backend, reachable=health.reachable, detail=health.detail)
-    if not health.reachable:
+    cache = CacheStatus(
+        backend=health.backend,
+        reachable=health.reachable,
+        detail=health.detail,
+        writable=health.writable,
+    )
+    if not (health.reachable and health.writable):
         return problem_response(
             request,
             503,
-            "Cache backend unreachable",
+            "Cache backend unreachable" if not health.reachable else "Cache backend refuses writes",
             f"{health.backend}: {health.detail}",
             kind="cache-unavailable",
             headers={"Retry-After": "1"},

@@ -40,6 +40,9 @@ class CacheStatus(BaseModel):
     backend: str
     reachable: bool
     detail: str = ""
+    writable: bool = Field(
+        default=True, description="false while the backend answers but refuses writes (full)"
+    )
 
 
 class Readiness(BaseModel):
