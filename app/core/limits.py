@@ -62,6 +62,8 @@ MAX_POISSON_REQUEST_CHUNKS = 131_072
 # it: about 10 us per scheduling run, roughly one run per request and chunk).
 MAX_CLOSED_LOOP_REQUEST_CHUNKS = 131_072
 MAX_MANIFEST_KEYS = 50_000  # forward keys remembered per optimize search (one MGET when warm)
+# Cache entries one request may write (about 7 MB of forward records); the rest is recomputed.
+MAX_KEYS_WRITTEN_PER_REQUEST = 20_000
 # An inline model (``{"name": ..., "config": {...config.json...}}``) or a custom device: every
 # number finite and at most this (a config.json's largest is rope_theta, about 1e7), and at most
 # MAX_INLINE_LAYERS layers (the catalog builds one entry per layer).

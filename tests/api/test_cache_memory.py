@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from app.cache import (
     CACHE_SCHEMA_VERSION,
     LatencyCache,
@@ -96,3 +98,36 @@ def test_keys_tell_budgets_apart_through_their_chunk_shapes() -> None:
     # Only the identical shape is shared: the last chunk, 1808 new tokens on 10000 of context.
     shared = keys(4096) & keys(2048)
     assert shared == {f"chunkwise:v{CACHE_SCHEMA_VERSION}:lat:{digest}:p:1:1808:10000"}
+
+
+def test_one_request_writes_at_most_the_per_request_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """W7: a request that computes more forwards than the cap still answers, and writes only
+    the first ``MAX_KEYS_WRITTEN_PER_REQUEST`` of them to the shared cache."""
+    from app import services
+    from app.core import limits
+    from app.models.simulate import SimulateRequest
+    from app.settings import Settings
+
+    request = SimulateRequest.model_validate(
+        {
+            "model": "Qwen/Qwen3-8B",
+            "device": "NVIDIA_H100_SXM_80G",
+            "input_length": 4096,
+            "output_length": 32,
+            "max_batched_tokens": 512,
+            "concurrency": 16,
+        }
+    )
+    uncapped_context = services.create_context(Settings(cache_backend="memory"))
+    uncapped = services.simulate(uncapped_context, request)
+    assert uncapped.stats.forward_evaluations > 10
+    monkeypatch.setattr(limits, "MAX_KEYS_WRITTEN_PER_REQUEST", 10)
+    context = services.create_context(Settings(cache_backend="memory"))
+    capped = services.simulate(context, request)
+    assert capped.ttft_ms == uncapped.ttft_ms and capped.tpot_ms == uncapped.tpot_ms
+    assert context.cache.stats.snapshot()["writes"] == 10
+    again = services.simulate(context, request)  # the ten are hits, the rest computed again
+    assert again.stats.cache.hits == 10
+    assert again.stats.forward_evaluations == uncapped.stats.forward_evaluations - 10
