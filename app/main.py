@@ -64,7 +64,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.context = context
         try:
             gate = ComputeGate.create(
-                settings.max_concurrent_computations, settings.max_queued_computations
+                settings.max_concurrent_computations,
+                settings.max_queued_computations,
+                settings.max_light_computations,
             )
             yield {"context": context, "gate": gate}
         finally:

@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     response_cache: bool = True
     # CPU-bound computations per worker process: running at once, and waiting before a 503.
     max_concurrent_computations: int = Field(default=8, ge=1, le=256)
+    # The light lane's slots (chunk plans, forwards, small simulations); 0: one lane for all.
+    max_light_computations: int = Field(default=4, ge=0, le=256)
     max_queued_computations: int = Field(default=256, ge=0)
     # Largest accepted request body (an inline config.json is a few KB).
     max_body_bytes: int = Field(default=1_048_576, ge=1024)

@@ -1,8 +1,16 @@
 """CPU-bound service calls run in worker threads, gated so overload is a fast 503, not a queue.
 
-At most ``max_concurrent_computations`` run at once per worker process (threads share the GIL:
-more would only stretch every request) and at most ``max_queued_computations`` wait; beyond
-that a request is refused at once with 503 problem+json and ``Retry-After``.
+Two lanes, each its own pool of slots, so a cheap request never waits behind expensive ones:
+
+- **light** (``max_light_computations`` slots): requests whose cost is bounded small by their
+  size alone -- a chunk plan, one forward, and a simulation that
+  :func:`~app.services.is_light_simulation` accepts (at most ``LIGHT_SIMULATION_CHUNK_REQUESTS``
+  prefill chunks x requests per replica, no step timeline);
+- **heavy** (``max_concurrent_computations`` slots): every optimize and the other simulations.
+
+In each lane at most its slots run at once per worker process (threads share the GIL: more
+would only stretch every request) and at most ``max_queued_computations`` wait; beyond that a
+request is refused at once with 503 problem+json and ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -24,16 +32,20 @@ class OverloadedError(Exception):
 class ComputeGate:
     limiter: anyio.CapacityLimiter
     max_waiting: int
+    light: anyio.CapacityLimiter | None = None
 
     @classmethod
-    def create(cls, max_concurrent: int, max_waiting: int) -> ComputeGate:
-        return cls(anyio.CapacityLimiter(max_concurrent), max_waiting)
+    def create(cls, max_concurrent: int, max_waiting: int, max_light: int = 0) -> ComputeGate:
+        light = anyio.CapacityLimiter(max_light) if max_light > 0 else None
+        return cls(anyio.CapacityLimiter(max_concurrent), max_waiting, light)
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        stats = self.limiter.statistics()
+    async def run(self, fn: Callable[[], T], *, light: bool = False) -> T:
+        """Run ``fn`` in a worker thread in its lane (the light lane only if there is one)."""
+        limiter = self.light if light and self.light is not None else self.limiter
+        stats = limiter.statistics()
         if stats.borrowed_tokens >= stats.total_tokens and stats.tasks_waiting >= self.max_waiting:
             raise OverloadedError(
                 f"{stats.borrowed_tokens} computations running and {stats.tasks_waiting} "
                 "waiting; retry shortly"
             )
-        return await anyio.to_thread.run_sync(fn, limiter=self.limiter)
+        return await anyio.to_thread.run_sync(fn, limiter=limiter)

@@ -17,4 +17,4 @@ router = APIRouter(prefix="/v1", tags=["forward"], responses=PROBLEM_RESPONSES)
 @router.post("/forward", response_model=ForwardResponse)
 async def forward(request: ForwardRequest, context: ContextDep, gate: GateDep) -> ForwardResponse:
     """Latency with a per-operator breakdown and the memory picture of one forward."""
-    return await gate.run(partial(services.forward, context, request))
+    return await gate.run(partial(services.forward, context, request), light=True)

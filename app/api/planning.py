@@ -22,7 +22,7 @@ router = APIRouter(prefix="/v1", tags=["planning"], responses=PROBLEM_RESPONSES)
 @router.post("/chunk-plan", response_model=ChunkPlanResponse)
 async def chunk_plan(request: ChunkPlanRequest, gate: GateDep) -> ChunkPlanResponse:
     """The prefill chunk plan and the effective (uncached) input length."""
-    return await gate.run(partial(services.chunk_plan, request))
+    return await gate.run(partial(services.chunk_plan, request), light=True)
 
 
 @router.post("/simulate", response_model=SimulateResponse)
@@ -33,7 +33,8 @@ async def simulate(
 
     An infeasible configuration (memory, limits) is a 200 with ``feasible: false``.
     """
-    return await gate.run(partial(services.simulate, context, request))
+    light = services.is_light_simulation(request)
+    return await gate.run(partial(services.simulate, context, request), light=light)
 
 
 @router.post("/optimize", response_model=OptimizeResponse)

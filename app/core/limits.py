@@ -64,6 +64,10 @@ MAX_CLOSED_LOOP_REQUEST_CHUNKS = 131_072
 MAX_MANIFEST_KEYS = 50_000  # forward keys remembered per optimize search (one MGET when warm)
 # Cache entries one request may write (about 7 MB of forward records); the rest is recomputed.
 MAX_KEYS_WRITTEN_PER_REQUEST = 20_000
+# A simulation of at most this many prefill chunks x requests per replica (and no timeline) is
+# light: a few milliseconds on the real runner (bench_costs: 64 requests x 16 chunks, 4-16 ms
+# cold), so the API runs it in the light lane, never behind an optimize.
+LIGHT_SIMULATION_CHUNK_REQUESTS = 4096
 # An inline model (``{"name": ..., "config": {...config.json...}}``) or a custom device: every
 # number finite and at most this (a config.json's largest is rope_theta, about 1e7), and at most
 # MAX_INLINE_LAYERS layers (the catalog builds one entry per layer).

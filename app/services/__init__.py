@@ -25,7 +25,7 @@ from app.services.forward import ForwardPlan, ForwardRun, forward, plan_forward,
 from app.services.optimize import optimize
 from app.services.resolve import ResolvedDeployment
 from app.services.simulate import simulate
-from app.services.sizing import workload_spec
+from app.services.sizing import is_light_simulation, workload_spec
 from app.services.validate import validate, validate_cases, validation_kinds
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "forward",
     "get_device_info",
     "get_model_info",
+    "is_light_simulation",
     "list_devices",
     "list_models",
     "optimize",

@@ -187,3 +187,26 @@ def check_timeline_size(
             f"{limits.MAX_TIMELINE_CHUNK_REQUESTS} (here {data.prefill_num_chunks} x "
             f"{busiest}); drop include_timeline or shrink the request"
         )
+
+
+def is_light_simulation(request: SimulateRequest) -> bool:
+    """Whether a simulation is cheap by its size alone (the API's light lane): at most
+    ``LIGHT_SIMULATION_CHUNK_REQUESTS`` prefill chunks x requests per replica, no timeline.
+
+    The chunk count is bounded from above without resolving anything: the smallest default
+    token budget (``SMALL_DEVICE_BATCHED_TOKENS``) when none is given, no prefix cache.
+    Requests are the burst's, the closed loop's clients x requests per client, or Poisson's
+    ``num_requests``, per replica."""
+    if request.include_timeline:
+        return False
+    budget = request.max_batched_tokens or SMALL_DEVICE_BATCHED_TOKENS
+    chunks = -(-request.input_length // budget)
+    replicas = max(1, request.dp_size)
+    if request.workload == "poisson":
+        total = request.num_requests or DEFAULT_POISSON_REQUESTS
+    elif request.workload == "closed_loop":
+        total = (request.concurrency or 1) * request.requests_per_client
+    else:
+        total = request.concurrency or 1
+    per_replica = -(-total // replicas)
+    return chunks * per_replica <= limits.LIGHT_SIMULATION_CHUNK_REQUESTS

@@ -29,7 +29,9 @@ def test_the_gate_refuses_when_slots_and_queue_are_full() -> None:
 
 
 def test_an_overloaded_worker_answers_503_problem() -> None:
-    settings = Settings(max_concurrent_computations=1, max_queued_computations=0)
+    settings = Settings(
+        max_concurrent_computations=1, max_queued_computations=0, max_light_computations=0
+    )
     release = threading.Event()
     entered = threading.Event()
     app = create_app(settings)
@@ -64,3 +66,92 @@ def test_an_overloaded_worker_answers_503_problem() -> None:
     assert refused.headers["retry-after"] == "1"
     assert refused.json()["type"].endswith("overloaded")
     assert results == [200]
+
+
+def test_the_light_lane_is_its_own_pool() -> None:
+    async def scenario() -> None:
+        gate = ComputeGate.create(max_concurrent=1, max_waiting=0, max_light=1)
+        await gate.limiter.acquire()  # the heavy lane is full
+        try:
+            assert await gate.run(lambda: 5, light=True) == 5
+            with pytest.raises(OverloadedError):
+                await gate.run(lambda: 0)
+        finally:
+            gate.limiter.release()
+
+    anyio.run(scenario)
+
+
+def test_cheap_requests_never_wait_behind_an_optimize() -> None:
+    """W2: with the heavy lane full (one slot, no queue) a chunk plan, a forward and a small
+    simulation answer at once; another optimize is refused."""
+    settings = Settings(max_concurrent_computations=1, max_queued_computations=0)
+    release = threading.Event()
+    entered = threading.Event()
+    app = create_app(settings)
+
+    from app import services
+
+    def blocked_optimize(context: object, request: object, **kwargs: object) -> object:
+        entered.set()
+        release.wait(10)
+        raise RuntimeError("released")
+
+    optimize = {
+        "model": "Qwen/Qwen3-8B",
+        "device": "NVIDIA_H100_SXM_80G",
+        "num_devices": 1,
+        "input_length": 512,
+        "output_length": 32,
+    }
+    simulate = {**{k: v for k, v in optimize.items() if k != "num_devices"}, "concurrency": 4}
+    forward = {
+        "model": "Qwen/Qwen3-8B",
+        "device": "NVIDIA_H100_SXM_80G",
+        "num_queries": 1,
+        "query_length": 64,
+    }
+    with TestClient(app, raise_server_exceptions=False) as client:
+        patch = pytest.MonkeyPatch()
+        patch.setattr(services, "optimize", blocked_optimize)
+        try:
+            busy = threading.Thread(target=lambda: client.post("/v1/optimize", json=optimize))
+            busy.start()
+            assert entered.wait(10)
+            plan = client.post(
+                "/v1/chunk-plan", json={"input_length": 100, "max_batched_tokens": 10}
+            )
+            one = client.post("/v1/forward", json=forward)
+            small = client.post("/v1/simulate", json=simulate)
+            refused = client.post("/v1/optimize", json=optimize)
+            release.set()
+            busy.join(10)
+        finally:
+            patch.undo()
+    assert (plan.status_code, one.status_code, small.status_code) == (200, 200, 200)
+    assert refused.status_code == 503
+
+
+@pytest.mark.parametrize(
+    ("extra", "light"),
+    [
+        ({"concurrency": 64}, True),
+        ({"concurrency": 64, "include_timeline": True}, False),
+        ({"concurrency": 4096}, False),
+        ({"concurrency": 64, "workload": "closed_loop", "requests_per_client": 100}, False),
+        ({"concurrency": 64, "dp_size": 8, "tp_size": 1}, True),
+    ],
+)
+def test_the_light_simulation_rule(extra: dict[str, object], light: bool) -> None:
+    from app import services
+    from app.models.simulate import SimulateRequest
+
+    body = {
+        "model": "Qwen/Qwen3-8B",
+        "device": "NVIDIA_H100_SXM_80G",
+        "input_length": 4096,
+        "output_length": 32,
+        "max_batched_tokens": 1024,
+        **extra,
+    }
+    assert services.is_light_simulation(SimulateRequest.model_validate(body)) is light
