@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         RequestContextMiddleware,
         metrics=app.state.metrics,
         max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
     )
     install_error_handlers(app)
     app.include_router(health.router)

@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     max_concurrent_computations: int = Field(default=8, ge=1, le=256)
     # The light lane's slots (chunk plans, forwards, small simulations); 0: one lane for all.
     max_light_computations: int = Field(default=4, ge=0, le=256)
+    # A request body that stops arriving for this long is answered 408 (slow or half-sent).
+    body_timeout_s: float = Field(default=10.0, gt=0, le=600)
     max_queued_computations: int = Field(default=256, ge=0)
     # Largest accepted request body (an inline config.json is a few KB).
     max_body_bytes: int = Field(default=1_048_576, ge=1024)

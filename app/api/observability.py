@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
+import anyio
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -129,6 +130,10 @@ class Metrics:
         self.duration.labels(method, route).observe(seconds)
 
 
+class _BodyTimeout(Exception):
+    """The body stopped arriving for longer than the body timeout."""
+
+
 class _BodyTooLarge(Exception):
     pass
 
@@ -137,10 +142,17 @@ class RequestContextMiddleware:
     """Pure ASGI: request id (echoed in ``X-Request-ID``), body size limit (413 problem+json),
     metrics and one access log line."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int = 1_048_576) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        max_body_bytes: int = 1_048_576,
+        body_timeout_s: float = 10.0,
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     def _too_large(self, scope: Scope, request_id: str) -> ProblemResponse:
         body = problem_dict(
@@ -152,6 +164,17 @@ class RequestContextMiddleware:
             request_id=request_id,
         )
         return ProblemResponse(body, status_code=413)
+
+    def _too_slow(self, scope: Scope, request_id: str) -> ProblemResponse:
+        body = problem_dict(
+            type=f"{PROBLEM_BASE}body-timeout",
+            title="Request body too slow",
+            status=408,
+            detail=f"the body did not arrive within {self.body_timeout_s:g} s",
+            instance=scope["path"],
+            request_id=request_id,
+        )
+        return ProblemResponse(body, status_code=408, headers={"Connection": "close"})
 
     @staticmethod
     def _not_json(scope: Scope, request_id: str, content_type: str) -> ProblemResponse:
@@ -182,10 +205,16 @@ class RequestContextMiddleware:
         # A streamed body that grows past the limit: the app's own answer (the framework turns
         # the failed read into a 400) is dropped and a 413 goes out instead.
         overflow = {"hit": False, "answered": False}
+        # A body that stops arriving (half-sent, a slow client) is cut after body_timeout_s of
+        # silence: the app's answer to the failed read is dropped and a 408 goes out instead.
+        # Only while the body is incomplete: later reads wait for a disconnect, legitimately.
+        reading = {"done": False, "timed_out": False}
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, started
-            if overflow["hit"] and not overflow["answered"]:
+            if (overflow["hit"] and not overflow["answered"]) or (
+                reading["timed_out"] and not overflow["answered"]
+            ):
                 return
             if message["type"] == "http.response.start":
                 status = int(message["status"])
@@ -195,12 +224,20 @@ class RequestContextMiddleware:
 
         async def limited_receive() -> Message:
             nonlocal received
-            message = await receive()
+            if reading["done"]:
+                return await receive()
+            try:
+                with anyio.fail_after(self.body_timeout_s):
+                    message = await receive()
+            except TimeoutError:
+                reading["timed_out"] = True
+                raise _BodyTimeout from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     overflow["hit"] = True
                     raise _BodyTooLarge
+                reading["done"] = not message.get("more_body", False)
             return message
 
         async def answer_too_large() -> None:
@@ -223,11 +260,14 @@ class RequestContextMiddleware:
             else:
                 try:
                     await self.app(scope, limited_receive, send_with_id)
-                except _BodyTooLarge:
+                except (_BodyTooLarge, _BodyTimeout):
                     if started:
                         raise
                 if overflow["hit"] and not started:
                     await answer_too_large()
+                elif reading["timed_out"] and not started:
+                    overflow["answered"] = True
+                    await self._too_slow(scope, request_id)(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - start
             route = getattr(scope.get("route"), "path", None) or "<unmatched>"

@@ -9,6 +9,7 @@ import sys
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.core import limits
     from app.settings import Settings
 
     if args.workers > 1 and Settings().cache_backend == "memory":
@@ -24,5 +25,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         access_log=False,  # the app logs one access line per request, with its request id
+        # The h11 parser bounds the request line and headers (httptools accepts any size: a
+        # 100 MB header was read whole); idle keep-alive connections close after 5 s.
+        http="h11",
+        h11_max_incomplete_event_size=limits.MAX_HEADER_BYTES,
+        timeout_keep_alive=5,
     )
     return 0

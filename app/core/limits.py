@@ -68,6 +68,8 @@ MAX_KEYS_WRITTEN_PER_REQUEST = 20_000
 # light: a few milliseconds on the real runner (bench_costs: 64 requests x 16 chunks, 4-16 ms
 # cold), so the API runs it in the light lane, never behind an optimize.
 LIGHT_SIMULATION_CHUNK_REQUESTS = 4096
+# The request line and headers of one HTTP request, in bytes (chunkwise serve).
+MAX_HEADER_BYTES = 64 * 1024
 # An inline model (``{"name": ..., "config": {...config.json...}}``) or a custom device: every
 # number finite and at most this (a config.json's largest is rope_theta, about 1e7), and at most
 # MAX_INLINE_LAYERS layers (the catalog builds one entry per layer).
