@@ -130,6 +130,56 @@ class Metrics:
         self.duration.labels(method, route).observe(seconds)
 
 
+class _BodyGuard:
+    """One request's body as the app reads it: a streamed body that grows past the limit, or
+    one that stops arriving for ``timeout_s`` (half-sent, a slow client), fails the read; the
+    framework turns a failed read into its own 400, which the middleware drops for a 413 or a
+    408. The timeout applies only while the body is incomplete: later reads wait for a
+    disconnect, legitimately."""
+
+    __slots__ = (
+        "_receive",
+        "answered",
+        "done",
+        "limit",
+        "received",
+        "timed_out",
+        "timeout_s",
+        "too_large",
+    )
+
+    def __init__(self, receive: Receive, limit: int, timeout_s: float) -> None:
+        self._receive = receive
+        self.limit = limit
+        self.timeout_s = timeout_s
+        self.received = 0
+        self.done = False
+        self.too_large = False
+        self.timed_out = False
+        self.answered = False
+
+    @property
+    def failed(self) -> bool:
+        return self.too_large or self.timed_out
+
+    async def receive(self) -> Message:
+        if self.done:
+            return await self._receive()
+        try:
+            with anyio.fail_after(self.timeout_s):
+                message = await self._receive()
+        except TimeoutError:
+            self.timed_out = True
+            raise _BodyTimeout from None
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.limit:
+                self.too_large = True
+                raise _BodyTooLarge
+            self.done = not message.get("more_body", False)
+        return message
+
+
 class _BodyTimeout(Exception):
     """The body stopped arriving for longer than the body timeout."""
 
@@ -188,6 +238,21 @@ class RequestContextMiddleware:
         )
         return ProblemResponse(body, status_code=415)
 
+    def _refused_upfront(
+        self, scope: Scope, headers: Headers, request_id: str
+    ) -> ProblemResponse | None:
+        """A request answered from its headers alone: a POST body that is not JSON (a page on
+        another origin can POST text/plain or a form without a CORS preflight; only JSON is
+        read, so it cannot make a loopback service compute), or a declared body too large."""
+        declared = headers.get("content-length", "")
+        has_body = (declared.isdigit() and int(declared) > 0) or "transfer-encoding" in headers
+        content_type = headers.get("content-type", "")
+        if scope["method"] == "POST" and has_body and not is_json(content_type):
+            return self._not_json(scope, request_id, content_type)
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            return self._too_large(scope, request_id)
+        return None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -200,74 +265,36 @@ class RequestContextMiddleware:
         status = 500
         started = False
         start = time.perf_counter()
-        limit = self.max_body_bytes
-        received = 0
-        # A streamed body that grows past the limit: the app's own answer (the framework turns
-        # the failed read into a 400) is dropped and a 413 goes out instead.
-        overflow = {"hit": False, "answered": False}
-        # A body that stops arriving (half-sent, a slow client) is cut after body_timeout_s of
-        # silence: the app's answer to the failed read is dropped and a 408 goes out instead.
-        # Only while the body is incomplete: later reads wait for a disconnect, legitimately.
-        reading = {"done": False, "timed_out": False}
+        body = _BodyGuard(receive, self.max_body_bytes, self.body_timeout_s)
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, started
-            if (overflow["hit"] and not overflow["answered"]) or (
-                reading["timed_out"] and not overflow["answered"]
-            ):
-                return
+            if body.failed and not body.answered:
+                return  # the app's answer to a failed read: the guard's problem goes instead
             if message["type"] == "http.response.start":
                 status = int(message["status"])
                 started = True
                 MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
             await send(message)
 
-        async def limited_receive() -> Message:
-            nonlocal received
-            if reading["done"]:
-                return await receive()
-            try:
-                with anyio.fail_after(self.body_timeout_s):
-                    message = await receive()
-            except TimeoutError:
-                reading["timed_out"] = True
-                raise _BodyTimeout from None
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    overflow["hit"] = True
-                    raise _BodyTooLarge
-                reading["done"] = not message.get("more_body", False)
-            return message
-
-        async def answer_too_large() -> None:
-            overflow["answered"] = True
-            await self._too_large(scope, request_id)(scope, receive, send_with_id)
-
         try:
-            declared = headers.get("content-length", "")
-            content_type = headers.get("content-type", "")
-            has_body = (declared.isdigit() and int(declared) > 0) or (
-                "transfer-encoding" in headers
-            )
-            if scope["method"] == "POST" and has_body and not is_json(content_type):
-                # A page on another origin can POST text/plain or a form without a CORS
-                # preflight; only application/json bodies are read, so it cannot make a
-                # loopback service compute.
-                await self._not_json(scope, request_id, content_type)(scope, receive, send_with_id)
-            elif declared.isdigit() and int(declared) > limit:
-                await answer_too_large()
+            upfront = self._refused_upfront(scope, headers, request_id)
+            if upfront is not None:
+                await upfront(scope, receive, send_with_id)
             else:
                 try:
-                    await self.app(scope, limited_receive, send_with_id)
+                    await self.app(scope, body.receive, send_with_id)
                 except (_BodyTooLarge, _BodyTimeout):
                     if started:
                         raise
-                if overflow["hit"] and not started:
-                    await answer_too_large()
-                elif reading["timed_out"] and not started:
-                    overflow["answered"] = True
-                    await self._too_slow(scope, request_id)(scope, receive, send_with_id)
+                if body.failed and not started:
+                    body.answered = True
+                    problem = (
+                        self._too_large(scope, request_id)
+                        if body.too_large
+                        else self._too_slow(scope, request_id)
+                    )
+                    await problem(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - start
             route = getattr(scope.get("route"), "path", None) or "<unmatched>"
