@@ -180,6 +180,9 @@ class _BodyGuard:
         return message
 
 
+HTTP_408 = 408  # the body timed out: the connection is closed after the answer
+
+
 class _BodyTimeout(Exception):
     """The body stopped arriving for longer than the body timeout."""
 
@@ -204,39 +207,40 @@ class RequestContextMiddleware:
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
 
-    def _too_large(self, scope: Scope, request_id: str) -> ProblemResponse:
+    @staticmethod
+    def _problem(
+        scope: Scope, request_id: str, kind: str, title: str, status: int, detail: str
+    ) -> ProblemResponse:
+        """A problem+json answer the middleware sends itself (the app never saw the request,
+        or its answer to a failed body read is dropped)."""
         body = problem_dict(
-            type=f"{PROBLEM_BASE}body-too-large",
-            title="Request body too large",
-            status=413,
-            detail=f"the body exceeds {self.max_body_bytes} bytes",
+            type=f"{PROBLEM_BASE}{kind}",
+            title=title,
+            status=status,
+            detail=detail,
             instance=scope["path"],
             request_id=request_id,
         )
-        return ProblemResponse(body, status_code=413)
+        headers = {"Connection": "close"} if status == HTTP_408 else None
+        return ProblemResponse(body, status_code=status, headers=headers)
+
+    def _too_large(self, scope: Scope, request_id: str) -> ProblemResponse:
+        detail = f"the body exceeds {self.max_body_bytes} bytes"
+        return self._problem(
+            scope, request_id, "body-too-large", "Request body too large", 413, detail
+        )
 
     def _too_slow(self, scope: Scope, request_id: str) -> ProblemResponse:
-        body = problem_dict(
-            type=f"{PROBLEM_BASE}body-timeout",
-            title="Request body too slow",
-            status=408,
-            detail=f"the body did not arrive within {self.body_timeout_s:g} s",
-            instance=scope["path"],
-            request_id=request_id,
+        detail = f"the body did not arrive within {self.body_timeout_s:g} s"
+        return self._problem(
+            scope, request_id, "body-timeout", "Request body too slow", HTTP_408, detail
         )
-        return ProblemResponse(body, status_code=408, headers={"Connection": "close"})
 
-    @staticmethod
-    def _not_json(scope: Scope, request_id: str, content_type: str) -> ProblemResponse:
-        body = problem_dict(
-            type=f"{PROBLEM_BASE}unsupported-media-type",
-            title="Unsupported media type",
-            status=415,
-            detail=f"a POST body must be application/json, not {loggable(content_type) or 'none'}",
-            instance=scope["path"],
-            request_id=request_id,
+    def _not_json(self, scope: Scope, request_id: str, content_type: str) -> ProblemResponse:
+        detail = f"a POST body must be application/json, not {loggable(content_type) or 'none'}"
+        return self._problem(
+            scope, request_id, "unsupported-media-type", "Unsupported media type", 415, detail
         )
-        return ProblemResponse(body, status_code=415)
 
     def _refused_upfront(
         self, scope: Scope, headers: Headers, request_id: str
