@@ -16,6 +16,9 @@ class Settings(BaseSettings):
 
     # Latency cache: "memory" is an in-process LRU (one worker); "redis" is shared by workers.
     cache_backend: Literal["memory", "redis"] = "memory"
+    # The port `chunkwise serve` listens on when --port is not given (the container's
+    # healthcheck reads the same variable).
+    port: int = Field(default=8000, ge=1, le=65535)
     redis_url: str = "redis://127.0.0.1:6379/0"
     cache_max_entries: int = Field(default=200_000, ge=1)
     cache_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)  # in-process backend only

@@ -278,7 +278,7 @@ def _add_simulate(sub: Subparsers[argparse.ArgumentParser]) -> None:
 def _add_serve(sub: Subparsers[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=int, default=None, help="default: APP_PORT, else 8000")
     serve.add_argument("--workers", type=int, default=1)
     serve.set_defaults(func=cmd_serve)
 

@@ -12,7 +12,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.core import limits
     from app.settings import Settings
 
-    if args.workers > 1 and Settings().cache_backend == "memory":
+    settings = Settings()
+    if args.workers > 1 and settings.cache_backend == "memory":
         print(
             "chunkwise: warning: each of the workers keeps its own in-process latency cache; "
             "set APP_CACHE_BACKEND=redis and APP_REDIS_URL to share one",
@@ -22,7 +23,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "app.main:create_app",
         factory=True,
         host=args.host,
-        port=args.port,
+        port=args.port if args.port is not None else settings.port,
         workers=args.workers,
         access_log=False,  # the app logs one access line per request, with its request id
         # The h11 parser bounds the request line and headers (httptools accepts any size: a

@@ -70,6 +70,58 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_healthcheck() -> None:
     assert cmd[cmd.index("--host") + 1] == "0.0.0.0"
 
 
+def test_the_healthcheck_probes_the_port_the_service_listens_on() -> None:
+    """Both follow APP_PORT: serve takes it when --port is not given, the probe reads it."""
+    final = stages(dockerfile_instructions())[-1]
+    env = " ".join(a for i, a in final if i == "ENV")
+    assert "APP_PORT=8000" in env
+    probe = json.loads(next(a for i, a in final if i == "HEALTHCHECK").split(" CMD ", 1)[1])
+    assert "APP_PORT" in probe[-1] and ":8000/" not in probe[-1]
+    cmd = json.loads(next(a for i, a in final if i == "CMD"))
+    assert "--port" not in cmd  # a fixed --port would ignore APP_PORT
+
+
+def test_dependencies_are_a_layer_of_their_own() -> None:
+    """pip installs pyproject's dependencies before the code is copied, so a code change does
+    not invalidate that layer; the package itself then installs without dependencies."""
+    build = stages(dockerfile_instructions())[0]
+    kinds = [(i, a) for i, a in build]
+    copy_app = next(n for n, (i, a) in enumerate(kinds) if i == "COPY" and "app" in a.split())
+    deps = next(n for n, (i, a) in enumerate(kinds) if i == "RUN" and "requirements.txt" in a)
+    assert deps < copy_app
+    assert [a for i, a in kinds[:deps] if i == "COPY"] == ["pyproject.toml ./"]
+    final_install = kinds[copy_app + 1 :]
+    assert any(i == "RUN" and "--no-deps ." in a for i, a in final_install)
+
+
+def test_the_requirements_line_lists_exactly_pyprojects_dependencies(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import tomllib
+
+    run = next(a for i, a in dockerfile_instructions() if i == "RUN" and "requirements.txt" in a)
+    snippet = shlex.split(run.split(">", 1)[0])[2]  # python -c "<snippet>"
+    (tmp_path / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
+    printed = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert printed == expected
+
+
+def test_serve_listens_on_app_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    from app.cli import main
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: seen.update(kwargs))
+    monkeypatch.setenv("APP_PORT", "9123")
+    assert main(["serve"]) == 0 and seen["port"] == 9123
+    assert main(["serve", "--port", "8001"]) == 0 and seen["port"] == 8001
+    assert seen["http"] == "h11" and seen["h11_max_incomplete_event_size"] == 64 * 1024
+
+
 def test_dockerfile_copies_only_existing_paths() -> None:
     for instruction, args in dockerfile_instructions():
         if instruction == "COPY" and not args.startswith("--from="):
