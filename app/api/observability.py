@@ -180,9 +180,6 @@ class _BodyGuard:
         return message
 
 
-HTTP_408 = 408  # the body timed out: the connection is closed after the answer
-
-
 class _BodyTimeout(Exception):
     """The body stopped arriving for longer than the body timeout."""
 
@@ -209,7 +206,13 @@ class RequestContextMiddleware:
 
     @staticmethod
     def _problem(
-        scope: Scope, request_id: str, kind: str, title: str, status: int, detail: str
+        scope: Scope,
+        request_id: str,
+        kind: str,
+        title: str,
+        status: int,
+        detail: str,
+        headers: dict[str, str] | None = None,
     ) -> ProblemResponse:
         """A problem+json answer the middleware sends itself (the app never saw the request,
         or its answer to a failed body read is dropped)."""
@@ -221,7 +224,6 @@ class RequestContextMiddleware:
             instance=scope["path"],
             request_id=request_id,
         )
-        headers = {"Connection": "close"} if status == HTTP_408 else None
         return ProblemResponse(body, status_code=status, headers=headers)
 
     def _too_large(self, scope: Scope, request_id: str) -> ProblemResponse:
@@ -231,9 +233,16 @@ class RequestContextMiddleware:
         )
 
     def _too_slow(self, scope: Scope, request_id: str) -> ProblemResponse:
+        """408, and the connection is closed: the rest of the body may still be on its way."""
         detail = f"the body did not arrive within {self.body_timeout_s:g} s"
         return self._problem(
-            scope, request_id, "body-timeout", "Request body too slow", HTTP_408, detail
+            scope,
+            request_id,
+            "body-timeout",
+            "Request body too slow",
+            408,
+            detail,
+            headers={"Connection": "close"},
         )
 
     def _not_json(self, scope: Scope, request_id: str, content_type: str) -> ProblemResponse:

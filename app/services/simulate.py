@@ -393,9 +393,35 @@ def _serving_response(
 
 def _timeline_out(steps: Sequence[StepRecord] | None) -> tuple[list[StepOut] | None, bool]:
     """The step timeline of a response (its first entries) and whether it was cut."""
+    from app.models.simulate import ForwardShapeOut, StepOut
+
     if steps is None:
         return None, False
-    kept = [_step_out(step) for step in steps[: limits.MAX_TIMELINE_ENTRIES]]
+
+    def shape_out(shape: ForwardShape | None) -> ForwardShapeOut | None:
+        if shape is None:
+            return None
+        return ForwardShapeOut(
+            concurrency=shape.concurrency, query_len=shape.query_len, seq_len=shape.seq_len
+        )
+
+    kept = [
+        StepOut(
+            start_ms=step.start_ms,
+            step_ms=step.step_ms,
+            repeat=step.repeat,
+            p_step=step.p_step,
+            prefill=shape_out(step.prefill_shape),
+            prefill_ms=step.prefill_ms,
+            d_step=step.d_step,
+            decode=shape_out(step.decode_shape),
+            decode_ms=step.decode_ms,
+            first_tokens=step.first_tokens,
+            finished=step.finished,
+            fused=step.fused,
+        )
+        for step in steps[: limits.MAX_TIMELINE_ENTRIES]
+    ]
     return kept, len(steps) > limits.MAX_TIMELINE_ENTRIES
 
 
@@ -408,33 +434,4 @@ def _single_run_stats(factory: ModelFactory, started: float) -> RunStats:
         layouts=1,
         probes=1,
         cache=factory.counters(),
-    )
-
-
-def _shape_out(shape: ForwardShape | None) -> ForwardShapeOut | None:
-    from app.models.simulate import ForwardShapeOut
-
-    if shape is None:
-        return None
-    return ForwardShapeOut(
-        concurrency=shape.concurrency, query_len=shape.query_len, seq_len=shape.seq_len
-    )
-
-
-def _step_out(step: StepRecord) -> StepOut:
-    from app.models.simulate import StepOut
-
-    return StepOut(
-        start_ms=step.start_ms,
-        step_ms=step.step_ms,
-        repeat=step.repeat,
-        p_step=step.p_step,
-        prefill=_shape_out(step.prefill_shape),
-        prefill_ms=step.prefill_ms,
-        d_step=step.d_step,
-        decode=_shape_out(step.decode_shape),
-        decode_ms=step.decode_ms,
-        first_tokens=step.first_tokens,
-        finished=step.finished,
-        fused=step.fused,
     )

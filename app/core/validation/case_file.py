@@ -15,8 +15,8 @@ How a row maps to a deployment, the way the product would map a user's:
   suffixes (``nvidia/Llama-3.1-8B-Instruct-FP8``, ``Qwen/Qwen3-235B-A22B-FP8`` -> the base
   architecture); a model of another organisation (``nvidia/DeepSeek-R1-NVFP4``) resolves by
   its name after the slash.
-- ``hardware``: :data:`HARDWARE_ALIASES` (the names the measurement files use) or a catalog
-  device name.
+- ``hardware``: ``SERVING_DEVICE_ALIASES`` (the names the measurement files use) or a
+  catalog device name.
 - ``gemm_quant`` / ``moe_quant``: :data:`QUANTIZATIONS`; a row whose two columns read as
   different formats is refused (per-layer quantization is not modelled).
 - layout: ``tp x pp`` tensor-parallel ranks, ``attn_dp`` attention data-parallel replicas,
@@ -41,6 +41,7 @@ from app.core.catalog.models import get_model, model_names, resolve_model_name
 from app.core.errors import ChunkwiseError, InvalidParameterError, UnknownModelError
 from app.core.validation.cases import (
     SERVING_DEVICE_ALIASES,
+    SERVING_PRECISIONS,
     SERVING_SOURCE,
     SERVING_TTFT_KIND,
     UNRECORDED_PRECISION,
@@ -75,24 +76,14 @@ MAX_CASE_ROWS = 10_000
 #: A prediction within this share of the measurement counts as close (the issue's +-25 %).
 CLOSE_APE_PCT = 25.0
 
-#: Hardware names of the measurement files -> catalog devices.
-HARDWARE_ALIASES: Mapping[str, str] = {
-    **SERVING_DEVICE_ALIASES,
-    "B300 SXM 288GB": "NVIDIA_B300_SXM_288G",
-    "GB200 (NVL72)": "NVIDIA_GB200_186G",
-    "GB300 (NVL72)": "NVIDIA_GB300_288G",
-}
-#: Quantization columns -> the validator's precision (linear layers + KV cache). An FP8 or FP4
-#: checkpoint keeps an FP8 KV cache (see ``SERVING_PRECISIONS`` in cases.py); "unrecorded"
-#: (and an empty ``moe_quant`` of a dense model) reads as the native 16-bit weights.
-QUANTIZATIONS: Mapping[str, str] = {
-    "fp8": "FP8+KV8",
-    "fp8_block": "FP8+KV8",
-    "nvfp4": "NVFP4+KV8",
-    "unrecorded": UNRECORDED_PRECISION,
-    "": UNRECORDED_PRECISION,
-}
 _UNSTATED = ("unrecorded", "")
+#: Quantization columns -> the validator's precision (linear layers + KV cache): the serving
+#: loader's ``SERVING_PRECISIONS`` (an FP8 or FP4 checkpoint keeps an FP8 KV cache), and
+#: "unrecorded" (or an empty ``moe_quant`` of a dense model) as the native 16-bit weights.
+QUANTIZATIONS: Mapping[str, str] = {
+    **SERVING_PRECISIONS,
+    **dict.fromkeys(_UNSTATED, UNRECORDED_PRECISION),
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -315,7 +306,7 @@ def _measured(row: Mapping[str, str], column: str) -> float:
 
 
 def _device(hardware: str) -> str:
-    alias = HARDWARE_ALIASES.get(hardware)
+    alias = SERVING_DEVICE_ALIASES.get(hardware)
     return alias if alias is not None else get_device(hardware).name
 
 

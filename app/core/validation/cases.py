@@ -56,10 +56,14 @@ DEVICE_ALIASES: Mapping[str, str] = {
     "L40S 48GB": "NVIDIA_L40S_48G",
     "A100 SXM4 80GB": "NVIDIA_A100_SXM_80G",
 }
+#: Hardware names of the serving measurement files -> catalog devices.
 SERVING_DEVICE_ALIASES: Mapping[str, str] = {
     "H100 SXM 80GB": "NVIDIA_H100_SXM_80G",
     "H200 SXM 141GB": "NVIDIA_H200_SXM_141G",
     "B200 180GB": "NVIDIA_B200_SXM_180G",
+    "B300 SXM 288GB": "NVIDIA_B300_SXM_288G",
+    "GB200 (NVL72)": "NVIDIA_GB200_186G",
+    "GB300 (NVL72)": "NVIDIA_GB300_288G",
 }
 #: TensorRT-LLM serving with FP8/NVFP4 GEMMs keeps an FP8 KV cache (its quantized recipes
 #: quantize the KV cache together with the weights). Checked against the 16-bit-KV reading
