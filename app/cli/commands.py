@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from app.cli import render
+from app.core.scheduler import DEFAULT_SCHEDULER
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -208,21 +209,26 @@ def common_fields(args: argparse.Namespace) -> dict[str, Any]:
         "max_batched_tokens": budget,
         "prefix_cache_hit_rate": args.prefix_cache_hit_rate,
         "quantize_linear_action": args.quantize_linear_action,
-        "quantize_attention_action": args.quantize_attention_action,
         "num_mtp_tokens": args.num_mtp_tokens,
         "reserved_memory_gb": args.reserved_memory_gb,
-        "scheduler": {
-            "name": args.scheduler,
-            "slack_ratio": args.slack_ratio,
-            "prefill_order": args.prefill_order,
-            "max_num_seqs": args.max_num_seqs,
-            "mixed_latency": args.mixed_latency,
-        },
         "force_simulation": args.force_simulation,
-        "workload": args.workload,
-        # Given only when set, so a workload that does not take them can say so.
-        **given(args, ("window", "requests_per_client")),
+        # Given only when set: the engine profile fills them in (and a workload that does not
+        # take them can say so).
+        **given(
+            args,
+            ("quantize_attention_action", "engine", "workload", "window", "requests_per_client"),
+        ),
     }
+    options = {
+        "slack_ratio": args.slack_ratio,
+        "prefill_order": args.prefill_order,
+        "max_num_seqs": args.max_num_seqs,
+        "mixed_latency": args.mixed_latency,
+    }
+    if args.scheduler is not None or any(v is not None for v in options.values()):
+        fields["scheduler"] = {"name": args.scheduler or DEFAULT_SCHEDULER, **options}
+    if args.engine_options:
+        fields["engine_options"] = dict(args.engine_options)
     rates = flatten(args.mtp_acceptance_rates)
     if rates is not None:
         fields["mtp_acceptance_rates"] = rates

@@ -5,6 +5,7 @@ model field, so a field or a choice cannot be added to one and forgotten in the 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import NoReturn, cast, get_args
 
 from app.cli.commands import (
@@ -18,13 +19,13 @@ from app.cli.commands import (
 from app.cli.serve import cmd_serve
 from app.core.limits import DEFAULT_TOP_K
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
+from app.core.profiles import DEFAULT_ENGINE, OVERRIDABLE, PROFILES, RFC_ENGINE
 from app.core.scheduler import DEFAULT_SCHEDULER, MIXED_LATENCIES, PREFILL_ORDERS, SCHEDULERS
 from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     DEFAULT_POISSON_SEED,
     DEFAULT_REQUESTS_PER_CLIENT,
     DEFAULT_WINDOW,
-    DEFAULT_WORKLOAD,
     WORKLOADS,
     Window,
 )
@@ -140,14 +141,50 @@ def _add_deployment_flags(cmd: argparse.ArgumentParser) -> None:
     )  # deprecated alias of --max-batched-tokens (a warning on stderr)
     cmd.add_argument("--prefix-cache-hit-rate", type=float, default=0.0)
     cmd.add_argument("--quantize-linear-action", default=NO_QUANTIZATION)
-    cmd.add_argument("--quantize-attention-action", default=NO_QUANTIZATION)
+    cmd.add_argument(
+        "--quantize-attention-action",
+        default=None,
+        help=f"KV cache (default {NO_QUANTIZATION}, or the engine's FP8 rule for FP8/FP4 weights)",
+    )
     cmd.add_argument("--num-mtp-tokens", type=int, default=0)
     cmd.add_argument("--mtp-acceptance-rates", type=_rates, nargs="+", default=None)
     cmd.add_argument("--reserved-memory-gb", type=float, default=None)
 
 
+def _engine_option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE``: the value read as JSON (a number, true/false) or else as text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        parsed: object = json.loads(value)
+    except ValueError:
+        parsed = value.strip()
+    return key.strip().replace("-", "_"), parsed
+
+
 def _add_scheduler_flags(cmd: argparse.ArgumentParser) -> None:
-    cmd.add_argument("--scheduler", choices=tuple(SCHEDULERS), default=DEFAULT_SCHEDULER)
+    cmd.add_argument(
+        "--engine",
+        choices=tuple(PROFILES),
+        default=None,
+        help=f"engine profile (default {DEFAULT_ENGINE}; {RFC_ENGINE}: the RFC's semantics)",
+    )
+    cmd.add_argument(
+        "--engine-options",
+        type=_engine_option,
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="KEY=VALUE",
+        help=f"override engine profile values ({', '.join(OVERRIDABLE)})",
+    )
+    cmd.add_argument(
+        "--scheduler",
+        choices=tuple(SCHEDULERS),
+        default=None,
+        help=f"step policy (default: the engine profile's; RFC: {DEFAULT_SCHEDULER})",
+    )
     cmd.add_argument("--slack-ratio", type=float, default=None, help="decode_first_with_slack")
     cmd.add_argument("--prefill-order", choices=PREFILL_ORDERS, default=None)
     cmd.add_argument("--max-num-seqs", type=int, default=None, help="vllm / sglang policies")
@@ -161,7 +198,11 @@ def _add_scheduler_flags(cmd: argparse.ArgumentParser) -> None:
 
 def _add_workload_flags(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
-        "--workload", choices=WORKLOADS, default=DEFAULT_WORKLOAD, help="poisson: simulate only"
+        "--workload",
+        choices=WORKLOADS,
+        default=None,
+        help=f"default: the engine profile's (closed_loop; {RFC_ENGINE}: burst); poisson: "
+        "simulate only",
     )
     cmd.add_argument(
         "--window",

@@ -290,6 +290,7 @@ def simulate_text(body: dict[str, Any]) -> str:
     )
     width = max(len(k) for k in (*keys, "replica_split", "max_batched_tokens"))
     lines = [
+        f"{'engine'.ljust(width)}  {body['engine']['name']}",
         f"{'scheduler'.ljust(width)}  {scheduler_text(body['scheduler'])}",
         f"{'max_batched_tokens'.ljust(width)}  {body['max_batched_tokens']}",
     ]

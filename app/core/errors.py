@@ -7,7 +7,8 @@
      ├── UnknownNameError           a catalog/policy name is not known (lists valid names)
      │    ├── UnknownModelError
      │    ├── UnknownDeviceError
-     │    └── UnknownSchedulerError
+     │    ├── UnknownSchedulerError
+     │    └── UnknownEngineError
      ├── UnsupportedError           a well-formed request the model cannot handle
      ├── InfeasibleError            the configuration cannot run at all (e.g. memory)
      ├── SimulationError            the scheduler made no progress or broke an invariant
@@ -75,6 +76,10 @@ class UnknownDeviceError(UnknownNameError):
 
 class UnknownSchedulerError(UnknownNameError):
     kind = "scheduler"
+
+
+class UnknownEngineError(UnknownNameError):
+    kind = "engine"
 
 
 class UnsupportedError(ChunkwiseError):

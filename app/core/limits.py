@@ -79,3 +79,6 @@ MAX_INLINE_LAYERS = 1024
 # holding at most this many values in all (a 1 MiB body holds fewer), walked iteratively.
 MAX_INLINE_DEPTH = 32
 MAX_INLINE_NODES = 200_000
+
+#: Largest per-request front-end time (TTFT overhead) an engine profile may set, ms.
+MAX_TTFT_OVERHEAD_MS = 60_000.0

@@ -36,6 +36,10 @@ class WorkloadSpec:
     num_mtp_tokens: int = 0
     mtp_acceptance_rates: tuple[float, ...] = ()
     num_devices: int = 1
+    #: Time every request spends outside the engine before its first token (an engine
+    #: profile's front-end time: HTTP, tokenization, detokenizing the first token); added to
+    #: every TTFT a simulation or search reports.
+    ttft_overhead_ms: float = 0.0
     _plan: tuple[PrefillChunk, ...] = field(init=False, repr=False, compare=False)
     _decode_query_len: int = field(init=False, repr=False, compare=False)
     _decode_seq_len: int = field(init=False, repr=False, compare=False)
@@ -49,6 +53,13 @@ class WorkloadSpec:
         require_limit("tpot_limit_ms", self.tpot_limit_ms)
         require_int("num_mtp_tokens", self.num_mtp_tokens, 0, limits.MAX_MTP_TOKENS)
         require_int("num_devices", self.num_devices, 1, 1_000_000)
+        overhead = self.ttft_overhead_ms
+        if isinstance(overhead, bool) or not (
+            isinstance(overhead, int | float) and 0.0 <= overhead <= limits.MAX_TTFT_OVERHEAD_MS
+        ):
+            raise InvalidParameterError(
+                "ttft_overhead_ms", overhead, f"a number in [0, {limits.MAX_TTFT_OVERHEAD_MS:g}]"
+            )
         rates = self.mtp_acceptance_rates
         if not isinstance(rates, tuple) or not all(
             isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0

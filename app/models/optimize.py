@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -12,7 +12,6 @@ from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     DEFAULT_WINDOW,
-    DEFAULT_WORKLOAD,
     Window,
     Workload,
 )
@@ -69,9 +68,10 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         le=limits.MAX_SERVING_OVERHEAD_MS,
         description="fixed TTFT overhead of prefill instances",
     )
-    workload: Workload = Field(
-        default=DEFAULT_WORKLOAD,
-        description="burst (RFC): batch_size requests at t = 0 per replica; closed_loop: "
+    workload: Workload | None = Field(
+        default=None,
+        description="omitted: the engine profile's (closed_loop in agg mode, else burst; "
+        "msmodeling: burst). burst (RFC): batch_size requests at t = 0 per replica; closed_loop: "
         "batch_size clients per replica re-sending (agg mode only)",
     )
     window: Window = Field(default=DEFAULT_WINDOW, description="closed_loop measurement window")
@@ -182,6 +182,9 @@ class RunStats(BaseModel):
 
 class OptimizeResponse(BaseModel):
     input: OptimizeRequest
+    engine: dict[str, Any] = Field(
+        description="the engine profile used and every value it set (after engine_options)"
+    )
     mode: Mode
     best: ResultRowOut | None = Field(description="highest throughput configuration")
     rows: list[ResultRowOut] = Field(description="best row per layout, ranked, top_k")

@@ -55,9 +55,10 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     ttft_limit_ms: float | None = Field(default=None, gt=0)
     tpot_limit_ms: float | None = Field(default=None, gt=0)
     include_timeline: bool = Field(default=False, description="return the step timeline")
-    workload: Workload = Field(
-        default=DEFAULT_WORKLOAD,
-        description="burst (RFC): concurrency requests at t = 0; closed_loop: concurrency "
+    workload: Workload | None = Field(
+        default=None,
+        description="omitted: the engine profile's (closed_loop; msmodeling: burst). "
+        "burst (RFC): concurrency requests at t = 0; closed_loop: concurrency "
         "clients, each sending its next request when one ends; poisson: requests arriving at "
         "request_rate (exponential gaps, the first at t = 0), every one counted",
     )
@@ -150,6 +151,9 @@ class ReplicaShare(BaseModel):
 
 class SimulateResponse(BaseModel):
     input: SimulateRequest
+    engine: dict[str, Any] = Field(
+        description="the engine profile used and every value it set (after engine_options)"
+    )
     method: str = Field(description="time_simulation or closed_form_waves")
     parallel: str
     num_devices: int

@@ -7,6 +7,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.core import limits
+from app.core.profiles import (
+    DEFAULT_ENGINE,
+    KV_CACHE_DTYPES,
+    OVERRIDE_BOUNDS,
+    PROFILES,
+    RFC_ENGINE,
+)
 from app.core.scheduler import (
     DEFAULT_SCHEDULER,
     DEFAULT_SLACK_RATIO,
@@ -68,8 +75,69 @@ DeviceRef = Annotated[
 
 if TYPE_CHECKING:
     SchedulerName = str
-else:  # the registry's names, in its order (the schema's enum)
+    EngineName = str
+    KvCacheDtypeName = str
+else:  # the registries' names, in their order (the schema's enums)
     SchedulerName = Literal[tuple(SCHEDULERS)]
+    EngineName = Literal[tuple(PROFILES)]
+    KvCacheDtypeName = Literal[KV_CACHE_DTYPES]
+
+
+def _bounded(name: str, kind: type, description: str) -> Any:
+    low, high = OVERRIDE_BOUNDS[name]
+    if kind is int:
+        return Field(default=None, strict=True, ge=int(low), le=int(high), description=description)
+    return Field(default=None, ge=low, le=high, allow_inf_nan=False, description=description)
+
+
+class EngineOptions(StrictModel):
+    """Values of the engine profile to override (omitted: the profile's; see ``engine`` in the
+    response for every value used and ``docs/engine_defaults.md`` for their sources)."""
+
+    max_batched_tokens: int | None = _bounded(
+        "max_batched_tokens",
+        int,
+        "the engine's token budget default (the request's own max_batched_tokens wins)",
+    )
+    max_num_seqs: int | None = _bounded(
+        "max_num_seqs",
+        int,
+        "requests one replica runs at once (vLLM max_num_seqs, TensorRT-LLM max_batch_size)",
+    )
+    memory_fraction: float | None = _bounded(
+        "memory_fraction",
+        float,
+        "vllm: gpu_memory_utilization (of total memory); sglang: "
+        "mem_fraction_static; trtllm: free_gpu_memory_fraction (of the memory left)",
+    )
+    runtime_memory_gb: float | None = _bounded(
+        "runtime_memory_gb",
+        float,
+        "memory per device the engine process holds outside "
+        "weights, activations and KV blocks (CUDA context, workspaces, graphs)",
+    )
+    cuda_graph_max_batch: int | None = _bounded(
+        "cuda_graph_max_batch", int, "largest decode batch run as a captured graph (0: none)"
+    )
+    step_host_ms: float | None = _bounded(
+        "step_host_ms",
+        float,
+        "host time of one engine iteration (hidden behind the forward with overlap_scheduling)",
+    )
+    step_sync_ms: float | None = _bounded(
+        "step_sync_ms", float, "host time per iteration the GPU always waits for"
+    )
+    request_frontend_ms: float | None = _bounded(
+        "request_frontend_ms", float, "time per request outside the engine, added to TTFT"
+    )
+    kv_cache_dtype: KvCacheDtypeName | None = Field(
+        default=None,
+        description="auto: the model's 16-bit KV cache; fp8: FP8 KV for FP8/FP4 "
+        "checkpoints (when quantize_attention_action is not given)",
+    )
+    overlap_scheduling: bool | None = Field(
+        default=None, description="the host prepares the next iteration while the GPU runs"
+    )
 
 
 class SchedulerOptions(StrictModel):
@@ -138,7 +206,20 @@ class WorkloadMixin(LengthsMixin):
     mtp_acceptance_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
         default_factory=list, max_length=limits.MAX_MTP_TOKENS
     )
-    scheduler: SchedulerOptions = Field(default_factory=SchedulerOptions)
+    engine: EngineName | None = Field(
+        default=None,
+        description=f"engine profile (default {DEFAULT_ENGINE}): the step policy, token budget, "
+        "running cap, KV pool sizing and dtype, CUDA-graph decode, overlap scheduling and host "
+        f"times of that engine; {RFC_ENGINE!r}: the RFC's semantics (burst, "
+        "decode_first_with_slack, a 10 GB reserve). The response echoes every value used",
+    )
+    engine_options: EngineOptions | None = Field(
+        default=None, description="override values of the engine profile"
+    )
+    scheduler: SchedulerOptions = Field(
+        default_factory=SchedulerOptions,
+        description="the step policy; omitted: the engine profile's",
+    )
     force_simulation: bool = Field(
         default=False,
         description="use the time simulation even when the prompt fits in one chunk",

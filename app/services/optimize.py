@@ -41,8 +41,8 @@ from app.models.optimize import (
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
-from app.services.resolve import make_scheduler, resolve_deployment
-from app.services.sizing import search_cap, with_engine_budget, workload_spec
+from app.services.resolve import request_scheduler, resolve_deployment
+from app.services.sizing import search_cap, with_engine_defaults, workload_spec
 
 
 def _fitting(
@@ -320,6 +320,8 @@ def _run_single(run: _Search, scheduler: Scheduler) -> None:
     mode = request.mode
     layouts = _layouts(request.num_devices, request.tp_sizes, request.ep_sizes)
     run.note(f"{mode}: searching {len(layouts)} layouts")
+    workload = request.workload
+    assert workload is not None  # with_engine_defaults filled it in
     if mode == "agg":
         section = _search(
             factory,
@@ -333,7 +335,7 @@ def _run_single(run: _Search, scheduler: Scheduler) -> None:
                 scheduler=scheduler,
                 force_simulation=request.force_simulation,
                 max_batch_size=max_batch,
-                workload=request.workload,
+                workload=workload,
                 window=request.window,
                 requests_per_client=request.requests_per_client,
             ),
@@ -388,6 +390,7 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
         )
     return OptimizeResponse(
         input=request,
+        engine=factory.deployment.profile.to_dict(),
         mode=mode,
         best=best,
         rows=rows,
@@ -419,10 +422,9 @@ def optimize(
     passed whole to the optimizer, so the chunk plan is derived once.
     """
     started = time.perf_counter()
-    request = with_engine_budget(request)
-    spec = workload_spec(request, _search_devices(request))
+    request, profile = with_engine_defaults(request)
+    spec = workload_spec(request, _search_devices(request), profile)
     max_batch = _check_search(request, spec)
-    scheduler = make_scheduler(request.scheduler)
     use_response_cache = context.settings.response_cache and not allow_paths
     # response_key folds in the application version, this the runner's: an upgrade never
     # serves an older answer.
@@ -441,7 +443,9 @@ def optimize(
         if hit is not None:
             return hit
 
-    factory = ModelFactory(context, resolve_deployment(request, allow_paths=allow_paths))
+    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
+    scheduler = request_scheduler(request, profile, deployment.device)
+    factory = ModelFactory(context, deployment)
     factory.usage.round_trips += 1  # the read above
     factory.preload(first_read[0])
     _report_layouts(factory, progress)

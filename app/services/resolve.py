@@ -24,10 +24,18 @@ from app.core.catalog import (
 from app.core.errors import ChunkwiseError, InvalidParameterError, UnknownModelError
 from app.core.optimizer import Deployment
 from app.core.parallel import ParallelLayout
-from app.core.runner import DEFAULT_RESERVED_MEMORY_GB, ModelRunner, RunnerServingModel
+from app.core.profiles import DEFAULT_ENGINE, MSMODELING, EngineProfile, get_profile
+from app.core.runner import ModelRunner, RunnerServingModel
+from app.core.runner.serving import engine_quantization, engine_runner
 from app.core.scheduler import Scheduler
 from app.core.scheduler import make_scheduler as core_make_scheduler
-from app.models.workload import CustomDevice, DeploymentMixin, InlineModel, SchedulerOptions
+from app.models.workload import (
+    CustomDevice,
+    DeploymentMixin,
+    InlineModel,
+    SchedulerOptions,
+    WorkloadMixin,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +48,7 @@ class ResolvedDeployment:
     reserved_memory_gb: float | None
     num_mtp_tokens: int
     mtp_acceptance_rates: tuple[float, ...]
+    profile: EngineProfile = MSMODELING
 
     @property
     def label(self) -> Deployment:
@@ -48,13 +57,14 @@ class ResolvedDeployment:
         )
 
     def runner(self, layout: ParallelLayout) -> ModelRunner:
-        reserved = self.reserved_memory_gb
-        return ModelRunner(
+        """The layout's runner as the profile's engine runs it (reserve, graph limit)."""
+        return engine_runner(
+            self.profile,
             self.model,
             self.device,
             layout,
             self.quantization,
-            reserved_memory_gb=DEFAULT_RESERVED_MEMORY_GB if reserved is None else reserved,
+            reserved_memory_gb=self.reserved_memory_gb,
             num_mtp_tokens=self.num_mtp_tokens,
         )
 
@@ -67,6 +77,7 @@ def build_serving_model(
         deployment.runner(layout),
         num_mtp_tokens=deployment.num_mtp_tokens,
         mtp_acceptance_rates=deployment.mtp_acceptance_rates,
+        profile=deployment.profile,
     )
 
 
@@ -160,20 +171,46 @@ def resolve_device(ref: str | CustomDevice) -> Device:
 
 
 def resolve_deployment(
-    request: DeploymentMixin, *, allow_paths: bool = False
+    request: DeploymentMixin,
+    *,
+    allow_paths: bool = False,
+    profile: EngineProfile = MSMODELING,
 ) -> ResolvedDeployment:
+    """The catalog objects of a request, run as ``profile``'s engine runs them (the RFC's
+    runner by default): the profile's KV-cache dtype applies when the request does not give
+    ``quantize_attention_action``."""
     num_mtp_tokens = int(getattr(request, "num_mtp_tokens", 0))
     rates = tuple(float(r) for r in getattr(request, "mtp_acceptance_rates", ()))
+    quantization = parse_quantization(
+        request.quantize_linear_action, request.quantize_attention_action
+    )
+    if "quantize_attention_action" not in request.model_fields_set:
+        quantization = engine_quantization(profile, quantization)
     return ResolvedDeployment(
         model=resolve_model(request.model, allow_paths=allow_paths),
         device=resolve_device(request.device),
-        quantization=parse_quantization(
-            request.quantize_linear_action, request.quantize_attention_action
-        ),
+        quantization=quantization,
         reserved_memory_gb=request.reserved_memory_gb,
         num_mtp_tokens=num_mtp_tokens,
         mtp_acceptance_rates=rates,
+        profile=profile,
     )
+
+
+def resolve_profile(request: WorkloadMixin) -> EngineProfile:
+    """The request's engine profile (default ``vllm``) with its ``engine_options``."""
+    profile = get_profile(request.engine or DEFAULT_ENGINE)
+    options = request.engine_options
+    if options is not None:
+        profile = profile.with_overrides(options.model_dump(exclude_none=True))
+    return profile
+
+
+def request_scheduler(request: WorkloadMixin, profile: EngineProfile, device: Device) -> Scheduler:
+    """The request's step policy, or the engine profile's when ``scheduler`` is omitted."""
+    if "scheduler" in request.model_fields_set:
+        return make_scheduler(request.scheduler)
+    return profile.scheduler_for(device.hbm_capacity_gb, device.name)
 
 
 def make_scheduler(options: SchedulerOptions) -> Scheduler:

@@ -19,7 +19,7 @@ from app.core.workload import ServingResult, simulate_poisson_serving, simulate_
 from app.models.optimize import RunStats
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
-from app.services.resolve import make_scheduler, resolve_deployment
+from app.services.resolve import request_scheduler, resolve_deployment
 from app.services.sizing import (
     check_closed_loop_size,
     check_poisson_size,
@@ -27,7 +27,7 @@ from app.services.sizing import (
     check_timeline_size,
     poisson_split,
     replica_split,
-    with_engine_budget,
+    with_engine_defaults,
     workload_spec,
 )
 
@@ -126,12 +126,12 @@ def simulate(
     One MGET for every shape the plan needs, the misses computed, one pipelined write.
     """
     started = time.perf_counter()
-    request = with_engine_budget(with_device_count(request))
+    request, profile = with_engine_defaults(with_device_count(request))
     check_workload_fields(request)
-    deployment = resolve_deployment(request, allow_paths=allow_paths)
+    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
-    data = workload_spec(request, layout.num_devices)
-    scheduler = make_scheduler(request.scheduler)
+    data = workload_spec(request, layout.num_devices, profile)
+    scheduler = request_scheduler(request, profile, deployment.device)
     if request.workload == "poisson":
         shares = poisson_split(request, layout.dp)
         check_poisson_size(data, shares[0][0], replicas=layout.dp)
@@ -193,7 +193,7 @@ def _simulate_burst(
     reason = (
         f"memory: {left_gb:.2f} GB left per device"
         if left_gb < 0
-        else limit_reason(data, result.ttft_ms, result.tpot_ms)
+        else limit_reason(data, result.ttft_ms + data.ttft_overhead_ms, result.tpot_ms)
     )
     return run.response(
         result,
@@ -215,6 +215,13 @@ class _SimulationRun:
     scheduler: Scheduler
     factory: ModelFactory
     started: float
+
+    @property
+    def max_num_seqs(self) -> int | None:
+        """The engine profile's running cap on the device (``None``: only the KV pool)."""
+        deployment = self.factory.deployment
+        device = deployment.device
+        return deployment.profile.running_cap(device.hbm_capacity_gb, device.name)
 
     def response(
         self,
@@ -249,8 +256,12 @@ class _SimulationRun:
             }
         output = result.throughput_tokens_s if result else 0.0
         timeline, truncated = _timeline_out(result.timeline if result else None)
+        overhead_ms = data.ttft_overhead_ms if result else 0.0
+        if result is not None and "e2e_ms" in metrics:
+            metrics["e2e_ms"] += overhead_ms
         return SimulateResponse(
             input=self.request,
+            engine=self.factory.deployment.profile.to_dict(),
             max_batched_tokens=data.max_batched_tokens,
             scheduler=self.scheduler.describe(),
             parallel=layout.label,
@@ -258,7 +269,7 @@ class _SimulationRun:
             replica_split=split,
             effective_input_length=data.effective_input_length,
             prefill_num_chunks=data.prefill_num_chunks,
-            ttft_ms=result.ttft_ms if result else 0.0,
+            ttft_ms=result.ttft_ms + overhead_ms if result else 0.0,
             tpot_ms=result.tpot_ms if result else 0.0,
             output_throughput=output,
             request_throughput=result.request_throughput if result else 0.0,
@@ -294,6 +305,7 @@ def _simulate_closed_loop(
             dp=run.layout.dp,
             num_requests=request.concurrency * request.requests_per_client,
             window=request.window,
+            max_num_seqs=run.max_num_seqs,
             record_steps=request.include_timeline,
         )
     except InfeasibleError as exc:
@@ -337,6 +349,7 @@ def _simulate_poisson(
             num_requests=sum(n * replicas for n, _, replicas in shares),
             seed=request.seed,
             max_concurrency=request.max_concurrency,
+            max_num_seqs=run.max_num_seqs,
             record_steps=request.include_timeline,
         )
     except InfeasibleError as exc:
@@ -385,7 +398,7 @@ def _serving_response(
         running = min(running, result.max_running)
     memory = model.records((data.decode_shape(max(1, running)), largest_prefill_shape(data, 1)))
     if result is not None and reason is None:
-        reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
+        reason = limit_reason(data, result.ttft_ms + data.ttft_overhead_ms, result.tpot_ms)
     if result is None:
         extra["max_running"] = 0
     return run.response(result, memory=memory, reason=reason, split=split, **extra)

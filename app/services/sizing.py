@@ -9,21 +9,26 @@ from typing import TYPE_CHECKING, TypeVar
 from app.core import limits
 from app.core.errors import ChunkwiseError, InvalidParameterError, SearchLimitError
 from app.core.parallel import split_over_replicas
-from app.core.scheduler import SMALL_DEVICE_BATCHED_TOKENS, default_max_batched_tokens
+from app.core.profiles import (
+    DEFAULT_ENGINE,
+    VLLM_SMALL_BUDGET_TOKENS,
+    EngineProfile,
+    get_profile,
+)
 from app.core.spec import WorkloadSpec
 from app.core.workload import DEFAULT_POISSON_REQUESTS, poisson_shares
 from app.models.workload import WorkloadMixin
-from app.services.resolve import resolve_device
+from app.services.resolve import resolve_device, resolve_profile
 
 if TYPE_CHECKING:  # annotations: a command imports only the wire models it uses
     from app.models.optimize import OptimizeRequest
     from app.models.simulate import SimulateRequest
 
 
-def engine_budget(request: WorkloadMixin) -> int:
-    """``max_batched_tokens``, or the engine default for the request's device when omitted
-    (an unknown device falls back to the small-device default; resolving it fails later with
-    the valid names)."""
+def engine_budget(request: WorkloadMixin, profile: EngineProfile) -> int:
+    """``max_batched_tokens``, or the engine profile's default for the request's device when
+    omitted (an unknown device falls back to the small-device default; resolving it fails
+    later with the valid names)."""
     if request.max_batched_tokens is not None:
         return request.max_batched_tokens
     device = getattr(request, "device", None)
@@ -32,31 +37,43 @@ def engine_budget(request: WorkloadMixin) -> int:
     except ChunkwiseError:
         resolved = None
     if resolved is None:
-        return SMALL_DEVICE_BATCHED_TOKENS
-    return default_max_batched_tokens(resolved.hbm_capacity_gb, resolved.name)
+        return profile.max_batched_tokens or VLLM_SMALL_BUDGET_TOKENS
+    return profile.token_budget(resolved.hbm_capacity_gb, resolved.name, resolved.vendor)
 
 
 RequestT = TypeVar("RequestT", bound=WorkloadMixin)
 
 
-def with_engine_budget(request: RequestT) -> RequestT:
-    """The request with ``max_batched_tokens`` filled in, so the echo shows what was used."""
-    if request.max_batched_tokens is not None:
-        return request
-    return request.model_copy(update={"max_batched_tokens": engine_budget(request)})
+def with_engine_defaults(request: RequestT) -> tuple[RequestT, EngineProfile]:
+    """The request with the engine profile's defaults filled in (``engine``,
+    ``max_batched_tokens`` and ``workload`` when omitted), so the echo shows what was used,
+    and the profile (with the request's ``engine_options``)."""
+    profile = resolve_profile(request)
+    update: dict[str, object] = {}
+    if request.engine != profile.name:
+        update["engine"] = profile.name
+    if request.max_batched_tokens is None:
+        update["max_batched_tokens"] = engine_budget(request, profile)
+    if getattr(request, "workload", "") is None:
+        workload = profile.workload
+        if getattr(request, "mode", "agg") != "agg":
+            workload = "burst"  # the disaggregated searches are burst searches
+        update["workload"] = workload
+    return (request.model_copy(update=update) if update else request), profile
 
 
-def workload_spec(request: WorkloadMixin, num_devices: int) -> WorkloadSpec:
+def workload_spec(request: WorkloadMixin, num_devices: int, profile: EngineProfile) -> WorkloadSpec:
     return WorkloadSpec(
         input_length=request.input_length,
         output_length=request.output_length,
-        max_batched_tokens=engine_budget(request),
+        max_batched_tokens=engine_budget(request, profile),
         prefix_cache_hit_rate=request.prefix_cache_hit_rate,
         ttft_limit_ms=getattr(request, "ttft_limit_ms", None),
         tpot_limit_ms=getattr(request, "tpot_limit_ms", None),
         num_mtp_tokens=request.num_mtp_tokens,
         mtp_acceptance_rates=tuple(request.mtp_acceptance_rates),
         num_devices=num_devices,
+        ttft_overhead_ms=profile.request_frontend_ms,
     )
 
 
@@ -194,17 +211,19 @@ def is_light_simulation(request: SimulateRequest) -> bool:
     ``LIGHT_SIMULATION_CHUNK_REQUESTS`` prefill chunks x requests per replica, no timeline.
 
     The chunk count is bounded from above without resolving anything: the smallest default
-    token budget (``SMALL_DEVICE_BATCHED_TOKENS``) when none is given, no prefix cache.
+    token budget (``VLLM_SMALL_BUDGET_TOKENS``) when none is given, no prefix cache; the
+    workload is the engine profile's when omitted.
     Requests are the burst's, the closed loop's clients x requests per client, or Poisson's
     ``num_requests``, per replica."""
     if request.include_timeline:
         return False
-    budget = request.max_batched_tokens or SMALL_DEVICE_BATCHED_TOKENS
+    budget = request.max_batched_tokens or VLLM_SMALL_BUDGET_TOKENS
     chunks = -(-request.input_length // budget)
     replicas = max(1, request.dp_size)
-    if request.workload == "poisson":
+    workload = request.workload or get_profile(request.engine or DEFAULT_ENGINE).workload
+    if workload == "poisson":
         total = request.num_requests or DEFAULT_POISSON_REQUESTS
-    elif request.workload == "closed_loop":
+    elif workload == "closed_loop":
         total = (request.concurrency or 1) * request.requests_per_client
     else:
         total = request.concurrency or 1

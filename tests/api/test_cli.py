@@ -22,6 +22,8 @@ from app.models.optimize import OptimizeRequest
 from app.models.simulate import SimulateRequest
 from app.models.workload import SchedulerOptions
 
+#: The RFC examples' deployment, under the RFC's semantics (``--engine msmodeling``: burst,
+#: decode-first); the default engine profile has tests of its own.
 BASE = [
     "Qwen/Qwen3-32B",
     "--device",
@@ -30,6 +32,8 @@ BASE = [
     "3500",
     "--output-length",
     "1500",
+    "--engine",
+    "msmodeling",
 ]
 OPTIMIZE = ["optimize", *BASE, "--num-devices", "8", "--tpot-limit", "50"]
 OPTIMIZE_NO_LIMIT = ["optimize", *BASE, "--num-devices"]
@@ -188,13 +192,14 @@ def test_simulate_table_names_the_scheduler_and_the_budget(
     code, out, err = run([*argv, "--scheduler", "vllm", "--mixed-latency", "sum"], capsys)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == [
+    assert lines[0].split() == ["engine", "msmodeling"]
+    assert lines[1].split() == [
         "scheduler",
         "vllm",
         "(prefill_order=continue_first,",
         "mixed_latency=sum)",
     ]
-    assert lines[1].split()[0] == "max_batched_tokens" and int(lines[1].split()[1]) > 0
+    assert lines[2].split()[0] == "max_batched_tokens" and int(lines[2].split()[1]) > 0
 
 
 def test_simulate_concurrency_is_split_over_the_replicas(

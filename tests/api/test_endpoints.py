@@ -10,7 +10,9 @@ from fastapi.testclient import TestClient
 MODEL = "Qwen/Qwen3-32B"
 DEVICE = "ATLAS_800_A2_376T_64G"
 
+# The RFC's semantics (burst, decode-first); the default engine profile: test_engine_profiles.
 OPTIMIZE: dict[str, Any] = {
+    "engine": "msmodeling",
     "model": MODEL,
     "device": DEVICE,
     "num_devices": 8,
@@ -21,6 +23,7 @@ OPTIMIZE: dict[str, Any] = {
     "tp_sizes": [1, 2, 4, 8],
 }
 SIMULATE: dict[str, Any] = {
+    "engine": "msmodeling",
     "model": MODEL,
     "device": DEVICE,
     "input_length": 3500,
@@ -480,12 +483,29 @@ def test_a_timeline_shows_the_busiest_replica(client: TestClient) -> None:
     assert sum(step["finished"] for step in body["timeline"]) == body["batch_size"] == 3
 
 
+@pytest.mark.parametrize("engine", ["msmodeling", "vllm", "trtllm"])
 @pytest.mark.parametrize("workload", ["burst", "closed_loop"])
-def test_an_optimizer_row_simulates_to_the_same_numbers(client: TestClient, workload: str) -> None:
-    search = {**OPTIMIZE, "tp_sizes": [4], "workload": workload, "requests_per_client": 2}
+def test_an_optimizer_row_simulates_to_the_same_numbers(
+    client: TestClient, workload: str, engine: str
+) -> None:
+    search = {
+        **OPTIMIZE,
+        "tp_sizes": [4],
+        "workload": workload,
+        "requests_per_client": 2,
+        "engine": engine,
+    }
     row = client.post("/v1/optimize", json=search).json()["best"]
     assert row["dp"] == 2 and row["concurrency"] == 2 * row["batch_size"]
-    keep = ("model", "device", "input_length", "output_length", "max_batched_tokens", "workload")
+    keep = (
+        "model",
+        "device",
+        "input_length",
+        "output_length",
+        "max_batched_tokens",
+        "workload",
+        "engine",
+    )
     sim = client.post(
         "/v1/simulate",
         json={

@@ -67,7 +67,10 @@ CORE_ALLOWED: dict[str, set[str]] = {
     "catalog": BASICS,
     "scheduler": BASICS | {"cost"},
     "engine": BASICS | {"cost", "scheduler"},
-    "runner": BASICS | {"cost", "catalog"},
+    # Engine profiles: values over the step policies (which policy, with which running cap).
+    "profiles": BASICS | {"scheduler"},
+    # The serving adapter builds a deployment's runner as an engine profile runs it.
+    "runner": BASICS | {"cost", "catalog", "profiles"},
     "workload": BASICS | {"cost", "scheduler", "engine"},
     "optimizer": BASICS | {"cost", "scheduler", "engine", "workload"},
     "validation": {
@@ -79,6 +82,7 @@ CORE_ALLOWED: dict[str, set[str]] = {
         "runner",
         "workload",
         "optimizer",
+        "profiles",
     },
 }
 

@@ -16,6 +16,7 @@ from app.core.optimizer.common import (
     Probe,
     ServingFactory,
     out_of_memory_probe,
+    refused_probe,
     run_layout_searches,
 )
 from app.core.parallel import ParallelLayout
@@ -72,15 +73,17 @@ def simulated_probe(
     left_gb: float,
     result: SimulatedMetrics,
 ) -> Probe:
-    """A probe from one replica's simulated metrics, checked against the limits."""
-    reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
+    """A probe from one replica's simulated metrics (TTFT with the spec's per-request
+    overhead), checked against the limits."""
+    ttft_ms = result.ttft_ms + data.ttft_overhead_ms
+    reason = limit_reason(data, ttft_ms, result.tpot_ms)
     return Probe(
         layout=layout,
         batch_size=batch_size,
         concurrency=batch_size * layout.dp,
         feasible=reason is None,
         reason=reason,
-        ttft_ms=result.ttft_ms,
+        ttft_ms=ttft_ms,
         tpot_ms=result.tpot_ms,
         throughput_tokens_s=result.throughput_tokens_s * layout.dp,
         request_throughput=result.request_throughput * layout.dp,
@@ -194,6 +197,15 @@ def _optimize_closed_loop(
         max_running = min(caps) if caps else None
 
         def evaluate(batch_size: int) -> Probe:
+            if max_running is not None and 0 < max_running < batch_size:
+                # More clients than the engine runs at once only queue: the throughput stays
+                # the cap's and TTFT grows, so the search stops at the cap.
+                return refused_probe(
+                    layout,
+                    batch_size,
+                    f"running cap: at most {max_running} requests run at once per replica (KV "
+                    "pool and max_num_seqs); more clients only queue",
+                )
             running = batch_size if max_running is None else min(batch_size, max_running)
             left_gb = memory_left_gb(
                 memo, (data.decode_shape(max(running, 1)), largest_prefill_shape(data, 1))

@@ -214,14 +214,16 @@ class MemoLatency:
         return len(self.latency_ms)
 
 
-def out_of_memory_probe(layout: ParallelLayout, batch_size: int, left_gb: float) -> Probe:
-    """An infeasible probe: the forward does not fit in device memory (nothing simulated)."""
+def refused_probe(
+    layout: ParallelLayout, batch_size: int, reason: str, left_gb: float = 0.0
+) -> Probe:
+    """An infeasible probe that was not simulated, with its reason."""
     return Probe(
         layout=layout,
         batch_size=batch_size,
         concurrency=batch_size * layout.dp,
         feasible=False,
-        reason=f"memory: {left_gb:.2f} GB left per device",
+        reason=reason,
         ttft_ms=None,
         tpot_ms=None,
         throughput_tokens_s=0.0,
@@ -229,6 +231,11 @@ def out_of_memory_probe(layout: ParallelLayout, batch_size: int, left_gb: float)
         memory_left_gb=left_gb,
         method="none",
     )
+
+
+def out_of_memory_probe(layout: ParallelLayout, batch_size: int, left_gb: float) -> Probe:
+    """An infeasible probe: the forward does not fit in device memory (nothing simulated)."""
+    return refused_probe(layout, batch_size, f"memory: {left_gb:.2f} GB left per device", left_gb)
 
 
 def search_batch_sizes(evaluate: Callable[[int], Probe], max_batch_size: int) -> list[Probe]:

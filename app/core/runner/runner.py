@@ -155,11 +155,14 @@ class ModelRunner:
     ``reserved_memory_gb`` is held back per device (runtime, graphs, fragmentation; ``None``
     = the default 10 GB).
     ``num_mtp_tokens`` > 0 loads the model's MTP modules (their weights and KV count in memory).
-    ``decode_graph_mode`` costs decode kernels at the captured-graph launch cost.
+    ``decode_graph_mode`` costs decode kernels at the captured-graph launch cost;
+    ``decode_graph_max_batch`` (``None``: no limit) is the largest decode batch an engine
+    captured a graph for (a larger one runs eagerly).
     """
 
     __slots__ = (
         "_identity",
+        "decode_graph_max_batch",
         "decode_graph_mode",
         "device",
         "model",
@@ -180,6 +183,7 @@ class ModelRunner:
         reserved_memory_gb: float | None = DEFAULT_RESERVED_MEMORY_GB,
         num_mtp_tokens: int = 0,
         decode_graph_mode: bool = True,
+        decode_graph_max_batch: int | None = None,
     ) -> None:
         if reserved_memory_gb is None:
             reserved_memory_gb = DEFAULT_RESERVED_MEMORY_GB
@@ -195,6 +199,9 @@ class ModelRunner:
         self.reserved_memory_gb = float(reserved_memory_gb)
         self.num_mtp_tokens = num_mtp_tokens
         self.decode_graph_mode = bool(decode_graph_mode)
+        if decode_graph_max_batch is not None:
+            require_int("decode_graph_max_batch", decode_graph_max_batch, 0, None)
+        self.decode_graph_max_batch = decode_graph_max_batch
         self.plan: ShardPlan = build_plan(model, device, self.parallel, self.quantization)
         self._identity = self._digest()
 
@@ -211,6 +218,11 @@ class ModelRunner:
             "reserved_memory_gb": self.reserved_memory_gb,
             "num_mtp_tokens": self.num_mtp_tokens,
             "decode_graph_mode": self.decode_graph_mode,
+            **(
+                {}
+                if self.decode_graph_max_batch is None
+                else {"decode_graph_max_batch": self.decode_graph_max_batch}
+            ),
         }
 
     def _digest(self) -> str:
@@ -246,11 +258,18 @@ class ModelRunner:
         check_shape(shape.decode)
         return self._run((shape.prefill, shape.decode), self._drafts(mtp_draft_tokens))
 
+    def _graph_mode(self, parts: tuple[ForwardShape, ...]) -> bool:
+        """Graph launch costs for this forward: graphs on, and the decode batch captured."""
+        limit = self.decode_graph_max_batch
+        if not self.decode_graph_mode or limit is None:
+            return self.decode_graph_mode
+        return sum(p.concurrency for p in parts if p.is_decode) <= limit
+
     def _run(self, parts: tuple[ForwardShape, ...], drafts: int) -> ForwardResult:
         """One forward over every part's tokens; attention per part, ``drafts`` MTP draft
         passes after the decode part (the last part when it decodes)."""
         plan = self.plan
-        builder = ForwardBuilder(plan, parts, self.decode_graph_mode)
+        builder = ForwardBuilder(plan, parts, self._graph_mode(parts))
         tokens = builder.tokens
         attention = tuple((shape, new_tokens(shape)) for shape in parts)
         builder.embedding("model", 1, tokens)

@@ -5,10 +5,67 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from app.core.catalog.hardware import BYTES_PER_GB
+from app.core.catalog.architecture import ModelArchitecture
+from app.core.catalog.hardware import BYTES_PER_GB, Device
+from app.core.catalog.quantization import (
+    AttentionQuantAction,
+    LinearQuantAction,
+    Quantization,
+)
 from app.core.cost import ForwardShape, MixedShape
 from app.core.errors import InvalidParameterError
+from app.core.parallel import ParallelLayout
+from app.core.profiles import EngineProfile
 from app.core.runner.runner import MemoryBreakdown, ModelRunner
+
+#: Linear formats an engine reads as an "FP8/FP4 checkpoint" for its KV-cache dtype rule.
+_LOW_PRECISION_LINEAR = frozenset(
+    {LinearQuantAction.FP8, LinearQuantAction.NVFP4, LinearQuantAction.MXFP4}
+)
+
+
+def engine_quantization(profile: EngineProfile, quantization: Quantization) -> Quantization:
+    """The quantization an engine runs: an engine whose KV-cache rule is ``fp8`` (TensorRT-LLM's
+    quantized recipes) keeps an FP8 KV cache for an FP8/FP4 checkpoint whose attention action
+    was not given; ``auto`` (vLLM, SGLang) keeps the model's 16-bit cache."""
+    if (
+        profile.kv_cache_dtype == "fp8"
+        and quantization.linear in _LOW_PRECISION_LINEAR
+        and quantization.attention == AttentionQuantAction.DISABLED
+    ):
+        return Quantization(linear=quantization.linear, attention=AttentionQuantAction.FP8)
+    return quantization
+
+
+def engine_runner(
+    profile: EngineProfile,
+    model: ModelArchitecture,
+    device: Device,
+    layout: ParallelLayout,
+    quantization: Quantization,
+    *,
+    reserved_memory_gb: float | None = None,
+    num_mtp_tokens: int = 0,
+) -> ModelRunner:
+    """The runner of a deployment as ``profile``'s engine runs it: its reserve per device and
+    its CUDA-graph decode limit (``reserved_memory_gb`` given: the user's reserve wins)."""
+    vendor = device.vendor
+    reserved = reserved_memory_gb
+    if reserved is None:
+        reserved = profile.reserved_memory_gb(
+            device.hbm_capacity_gb, vendor, layout.tp * layout.pp, layout.dp
+        )
+    return ModelRunner(
+        model,
+        device,
+        layout,
+        quantization,
+        reserved_memory_gb=reserved,
+        num_mtp_tokens=num_mtp_tokens,
+        decode_graph_max_batch=profile.graph_max_batch(
+            device.hbm_capacity_gb, vendor, layout.tp * layout.pp
+        ),
+    )
 
 
 class RunnerServingModel:
@@ -26,13 +83,21 @@ class RunnerServingModel:
     does).
     """
 
-    __slots__ = ("_tokens_per_step", "mtp_acceptance_rates", "num_mtp_tokens", "runner")
+    __slots__ = (
+        "_tokens_per_step",
+        "mtp_acceptance_rates",
+        "num_mtp_tokens",
+        "profile",
+        "runner",
+    )
 
     def __init__(
         self,
         runner: ModelRunner,
         num_mtp_tokens: int = 0,
         mtp_acceptance_rates: Sequence[float] = (),
+        *,
+        profile: EngineProfile | None = None,
     ) -> None:
         if isinstance(num_mtp_tokens, bool) or not isinstance(num_mtp_tokens, int):
             raise InvalidParameterError("num_mtp_tokens", num_mtp_tokens, "an integer >= 0")
@@ -46,6 +111,7 @@ class RunnerServingModel:
         if any(not 0.0 <= r <= 1.0 for r in rates):
             raise InvalidParameterError("mtp_acceptance_rates", rates, "values in [0, 1]")
         self.runner = runner
+        self.profile = profile
         self.num_mtp_tokens = num_mtp_tokens
         self.mtp_acceptance_rates = rates
         self._tokens_per_step = 1.0 + math.fsum(rates[:num_mtp_tokens])
@@ -56,7 +122,22 @@ class RunnerServingModel:
 
     def identity(self) -> str:
         rates = ",".join(f"{r:.6g}" for r in self.mtp_acceptance_rates[: self.num_mtp_tokens])
-        return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}"
+        engine = ""
+        if (p := self.profile) is not None and (p.step_sync_ms or p.step_host_ms):
+            engine = f"|host={p.step_sync_ms:.6g}:{p.step_host_ms:.6g}:{int(p.overlap_scheduling)}"
+        return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}{engine}"
+
+    def _step_ms(self, device_ms: float) -> float:
+        """One engine iteration around a forward of ``device_ms``: the host sync the GPU always
+        waits for, and the host's own iteration work, hidden behind the forward when the
+        engine overlaps scheduling with execution (then only what exceeds the forward shows)."""
+        profile = self.profile
+        if profile is None:
+            return device_ms
+        host_ms = profile.step_host_ms
+        if profile.overlap_scheduling:
+            host_ms = max(0.0, host_ms - device_ms)
+        return device_ms + profile.step_sync_ms + host_ms
 
     @staticmethod
     def _prefill_shape(concurrency: int, query_len: int, seq_len: int) -> ForwardShape:
@@ -66,7 +147,7 @@ class RunnerServingModel:
 
     def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         shape = self._prefill_shape(concurrency, query_len, seq_len)
-        return self.runner.run_inference(shape).latency_ms
+        return self._step_ms(self.runner.run_inference(shape).latency_ms)
 
     def _decode_shape(self, concurrency: int, query_len: int, seq_len: int) -> ForwardShape:
         """The verify step: at least ``1 + num_mtp_tokens`` tokens per request."""
@@ -78,7 +159,7 @@ class RunnerServingModel:
     def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         shape = self._decode_shape(concurrency, query_len, seq_len)
         step = self.runner.run_inference(shape, mtp_draft_tokens=self.num_mtp_tokens)
-        return step.latency_ms / self._tokens_per_step
+        return self._step_ms(step.latency_ms) / self._tokens_per_step
 
     def _mixed_shape(self, shape: MixedShape) -> MixedShape:
         p, d = shape.prefill, shape.decode
@@ -90,10 +171,12 @@ class RunnerServingModel:
     def mixed_ms(self, shape: MixedShape) -> float:
         """A fused mixed step: one forward over the prefill chunk and the decodes."""
         mixed = self._mixed_shape(shape)
-        fused_ms = self.runner.run_mixed(mixed, mtp_draft_tokens=self.num_mtp_tokens).latency_ms
+        fused_ms = self._step_ms(
+            self.runner.run_mixed(mixed, mtp_draft_tokens=self.num_mtp_tokens).latency_ms
+        )
         if self._tokens_per_step == 1.0:
             return fused_ms
-        prefill_ms = self.runner.run_inference(mixed.prefill).latency_ms
+        prefill_ms = self._step_ms(self.runner.run_inference(mixed.prefill).latency_ms)
         return prefill_ms + (fused_ms - prefill_ms) / self._tokens_per_step
 
     def mixed_memory(self, shape: MixedShape) -> MemoryBreakdown:
@@ -110,16 +193,21 @@ class RunnerServingModel:
         return self.runner.memory(shape).available_gb
 
     def kv_capacity_requests(
-        self, context_len: int, max_batched_tokens: int, *, kv_memory_fraction: float = 1.0
+        self, context_len: int, max_batched_tokens: int, *, kv_memory_fraction: float | None = None
     ) -> int:
         """Requests whose KV cache of ``context_len`` tokens (in blocks) fits on the device.
 
         What is left after the weights, the reserve and the activations of the largest
         forward (a prefill of ``max_batched_tokens`` tokens) holds the KV cache, or the
-        fraction ``kv_memory_fraction`` of it that an engine gives its KV pool; 0 when even
-        one request does not fit.
+        fraction ``kv_memory_fraction`` of it that an engine gives its KV pool (default: the
+        engine profile's, else all of it); an engine whose reserve holds the activations
+        (SGLang's static fraction) does not take them out again. 0 when even one request does
+        not fit.
         """
         runner = self.runner
+        profile = self.profile
+        if kv_memory_fraction is None:
+            kv_memory_fraction = 1.0 if profile is None else profile.kv_pool_fraction()
         peak = ForwardShape(
             is_decode=False,
             concurrency=1,
@@ -127,7 +215,10 @@ class RunnerServingModel:
             seq_len=max(max_batched_tokens, context_len),
         )
         memory = runner.memory(peak)
-        free_gb = (memory.available_gb + memory.kv_cache_gb) * kv_memory_fraction
+        left_gb = memory.available_gb + memory.kv_cache_gb
+        if profile is not None and profile.activations_in_reserve():
+            left_gb += memory.activation_gb
+        free_gb = left_gb * kv_memory_fraction
         per_request_gb = runner.kv_cache_bytes(1, context_len) / BYTES_PER_GB
         if free_gb <= 0 or per_request_gb <= 0:
             return 0

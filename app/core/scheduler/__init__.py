@@ -3,7 +3,7 @@
 - :mod:`~app.core.scheduler.base`: ``Scheduler``, ``SchedulerState``, ``StepDecision``;
 - :mod:`~app.core.scheduler.decode_first`: the RFC's ``DecodeFirstWithSlack``;
 - :mod:`~app.core.scheduler.engines`: vLLM, SGLang and SGLang mixed-chunk policies;
-- :mod:`~app.core.scheduler.factory`: policies by name, the default policy and budget.
+- :mod:`~app.core.scheduler.factory`: policies by name and the default policy.
 """
 
 from app.core.scheduler.base import (
@@ -27,8 +27,6 @@ from app.core.scheduler.engines import (
 from app.core.scheduler.factory import (
     DEFAULT_SCHEDULER,
     SCHEDULERS,
-    SMALL_DEVICE_BATCHED_TOKENS,
-    default_max_batched_tokens,
     default_scheduler,
     make_scheduler,
 )
@@ -40,7 +38,6 @@ __all__ = [
     "MIXED_LATENCIES",
     "PREFILL_ORDERS",
     "SCHEDULERS",
-    "SMALL_DEVICE_BATCHED_TOKENS",
     "DecodeFirstWithSlack",
     "EnginePolicy",
     "MixedLatency",
@@ -51,7 +48,6 @@ __all__ = [
     "SglangScheduler",
     "StepDecision",
     "VllmScheduler",
-    "default_max_batched_tokens",
     "default_scheduler",
     "make_scheduler",
 ]

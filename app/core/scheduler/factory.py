@@ -1,4 +1,4 @@
-"""Schedulers by name (the wire's and the CLI's names), the default, and the default budget."""
+"""Schedulers by name (the wire's and the CLI's names) and the default policy."""
 
 from __future__ import annotations
 
@@ -62,20 +62,3 @@ def make_scheduler(
     engine = SCHEDULERS[name]
     assert issubclass(engine, EnginePolicy)
     return engine(max_num_seqs=max_num_seqs, mixed_latency=mixed_latency or "max")
-
-
-#: vLLM's OpenAI-server default token budget (``max_num_batched_tokens``): 8192 on devices with
-#: at least 70 GiB of memory other than the A100 (where a larger budget lowers throughput),
-#: 2048 elsewhere (``EngineArgs.get_batch_defaults`` in vllm/engine/arg_utils.py).
-LARGE_DEVICE_MEMORY_BYTES = 70 * 2**30
-LARGE_DEVICE_BATCHED_TOKENS = 8192
-SMALL_DEVICE_BATCHED_TOKENS = 2048
-BYTES_PER_GB = 1e9
-
-
-def default_max_batched_tokens(hbm_capacity_gb: float, device_name: str) -> int:
-    """The engine default budget when a request leaves ``max_batched_tokens`` out."""
-    large = hbm_capacity_gb * BYTES_PER_GB >= LARGE_DEVICE_MEMORY_BYTES
-    if large and "a100" not in device_name.lower():
-        return LARGE_DEVICE_BATCHED_TOKENS
-    return SMALL_DEVICE_BATCHED_TOKENS

@@ -30,13 +30,9 @@ from app.core.validation.cases import (
     load_published_points,
 )
 from app.core.validation.predict import (
-    TRTLLM_KV_FREE_MEMORY_FRACTION,
-    TRTLLM_MAX_NUM_TOKENS,
-    TRTLLM_RUNTIME_MEMORY_GB,
     ServingReplay,
+    engine_serving_model,
     predictors,
-    trtllm_kv_capacity_requests,
-    trtllm_serving_model,
 )
 from app.core.validation.replay import LOADERS, load_cases, run_validation
 from app.core.validation.report import CaseResult, ErrorSummary, ValidationReport
@@ -51,9 +47,6 @@ __all__ = [
     "TARGET_DEVICE_MEDIAN_APE_PCT",
     "TARGET_KIND",
     "TARGET_MEDIAN_APE_PCT",
-    "TRTLLM_KV_FREE_MEMORY_FRACTION",
-    "TRTLLM_MAX_NUM_TOKENS",
-    "TRTLLM_RUNTIME_MEMORY_GB",
     "CaseFileReport",
     "CaseResult",
     "ErrorSummary",
@@ -62,6 +55,7 @@ __all__ = [
     "ServingReplay",
     "ValidationCase",
     "ValidationReport",
+    "engine_serving_model",
     "load_agg_serving_cases",
     "load_cases",
     "load_msmodeling_cases",
@@ -71,6 +65,4 @@ __all__ = [
     "replay_case_file",
     "row_case",
     "run_validation",
-    "trtllm_kv_capacity_requests",
-    "trtllm_serving_model",
 ]

@@ -21,9 +21,11 @@ How a row maps to a deployment, the way the product would map a user's:
   different formats is refused (per-layer quantization is not modelled).
 - layout: ``tp x pp`` tensor-parallel ranks, ``attn_dp`` attention data-parallel replicas,
   ``moe_ep`` expert-parallel ranks.
-- engine: every row is simulated with the validator's current serving reading (TensorRT-LLM's
-  token budget, KV pool and per-iteration host cost; :class:`~app.core.validation.predict.
-  ServingReplay`); the engine column only groups the errors (by its first word, the family).
+- engine: the engine column's first word (the family: ``vllm``, ``sglang``, ``trtllm``) picks
+  the engine profile the row is simulated under (:mod:`app.core.profiles`: policy, token
+  budget, running cap, KV pool and dtype, CUDA-graph limit, host and front-end time), as
+  ``engine`` does for a request; another family is refused with the valid names. The family
+  also groups the errors.
 """
 
 from __future__ import annotations

@@ -65,17 +65,19 @@ SERVING_DEVICE_ALIASES: Mapping[str, str] = {
     "GB200 (NVL72)": "NVIDIA_GB200_186G",
     "GB300 (NVL72)": "NVIDIA_GB300_288G",
 }
-#: TensorRT-LLM serving with FP8/NVFP4 GEMMs keeps an FP8 KV cache (its quantized recipes
-#: quantize the KV cache together with the weights). Checked against the 16-bit-KV reading
-#: per engine sweep: the TensorRT-LLM 1.0.0rc3 (H100) sweep's TPOT would prefer 16-bit KV
-#: (its decode gap grows with concurrency x context), but its KV memory cannot hold it:
-#: Qwen3-32B TP1 at 64 clients x 4352 tokens needs 73 GB of 16-bit KV next to 35 GB of
-#: weights on an 80 GiB H100, and the measured TTFT (1.6 s) shows no queueing for KV. So the
-#: cache is FP8 everywhere, and that sweep's slower decode attention stays a residual.
+#: Quantization columns -> the checkpoint's format; the KV-cache dtype is the engine
+#: profile's rule (``kv_cache_dtype``: TensorRT-LLM keeps an FP8 KV cache for FP8/FP4
+#: checkpoints, vLLM and SGLang the 16-bit one). Checked against the 16-bit-KV reading on the
+#: TensorRT-LLM 1.0.0rc3 (H100) sweep: its TPOT would prefer 16-bit KV, but its KV memory
+#: cannot hold it (Qwen3-32B TP1 at 64 clients x 4352 tokens needs 73 GB of 16-bit KV next to
+#: 35 GB of weights on an 80 GiB H100, and the measured TTFT, 1.6 s, shows no queueing).
+#: ``int4_wo``: INT4 weight-only GEMMs with 16-bit activations (Kimi-K2.5's native
+#: checkpoint).
 SERVING_PRECISIONS: Mapping[str, str] = {
-    "fp8": "FP8+KV8",
-    "fp8_block": "FP8+KV8",
-    "nvfp4": "NVFP4+KV8",
+    "fp8": "FP8",
+    "fp8_block": "FP8",
+    "nvfp4": "NVFP4",
+    "int4_wo": "W4A16",
 }
 #: "unrecorded" precision: the model's native 16-bit weights (the data's README). Both
 #: readings were replayed (``load_agg_serving_cases(unrecorded_precision="FP8")``): 16-bit

@@ -266,9 +266,12 @@ def test_agg_closed_loop_queues_instead_of_failing_on_memory() -> None:
         assert row.method == "closed_loop_simulation"
         assert row.ttft_ms is not None and row.ttft_ms <= 5000.0
         assert row.tpot_ms is not None and row.tpot_ms <= 60.0
-    # Past the KV capacity clients queue: probes above 16 per replica stay feasible until
-    # the TTFT limit, rather than failing on memory.
-    assert any(p.batch_size > 16 and p.feasible for p in result.probes)
+    # Past the KV capacity clients only queue: the throughput stays the cap's, so the search
+    # stops at 16 per replica with that reason, not with a memory failure.
+    above = [p for p in result.probes if p.batch_size > 16]
+    assert above and all(not p.feasible for p in above)
+    assert all(p.reason is not None and p.reason.startswith("running cap") for p in above)
+    assert all(row.batch_size <= 16 for row in result.rows)
     none_fit = optimize_agg(
         data, [ParallelLayout()], lambda layout: KvFake(1, 0), DEPLOYMENT, workload="closed_loop"
     )

@@ -7,12 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.errors import InvalidParameterError, UnknownSchedulerError
+from app.core.profiles import VLLM
 from app.core.scheduler import (
     SCHEDULERS,
     DecodeFirstWithSlack,
     SchedulerState,
     StepDecision,
-    default_max_batched_tokens,
     make_scheduler,
 )
 
@@ -146,7 +146,8 @@ def test_engine_policies_say_how_long_a_decision_holds(
 
 
 def test_engine_default_budget_follows_vllm() -> None:
-    assert default_max_batched_tokens(85.9, "NVIDIA_H100_SXM_80G") == 8192  # 80 GiB
-    assert default_max_batched_tokens(85.9, "NVIDIA_A100_SXM_80G") == 2048  # A100 excluded
-    assert default_max_batched_tokens(68.7, "ATLAS_800_A2_376T_64G") == 2048  # 64 GiB
-    assert default_max_batched_tokens(75.17, "CUSTOM") == 8192  # just over 70 GiB
+    budget = VLLM.token_budget
+    assert budget(85.9, "NVIDIA_H100_SXM_80G", "nvidia") == 8192  # 80 GiB
+    assert budget(85.9, "NVIDIA_A100_SXM_80G", "nvidia") == 2048  # A100 excluded
+    assert budget(68.7, "ATLAS_800_A2_376T_64G", "ascend") == 2048  # 64 GiB
+    assert budget(75.17, "CUSTOM", "nvidia") == 8192  # just over 70 GiB

@@ -69,6 +69,8 @@ def test_every_row_gets_a_prediction_or_its_reason() -> None:
         {**ROW, "case_id": "unknown", "model": "acme/NotAModel-7B"},
         {**ROW, "case_id": "linear", "model": "Qwen/Qwen3.5-397B-A17B", "tp": "8"},
         {**ROW, "case_id": "int4", "gemm_quant": "int4_wo", "moe_quant": "int4_wo"},
+        {**ROW, "case_id": "awq", "gemm_quant": "w4a8_awq", "moe_quant": "w4a8_awq"},
+        {**ROW, "case_id": "engine", "engine": "tgi 2.0"},
         {**ROW, "case_id": "mixed", "gemm_quant": "fp8", "moe_quant": "nvfp4"},
         {**ROW, "case_id": "device", "hardware": "TPU v9"},
         {**ROW, "case_id": "number", "concurrency": "many"},
@@ -77,7 +79,7 @@ def test_every_row_gets_a_prediction_or_its_reason() -> None:
     report = replay_case_file(file_of(*rows))
     by_id = {o.case_id: o for o in report.outcomes}
     assert [o.case_id for o in report.outcomes] == [r["case_id"] for r in rows]
-    for case_id in ("ok", "repackaged", "fp8"):
+    for case_id in ("ok", "repackaged", "fp8", "int4"):
         outcome = by_id[case_id]
         assert outcome.error == ""
         assert outcome.ttft_ms_pred is not None and outcome.ttft_ms_pred > 0
@@ -88,7 +90,8 @@ def test_every_row_gets_a_prediction_or_its_reason() -> None:
     reasons = {
         "unknown": "acme/NotAModel-7B",
         "linear": "linear_attention",
-        "int4": "int4_wo",
+        "awq": "w4a8_awq",
+        "engine": "unknown engine 'tgi'",
         "mixed": "per-layer quantization",
         "device": "TPU v9",
         "number": "concurrency",

@@ -1,0 +1,344 @@
+"""Engine profiles: the serving engine's defaults that move the numbers, by name.
+
+A profile says how an engine (vLLM, SGLang, TensorRT-LLM) runs a deployment when the user does
+not say otherwise: its step policy, token budget and running cap, how its KV pool is sized, the
+KV-cache dtype it picks for an FP8/FP4 checkpoint, CUDA-graph decode, overlap scheduling, the
+host time of an engine iteration and the front-end time of a request. ``msmodeling`` is the
+RFC's semantics exactly (burst workload, ``DecodeFirstWithSlack``, a fixed 10 GB reserve, no
+host or front-end time).
+
+Every default is documented with its source in ``docs/engine_defaults.md`` (the engines' code
+and docs); the fitted ones (host and front-end time) say what they were fitted on. Any value
+can be overridden per request (:meth:`EngineProfile.with_overrides`), bounds in
+:data:`OVERRIDE_BOUNDS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from app.core import limits
+from app.core.errors import InvalidParameterError, UnknownEngineError
+from app.core.scheduler import SCHEDULERS, EnginePolicy, Scheduler, make_scheduler
+
+KvPoolRule = Literal["total_fraction", "static_fraction", "free_fraction", "reserve"]
+KV_POOL_RULES: tuple[KvPoolRule, ...] = (
+    "total_fraction",
+    "static_fraction",
+    "free_fraction",
+    "reserve",
+)
+KvCacheDtype = Literal["auto", "fp8"]
+KV_CACHE_DTYPES: tuple[KvCacheDtype, ...] = ("auto", "fp8")
+BudgetRule = Literal["vllm", "sglang", "fixed"]
+
+GIB_BYTES = 2**30
+GB_BYTES = 1e9
+MIB_PER_GIB = 1024.0
+
+#: vLLM's OpenAI-server batch defaults (``EngineArgs.get_batch_defaults``): devices with at
+#: least 70 GiB other than the A100 get 8192 tokens / 1024 sequences, the others 2048 / 256.
+VLLM_LARGE_DEVICE_BYTES = 70 * GIB_BYTES
+VLLM_LARGE_BUDGET_TOKENS = 8192
+VLLM_SMALL_BUDGET_TOKENS = 2048
+VLLM_LARGE_MAX_NUM_SEQS = 1024
+VLLM_SMALL_MAX_NUM_SEQS = 256
+#: vLLM captures decode CUDA graphs up to ``min(2 * max_num_seqs, 512)`` sequences
+#: (``set_cudagraph_sizes``); larger decode batches run eagerly.
+VLLM_MAX_GRAPH_BATCH = 512
+#: vLLM's ``gpu_memory_utilization`` default: the share of TOTAL device memory the instance
+#: may use (weights, activations and graphs come out of it, the rest is the KV pool).
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+
+#: SGLang memory-dependent defaults (``ServerArgs._handle_gpu_memory_settings``): per device
+#: memory upper bound (GiB) -> (``chunked_prefill_size``, ``cuda_graph_max_bs`` at TP < 4,
+#: at TP >= 4). The last row is every larger device (B200, B300, MI300).
+SGLANG_MEMORY_TABLE: tuple[tuple[float, int, int, int], ...] = (
+    (20.0, 2048, 8, 8),
+    (35.0, 2048, 24, 80),
+    (60.0, 4096, 32, 160),
+    (90.0, 8192, 256, 512),
+    (160.0, 8192, 256, 512),
+    (math.inf, 16384, 512, 512),
+)
+SGLANG_NPU_MEMORY_TABLE: tuple[tuple[float, int, int, int], ...] = (
+    (32.0, 32768, 16, 64),
+    (64.0, 32768, 64, 128),
+    (math.inf, 32768, 64, 128),
+)
+#: SGLang's reserve for activations and graphs when ``mem_fraction_static`` is not given:
+#: ``512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp * pp / 8 * 1024``
+#: MiB, plus ``cuda_graph_max_bs * dp * 3`` with DP attention, at least 10 GiB on devices over
+#: 60 GiB; the static fraction is ``(memory - reserve) / memory``.
+SGLANG_BASE_RESERVE_MIB = 512.0
+SGLANG_PREFILL_RESERVE_PER_TOKEN_MIB = 1.5
+SGLANG_MIN_PREFILL_RESERVE_TOKENS = 2048
+SGLANG_GRAPH_RESERVE_PER_BS_MIB = 2.0
+SGLANG_DP_GRAPH_RESERVE_PER_BS_MIB = 3.0
+SGLANG_TP_RESERVE_MIB_PER_8_RANKS = 1024.0
+SGLANG_LARGE_DEVICE_GIB = 60.0
+SGLANG_LARGE_DEVICE_MIN_RESERVE_MIB = 10 * 1024.0
+
+#: TensorRT-LLM's defaults (``llm_args``): ``max_num_tokens`` 8192, ``max_batch_size`` 2048,
+#: the KV pool ``free_gpu_memory_fraction`` 0.9 of the memory left after the weights and the
+#: activations.
+TRTLLM_MAX_NUM_TOKENS = 8192
+TRTLLM_MAX_BATCH_SIZE = 2048
+TRTLLM_KV_FREE_MEMORY_FRACTION = 0.9
+#: Device memory an engine process holds outside weights, activations and KV blocks: the CUDA
+#: context, NCCL and cuBLAS workspaces and captured CUDA graphs (~3 GB per device).
+RUNTIME_MEMORY_GB = 3.0
+#: msmodeling's fixed reserve per device (the RFC runner's default).
+MSMODELING_RESERVED_MEMORY_GB = 10.0
+
+#: Host time of one TensorRT-LLM (PyTorch backend) iteration that the GPU waits for even with
+#: the overlap scheduler (sampled tokens copied back, stop checks, response handling). Fitted
+#: once on the 758 TensorRT-LLM serving TPOT rows jointly with the NVIDIA graph-kernel cost
+#: (3 µs): 0.5 / 0.75 / 1 / 1.25 ms -> TPOT median APE 9.1 / 8.8 / 9.6 / 10.6 %; 0.75 ms taken.
+TRTLLM_STEP_SYNC_MS = 0.75
+#: Host time of one vLLM V1 engine iteration (scheduling, input preparation, sampling and
+#: output processing), exposed because async scheduling is off by default. Fitted once on
+#: the 415 predicted vLLM serving TPOT rows (0.11-0.19, H100/H200/B200/B300): 0 / 0.6 / 0.8 /
+#: 1 / 1.2 ms -> TPOT median APE 17.0 / 9.7 / 9.3 / 10.1 / 11.6 %, median signed error
+#: -13.1 / -3.5 / -0.3 / +3.3 / +5.9 %; 0.8 ms taken.
+VLLM_STEP_HOST_MS = 0.8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineProfile:
+    """One engine's serving defaults (``None``: derived from the device, see the methods)."""
+
+    name: str
+    description: str
+    scheduler: str
+    workload: str
+    budget_rule: BudgetRule
+    max_batched_tokens: int | None = None
+    #: ``vllm``: vLLM's device rule when ``max_num_seqs`` is unset; ``fixed``: the value (or
+    #: none: the KV pool decides).
+    max_num_seqs_rule: BudgetRule = "fixed"
+    max_num_seqs: int | None = None
+    kv_pool: KvPoolRule
+    memory_fraction: float | None = None
+    runtime_memory_gb: float = 0.0
+    kv_cache_dtype: KvCacheDtype = "auto"
+    cuda_graph_max_batch: int | None = None
+    overlap_scheduling: bool = False
+    step_host_ms: float = 0.0
+    step_sync_ms: float = 0.0
+    request_frontend_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, (low, high) in OVERRIDE_BOUNDS.items():
+            value = getattr(self, name)
+            if value is None or isinstance(value, bool):
+                continue
+            if not (isinstance(value, int | float) and math.isfinite(value)):
+                raise InvalidParameterError(name, value, f"a number in [{low}, {high}]")
+            if not low <= value <= high:
+                raise InvalidParameterError(name, value, f"a number in [{low}, {high}]")
+        if self.kv_pool not in KV_POOL_RULES:
+            raise InvalidParameterError("kv_pool", self.kv_pool, f"one of {KV_POOL_RULES}")
+        if self.scheduler not in SCHEDULERS:
+            raise InvalidParameterError("scheduler", self.scheduler, f"one of {tuple(SCHEDULERS)}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise InvalidParameterError(
+                "kv_cache_dtype", self.kv_cache_dtype, f"one of {KV_CACHE_DTYPES}"
+            )
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> EngineProfile:
+        """The profile with some values replaced (each checked against its bounds)."""
+        unknown = sorted(set(overrides) - set(OVERRIDABLE))
+        if unknown:
+            raise InvalidParameterError(
+                "engine_options", unknown[0], f"one of {', '.join(OVERRIDABLE)}"
+            )
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return dataclasses.replace(self, **given) if given else self  # type: ignore[arg-type]
+
+    # -- device-derived defaults -------------------------------------------------------------
+    def token_budget(self, hbm_capacity_gb: float, device_name: str, vendor: str) -> int:
+        """``max_batched_tokens`` when the request leaves it out."""
+        if self.max_batched_tokens is not None:
+            return self.max_batched_tokens
+        if self.budget_rule == "sglang":
+            return _sglang_row(hbm_capacity_gb, vendor)[1]
+        return _vllm_budget(hbm_capacity_gb, device_name)[0]
+
+    def running_cap(self, hbm_capacity_gb: float, device_name: str) -> int | None:
+        """``max_num_seqs`` / ``max_batch_size``: requests one replica runs at once."""
+        if self.max_num_seqs is not None or self.max_num_seqs_rule != "vllm":
+            return self.max_num_seqs
+        return _vllm_budget(hbm_capacity_gb, device_name)[1]
+
+    def graph_max_batch(self, hbm_capacity_gb: float, vendor: str, tp: int) -> int | None:
+        """Largest decode batch run as a captured graph (``None``: every decode batch)."""
+        if self.cuda_graph_max_batch is not None or self.budget_rule != "sglang":
+            return self.cuda_graph_max_batch
+        row = _sglang_row(hbm_capacity_gb, vendor)
+        return row[2] if tp < 4 else row[3]
+
+    def reserved_memory_gb(
+        self, hbm_capacity_gb: float, vendor: str, tp: int, dp_attention: int
+    ) -> float:
+        """Memory per device outside weights, KV blocks and activations (the runner's
+        reserve; the KV pool rule then decides how much of the rest holds KV blocks)."""
+        if self.kv_pool == "reserve":
+            return MSMODELING_RESERVED_MEMORY_GB
+        if self.kv_pool == "total_fraction":
+            fraction = (
+                VLLM_GPU_MEMORY_UTILIZATION
+                if self.memory_fraction is None
+                else (self.memory_fraction)
+            )
+            return (1.0 - fraction) * hbm_capacity_gb + self.runtime_memory_gb
+        if self.kv_pool == "static_fraction":
+            static = self.static_fraction(hbm_capacity_gb, vendor, tp, dp_attention)
+            return (1.0 - static) * hbm_capacity_gb
+        return self.runtime_memory_gb
+
+    def static_fraction(
+        self, hbm_capacity_gb: float, vendor: str, tp: int, dp_attention: int
+    ) -> float:
+        """SGLang's ``mem_fraction_static`` (weights plus KV pool share of device memory)."""
+        if self.memory_fraction is not None:
+            return self.memory_fraction
+        memory_gib = hbm_capacity_gb * GB_BYTES / GIB_BYTES
+        row = _sglang_row(hbm_capacity_gb, vendor)
+        chunk = self.token_budget(hbm_capacity_gb, "", vendor)
+        graph_bs = self.graph_max_batch(hbm_capacity_gb, vendor, tp) or row[3]
+        reserve_mib = (
+            SGLANG_BASE_RESERVE_MIB
+            + max(chunk, SGLANG_MIN_PREFILL_RESERVE_TOKENS) * SGLANG_PREFILL_RESERVE_PER_TOKEN_MIB
+            + graph_bs * SGLANG_GRAPH_RESERVE_PER_BS_MIB
+            + tp / 8 * SGLANG_TP_RESERVE_MIB_PER_8_RANKS
+        )
+        if dp_attention > 1:
+            reserve_mib += graph_bs * dp_attention * SGLANG_DP_GRAPH_RESERVE_PER_BS_MIB
+        if memory_gib > SGLANG_LARGE_DEVICE_GIB:
+            reserve_mib = max(reserve_mib, SGLANG_LARGE_DEVICE_MIN_RESERVE_MIB)
+        memory_mib = memory_gib * MIB_PER_GIB
+        return round((memory_mib - reserve_mib) / memory_mib, 3)
+
+    def kv_pool_fraction(self) -> float:
+        """Share of the memory left after weights, reserve and activations that holds KV
+        blocks (TensorRT-LLM keeps 10 % of it free; the other rules use all of it)."""
+        if self.kv_pool != "free_fraction":
+            return 1.0
+        return (
+            TRTLLM_KV_FREE_MEMORY_FRACTION
+            if self.memory_fraction is None
+            else (self.memory_fraction)
+        )
+
+    def activations_in_reserve(self) -> bool:
+        """SGLang's static fraction leaves activations in the reserve: they do not come out of
+        the KV pool."""
+        return self.kv_pool == "static_fraction"
+
+    def scheduler_for(self, hbm_capacity_gb: float, device_name: str) -> Scheduler:
+        """The engine's step policy; an engine policy carries the running cap itself."""
+        policy = SCHEDULERS[self.scheduler]
+        if issubclass(policy, EnginePolicy):
+            return make_scheduler(
+                self.scheduler, max_num_seqs=self.running_cap(hbm_capacity_gb, device_name)
+            )
+        return make_scheduler(self.scheduler)
+
+    def to_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _vllm_budget(hbm_capacity_gb: float, device_name: str) -> tuple[int, int]:
+    large = hbm_capacity_gb * GB_BYTES >= VLLM_LARGE_DEVICE_BYTES
+    if large and "a100" not in device_name.lower():
+        return VLLM_LARGE_BUDGET_TOKENS, VLLM_LARGE_MAX_NUM_SEQS
+    return VLLM_SMALL_BUDGET_TOKENS, VLLM_SMALL_MAX_NUM_SEQS
+
+
+def _sglang_row(hbm_capacity_gb: float, vendor: str) -> tuple[float, int, int, int]:
+    memory_gib = hbm_capacity_gb * GB_BYTES / GIB_BYTES
+    table = SGLANG_NPU_MEMORY_TABLE if vendor.lower() == "ascend" else SGLANG_MEMORY_TABLE
+    return next(row for row in table if memory_gib < row[0])
+
+
+#: Overridable numeric values and their bounds (the wire's bounds come from here).
+OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
+    "max_batched_tokens": (1, 1 << 20),
+    "max_num_seqs": (1, 1 << 16),
+    "memory_fraction": (0.05, 1.0),
+    "runtime_memory_gb": (0.0, 1024.0),
+    "cuda_graph_max_batch": (0, 1 << 16),
+    "step_host_ms": (0.0, 1000.0),
+    "step_sync_ms": (0.0, 1000.0),
+    "request_frontend_ms": (0.0, limits.MAX_TTFT_OVERHEAD_MS),
+}
+#: Every value a request may override.
+OVERRIDABLE: tuple[str, ...] = (
+    *OVERRIDE_BOUNDS,
+    "kv_cache_dtype",
+    "overlap_scheduling",
+)
+
+VLLM = EngineProfile(
+    name="vllm",
+    description="vLLM V1 OpenAI server defaults",
+    scheduler="vllm",
+    workload="closed_loop",
+    budget_rule="vllm",
+    max_num_seqs_rule="vllm",
+    kv_pool="total_fraction",
+    runtime_memory_gb=RUNTIME_MEMORY_GB,
+    kv_cache_dtype="auto",
+    cuda_graph_max_batch=VLLM_MAX_GRAPH_BATCH,
+    overlap_scheduling=False,
+    step_host_ms=VLLM_STEP_HOST_MS,
+)
+SGLANG = EngineProfile(
+    name="sglang",
+    description="SGLang server defaults",
+    scheduler="sglang",
+    workload="closed_loop",
+    budget_rule="sglang",
+    kv_pool="static_fraction",
+    kv_cache_dtype="auto",
+    overlap_scheduling=True,
+)
+TRTLLM = EngineProfile(
+    name="trtllm",
+    description="TensorRT-LLM (PyTorch backend) trtllm-serve defaults",
+    scheduler="decode_first_with_slack",
+    workload="closed_loop",
+    budget_rule="fixed",
+    max_batched_tokens=TRTLLM_MAX_NUM_TOKENS,
+    max_num_seqs=TRTLLM_MAX_BATCH_SIZE,
+    kv_pool="free_fraction",
+    runtime_memory_gb=RUNTIME_MEMORY_GB,
+    kv_cache_dtype="fp8",
+    overlap_scheduling=True,
+    step_sync_ms=TRTLLM_STEP_SYNC_MS,
+)
+MSMODELING = EngineProfile(
+    name="msmodeling",
+    description="the RFC's semantics (msmodeling): burst, decode-first with slack, 10 GB reserve",
+    scheduler="decode_first_with_slack",
+    workload="burst",
+    budget_rule="vllm",
+    kv_pool="reserve",
+)
+
+PROFILES: Mapping[str, EngineProfile] = {p.name: p for p in (VLLM, SGLANG, TRTLLM, MSMODELING)}
+DEFAULT_ENGINE = VLLM.name
+RFC_ENGINE = MSMODELING.name
+
+
+def get_profile(name: str) -> EngineProfile:
+    """A profile by name (an unknown name lists the valid ones)."""
+    found = PROFILES.get(name)
+    if found is None:
+        raise UnknownEngineError(name, PROFILES)
+    return found

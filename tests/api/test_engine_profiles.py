@@ -1,0 +1,173 @@
+"""Engine profiles through the real app and the CLI: defaults, echo, overrides, bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.cli import main
+from app.core.profiles import PROFILES
+from tests.api.test_endpoints import problem
+
+H100 = "NVIDIA_H100_SXM_80G"
+SIM: dict[str, Any] = {
+    "model": "Qwen/Qwen3-32B",
+    "device": H100,
+    "quantize_linear_action": "FP8",
+    "input_length": 2048,
+    "output_length": 128,
+    "concurrency": 16,
+    "tp_size": 2,
+    "requests_per_client": 2,
+}
+
+
+def test_the_default_is_a_vllm_closed_loop(client: TestClient) -> None:
+    body = client.post("/v1/simulate", json=SIM).json()
+    assert body["engine"]["name"] == "vllm"
+    assert body["input"]["engine"] == "vllm" and body["input"]["workload"] == "closed_loop"
+    assert body["workload"] == "closed_loop" and body["method"] == "closed_loop_simulation"
+    assert body["scheduler"]["name"] == "vllm" and body["scheduler"]["max_num_seqs"] == 1024
+    assert body["max_batched_tokens"] == 8192
+    # Every value the profile set is echoed.
+    assert set(body["engine"]) >= {"kv_pool", "step_host_ms", "cuda_graph_max_batch"}
+
+
+def test_msmodeling_is_the_rfc_burst(client: TestClient) -> None:
+    rfc = client.post("/v1/simulate", json={**SIM, "engine": "msmodeling"}).json()
+    spelled = client.post(
+        "/v1/simulate",
+        json={
+            **SIM,
+            "engine": "msmodeling",
+            "workload": "burst",
+            "scheduler": {"name": "decode_first_with_slack"},
+        },
+    ).json()
+    assert rfc["workload"] == "burst" and rfc["scheduler"]["name"] == "decode_first_with_slack"
+    assert rfc["memory_gb"]["reserved_gb"] == 10.0
+    assert (rfc["ttft_ms"], rfc["tpot_ms"]) == (spelled["ttft_ms"], spelled["tpot_ms"])
+
+
+def test_workload_burst_under_another_engine_keeps_its_profile(client: TestClient) -> None:
+    body = client.post("/v1/simulate", json={**SIM, "engine": "trtllm", "workload": "burst"})
+    assert body.status_code == 200, body.text
+    assert body.json()["engine"]["name"] == "trtllm" and body.json()["workload"] == "burst"
+
+
+def test_unknown_engine_names_the_valid_ones(client: TestClient) -> None:
+    body = problem(client.post("/v1/simulate", json={**SIM, "engine": "tgi"}), 422)
+    assert body["errors"][0]["loc"] == ["body", "engine"]
+    assert all(f"'{name}'" in body["detail"] for name in PROFILES)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"gpu_util": 0.5}, "gpu_util"),
+        ({"memory_fraction": 1.5}, "memory_fraction"),
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"step_host_ms": -1}, "step_host_ms"),
+        ({"kv_cache_dtype": "int4"}, "kv_cache_dtype"),
+    ],
+)
+def test_bad_engine_options_are_422(
+    client: TestClient, options: dict[str, Any], field: str
+) -> None:
+    body = problem(client.post("/v1/simulate", json={**SIM, "engine_options": options}), 422)
+    assert body["errors"][0]["loc"] == ["body", "engine_options", field]
+
+
+def test_overrides_apply_and_are_echoed(client: TestClient) -> None:
+    base = client.post("/v1/simulate", json=SIM).json()
+    capped = client.post("/v1/simulate", json={**SIM, "engine_options": {"max_num_seqs": 4}}).json()
+    assert capped["engine"]["max_num_seqs"] == 4 and capped["max_running"] == 4
+    assert capped["ttft_ms"] > base["ttft_ms"]  # 16 clients queue for 4 slots
+    front = client.post(
+        "/v1/simulate", json={**SIM, "engine_options": {"request_frontend_ms": 50}}
+    ).json()
+    assert front["ttft_ms"] == pytest.approx(base["ttft_ms"] + 50)
+    assert front["tpot_ms"] == base["tpot_ms"]
+    slower = client.post(
+        "/v1/simulate", json={**SIM, "engine_options": {"step_host_ms": 5.0}}
+    ).json()
+    assert slower["tpot_ms"] == pytest.approx(base["tpot_ms"] + 5.0 - 0.8, rel=0.05)
+
+
+def test_trtllm_keeps_an_fp8_kv_cache_unless_told(client: TestClient) -> None:
+    vllm = client.post("/v1/simulate", json=SIM).json()
+    trt = client.post("/v1/simulate", json={**SIM, "engine": "trtllm"}).json()
+    assert trt["engine"]["kv_cache_dtype"] == "fp8"
+    assert trt["max_running"] > vllm["max_running"]  # half the bytes per token
+    told = client.post(
+        "/v1/simulate",
+        json={**SIM, "engine": "trtllm", "quantize_attention_action": "DISABLED"},
+    ).json()
+    assert told["max_running"] < trt["max_running"]
+
+
+def test_a_deployment_that_cannot_run_stays_a_200(client: TestClient) -> None:
+    body = client.post(
+        "/v1/simulate",
+        json={**SIM, "model": "deepseek-ai/DeepSeek-V3", "tp_size": 1, "concurrency": 4},
+    )
+    assert body.status_code == 200, body.text
+    assert body.json()["feasible"] is False and "memory" in body.json()["reason"]
+
+
+def test_optimize_defaults_per_mode(client: TestClient) -> None:
+    search = {
+        "model": "Qwen/Qwen3-32B",
+        "device": H100,
+        "quantize_linear_action": "FP8",
+        "num_devices": 2,
+        "input_length": 1024,
+        "output_length": 64,
+        "tpot_limit_ms": 40,
+        "ttft_limit_ms": 1000,
+        "max_batch_size": 64,
+    }
+    agg = client.post("/v1/optimize", json=search).json()
+    assert agg["engine"]["name"] == "vllm" and agg["input"]["workload"] == "closed_loop"
+    decode = client.post("/v1/optimize", json={**search, "mode": "disagg_decode"}).json()
+    assert decode["input"]["workload"] == "burst"
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+CLI = [
+    "simulate",
+    "Qwen/Qwen3-32B",
+    "--device",
+    H100,
+    "--input-length",
+    "1024",
+    "--output-length",
+    "32",
+    "--concurrency",
+    "4",
+    "--requests-per-client",
+    "1",
+]
+
+
+def test_cli_engine_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run([*CLI, "--engine", "trtllm", "--engine-options", "max_num_seqs=2"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["engine", "trtllm"]
+    assert "max_running                   2" in out
+    code, _, err = run([*CLI, "--engine", "tgi"], capsys)
+    assert code == 2 and "tgi" in err
+    for bad in ("bogus=1", "max_num_seqs=many", "max_num_seqs"):
+        code, _, err = run([*CLI, "--engine-options", bad], capsys)
+        assert code == 2, bad
+        assert len(err.strip().splitlines()) == 1, err
