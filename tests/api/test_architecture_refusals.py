@@ -33,3 +33,16 @@ def test_new_models_simulate_on_blackwell_ultra(client: TestClient) -> None:
         assert result["feasible"], result["reason"]
         assert 0 < result["ttft_ms"] < 60_000 and 0 < result["tpot_ms"] < 1_000
 
+
+def test_qwen35_is_listed_and_simulates(client: TestClient) -> None:
+    listing = client.get("/v1/models")
+    assert listing.status_code == 200, listing.text
+    (entry,) = [m for m in listing.json()["models"] if m["name"] == "Qwen/Qwen3.5-397B-A17B"]
+    assert entry["model_type"] == "qwen3_5_moe_text"
+    assert "qwen3_5_moe_text" in listing.json()["supported_model_types"]
+    body = {**BODY, "model": "Qwen/Qwen3.5-397B-A17B", "quantize_linear_action": "NVFP4"}
+    response = client.post("/v1/simulate", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["feasible"], result["reason"]
+    assert 0 < result["ttft_ms"] < 60_000 and 0 < result["tpot_ms"] < 1_000
