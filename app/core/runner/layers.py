@@ -11,6 +11,7 @@ the tokens that sample. One sub-batch is the ordinary prefill or decode forward.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from app.core.catalog.architecture import (
@@ -358,7 +359,7 @@ class ForwardBuilder:
         for s, part_tokens in attention:
             # q and k in, v in, the output out; the state read once and written once.
             io_bytes = (
-                part_tokens * (GDN_QK * key_local + Q_AND_O * value_local) * (ACTIVATION_BYTES)
+                part_tokens * (GDN_QK * key_local + Q_AND_O * value_local) * ACTIVATION_BYTES
                 + READ_WRITE * s.concurrency * state_bytes
             )
             if s.is_decode:
@@ -369,7 +370,7 @@ class ForwardBuilder:
                     GDN_CHUNK_KEY_PRODUCTS * dk + GDN_CHUNK_VALUE_PRODUCTS * dv
                 )
                 flops = FLOPS_PER_MAC * part_tokens * v_heads * per_head_macs
-                chunks = s.concurrency * -(-s.query_len // GDN_CHUNK_TOKENS)
+                chunks = s.concurrency * math.ceil(s.query_len / GDN_CHUNK_TOKENS)
                 intermediates = (
                     part_tokens
                     * v_heads
