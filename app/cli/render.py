@@ -1,4 +1,4 @@
-"""Text renderers of the CLI: tables, CSV and JSON of the service responses (stdlib only)."""
+"""Text renderers of the CLI: tables, CSV and JSON of the service responses (stdlib and core)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from app.core.catalog.architecture import LayerAttention
+
 #: Parameters per billion (the models table's params_b / active_b columns).
 PARAMS_PER_BILLION = 1e9
 #: Bytes per KV element of the models table's kv_bytes/token column (16-bit KV cache).
 KV_TABLE_BYTES_PER_ELEMENT = 2
+#: The ``attention`` a layer group of a linear-attention layer carries (no KV cache).
+LINEAR_ATTENTION = LayerAttention.LINEAR.value
 
 
 def dump(document: object) -> None:
@@ -111,8 +115,11 @@ def forward_table(body: dict[str, Any]) -> str:
 
 
 def _model_row(a: dict[str, Any]) -> list[str]:
-    # ModelArchitecture.kv_bytes_per_token: every decoder layer, unsharded, MTP layers apart
-    kv_bytes = a["num_layers"] * a["kv_elements_per_token_per_layer"] * KV_TABLE_BYTES_PER_ELEMENT
+    # ModelArchitecture.kv_bytes_per_token: every attention layer (linear-attention layers hold
+    # a fixed state instead), unsharded, MTP layers apart
+    linear = sum(g["count"] for g in a["layer_groups"] if g.get("attention") == LINEAR_ATTENTION)
+    kv_layers = a["num_layers"] - linear
+    kv_bytes = kv_layers * a["kv_elements_per_token_per_layer"] * KV_TABLE_BYTES_PER_ELEMENT
     return [
         a["name"],
         a["model_type"],

@@ -1,8 +1,9 @@
 """The architecture of a decoder model, as the latency and memory model reads it.
 
 Everything the latency model needs is flattened into one frozen :class:`ModelArchitecture`;
-per-layer differences (dense vs MoE FFN, sliding vs full attention) become
-:class:`LayerGroup` counts so the runner computes each distinct layer once. Sizes are in
+per-layer differences (dense vs MoE FFN, sliding vs full attention, softmax attention vs a
+Gated DeltaNet linear-attention layer) become :class:`LayerGroup` counts so the runner computes
+each distinct layer once. Sizes are in
 elements; :mod:`app.core.catalog.hf_config` builds these values from a ``config.json``.
 """
 
@@ -25,6 +26,16 @@ MTP_EH_INPUTS = 2  # DeepSeek MTP projects [embedding ; hidden] (2h) back to h
 MTP_NORMS = 2  # enorm and hnorm of an MTP module
 # HF default when a config omits ``intermediate_size`` / ``n_inner`` for GPT-J and Falcon.
 DEFAULT_FFN_MULTIPLIER = 4
+# Gated DeltaNet (Qwen3-Next / Qwen3.5 ``linear_attn``): queries and keys have the key width,
+# values and the output gate z the value width; q, k and v all pass the short causal conv.
+GDN_QK = 2  # a query and a key vector per key head
+GDN_GATES_PER_VALUE_HEAD = 2  # in_proj_b (beta) and in_proj_a (decay) emit a scalar per v head
+GDN_PARAMS_PER_VALUE_HEAD = 2  # A_log and dt_bias of the decay, one each per value head
+#: Recurrent (SSM) state dtype when a config does not name it: the reference kernels keep the
+#: state in fp32 (FLA's chunk_gated_delta_rule returns its final state as float32; vLLM's GDN
+#: MambaSpec of Qwen3.5 holds (bfloat16 conv, float32 temporal) states; SGLang's
+#: --mamba-ssm-dtype defaults to float32).
+FP32_BYTES = 4
 
 
 class AttentionKind(enum.StrEnum):
@@ -35,6 +46,77 @@ class AttentionKind(enum.StrEnum):
 class FfnKind(enum.StrEnum):
     DENSE = "dense"
     MOE = "moe"
+
+
+class LayerAttention(enum.StrEnum):
+    """How a decoder layer mixes tokens (named as in HF ``layer_types``)."""
+
+    FULL = "full_attention"  # softmax attention over the KV cache (capped by a sliding window)
+    LINEAR = "linear_attention"  # Gated DeltaNet: a fixed-size recurrent state, no KV cache
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinearAttentionDims:
+    """Gated DeltaNet sizes (the ``linear_*`` keys of Qwen3-Next / Qwen3.5 configs).
+
+    Per value head the layer keeps a ``key_head_dim x value_head_dim`` state matrix; queries and
+    keys have ``num_key_heads`` heads, each shared by ``num_value_heads / num_key_heads`` value
+    heads. ``state_bytes_per_element`` is the dtype of that recurrent state (fp32 by default).
+    """
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel_size: int
+    state_bytes_per_element: int = FP32_BYTES
+
+    def __post_init__(self) -> None:
+        for field in (
+            "num_key_heads",
+            "num_value_heads",
+            "key_head_dim",
+            "value_head_dim",
+            "conv_kernel_size",
+            "state_bytes_per_element",
+        ):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameterError(field, value, "an integer >= 1")
+        if self.num_value_heads % self.num_key_heads:
+            raise InvalidParameterError(
+                "linear_num_value_heads",
+                self.num_value_heads,
+                f"a multiple of linear_num_key_heads={self.num_key_heads}",
+            )
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the depthwise causal conv: q, k and v."""
+        return GDN_QK * self.key_dim + self.value_dim
+
+    @property
+    def in_proj_outputs(self) -> int:
+        """Outputs of the input projections: q, k, v, the output gate z, beta and decay."""
+        return self.conv_dim + self.value_dim + GDN_GATES_PER_VALUE_HEAD * self.num_value_heads
+
+    @property
+    def state_elements(self) -> int:
+        """Recurrent state of one request in one layer: a d_k x d_v matrix per value head."""
+        return self.num_value_heads * self.key_head_dim * self.value_head_dim
+
+    @property
+    def conv_state_elements(self) -> int:
+        """Conv state of one request in one layer: the last ``kernel - 1`` inputs per channel."""
+        return (self.conv_kernel_size - 1) * self.conv_dim
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,11 +163,36 @@ class MoeDims:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LayerGroup:
-    """``count`` decoder layers that share FFN kind and attention window."""
+    """``count`` decoder layers that share FFN kind, attention window and token mixer."""
 
     ffn: FfnKind
     sliding_window: int | None
     count: int
+    attention: LayerAttention = LayerAttention.FULL
+
+    def __post_init__(self) -> None:
+        if self.attention is LayerAttention.LINEAR and self.sliding_window is not None:
+            raise InvalidParameterError(
+                "sliding_window", self.sliding_window, "None for a linear-attention layer"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form; ``attention`` only for linear-attention groups, so every softmax-only
+        architecture keeps the document (and the runner identity, a cache key) it always had."""
+        out: dict[str, Any] = {
+            "ffn": self.ffn.value,
+            "sliding_window": self.sliding_window,
+            "count": self.count,
+        }
+        if self.attention is not LayerAttention.FULL:
+            out["attention"] = self.attention.value
+        return out
+
+
+#: Fields added after the architecture document was first published: left out of
+#: :meth:`ModelArchitecture.to_dict` while at their default, so the document and the runner
+#: identity (the latency-cache key, which hashes it) of every older architecture stay the same.
+_NEW_FIELDS_AT_DEFAULT = frozenset({"attn_output_gate", "linear_attention"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +221,10 @@ class ModelArchitecture:
     layer_groups: tuple[LayerGroup, ...] = ()
     num_mtp_layers: int = 0
     native_quantization: str | None = None
+    # Qwen3-Next / Qwen3.5 full attention: q_proj also emits a per-head sigmoid gate on the
+    # attention output (2 x num_heads x head_dim outputs).
+    attn_output_gate: bool = False
+    linear_attention: LinearAttentionDims | None = None
 
     def __post_init__(self) -> None:
         for field in (
@@ -144,6 +255,10 @@ class ModelArchitecture:
             raise InvalidParameterError("layer_groups", self.layer_groups, "num_layers in total")
         if self.moe is None and any(g.ffn is FfnKind.MOE for g in self.layer_groups):
             raise InvalidParameterError("moe", None, "MoE sizes for MoE layers")
+        if self.linear_attention is None and self.num_linear_attention_layers:
+            raise InvalidParameterError(
+                "linear_attention", None, "Gated DeltaNet sizes for linear-attention layers"
+            )
 
     # -- derived sizes -----------------------------------------------------------------------
     @property
@@ -159,14 +274,39 @@ class ModelArchitecture:
         return self.num_layers - self.num_moe_layers
 
     @property
+    def num_linear_attention_layers(self) -> int:
+        return sum(g.count for g in self.layer_groups if g.attention is LayerAttention.LINEAR)
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        """Layers with softmax attention (sliding-window ones included): the KV-cache layers."""
+        return self.num_layers - self.num_linear_attention_layers
+
+    @property
     def kv_elements_per_token_per_layer(self) -> int:
         if self.mla is not None:
             return self.mla.cache_elements_per_token
         return KV_TENSORS * self.num_kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, bytes_per_element: float) -> float:
-        """KV-cache bytes of one token over all decoder layers, unsharded (MTP layers apart)."""
-        return self.num_layers * self.kv_elements_per_token_per_layer * bytes_per_element
+        """KV-cache bytes of one token over the attention layers, unsharded (MTP layers apart;
+        linear-attention layers keep a fixed-size state instead, see :meth:`state_bytes`)."""
+        return (
+            self.num_full_attention_layers * self.kv_elements_per_token_per_layer
+        ) * bytes_per_element
+
+    def state_bytes(self, conv_bytes_per_element: float) -> float:
+        """Recurrent state of one request over the linear-attention layers, unsharded: the SSM
+        state (``state_bytes_per_element``) plus the conv state (``conv_bytes_per_element``,
+        the activation dtype). It does not grow with the context."""
+        dims = self.linear_attention
+        if dims is None:
+            return 0.0
+        per_layer = (
+            dims.state_elements * dims.state_bytes_per_element
+            + dims.conv_state_elements * conv_bytes_per_element
+        )
+        return self.num_linear_attention_layers * per_layer
 
     @property
     def mlp_matrices(self) -> int:
@@ -190,11 +330,29 @@ class ModelArchitecture:
         q_out = self.num_heads * self.head_dim
         kv_out = KV_TENSORS * self.num_kv_heads * self.head_dim
         params = h * (q_out + kv_out) + q_out * h
+        if self.attn_output_gate:
+            params += h * q_out
         if self.attention_bias:
             params += q_out + kv_out
         if self.qk_norm:
             params += QK_NORMS * self.head_dim
         return params
+
+    @property
+    def linear_attention_params_per_layer(self) -> int:
+        """Gated DeltaNet: in_proj (q, k, v, z, b, a), the depthwise conv1d, A_log and dt_bias,
+        the gated RMSNorm (one value_head_dim weight shared by every head) and out_proj."""
+        dims = self.linear_attention
+        if dims is None:
+            return 0
+        h = self.hidden_size
+        return (
+            h * dims.in_proj_outputs
+            + dims.conv_dim * dims.conv_kernel_size
+            + GDN_PARAMS_PER_VALUE_HEAD * dims.num_value_heads
+            + dims.value_head_dim
+            + dims.value_dim * h
+        )
 
     @property
     def dense_mlp_params_per_layer(self) -> int:
@@ -239,7 +397,9 @@ class ModelArchitecture:
     @property
     def num_params(self) -> int:
         """Parameters of the main model (embedding, decoder layers, final norm, lm_head)."""
-        layers = self.num_layers * (self.attention_params_per_layer + self.norm_params_per_layer)
+        layers = self.num_full_attention_layers * self.attention_params_per_layer
+        layers += self.num_linear_attention_layers * self.linear_attention_params_per_layer
+        layers += self.num_layers * self.norm_params_per_layer
         layers += self.num_dense_layers * self.dense_mlp_params_per_layer
         layers += self.num_moe_layers * self.moe_params_per_layer
         return self.embedding_params + layers + self.hidden_size + self.lm_head_params
@@ -258,11 +418,10 @@ class ModelArchitecture:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name in _NEW_FIELDS_AT_DEFAULT and value == f.default:
+                continue  # see _NEW_FIELDS_AT_DEFAULT
             if f.name == "layer_groups":
-                value = [
-                    {"ffn": g.ffn.value, "sliding_window": g.sliding_window, "count": g.count}
-                    for g in value
-                ]
+                value = [g.to_dict() for g in value]
             elif dataclasses.is_dataclass(value) and not isinstance(value, type):
                 value = dataclasses.asdict(value)
             elif isinstance(value, enum.Enum):

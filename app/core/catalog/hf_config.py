@@ -2,16 +2,18 @@
 
 Supported ``model_type`` values: dense GQA/MHA decoders (``llama``, ``mistral``, ``qwen2``,
 ``qwen3``), parallel-attention decoders (``gptj``, ``falcon``), MoE decoders (``mixtral``,
-``qwen3_moe``, ``gpt_oss``, ``minimax_m2``) and MLA + MoE decoders (``deepseek_v2``,
-``deepseek_v3``, ``kimi_k2``). A multimodal wrapper (``kimi_k25``, ``qwen3_5_moe``, ...) that
+``qwen3_moe``, ``gpt_oss``, ``minimax_m2``), MLA + MoE decoders (``deepseek_v2``,
+``deepseek_v3``, ``kimi_k2``) and hybrid linear-attention MoE decoders (``qwen3_5_moe_text``:
+Gated DeltaNet layers between gated full-attention layers, as ``layer_types`` lists them). A
+multimodal wrapper (``kimi_k25``, ``qwen3_5_moe``, ...) that
 nests its language model under ``text_config`` is read through it: the serving workloads are
 text only, so the vision tower never runs, and its weights (Kimi-K2.5's MoonViT: 27 layers of
 width 1152, about 0.4 B parameters, 0.04 % of the model) are left out of the memory.
 
 Architecture features the latency model does not represent are refused with
 :class:`UnsupportedError` naming the feature, never approximated by a neighbouring one:
-linear-attention layers (``layer_types`` entries other than full or sliding attention, e.g.
-Qwen3.5's Gated DeltaNet, whose state does not grow with context) and sparse-attention indexers
+``layer_types`` entries other than full or sliding attention (and linear attention outside the
+Gated DeltaNet types above, whose ``linear_*`` sizes are read) and sparse-attention indexers
 (GLM-5's and DeepSeek-V3.2's DSA ``index_*`` keys, which attend to ``index_topk`` tokens).
 """
 
@@ -24,9 +26,12 @@ from typing import Any
 
 from app.core.catalog.architecture import (
     DEFAULT_FFN_MULTIPLIER,
+    FP32_BYTES,
     AttentionKind,
     FfnKind,
+    LayerAttention,
     LayerGroup,
+    LinearAttentionDims,
     MlaDims,
     ModelArchitecture,
     MoeDims,
@@ -37,7 +42,17 @@ _DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 _MOE_TYPES = ("mixtral", "qwen3_moe", "gpt_oss", "minimax_m2")
 _MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 _PARALLEL_TYPES = ("gptj", "falcon")
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = (*_DENSE_TYPES, *_PARALLEL_TYPES, *_MOE_TYPES, *_MLA_TYPES)
+#: Hybrid decoders whose ``linear_attention`` layers are Gated DeltaNet (``linear_*`` keys).
+_GDN_MOE_TYPES = ("qwen3_5_moe_text",)
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
+    *_DENSE_TYPES,
+    *_PARALLEL_TYPES,
+    *_MOE_TYPES,
+    *_MLA_TYPES,
+    *_GDN_MOE_TYPES,
+)
+#: Bytes per element of the ``mamba_ssm_dtype`` names a config may give its recurrent state.
+_STATE_DTYPE_BYTES = {"float32": FP32_BYTES, "bfloat16": 2, "float16": 2}
 
 
 def _int(config: Mapping[str, Any], *keys: str, default: int | None = None) -> int:
@@ -71,8 +86,10 @@ def _native_quantization(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-#: ``layer_types`` entries the runner models (anything else is refused).
+#: ``layer_types`` entries the runner models (anything else is refused); linear attention only
+#: for the Gated DeltaNet types.
 _ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+_LINEAR_LAYER_TYPE = LayerAttention.LINEAR.value
 #: Keys of a sparse-attention indexer (DeepSeek-V3.2 / GLM-5 DSA): attention reads only the
 #: ``index_topk`` tokens the indexer picks, which the dense attention model would overstate.
 _SPARSE_INDEXER_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
@@ -99,13 +116,17 @@ def _language_model(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
 def _refuse_unmodelled_features(config: Mapping[str, Any], model_type: str) -> None:
     layer_types = config.get("layer_types")
     if isinstance(layer_types, list):
-        other = sorted({str(t) for t in layer_types} - _ATTENTION_LAYER_TYPES)
+        known = _ATTENTION_LAYER_TYPES
+        if model_type in _GDN_MOE_TYPES:
+            known = known | {_LINEAR_LAYER_TYPE}
+        other = sorted({str(t) for t in layer_types} - known)
         if other:
-            count = sum(1 for t in layer_types if str(t) not in _ATTENTION_LAYER_TYPES)
+            count = sum(1 for t in layer_types if str(t) not in known)
             raise UnsupportedError(
                 f"model_type {model_type!r} has {count} of {len(layer_types)} layers of type "
-                f"{', '.join(repr(t) for t in other)} (layer_types): linear-attention layers "
-                "(e.g. Gated DeltaNet, whose state does not grow with context) are not modelled, "
+                f"{', '.join(repr(t) for t in other)} (layer_types): only full and sliding "
+                "attention, and the Gated DeltaNet linear attention of "
+                f"{', '.join(_GDN_MOE_TYPES)}, are modelled; other layer types are not modelled, "
                 "and Chunkwise does not approximate them as full attention"
             )
     found = [key for key in _SPARSE_INDEXER_KEYS if key in config]
@@ -135,11 +156,16 @@ def _windows(config: Mapping[str, Any], num_layers: int, model_type: str) -> lis
     return [None] * num_layers
 
 
-def _groups(ffn: list[FfnKind], windows: list[int | None]) -> tuple[LayerGroup, ...]:
-    counts = Counter(zip(ffn, windows, strict=True))
+def _groups(
+    ffn: list[FfnKind],
+    windows: list[int | None],
+    mixers: list[LayerAttention] | None = None,
+) -> tuple[LayerGroup, ...]:
+    kinds = mixers if mixers is not None else [LayerAttention.FULL] * len(ffn)
+    counts = Counter(zip(ffn, windows, kinds, strict=True))
     return tuple(
-        LayerGroup(ffn=kind, sliding_window=window, count=count)
-        for (kind, window), count in counts.items()
+        LayerGroup(ffn=kind, sliding_window=window, count=count, attention=mixer)
+        for (kind, window, mixer), count in counts.items()
     )
 
 
@@ -178,7 +204,10 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
         "num_kv_heads": kv_heads,
         "head_dim": head_dim,
         "vocab_size": _int(config, "vocab_size"),
-        "intermediate_size": _int(config, "intermediate_size"),
+        # Qwen3.5 MoE configs name no dense width (no dense layers): it is read where needed.
+        "intermediate_size": _int(
+            config, "intermediate_size", default=0 if model_type in _GDN_MOE_TYPES else None
+        ),
         "tie_word_embeddings": _bool(config, "tie_word_embeddings", True),
         # Partial rotary embeddings (MiniMax-M2 rotates 64 of 128 dims) name their width.
         "rotary_dim": _int(config, "rotary_dim", default=head_dim),
@@ -192,6 +221,8 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
         return ModelArchitecture(**common, layer_groups=_groups([FfnKind.DENSE] * layers, windows))
     if model_type in _MOE_TYPES:
         return _moe_model(config, common, model_type, layers, windows)
+    if model_type in _GDN_MOE_TYPES:
+        return _gated_deltanet_moe_model(config, common, layers)
     return _mla_model(config, common, layers, windows)
 
 
@@ -222,6 +253,97 @@ def _moe_model(
         num_experts=num_experts, experts_per_token=top_k, expert_intermediate_size=expert_size
     )
     return ModelArchitecture(**common, moe=moe, layer_groups=_groups(ffn, windows))
+
+
+def _mixers(config: Mapping[str, Any], layers: int) -> list[LayerAttention]:
+    """Per-layer token mixer of a Gated DeltaNet hybrid: ``layer_types``, or (as HF's Qwen3.5
+    config derives it when absent) full attention every ``full_attention_interval``-th layer."""
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list):
+        if len(layer_types) != layers:
+            raise InvalidParameterError(
+                "layer_types", len(layer_types), f"one entry per layer ({layers})"
+            )
+        return [
+            LayerAttention.LINEAR if t == _LINEAR_LAYER_TYPE else LayerAttention.FULL
+            for t in layer_types
+        ]
+    interval = _int(config, "full_attention_interval")
+    if interval < 1:
+        raise InvalidParameterError("full_attention_interval", interval, "an integer >= 1")
+    return [
+        LayerAttention.FULL if (i + 1) % interval == 0 else LayerAttention.LINEAR
+        for i in range(layers)
+    ]
+
+
+def _linear_attention_dims(config: Mapping[str, Any]) -> LinearAttentionDims:
+    dtype = str(config.get("mamba_ssm_dtype") or "float32").lower()
+    if dtype not in _STATE_DTYPE_BYTES:
+        raise InvalidParameterError("mamba_ssm_dtype", dtype, ", ".join(_STATE_DTYPE_BYTES))
+    return LinearAttentionDims(
+        num_key_heads=_int(config, "linear_num_key_heads"),
+        num_value_heads=_int(config, "linear_num_value_heads"),
+        key_head_dim=_int(config, "linear_key_head_dim"),
+        value_head_dim=_int(config, "linear_value_head_dim"),
+        conv_kernel_size=_int(config, "linear_conv_kernel_dim"),
+        state_bytes_per_element=_STATE_DTYPE_BYTES[dtype],
+    )
+
+
+def _rope_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    rope = config.get("rope_parameters") or config.get("rope_scaling")
+    return rope if isinstance(rope, Mapping) else {}
+
+
+def _gated_deltanet_moe_model(
+    config: Mapping[str, Any], common: dict[str, Any], layers: int
+) -> ModelArchitecture:
+    """Qwen3.5 MoE: Gated DeltaNet and gated full-attention layers, every layer MoE with one
+    shared expert (``mlp_only_layers`` dense); one MTP layer (full attention + MoE).
+
+    The shared expert's sigmoid gate (hidden_size weights per layer, 0.25 M parameters over
+    the 60 layers of Qwen3.5-397B-A17B) is left out of the counts and the cost.
+    """
+    expert_size = _int(config, "moe_intermediate_size")
+    shared_size = _int(config, "shared_expert_intermediate_size", default=0)
+    dense_only = set(config.get("mlp_only_layers") or [])
+    step = max(_int(config, "decoder_sparse_step", default=1), 1)
+    ffn = [
+        FfnKind.MOE if (i not in dense_only and (i + 1) % step == 0) else FfnKind.DENSE
+        for i in range(layers)
+    ]
+    if FfnKind.DENSE in ffn:
+        dense_size = _int(config, "intermediate_size")
+    else:
+        # No dense layer: the dense width only sizes activations; the expert width stands in.
+        dense_size = common["intermediate_size"] or expert_size
+    head_dim = common["head_dim"]
+    factor = _rope_config(config).get("partial_rotary_factor", config.get("partial_rotary_factor"))
+    rotary_dim = common["rotary_dim"]
+    if isinstance(factor, int | float) and not isinstance(factor, bool) and 0 < factor <= 1:
+        rotary_dim = int(head_dim * factor)
+    moe = MoeDims(
+        num_experts=_int(config, "num_experts"),
+        experts_per_token=_int(config, "num_experts_per_tok"),
+        expert_intermediate_size=expert_size,
+        num_shared_experts=1 if shared_size else 0,
+        shared_intermediate_size=shared_size,
+    )
+    common = {
+        **common,
+        "intermediate_size": dense_size,
+        "rotary_dim": rotary_dim,
+        "qk_norm": True,  # q_norm / k_norm per head in the full-attention layers
+    }
+    return ModelArchitecture(
+        **common,
+        moe=moe,
+        layer_groups=_groups(ffn, [None] * layers, _mixers(config, layers)),
+        num_mtp_layers=_int(config, "mtp_num_hidden_layers", default=0),
+        attn_output_gate=_bool(config, "attn_output_gate", False),
+        linear_attention=_linear_attention_dims(config),
+    )
 
 
 def _mla_model(

@@ -27,6 +27,7 @@ BUILTIN_MODEL_FILES: dict[str, str] = {
     "Qwen/Qwen3-32B": "qwen3_dense_32b.json",
     "Qwen/Qwen3-30B-A3B": "qwen3_moe_30b_a3b.json",
     "Qwen/Qwen3-235B-A22B": "qwen3_moe_235b_a22b.json",
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b.json",
     "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b-instruct.json",
     "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b-instruct.json",
     "meta-llama/Llama-3.1-8B": "llama3.1-8b.json",
@@ -51,7 +52,6 @@ BUILTIN_MODEL_FILES: dict[str, str] = {
 #: Models whose configs ship so that their names resolve and are refused with the feature that
 #: is not modelled (see :func:`_refuse_unmodelled_features`), instead of "unknown model".
 UNSUPPORTED_MODEL_FILES: dict[str, str] = {
-    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b.json",
     "zai-org/GLM-5": "glm-5.json",
 }
 

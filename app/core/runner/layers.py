@@ -11,9 +11,18 @@ the tokens that sample. One sub-batch is the ordinary prefill or decode forward.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-from app.core.catalog.architecture import KV_TENSORS, MTP_EH_INPUTS, FfnKind, LayerGroup
+from app.core.catalog.architecture import (
+    GDN_GATES_PER_VALUE_HEAD,
+    GDN_QK,
+    KV_TENSORS,
+    MTP_EH_INPUTS,
+    FfnKind,
+    LayerAttention,
+    LayerGroup,
+)
 from app.core.catalog.quantization import BYTES_16BIT
 from app.core.cost import ForwardShape
 from app.core.runner.comm import Collective, collective_time_s
@@ -30,6 +39,26 @@ SAMPLING_PASSES = 2  # softmax then top-k/top-p over the vocabulary
 RESIDUAL_NORM_TENSORS = 4  # read x and residual, write residual and normed x
 READ_WRITE = 2  # an elementwise kernel reads its input and writes its output
 Q_AND_O = 2  # attention reads the queries and writes the outputs
+GATED_OUTPUT_TENSORS = 3  # an output gate reads the values and the gate, writes the product
+# Gated DeltaNet (Yang et al., "Gated Delta Networks", ICLR 2025; FLA's gated_delta_rule
+# kernels, which vLLM and SGLang run for Qwen3-Next / Qwen3.5). Per new token and value head
+# the recurrent form touches every element of the d_k x d_v state: decay S *= exp(g) (1 mul),
+# retrieval S^T k (1 MAC), rank-1 update S += k (beta (v - S^T k))^T (1 MAC), readout S^T q
+# (1 MAC): 1 + 3 x FLOPS_PER_MAC FLOPs per state element.
+GDN_RECURRENT_FLOPS_PER_STATE_ELEMENT = 1 + 3 * FLOPS_PER_MAC
+# The chunked (prefill) form, chunk size 64 (FLA chunk_gated_delta_rule, BT = 64): per token
+# and value head, 3 MACs per state element across chunks (output q S, the WY term w S, the
+# state update k^T v_new) and, inside its chunk, products with every chunk token: 3 of key
+# width (beta K K^T for the UT transform, Q K^T, w = A K) and 2 of value width (u = A V, the
+# intra-chunk output).
+GDN_CHUNK_TOKENS = 64
+GDN_CHUNK_STATE_MACS_PER_ELEMENT = 3
+GDN_CHUNK_KEY_PRODUCTS = 3
+GDN_CHUNK_VALUE_PRODUCTS = 2
+# The chunked kernels write each chunk's state (k dtype: 16-bit) and read it back for the
+# output, and write w, u (and v_new) per token and read them back.
+GDN_CHUNK_VALUE_INTERMEDIATES = 2  # u and v_new, value width per head
+GDN_CHUNK_KEY_INTERMEDIATES = 1  # w, key width per head
 
 
 def new_tokens(shape: ForwardShape) -> int:
@@ -198,7 +227,9 @@ class ForwardBuilder:
             tensors=RESIDUAL_NORM_TENSORS,
             flops_per_element=NORM_FLOPS_PER_ELEMENT,
         )
-        if m.mla is not None:
+        if group.attention is LayerAttention.LINEAR:
+            self._linear_attention(scope, count, tokens, attention)
+        elif m.mla is not None:
             self._mla_attention(group, scope, count, tokens, attention)
         else:
             self._gqa_attention(group, scope, count, tokens, attention)
@@ -239,7 +270,8 @@ class ForwardBuilder:
         h, d = m.hidden_size, m.head_dim
         q_out = p.heads_local * d
         kv_out = KV_TENSORS * p.kv_heads_local * d
-        self.gemm("qkv_proj", scope, count, tokens, h, q_out + kv_out)
+        gate_out = q_out if m.attn_output_gate else 0
+        self.gemm("qkv_proj", scope, count, tokens, h, q_out + gate_out + kv_out)
         heads_touched = p.heads_local + p.kv_heads_local
         if m.qk_norm:
             self.elementwise(
@@ -269,7 +301,127 @@ class ForwardBuilder:
                 flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),  # QK^T then PV
                 hbm_bytes=kv_read + kv_write + Q_AND_O * new_tokens * q_out * ACTIVATION_BYTES,
             )
+        if gate_out:
+            self.elementwise(
+                "attn_output_gate",
+                scope,
+                count,
+                tokens * gate_out,
+                tensors=GATED_OUTPUT_TENSORS,
+                flops_per_element=ACT_FLOPS_PER_ELEMENT,
+            )
         self.gemm("o_proj", scope, count, tokens, q_out, h)
+
+    def _linear_attention(
+        self, scope: str, count: int, tokens: int, attention: Sequence[Part]
+    ) -> None:
+        """Gated DeltaNet (Qwen3.5 ``linear_attn``), heads split over the TP ranks: in_proj
+        GEMMs, per sub-batch the short causal conv1d and the delta-rule kernel (recurrent for
+        decodes, chunked for prefills; both read and write each request's state, neither reads
+        anything that grows with the context), the decay / beta gates, the gated RMSNorm and
+        out_proj."""
+        p, m = self.plan, self.plan.model
+        dims = m.linear_attention
+        assert dims is not None
+        h = m.hidden_size
+        k_heads, v_heads = p.linear_key_heads_local, p.linear_value_heads_local
+        dk, dv = dims.key_head_dim, dims.value_head_dim
+        key_local, value_local = k_heads * dk, v_heads * dv
+        conv_local = GDN_QK * key_local + value_local
+        gates_local = GDN_GATES_PER_VALUE_HEAD * v_heads
+        self.gemm("gdn_in_proj_qkvz", scope, count, tokens, h, conv_local + value_local)
+        self.gemm("gdn_in_proj_ba", scope, count, tokens, h, gates_local)
+        state_elements = v_heads * dk * dv
+        state_bytes = state_elements * dims.state_bytes_per_element
+        conv_state_bytes = (dims.conv_kernel_size - 1) * conv_local * ACTIVATION_BYTES
+        for s, part_tokens in attention:
+            # Each request reads its conv state (the last kernel - 1 inputs) and writes it back.
+            self._recurrent_kernel(
+                "gdn_conv1d",
+                scope,
+                count,
+                flops=part_tokens
+                * conv_local
+                * (FLOPS_PER_MAC * dims.conv_kernel_size + ACT_FLOPS_PER_ELEMENT),
+                hbm_bytes=READ_WRITE * part_tokens * conv_local * ACTIVATION_BYTES
+                + READ_WRITE * s.concurrency * conv_state_bytes
+                + conv_local * dims.conv_kernel_size * BYTES_16BIT,
+                flops_per_s=p.bf16_flops_per_s,
+            )
+        self.elementwise(
+            "gdn_gating",
+            scope,
+            count,
+            tokens * gates_local,
+            tensors=READ_WRITE,
+            flops_per_element=ACT_FLOPS_PER_ELEMENT,
+        )
+        for s, part_tokens in attention:
+            # q and k in, v in, the output out; the state read once and written once.
+            io_bytes = (
+                part_tokens * (GDN_QK * key_local + Q_AND_O * value_local) * ACTIVATION_BYTES
+                + READ_WRITE * s.concurrency * state_bytes
+            )
+            if s.is_decode:
+                flops = GDN_RECURRENT_FLOPS_PER_STATE_ELEMENT * part_tokens * state_elements
+                name = "gdn_recurrent"
+            else:
+                per_head_macs = GDN_CHUNK_STATE_MACS_PER_ELEMENT * dk * dv + GDN_CHUNK_TOKENS * (
+                    GDN_CHUNK_KEY_PRODUCTS * dk + GDN_CHUNK_VALUE_PRODUCTS * dv
+                )
+                flops = FLOPS_PER_MAC * part_tokens * v_heads * per_head_macs
+                chunks = s.concurrency * math.ceil(s.query_len / GDN_CHUNK_TOKENS)
+                intermediates = (
+                    part_tokens
+                    * v_heads
+                    * (GDN_CHUNK_KEY_INTERMEDIATES * dk + GDN_CHUNK_VALUE_INTERMEDIATES * dv)
+                )
+                io_bytes += (
+                    READ_WRITE * (chunks * state_elements + intermediates) * ACTIVATION_BYTES
+                )
+                name = "gdn_chunked"
+            self._recurrent_kernel(
+                name,
+                scope,
+                count,
+                flops=flops,
+                hbm_bytes=io_bytes,
+                flops_per_s=p.attention_flops_per_s,
+            )
+        self.elementwise(
+            "gdn_gated_norm",
+            scope,
+            count,
+            tokens * value_local,
+            tensors=GATED_OUTPUT_TENSORS,
+            flops_per_element=NORM_FLOPS_PER_ELEMENT + ACT_FLOPS_PER_ELEMENT,
+        )
+        self.gemm("gdn_out_proj", scope, count, tokens, value_local, h)
+
+    def _recurrent_kernel(
+        self,
+        name: str,
+        scope: str,
+        count: int,
+        *,
+        flops: float,
+        hbm_bytes: float,
+        flops_per_s: float,
+    ) -> None:
+        """A linear-attention kernel (conv1d, delta rule): attention time in the breakdown."""
+        self.ops.append(
+            roofline(
+                name=name,
+                category=OpCategory.ATTENTION,
+                scope=scope,
+                count=count,
+                flops=flops,
+                hbm_bytes=hbm_bytes,
+                flops_per_s=flops_per_s,
+                hbm_bytes_per_s=self.plan.hbm_bytes_per_s,
+                launch_s=self.launch_s,
+            )
+        )
 
     def _attention_kernel(
         self, shape: ForwardShape, scope: str, count: int, *, flops: float, hbm_bytes: float

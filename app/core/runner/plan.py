@@ -11,10 +11,12 @@ import math
 from dataclasses import dataclass
 
 from app.core.catalog.architecture import (
+    GDN_PARAMS_PER_VALUE_HEAD,
     KV_TENSORS,
     MTP_EH_INPUTS,
     AttentionKind,
     FfnKind,
+    LayerAttention,
     ModelArchitecture,
 )
 from app.core.catalog.hardware import BYTES_PER_GB, Device, InterconnectTier
@@ -75,6 +77,11 @@ class ShardPlan:
     kv_bytes_per_token_sliding: float  # per device, sliding-window layers
     mtp_kv_bytes_per_token: float
     notes: tuple[str, ...]
+    # Gated DeltaNet layers (0 without them): key / value heads per TP rank, and the recurrent
+    # state (SSM + conv) one request holds on this device, whatever its context length.
+    linear_key_heads_local: int = 0
+    linear_value_heads_local: int = 0
+    state_bytes_per_request: float = 0.0
 
     @property
     def tokens_scale(self) -> float:
@@ -103,6 +110,33 @@ def _kv_heads_local(model: ModelArchitecture, tp: int, pp: int) -> int:
     if pp > model.num_layers:
         raise InvalidParameterError("pp", pp, f"<= num_hidden_layers={model.num_layers}")
     return kv_local
+
+
+def _linear_heads_local(model: ModelArchitecture, tp: int) -> tuple[int, int]:
+    """Gated DeltaNet key and value heads per TP rank: split over the ranks like the engines'
+    column-parallel in_proj (vLLM divides both head counts by the TP size), never replicated."""
+    dims = model.linear_attention
+    if dims is None or not model.num_linear_attention_layers:
+        return 0, 0
+    for key, heads in (
+        ("linear_num_key_heads", dims.num_key_heads),
+        ("linear_num_value_heads", dims.num_value_heads),
+    ):
+        if heads % tp:
+            raise InvalidParameterError("tp", tp, f"a divisor of {key}={heads}")
+    return dims.num_key_heads // tp, dims.num_value_heads // tp
+
+
+def _state_bytes_per_request(model: ModelArchitecture, tp: int, pp: int) -> float:
+    """Recurrent state of one request on the busiest device: the SSM state (its own dtype) and
+    the conv state (activation dtype) of the linear-attention layers on this stage, split
+    over the TP ranks by heads / channels."""
+    if not model.num_linear_attention_layers:
+        return 0.0
+    # The busiest stage holds ceil(L / pp) layers, linear ones in the model's proportion (the
+    # same convention as the KV cache).
+    stage_share = math.ceil(model.num_layers / pp) / model.num_layers
+    return model.state_bytes(ACTIVATION_BYTES) / tp * stage_share
 
 
 def _expert_sharding(
@@ -161,7 +195,9 @@ def _kv_bytes_per_token(
     layers_on_stage = math.ceil(model.num_layers / pp)
     sliding_layers = sum(g.count for g in model.layer_groups if g.sliding_window is not None)
     sliding_share = sliding_layers / model.num_layers
-    kv_full = per_layer_kv * layers_on_stage * (1 - sliding_share)
+    # Linear-attention layers keep no KV cache (their state is per request, not per token).
+    linear_share = model.num_linear_attention_layers / model.num_layers
+    kv_full = per_layer_kv * layers_on_stage * (1 - sliding_share - linear_share)
     kv_sliding = per_layer_kv * layers_on_stage * sliding_share
     return per_layer_kv, kv_full, kv_sliding
 
@@ -175,6 +211,7 @@ def build_plan(
     notes: list[str] = []
     tp, pp = parallel.tp, parallel.pp
     kv_local = _kv_heads_local(model, tp, pp)
+    linear_k_local, linear_v_local = _linear_heads_local(model, tp)
     ep, moe_tp, group = _expert_sharding(model, parallel, notes)
     fmt = quantization.linear_format
     compute, gemm_peak, attn_peak = _compute_paths(device, quantization, notes)
@@ -223,6 +260,9 @@ def build_plan(
         kv_bytes_per_token_sliding=kv_sliding,
         mtp_kv_bytes_per_token=per_layer_kv * model.num_mtp_layers,
         notes=tuple(notes),
+        linear_key_heads_local=linear_k_local,
+        linear_value_heads_local=linear_v_local,
+        state_bytes_per_request=_state_bytes_per_request(model, tp, pp),
     )
 
 
@@ -252,7 +292,9 @@ def _weights_bytes(
     else:
         q_out = model.num_heads * model.head_dim // tp
         kv_out = KV_TENSORS * kv_local * model.head_dim
-        attn = (h * (q_out + kv_out) + q_out * h) * wbytes
+        gate_out = q_out if model.attn_output_gate else 0
+        attn = (h * (q_out + gate_out + kv_out) + q_out * h) * wbytes
+    linear_attn = _linear_attention_weights_bytes(model, tp, wbytes)
     norms = model.norm_params_per_layer * half
     dense = model.dense_mlp_params_per_layer / tp * wbytes
     moe_layer = 0.0
@@ -267,7 +309,8 @@ def _weights_bytes(
     layers = 0.0
     for group in model.layer_groups:
         ffn = moe_layer if group.ffn is FfnKind.MOE else dense
-        layers += group.count * (attn + norms + ffn)
+        mixer = linear_attn if group.attention is LayerAttention.LINEAR else attn
+        layers += group.count * (mixer + norms + ffn)
     layers *= math.ceil(model.num_layers / pp) / model.num_layers
     vocab = (model.embedding_params + model.lm_head_params) / tp * half
     mtp = 0.0
@@ -275,3 +318,16 @@ def _weights_bytes(
         ffn = moe_layer if model.moe is not None else dense
         mtp = model.num_mtp_layers * (MTP_EH_INPUTS * h * h / tp * wbytes + attn + norms + ffn)
     return layers + vocab + h * half, mtp
+
+
+def _linear_attention_weights_bytes(model: ModelArchitecture, tp: int, wbytes: float) -> float:
+    """One Gated DeltaNet layer on one TP rank: the in_proj and out_proj GEMM weights at the
+    linear format, split over heads; conv1d (split over channels), A_log and dt_bias (over
+    heads) and the replicated gated-norm weight in 16 bits."""
+    dims = model.linear_attention
+    if dims is None:
+        return 0.0
+    h = model.hidden_size
+    gemms = (h * dims.in_proj_outputs + dims.value_dim * h) / tp * wbytes
+    split = dims.conv_dim * dims.conv_kernel_size + GDN_PARAMS_PER_VALUE_HEAD * dims.num_value_heads
+    return gemms + (split / tp + dims.value_head_dim) * BYTES_16BIT

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.catalog.architecture import KV_TENSORS, ModelArchitecture
+from app.core.catalog.architecture import KV_TENSORS, LayerAttention, ModelArchitecture
 from app.core.catalog.hardware import BYTES_PER_GB, Device
 from app.core.catalog.quantization import Quantization
 from app.core.chunking import require_int
@@ -277,6 +277,8 @@ class ModelRunner:
             scope = f"layers[{index}]:{group.ffn.value}" + (
                 f":window{group.sliding_window}" if group.sliding_window else ""
             )
+            if group.attention is LayerAttention.LINEAR:
+                scope += f":{group.attention.value}"
             builder.layer_group(group, scope, group.count, tokens, attention)
         builder.lm_head("model", 1, builder.sample_tokens)
         builder.pipeline_sends(tokens)
@@ -301,8 +303,15 @@ class ModelRunner:
         )
 
     # -- memory -----------------------------------------------------------------------------
+    def state_bytes_per_request(self) -> float:
+        """Recurrent state (SSM + conv) one running request holds on one device in the
+        linear-attention layers (0 without them); it does not grow with the context."""
+        return self.plan.state_bytes_per_request
+
     def kv_cache_bytes(self, concurrency: int, seq_len: int) -> float:
-        """KV cache on one device for ``concurrency`` requests of ``seq_len`` context."""
+        """KV cache on one device for ``concurrency`` requests of ``seq_len`` context, with
+        each request's linear-attention state (:meth:`state_bytes_per_request`): the memory a
+        running request holds, which admission and KV capacity count."""
         plan = self.plan
         blocks = math.ceil(seq_len / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
         per_request = blocks * plan.kv_bytes_per_token
@@ -313,6 +322,8 @@ class ModelRunner:
             per_request += window_blocks * plan.kv_bytes_per_token_sliding
         if self.num_mtp_tokens:
             per_request += blocks * plan.mtp_kv_bytes_per_token
+        if plan.state_bytes_per_request:
+            per_request += plan.state_bytes_per_request
         return concurrency * per_request
 
     def weights_bytes(self) -> float:
@@ -330,7 +341,10 @@ class ModelRunner:
         if m.moe is not None:
             width = m.mlp_matrices * m.moe.expert_intermediate_size / plan.moe_tp
             moe = plan.tokens_scale * m.moe.experts_per_token / plan.ep * (width + h)
-        per_token = RESIDUAL_STREAMS * h + max(attn, mlp, moe)
+        linear = 0.0
+        if m.linear_attention is not None and m.num_linear_attention_layers:
+            linear = m.linear_attention.in_proj_outputs / plan.tp  # q, k, v, z, b, a
+        per_token = RESIDUAL_STREAMS * h + max(attn, mlp, moe, linear)
         total = sum(new_tokens(part) for part in parts) * per_token * ACTIVATION_BYTES
         sample_tokens = 0
         for part in parts:

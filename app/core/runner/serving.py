@@ -195,7 +195,9 @@ class RunnerServingModel:
     def kv_capacity_requests(
         self, context_len: int, max_batched_tokens: int, *, kv_memory_fraction: float | None = None
     ) -> int:
-        """Requests whose KV cache of ``context_len`` tokens (in blocks) fits on the device.
+        """Requests whose KV cache of ``context_len`` tokens (in blocks) fits on the device,
+        each with its linear-attention state (SSM + conv, one per running request, see
+        :meth:`ModelRunner.state_bytes_per_request`) when the model has such layers.
 
         What is left after the weights, the reserve and the activations of the largest
         forward (a prefill of ``max_batched_tokens`` tokens) holds the KV cache, or the

@@ -1,7 +1,8 @@
 """The v2 validation models and Blackwell Ultra devices (issue 12's catalog part).
 
 Numbers are checked against the shipped config.json files (shared/model_configs/SOURCES.md)
-and hardware_specs.csv; refusals must name the architecture feature that is not modelled.
+and hardware_specs.csv; refusals must name the architecture feature that is not modelled
+(Qwen3.5's linear attention is modelled now: tests/unit/catalog/test_linear_attention.py).
 """
 
 from __future__ import annotations
@@ -74,14 +75,6 @@ def test_rotary_dim_defaults_to_the_head_dim() -> None:
     assert model.rotary_dim == model.head_dim == 128
 
 
-def test_qwen35_linear_attention_is_refused_with_the_feature() -> None:
-    with pytest.raises(UnsupportedError) as err:
-        get_model("Qwen/Qwen3.5-397B-A17B")
-    text = str(err.value)
-    assert "'linear_attention'" in text and "45 of 60 layers" in text
-    assert "not modelled" in text
-
-
 def test_glm5_sparse_attention_indexer_is_refused_with_the_feature() -> None:
     with pytest.raises(UnsupportedError) as err:
         get_model("zai-org/GLM-5")
@@ -91,8 +84,10 @@ def test_glm5_sparse_attention_indexer_is_refused_with_the_feature() -> None:
 
 def test_refused_models_resolve_but_are_not_listed() -> None:
     names = model_names()
-    assert "Qwen/Qwen3.5-397B-A17B" not in names and "zai-org/GLM-5" not in names
+    assert "zai-org/GLM-5" not in names
     assert "moonshotai/Kimi-K2.5" in names and "MiniMaxAI/MiniMax-M2.5" in names
+    # Qwen3.5's Gated DeltaNet layers are modelled (tests/unit/catalog/test_linear_attention).
+    assert "Qwen/Qwen3.5-397B-A17B" in names
     with pytest.raises(UnsupportedError):
         get_model("glm-5")  # the alias resolves, then the feature is refused
 

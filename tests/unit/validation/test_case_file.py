@@ -67,7 +67,15 @@ def test_every_row_gets_a_prediction_or_its_reason() -> None:
         {**ROW, "case_id": "repackaged", "model": "nvidia/Llama-3.1-8B-Instruct-FP8"},
         {**ROW, "case_id": "fp8", "gemm_quant": "fp8", "moe_quant": "fp8"},
         {**ROW, "case_id": "unknown", "model": "acme/NotAModel-7B"},
-        {**ROW, "case_id": "linear", "model": "Qwen/Qwen3.5-397B-A17B", "tp": "8"},
+        {
+            **ROW,
+            "case_id": "linear",  # Gated DeltaNet hybrid: modelled, FP8 fits 8 x 80 GB
+            "model": "Qwen/Qwen3.5-397B-A17B",
+            "tp": "8",
+            "num_devices": "8",
+            "gemm_quant": "fp8",
+            "moe_quant": "fp8",
+        },
         {**ROW, "case_id": "int4", "gemm_quant": "int4_wo", "moe_quant": "int4_wo"},
         {**ROW, "case_id": "awq", "gemm_quant": "w4a8_awq", "moe_quant": "w4a8_awq"},
         {**ROW, "case_id": "engine", "engine": "tgi 2.0"},
@@ -79,7 +87,7 @@ def test_every_row_gets_a_prediction_or_its_reason() -> None:
     report = replay_case_file(file_of(*rows))
     by_id = {o.case_id: o for o in report.outcomes}
     assert [o.case_id for o in report.outcomes] == [r["case_id"] for r in rows]
-    for case_id in ("ok", "repackaged", "fp8", "int4"):
+    for case_id in ("ok", "repackaged", "fp8", "int4", "linear"):
         outcome = by_id[case_id]
         assert outcome.error == ""
         assert outcome.ttft_ms_pred is not None and outcome.ttft_ms_pred > 0
@@ -89,7 +97,6 @@ def test_every_row_gets_a_prediction_or_its_reason() -> None:
     assert by_id["fp8"].tpot_ms_pred != by_id["ok"].tpot_ms_pred
     reasons = {
         "unknown": "acme/NotAModel-7B",
-        "linear": "linear_attention",
         "awq": "w4a8_awq",
         "engine": "unknown engine 'tgi'",
         "mixed": "per-layer quantization",
