@@ -111,8 +111,11 @@ def forward_table(body: dict[str, Any]) -> str:
 
 
 def _model_row(a: dict[str, Any]) -> list[str]:
-    # ModelArchitecture.kv_bytes_per_token: every decoder layer, unsharded, MTP layers apart
-    kv_bytes = a["num_layers"] * a["kv_elements_per_token_per_layer"] * KV_TABLE_BYTES_PER_ELEMENT
+    # ModelArchitecture.kv_bytes_per_token: every decoder layer, unsharded, MTP layers apart,
+    # a sparse indexer's own FP8 key cache included
+    per_layer = a["kv_elements_per_token_per_layer"] * KV_TABLE_BYTES_PER_ELEMENT
+    per_layer += a.get("indexer_cache_bytes_per_token_per_layer", 0.0)
+    kv_bytes = a["num_layers"] * per_layer
     return [
         a["name"],
         a["model_type"],

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app.core.catalog import get_model
+from app.core.catalog import get_model, model_names
 from app.core.catalog.architecture import AttentionKind, SparseIndexerDims
 from app.core.catalog.hf_config import model_from_config
 from app.core.catalog.models import CONFIG_DIR
@@ -44,6 +44,12 @@ def test_glm5_reads_the_indexer_dims() -> None:
     assert model.mla.q_lora_rank == 2048 and model.mla.qk_nope_head_dim == 192
     assert model.num_dense_layers == 3 and model.num_moe_layers == 75
     assert model.num_mtp_layers == 1
+
+
+def test_the_zhipuai_spelling_resolves_to_the_catalog_model() -> None:
+    # The measured cases name the model "zhipuai/GLM-5"; the catalog id is zai-org's.
+    assert get_model("zhipuai/GLM-5") is get_model("zai-org/GLM-5")
+    assert "zai-org/GLM-5" in model_names()
 
 
 def test_glm5_parameter_count_matches_the_published_size() -> None:
