@@ -116,10 +116,12 @@ def forward_table(body: dict[str, Any]) -> str:
 
 def _model_row(a: dict[str, Any]) -> list[str]:
     # ModelArchitecture.kv_bytes_per_token: every attention layer (linear-attention layers hold
-    # a fixed state instead), unsharded, MTP layers apart
+    # a fixed state instead), unsharded, MTP layers apart, a sparse indexer's own FP8 key cache
+    # included
     linear = sum(g["count"] for g in a["layer_groups"] if g.get("attention") == LINEAR_ATTENTION)
-    kv_layers = a["num_layers"] - linear
-    kv_bytes = kv_layers * a["kv_elements_per_token_per_layer"] * KV_TABLE_BYTES_PER_ELEMENT
+    per_layer = a["kv_elements_per_token_per_layer"] * KV_TABLE_BYTES_PER_ELEMENT
+    per_layer += a.get("indexer_cache_bytes_per_token_per_layer", 0.0)
+    kv_bytes = (a["num_layers"] - linear) * per_layer
     return [
         a["name"],
         a["model_type"],

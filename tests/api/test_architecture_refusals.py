@@ -1,10 +1,15 @@
-"""Unmodelled architecture features are a 422 naming the feature, through the real app; the
-modelled hybrid (Qwen3.5's Gated DeltaNet layers) simulates."""
+"""Unmodelled architecture features are a 422 naming the feature, through the real app (an
+unknown layer type, or linear attention outside the Gated DeltaNet types); the modelled hybrid
+(Qwen3.5's Gated DeltaNet layers) and sparse attention (GLM-5) simulate."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
+
+from app.core.catalog.models import CONFIG_DIR as MODEL_CONFIGS
 
 BODY = {
     "device": "NVIDIA_B300_SXM_288G",
@@ -16,9 +21,15 @@ BODY = {
 }
 
 
-@pytest.mark.parametrize(("model", "feature"), [("zai-org/GLM-5", "index_topk")])
-def test_refused_architectures_are_422(client: TestClient, model: str, feature: str) -> None:
-    response = client.post("/v1/simulate", json={**BODY, "model": model})
+def _inline(layer_type: str) -> dict[str, object]:
+    config = json.loads((MODEL_CONFIGS / "llama3.1-8b.json").read_text())
+    config["layer_types"] = [layer_type] * int(config["num_hidden_layers"])
+    return {"name": f"llama-with-{layer_type}", "config": config}
+
+
+@pytest.mark.parametrize("feature", ["mamba", "linear_attention"])
+def test_refused_architectures_are_422(client: TestClient, feature: str) -> None:
+    response = client.post("/v1/simulate", json={**BODY, "model": _inline(feature)})
     assert response.status_code == 422, response.text
     assert response.headers["content-type"] == "application/problem+json"
     assert feature in response.json()["detail"]

@@ -36,6 +36,14 @@ GDN_PARAMS_PER_VALUE_HEAD = 2  # A_log and dt_bias of the decay, one each per va
 #: MambaSpec of Qwen3.5 holds (bfloat16 conv, float32 temporal) states; SGLang's
 #: --mamba-ssm-dtype defaults to float32).
 FP32_BYTES = 4
+# DeepSeek Sparse Attention (DSA) lightning indexer, as DeepSeek-V3.2-Exp's reference
+# ``inference/model.py`` builds it (GLM-5's ``GlmMoeDsaIndexer`` is the same module): its key
+# cache holds FP8 e4m3 keys plus one fp32 scale per 128-element block, i.e. 128 + 4 = 132 bytes
+# per token for index_head_dim 128 (the layout vLLM and SGLang allocate too).
+INDEXER_KEY_BYTES = 1.0  # float8_e4m3fn
+INDEXER_SCALE_BYTES = 4.0  # float32 scale
+INDEXER_SCALE_BLOCK = 128  # key elements per scale (the reference's block_size)
+INDEXER_K_NORM_TENSORS = 2  # k_norm is a LayerNorm: weight and bias of index_head_dim each
 
 
 class AttentionKind(enum.StrEnum):
@@ -140,6 +148,45 @@ class MlaDims:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SparseIndexerDims:
+    """DSA lightning indexer sizes (config ``index_topk``, ``index_n_heads``, ``index_head_dim``).
+
+    Per new token the indexer projects ``n_heads`` queries of ``head_dim`` from MLA's query
+    latent (``wq_b``) and one key of ``head_dim`` from the hidden state (``wk``, then the
+    LayerNorm ``k_norm``), plus one weight per head (``weights_proj``); it scores every cached
+    key and MLA then attends only to the ``topk`` best-scoring tokens.
+    """
+
+    topk: int
+    n_heads: int
+    head_dim: int
+
+    def __post_init__(self) -> None:
+        for field, key in (
+            ("topk", "index_topk"),
+            ("n_heads", "index_n_heads"),
+            ("head_dim", "index_head_dim"),
+        ):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameterError(key, value, "an integer >= 1")
+
+    @property
+    def cache_bytes_per_token(self) -> float:
+        """The indexer's own key cache of one token in one layer (FP8 keys + fp32 scales)."""
+        scales = -(-self.head_dim // INDEXER_SCALE_BLOCK)  # ceil: one scale per started block
+        return self.head_dim * INDEXER_KEY_BYTES + scales * INDEXER_SCALE_BYTES
+
+    def params(self, hidden_size: int, q_lora_rank: int) -> int:
+        """``wq_b`` (q latent -> heads x head_dim), ``wk`` (hidden -> head_dim),
+        ``weights_proj`` (hidden -> heads) and the ``k_norm`` LayerNorm."""
+        q = q_lora_rank * self.n_heads * self.head_dim
+        k = hidden_size * self.head_dim
+        weights = hidden_size * self.n_heads
+        return q + k + weights + INDEXER_K_NORM_TENSORS * self.head_dim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MoeDims:
     num_experts: int
     experts_per_token: int
@@ -192,7 +239,7 @@ class LayerGroup:
 #: Fields added after the architecture document was first published: left out of
 #: :meth:`ModelArchitecture.to_dict` while at their default, so the document and the runner
 #: identity (the latency-cache key, which hashes it) of every older architecture stay the same.
-_NEW_FIELDS_AT_DEFAULT = frozenset({"attn_output_gate", "linear_attention"})
+_NEW_FIELDS_AT_DEFAULT = frozenset({"attn_output_gate", "linear_attention", "sparse_indexer"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,6 +264,7 @@ class ModelArchitecture:
     rotary_dim: int = 0
     attention: AttentionKind = AttentionKind.GQA
     mla: MlaDims | None = None
+    sparse_indexer: SparseIndexerDims | None = None  # DSA: MLA attends to the top-k tokens
     moe: MoeDims | None = None
     layer_groups: tuple[LayerGroup, ...] = ()
     num_mtp_layers: int = 0
@@ -245,6 +293,13 @@ class ModelArchitecture:
             )
         if (self.attention is AttentionKind.MLA) != (self.mla is not None):
             raise InvalidParameterError("mla", self.mla, "given exactly for MLA attention")
+        if self.sparse_indexer is not None and (self.mla is None or not self.mla.q_lora_rank):
+            # The indexer's queries project from MLA's query latent (DeepSeek-V3.2, GLM-5).
+            raise InvalidParameterError(
+                "index_topk",
+                self.sparse_indexer.topk,
+                "set only for MLA attention with a query latent (q_lora_rank > 0)",
+            )
         if not self.layer_groups:
             object.__setattr__(
                 self,
@@ -288,12 +343,20 @@ class ModelArchitecture:
             return self.mla.cache_elements_per_token
         return KV_TENSORS * self.num_kv_heads * self.head_dim
 
+    @property
+    def indexer_cache_bytes_per_token_per_layer(self) -> float:
+        """The sparse indexer's key cache (its own FP8 dtype, whatever the KV dtype); 0 without."""
+        return 0.0 if self.sparse_indexer is None else self.sparse_indexer.cache_bytes_per_token
+
     def kv_bytes_per_token(self, bytes_per_element: float) -> float:
         """KV-cache bytes of one token over the attention layers, unsharded (MTP layers apart;
-        linear-attention layers keep a fixed-size state instead, see :meth:`state_bytes`)."""
-        return (
-            self.num_full_attention_layers * self.kv_elements_per_token_per_layer
-        ) * bytes_per_element
+        linear-attention layers keep a fixed-size state instead, see :meth:`state_bytes`), the
+        sparse indexer's key cache included."""
+        layers = self.num_full_attention_layers
+        kv = layers * self.kv_elements_per_token_per_layer * bytes_per_element
+        if self.sparse_indexer is None:
+            return kv
+        return kv + layers * self.indexer_cache_bytes_per_token_per_layer
 
     def state_bytes(self, conv_bytes_per_element: float) -> float:
         """Recurrent state of one request over the linear-attention layers, unsharded: the SSM
@@ -326,7 +389,10 @@ class ModelArchitecture:
             kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
             kv_b = m.kv_lora_rank * self.num_heads * (m.qk_nope_head_dim + m.v_head_dim)
             o = self.num_heads * m.v_head_dim * h
-            return q + kv_a + kv_b + o
+            indexer = (
+                0 if self.sparse_indexer is None else self.sparse_indexer.params(h, m.q_lora_rank)
+            )
+            return q + kv_a + kv_b + o + indexer
         q_out = self.num_heads * self.head_dim
         kv_out = KV_TENSORS * self.num_kv_heads * self.head_dim
         params = h * (q_out + kv_out) + q_out * h
@@ -430,4 +496,8 @@ class ModelArchitecture:
         out["num_params"] = self.num_params
         out["num_active_params"] = self.num_active_params
         out["kv_elements_per_token_per_layer"] = self.kv_elements_per_token_per_layer
+        if self.sparse_indexer is not None:
+            out["indexer_cache_bytes_per_token_per_layer"] = (
+                self.indexer_cache_bytes_per_token_per_layer
+            )
         return out

@@ -3,7 +3,9 @@
 Supported ``model_type`` values: dense GQA/MHA decoders (``llama``, ``mistral``, ``qwen2``,
 ``qwen3``), parallel-attention decoders (``gptj``, ``falcon``), MoE decoders (``mixtral``,
 ``qwen3_moe``, ``gpt_oss``, ``minimax_m2``), MLA + MoE decoders (``deepseek_v2``,
-``deepseek_v3``, ``kimi_k2``) and hybrid linear-attention MoE decoders (``qwen3_5_moe_text``:
+``deepseek_v3``, ``kimi_k2``), with DeepSeek Sparse Attention's lightning indexer
+(``deepseek_v32``, ``glm_moe_dsa``: the ``index_*`` keys, MLA attending to the ``index_topk``
+tokens the indexer selects), and hybrid linear-attention MoE decoders (``qwen3_5_moe_text``:
 Gated DeltaNet layers between gated full-attention layers, as ``layer_types`` lists them). A
 multimodal wrapper (``kimi_k25``, ``qwen3_5_moe``, ...) that
 nests its language model under ``text_config`` is read through it: the serving workloads are
@@ -13,8 +15,9 @@ width 1152, about 0.4 B parameters, 0.04 % of the model) are left out of the mem
 Architecture features the latency model does not represent are refused with
 :class:`UnsupportedError` naming the feature, never approximated by a neighbouring one:
 ``layer_types`` entries other than full or sliding attention (and linear attention outside the
-Gated DeltaNet types above, whose ``linear_*`` sizes are read) and sparse-attention indexers
-(GLM-5's and DeepSeek-V3.2's DSA ``index_*`` keys, which attend to ``index_topk`` tokens).
+Gated DeltaNet types above, whose ``linear_*`` sizes are read), a sparse-attention indexer on a
+model without MLA, and indexers shared across layers (``indexer_types`` /
+``index_topk_pattern`` / ``index_topk_freq``: a layer reusing another layer's top-k selection).
 """
 
 from __future__ import annotations
@@ -35,12 +38,13 @@ from app.core.catalog.architecture import (
     MlaDims,
     ModelArchitecture,
     MoeDims,
+    SparseIndexerDims,
 )
 from app.core.errors import InvalidParameterError, UnsupportedError
 
 _DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 _MOE_TYPES = ("mixtral", "qwen3_moe", "gpt_oss", "minimax_m2")
-_MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+_MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
 _PARALLEL_TYPES = ("gptj", "falcon")
 #: Hybrid decoders whose ``linear_attention`` layers are Gated DeltaNet (``linear_*`` keys).
 _GDN_MOE_TYPES = ("qwen3_5_moe_text",)
@@ -91,8 +95,11 @@ def _native_quantization(config: Mapping[str, Any]) -> str | None:
 _ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
 _LINEAR_LAYER_TYPE = LayerAttention.LINEAR.value
 #: Keys of a sparse-attention indexer (DeepSeek-V3.2 / GLM-5 DSA): attention reads only the
-#: ``index_topk`` tokens the indexer picks, which the dense attention model would overstate.
+#: ``index_topk`` tokens the indexer picks (:class:`SparseIndexerDims`).
 _SPARSE_INDEXER_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
+#: Keys that let a layer reuse another layer's top-k selection instead of running its own
+#: indexer (later GLM-MoE-DSA checkpoints); the runner costs one indexer in every layer.
+_SHARED_INDEXER_KEYS = ("indexer_types", "index_topk_pattern", "index_topk_freq")
 
 
 def _language_model(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
@@ -130,12 +137,32 @@ def _refuse_unmodelled_features(config: Mapping[str, Any], model_type: str) -> N
                 "and Chunkwise does not approximate them as full attention"
             )
     found = [key for key in _SPARSE_INDEXER_KEYS if key in config]
-    if found:
+    if found and model_type in SUPPORTED_MODEL_TYPES and model_type not in _MLA_TYPES:
         raise UnsupportedError(
-            f"model_type {model_type!r} uses a sparse-attention indexer ({', '.join(found)}: "
-            f"attention reads index_topk={config.get('index_topk')!r} selected tokens); sparse "
-            "attention is not modelled, and Chunkwise does not approximate it as dense attention"
+            f"model_type {model_type!r} uses a sparse-attention indexer ({', '.join(found)}) "
+            "without multi-head latent attention; sparse attention is modelled for MLA models "
+            "only, and Chunkwise does not approximate it as dense attention"
         )
+    shared = [key for key in _SHARED_INDEXER_KEYS if _shares_indexer(config.get(key))]
+    if found and shared:
+        raise UnsupportedError(
+            f"model_type {model_type!r} shares the sparse-attention indexer across layers "
+            f"({', '.join(shared)}): layers reusing another layer's top-k selection are not "
+            "modelled, and Chunkwise does not cost them as layers running their own indexer"
+        )
+
+
+def _shares_indexer(value: Any) -> bool:
+    """Whether a shared-indexer key makes some layer reuse another's selection."""
+    if value is None:
+        return False
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value > 1  # index_topk_freq: an own indexer every freq-th layer
+    if isinstance(value, str):
+        return any(c != "F" for c in value)  # index_topk_pattern: F(ull) / S(hared) per layer
+    if isinstance(value, list):
+        return any(str(t) not in ("full", "F") for t in value)
+    return True
 
 
 def _windows(config: Mapping[str, Any], num_layers: int, model_type: str) -> list[int | None]:
@@ -356,6 +383,13 @@ def _mla_model(
         qk_rope_head_dim=_int(config, "qk_rope_head_dim"),
         v_head_dim=_int(config, "v_head_dim"),
     )
+    indexer = None
+    if any(key in config for key in _SPARSE_INDEXER_KEYS):
+        indexer = SparseIndexerDims(
+            topk=_int(config, "index_topk"),
+            n_heads=_int(config, "index_n_heads"),
+            head_dim=_int(config, "index_head_dim"),
+        )
     expert_size = _int(config, "moe_intermediate_size")
     shared = _int(config, "n_shared_experts", default=0)
     moe = MoeDims(
@@ -381,6 +415,7 @@ def _mla_model(
         **common,
         attention=AttentionKind.MLA,
         mla=mla,
+        sparse_indexer=indexer,
         moe=moe,
         layer_groups=_groups(ffn, windows),
         num_mtp_layers=_int(config, "num_nextn_predict_layers", default=0),

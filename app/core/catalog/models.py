@@ -47,12 +47,14 @@ BUILTIN_MODEL_FILES: dict[str, str] = {
     "moonshotai/Kimi-K2-Instruct": "kimi-k2-instruct.json",
     "moonshotai/Kimi-K2.5": "kimi-k2.5.json",
     "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5.json",
+    "zai-org/GLM-5": "glm-5.json",
 }
 
 #: Models whose configs ship so that their names resolve and are refused with the feature that
 #: is not modelled (see :func:`_refuse_unmodelled_features`), instead of "unknown model".
 UNSUPPORTED_MODEL_FILES: dict[str, str] = {
     "zai-org/GLM-5": "glm-5.json",
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b.json",
 }
 
 # Trailing parts a checkpoint name may carry on top of its base architecture.

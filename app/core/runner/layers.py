@@ -59,6 +59,15 @@ GDN_CHUNK_VALUE_PRODUCTS = 2
 # output, and write w, u (and v_new) per token and read them back.
 GDN_CHUNK_VALUE_INTERMEDIATES = 2  # u and v_new, value width per head
 GDN_CHUNK_KEY_INTERMEDIATES = 1  # w, key width per head
+# DSA lightning indexer (DeepSeek-V3.2-Exp inference/model.py; GLM-5 runs the same module):
+# the score kernel computes relu(q . k) per head, scales it by the head's weight and sums the
+# heads: three flops per (pair, head) on top of the QK dot products.
+INDEXER_SCORE_FLOPS_PER_HEAD = 3
+# Before FP8 quantization q and k pass a Walsh-Hadamard rotation (log2(head_dim) butterfly
+# stages of one add each) and a per-block absmax quantization (abs-max, scale, cast).
+FP8_QUANT_FLOPS_PER_ELEMENT = 3
+INDEXER_Q_BYTES = 1.0  # queries enter the score kernel as float8_e4m3fn
+INDEXER_WEIGHT_BYTES = 4.0  # per-head weights times the query scales, float32
 
 
 def new_tokens(shape: ForwardShape) -> int:
@@ -76,6 +85,15 @@ def _context(shape: ForwardShape, group: LayerGroup) -> int:
     """KV positions one request of ``shape`` reads in a layer of ``group``."""
     window = group.sliding_window
     return shape.seq_len if window is None else min(shape.seq_len, window)
+
+
+def attention_window(group: LayerGroup, topk: int | None) -> int | None:
+    """Keys one query can reach: the layer's sliding window, capped at a sparse indexer's
+    ``topk`` (each query of a DSA model attends to ``min(its causal context, topk)`` keys)."""
+    window = group.sliding_window
+    if topk is None:
+        return window
+    return topk if window is None else min(window, topk)
 
 
 def attended_pairs(query_len: int, seq_len: int, window: int | None) -> float:
@@ -446,7 +464,10 @@ class ForwardBuilder:
         self, group: LayerGroup, scope: str, count: int, tokens: int, attention: Sequence[Part]
     ) -> None:
         """DeepSeek MLA: naive (decompressed) attention for prefill, absorbed for decode; in a
-        mixed batch each sub-batch takes its own path, as the engines' MLA backends split it."""
+        mixed batch each sub-batch takes its own path, as the engines' MLA backends split it.
+
+        With a sparse indexer (DSA: DeepSeek-V3.2, GLM-5) the indexer runs first and each query
+        then attends to ``min(its causal context, topk)`` keys; without one nothing changes."""
         p, m = self.plan, self.plan.model
         mla = m.mla
         assert mla is not None
@@ -474,10 +495,17 @@ class ForwardBuilder:
             tensors=READ_WRITE,
             flops_per_element=ROPE_FLOPS_PER_ELEMENT,
         )
+        indexer = m.sparse_indexer
+        if indexer is not None:
+            self._sparse_indexer(group, scope, count, tokens, attention)
+        topk = None if indexer is None else indexer.topk
+        window = attention_window(group, topk)
         for s, new_tokens in attention:
             context = _context(s, group)
-            pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
-            kv_read = s.concurrency * context * latent * p.kv_bytes_per_element
+            # A sparse model's query reads only the top-k latents the indexer selected.
+            selected = context if topk is None else min(context, topk)
+            pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, window)
+            kv_read = s.concurrency * selected * latent * p.kv_bytes_per_element
             kv_write = new_tokens * latent * p.kv_bytes_per_element
             if s.is_decode:
                 # Absorb W_UK into the query and W_UV after attention: MQA over the latent.
@@ -509,7 +537,10 @@ class ForwardBuilder:
                     weight_rows=heads * mla.kv_lora_rank * mla.v_head_dim,
                 )
             else:
-                # Decompress the latent of every context token, then multi-head attention.
+                # Decompress the latent of every context token, then multi-head attention (a
+                # sparse model's queries select different tokens: together they cover the
+                # context, so every latent is read and decompressed once).
+                kv_read = s.concurrency * context * latent * p.kv_bytes_per_element
                 kv_b_out = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
                 self.gemm(
                     "kv_b_proj", scope, count, s.concurrency * context, mla.kv_lora_rank, kv_b_out
@@ -529,6 +560,80 @@ class ForwardBuilder:
                     + new_tokens * heads * (mla.qk_head_dim + mla.v_head_dim) * ACTIVATION_BYTES,
                 )
         self.gemm("o_proj", scope, count, tokens, heads * mla.v_head_dim, h)
+
+    def _sparse_indexer(
+        self, group: LayerGroup, scope: str, count: int, tokens: int, attention: Sequence[Part]
+    ) -> None:
+        """DSA lightning indexer: its projections over every new token, then per sub-batch the
+        FP8 scores of each new token against every cached key and the top-k selection.
+
+        Replicated on every TP rank (the engines' ``ReplicatedLinear``), so nothing is split.
+        """
+        p, m = self.plan, self.plan.model
+        mla, ix = m.mla, m.sparse_indexer
+        assert mla is not None and ix is not None
+        h, d, heads = m.hidden_size, ix.head_dim, ix.n_heads
+        self.gemm("indexer_q_proj", scope, count, tokens, mla.q_lora_rank, heads * d)
+        self.gemm("indexer_k_proj", scope, count, tokens, h, d)
+        self.elementwise(
+            "indexer_k_norm",
+            scope,
+            count,
+            tokens * d,
+            tensors=READ_WRITE,
+            flops_per_element=NORM_FLOPS_PER_ELEMENT,
+        )
+        # weights_proj is not quantized in the checkpoints (the engines load it 16-bit).
+        self.gemm("indexer_weights_proj", scope, count, tokens, h, heads, quantized=False)
+        self.elementwise(
+            "indexer_rope",
+            scope,
+            count,
+            tokens * (heads + 1) * mla.qk_rope_head_dim,
+            tensors=READ_WRITE,
+            flops_per_element=ROPE_FLOPS_PER_ELEMENT,
+        )
+        self.elementwise(
+            "indexer_rotate_quant",
+            scope,
+            count,
+            tokens * (heads + 1) * d,
+            tensors=READ_WRITE,
+            flops_per_element=math.log2(d) + FP8_QUANT_FLOPS_PER_ELEMENT,
+        )
+        key_bytes = ix.cache_bytes_per_token
+        for s, new_tokens in attention:
+            # Every new token scores its whole causal context (the window caps a sliding layer).
+            pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
+            keys_read = s.concurrency * _context(s, group) * key_bytes
+            queries = new_tokens * heads * (d * INDEXER_Q_BYTES + INDEXER_WEIGHT_BYTES)
+            self.ops.append(
+                roofline(
+                    name="indexer_logits",
+                    category=OpCategory.ATTENTION,
+                    scope=scope,
+                    count=count,
+                    flops=pairs * heads * (FLOPS_PER_MAC * d + INDEXER_SCORE_FLOPS_PER_HEAD),
+                    hbm_bytes=keys_read
+                    + new_tokens * key_bytes
+                    + queries
+                    + pairs * LOGIT_BYTES,  # fp32 logits, one per (query, key) pair
+                    flops_per_s=p.indexer_flops_per_s,
+                    hbm_bytes_per_s=p.hbm_bytes_per_s,
+                    launch_s=self.launch_s,
+                )
+            )
+            # Top-k over each query's fp32 logits: the compare-and-select work of the router's.
+            self.elementwise(
+                "indexer_topk",
+                scope,
+                count,
+                pairs,
+                tensors=1,
+                flops_per_element=ROUTER_TOPK_FLOPS_PER_ELEMENT,
+                category=OpCategory.ATTENTION,
+                element_bytes=LOGIT_BYTES,
+            )
 
     def _mlp(self, name: str, scope: str, count: int, tokens: float, width: float) -> None:
         """Dense MLP of local ``width`` (gated: gate+up, act, down; plain: up, act, down)."""

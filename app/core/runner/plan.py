@@ -64,6 +64,7 @@ class ShardPlan:
     gemm_half_efficiency_tokens: float
     bf16_flops_per_s: float
     attention_flops_per_s: float
+    indexer_flops_per_s: float  # the sparse indexer's FP8 score kernel (0 without an indexer)
     hbm_bytes_per_s: float
     eager_launch_s: float
     graph_launch_s: float
@@ -183,15 +184,34 @@ def _compute_paths(
     return compute, gemm_peak, attn_peak
 
 
+def _indexer_flops_per_s(device: Device, model: ModelArchitecture, notes: list[str]) -> float:
+    """Rate of the sparse indexer's score kernel: FP8 (DeepSeek-V3.2-Exp's ``fp8_index``,
+    DeepGEMM's ``fp8_mqa_logits`` in the engines) at the attention efficiency; 0 without one."""
+    if model.sparse_indexer is None:
+        return 0.0
+    compute = device.compute_path(DType.FP8)
+    if compute is not DType.FP8:
+        notes.append(f"{device.name} has no fp8 peak: the sparse indexer scores in bf16")
+        compute = DType.BF16
+    peak = device.peak_tflops(compute) or device.peak_bf16_tflops
+    return peak * FLOPS_PER_TFLOP * device.attention_efficiency
+
+
 def _kv_bytes_per_token(
     model: ModelArchitecture, kv_local: int, pp: int, kv_el: float
 ) -> tuple[float, float, float]:
-    """KV bytes per token on one device: per layer, full-attention layers, sliding layers."""
+    """KV bytes per token on one device: per layer, full-attention layers, sliding layers.
+
+    A sparse indexer's key cache (its own FP8 dtype, replicated on every TP rank like the MLA
+    latent) adds to every layer's bytes.
+    """
     per_layer_kv = (
         model.mla.cache_elements_per_token
         if model.mla is not None
         else KV_TENSORS * kv_local * model.head_dim
     ) * kv_el
+    if model.sparse_indexer is not None:
+        per_layer_kv += model.indexer_cache_bytes_per_token_per_layer
     layers_on_stage = math.ceil(model.num_layers / pp)
     sliding_layers = sum(g.count for g in model.layer_groups if g.sliding_window is not None)
     sliding_share = sliding_layers / model.num_layers
@@ -215,6 +235,7 @@ def build_plan(
     ep, moe_tp, group = _expert_sharding(model, parallel, notes)
     fmt = quantization.linear_format
     compute, gemm_peak, attn_peak = _compute_paths(device, quantization, notes)
+    indexer_rate = _indexer_flops_per_s(device, model, notes)
     group_devices = max(tp, group)
     plan_weights, mtp_weights = _weights_bytes(
         model,
@@ -247,6 +268,7 @@ def build_plan(
         gemm_half_efficiency_tokens=device.gemm_half_efficiency_tokens,
         bf16_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP * device.gemm_efficiency_16bit,
         attention_flops_per_s=attn_peak * FLOPS_PER_TFLOP * device.attention_efficiency,
+        indexer_flops_per_s=indexer_rate,
         hbm_bytes_per_s=device.hbm_bandwidth_gb_s * BYTES_PER_GB * device.memory_efficiency,
         eager_launch_s=device.kernel_launch_us * S_PER_US,
         graph_launch_s=device.graph_kernel_launch_us * S_PER_US,
@@ -289,6 +311,13 @@ def _weights_bytes(
             + heads * m.v_head_dim * h
         )
         attn = (replicated + split) * wbytes
+        if model.sparse_indexer is not None:
+            # Replicated on every TP rank (the engines' ReplicatedLinear): wq_b and wk follow
+            # the checkpoint's quantization, weights_proj and k_norm stay 16-bit.
+            ix = model.sparse_indexer
+            ix_quantized = m.q_lora_rank * ix.n_heads * ix.head_dim + h * ix.head_dim
+            ix_16bit = ix.params(h, m.q_lora_rank) - ix_quantized
+            attn += ix_quantized * wbytes + ix_16bit * half
     else:
         q_out = model.num_heads * model.head_dim // tp
         kv_out = KV_TENSORS * kv_local * model.head_dim

@@ -75,21 +75,13 @@ def test_rotary_dim_defaults_to_the_head_dim() -> None:
     assert model.rotary_dim == model.head_dim == 128
 
 
-def test_glm5_sparse_attention_indexer_is_refused_with_the_feature() -> None:
-    with pytest.raises(UnsupportedError) as err:
-        get_model("zai-org/GLM-5")
-    text = str(err.value)
-    assert "sparse-attention indexer" in text and "index_topk=2048" in text
-
-
-def test_refused_models_resolve_but_are_not_listed() -> None:
+def test_the_new_models_are_listed() -> None:
     names = model_names()
-    assert "zai-org/GLM-5" not in names
     assert "moonshotai/Kimi-K2.5" in names and "MiniMaxAI/MiniMax-M2.5" in names
-    # Qwen3.5's Gated DeltaNet layers are modelled (tests/unit/catalog/test_linear_attention).
-    assert "Qwen/Qwen3.5-397B-A17B" in names
-    with pytest.raises(UnsupportedError):
-        get_model("glm-5")  # the alias resolves, then the feature is refused
+    # Qwen3.5's Gated DeltaNet layers (tests/unit/catalog/test_linear_attention) and GLM-5's
+    # sparse indexer (test_sparse_indexer) are modelled.
+    assert "Qwen/Qwen3.5-397B-A17B" in names and "zai-org/GLM-5" in names
+    assert get_model("qwen3.5-397b-a17b").name == "Qwen/Qwen3.5-397B-A17B"
 
 
 @pytest.mark.parametrize("kind", ["linear_attention", "mamba", "conv"])
