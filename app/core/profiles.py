@@ -65,6 +65,8 @@ SGLANG_MEMORY_TABLE: tuple[tuple[float, int, int, int], ...] = (
     (160.0, 8192, 256, 512),
     (math.inf, 16384, 512, 512),
 )
+#: Device vendors SGLang runs through its NPU (Ascend) backend.
+NPU_VENDORS = frozenset({"huawei", "ascend"})
 SGLANG_NPU_MEMORY_TABLE: tuple[tuple[float, int, int, int], ...] = (
     (32.0, 32768, 16, 64),
     (64.0, 32768, 64, 128),
@@ -262,7 +264,7 @@ def _vllm_budget(hbm_capacity_gb: float, device_name: str) -> tuple[int, int]:
 
 def _sglang_row(hbm_capacity_gb: float, vendor: str) -> tuple[float, int, int, int]:
     memory_gib = hbm_capacity_gb * GB_BYTES / GIB_BYTES
-    table = SGLANG_NPU_MEMORY_TABLE if vendor.lower() == "ascend" else SGLANG_MEMORY_TABLE
+    table = SGLANG_NPU_MEMORY_TABLE if vendor.lower() in NPU_VENDORS else SGLANG_MEMORY_TABLE
     return next(row for row in table if memory_gib < row[0])
 
 

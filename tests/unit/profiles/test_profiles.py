@@ -50,7 +50,8 @@ def test_vllm_budget_and_cap_follow_device_memory() -> None:
 def test_sglang_defaults_by_memory_table() -> None:
     assert SGLANG.token_budget(80 * GIB, H100, "nvidia") == 8192
     assert SGLANG.token_budget(180.0, B200, "nvidia") == 16384
-    assert SGLANG.token_budget(64 * GIB - 1e-6, A2, "ascend") == 32768
+    assert SGLANG.token_budget(64 * GIB - 1e-6, A2, "huawei") == 32768
+    assert SGLANG.token_budget(get_device(A2).hbm_capacity_gb, A2, get_device(A2).vendor) == 32768
     assert SGLANG.graph_max_batch(80 * GIB, "nvidia", tp=2) == 256
     assert SGLANG.graph_max_batch(80 * GIB, "nvidia", tp=8) == 512
     assert SGLANG.running_cap(80 * GIB, H100) is None  # the KV pool decides
