@@ -27,7 +27,12 @@ from app.core.catalog.quantization import BYTES_16BIT
 from app.core.cost import ForwardShape
 from app.core.runner.comm import Collective, collective_time_s
 from app.core.runner.ops import OpCategory, OpCost, communication, fixed, roofline
-from app.core.runner.plan import ACTIVATION_BYTES, ShardPlan
+from app.core.runner.plan import (
+    ACTIVATION_BYTES,
+    EAGLE3_DRAFT_VOCAB,
+    EAGLE3_FC_INPUTS,
+    ShardPlan,
+)
 
 FLOPS_PER_MAC = 2
 NORM_FLOPS_PER_ELEMENT = 5  # square, reduce, rsqrt scale, weight multiply, cast
@@ -815,7 +820,10 @@ class ForwardBuilder:
         """``drafts`` sequential MTP draft passes, one token per request of ``decode`` each
         (decode-only forwards of their own: graph launch cost when graph mode is on)."""
         p, m = self.plan, self.plan.model
-        if drafts <= 0 or not m.num_mtp_layers:
+        if drafts <= 0:
+            return
+        if not m.num_mtp_layers:
+            self._eagle3_drafts(drafts, decode)
             return
         tokens = decode.concurrency
         scope = "mtp"
@@ -835,6 +843,27 @@ class ForwardBuilder:
             layer = LayerGroup(ffn=ffn, sliding_window=None, count=1)
             self.layer_group(layer, scope, count, tokens, ((decode, tokens),))
             self.lm_head(scope, count, tokens)
+        finally:
+            self.launch_s = main_launch_s
+
+    def _eagle3_drafts(self, drafts: int, decode: ForwardShape) -> None:
+        """A model without MTP layers drafts with a one-layer EAGLE-3 head (see
+        ``plan.EAGLE3_LAYERS``): ``fc`` fuses the target's hidden states once per verify step,
+        then each of the ``drafts`` tokens runs the draft layer (its QKV reads 2h: the extra h
+        as its own GEMM) and the draft-vocabulary LM head, one token per request."""
+        p, m = self.plan, self.plan.model
+        tokens = decode.concurrency
+        h = m.hidden_size
+        scope = "eagle3"
+        main_launch_s, self.launch_s = self.launch_s, self.draft_launch_s
+        try:
+            self.gemm("eagle3_fc", scope, 1, tokens, EAGLE3_FC_INPUTS * h, h / p.tp)
+            self.embedding(scope, drafts, tokens)
+            qkv_out = (m.num_heads + KV_TENSORS * m.num_kv_heads) * m.head_dim
+            self.gemm("eagle3_qkv_hidden", scope, drafts, tokens, h, qkv_out / p.tp)
+            layer = LayerGroup(ffn=FfnKind.DENSE, sliding_window=None, count=1)
+            self.layer_group(layer, scope, drafts, tokens, ((decode, tokens),))
+            self.gemm("eagle3_lm_head", scope, drafts, tokens, h, EAGLE3_DRAFT_VOCAB / p.tp)
         finally:
             self.launch_s = main_launch_s
 

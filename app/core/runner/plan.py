@@ -222,6 +222,15 @@ def _kv_bytes_per_token(
     return per_layer_kv, kv_full, kv_sliding
 
 
+#: EAGLE-3 draft heads (the draft a model without MTP layers runs in vLLM and SGLang): one
+#: decoder layer (``num_hidden_layers: 1``) fed by ``fc``, which fuses three of the target's
+#: hidden states (3h -> h), and an LM head over a reduced vocabulary
+#: (``draft_vocab_size: 32000`` in the released EAGLE-3 configs, e.g. for Llama-3 and Qwen3).
+EAGLE3_LAYERS = 1
+EAGLE3_FC_INPUTS = 3
+EAGLE3_DRAFT_VOCAB = 32000
+
+
 def build_plan(
     model: ModelArchitecture,
     device: Device,
@@ -280,7 +289,7 @@ def build_plan(
         mtp_weights_bytes=mtp_weights,
         kv_bytes_per_token=kv_full,
         kv_bytes_per_token_sliding=kv_sliding,
-        mtp_kv_bytes_per_token=per_layer_kv * model.num_mtp_layers,
+        mtp_kv_bytes_per_token=per_layer_kv * (model.num_mtp_layers or EAGLE3_LAYERS),
         notes=tuple(notes),
         linear_key_heads_local=linear_k_local,
         linear_value_heads_local=linear_v_local,
@@ -346,7 +355,25 @@ def _weights_bytes(
     if model.num_mtp_layers:
         ffn = moe_layer if model.moe is not None else dense
         mtp = model.num_mtp_layers * (MTP_EH_INPUTS * h * h / tp * wbytes + attn + norms + ffn)
+    else:
+        mtp = _eagle3_weights_bytes(model, tp, attn / wbytes * half)
     return layers + vocab + h * half, mtp
+
+
+def _eagle3_weights_bytes(model: ModelArchitecture, tp: int, attention_bytes: float) -> float:
+    """The one-layer EAGLE-3 draft head a model without MTP layers drafts with, on one TP rank
+    in 16 bits (the released heads are BF16): ``fc`` (3h -> h), one decoder layer with the
+    target's attention (its QKV reads ``[embedding ; hidden]``, 2h) and a dense MLP of the
+    target's ``intermediate_size``, and an LM head over the draft vocabulary."""
+    h = model.hidden_size
+    qkv_out = (model.num_heads + KV_TENSORS * model.num_kv_heads) * model.head_dim
+    params = (
+        EAGLE3_FC_INPUTS * h * h
+        + h * qkv_out  # the second h of the QKV input
+        + model.dense_mlp_params_per_layer
+        + h * EAGLE3_DRAFT_VOCAB
+    ) / tp + model.norm_params_per_layer
+    return attention_bytes + params * BYTES_16BIT
 
 
 def _linear_attention_weights_bytes(model: ModelArchitecture, tp: int, wbytes: float) -> float:

@@ -154,7 +154,8 @@ class ModelRunner:
 
     ``reserved_memory_gb`` is held back per device (runtime, graphs, fragmentation; ``None``
     = the default 10 GB).
-    ``num_mtp_tokens`` > 0 loads the model's MTP modules (their weights and KV count in memory).
+    ``num_mtp_tokens`` > 0 loads the model's MTP modules, or a one-layer EAGLE-3 draft head
+    for a model without them (their weights and KV count in memory).
     ``decode_graph_mode`` costs decode kernels at the captured-graph launch cost;
     ``decode_graph_max_batch`` (``None``: no limit) is the largest decode batch an engine
     captured a graph for (a larger one runs eagerly).
@@ -291,7 +292,7 @@ class ModelRunner:
         notes = list(plan.notes)
         drafts = drafts if decode.is_decode else 0
         if drafts and not plan.model.num_mtp_layers:
-            notes.append("model has no MTP layers: draft cost not modelled")
+            notes.append("model has no MTP layers: drafts run a one-layer EAGLE-3 head")
         return ForwardResult(
             latency_ms=latency_ms,
             breakdown=_summarize(ops),
