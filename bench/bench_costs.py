@@ -8,7 +8,9 @@
    forward shape exactly once (``forward_evaluations == shapes``; with ``mixed_latency:
    fused`` a mixed step is one shape of its own), a warm one none.
 
-Qwen3-32B on ATLAS_800_A2_376T_64G (TP4 for simulations), best of ``--repeat`` runs.
+Qwen3-32B on ATLAS_800_A2_376T_64G (TP4 for simulations), best of ``--repeat`` runs, under the
+RFC's semantics (``engine: msmodeling``: burst unless a case says closed loop), so the figures
+compare with the earlier ones; ``bench.bench_closed_loop`` times the default (vLLM, closed loop).
 
     python -m bench.bench_costs [--repeat 3] [--json bench/out/costs.json]
 """
@@ -27,7 +29,11 @@ from app.models.optimize import OptimizeRequest
 from app.models.simulate import SimulateRequest
 from app.settings import Settings
 
-MODEL: dict[str, Any] = {"model": "Qwen/Qwen3-32B", "device": "ATLAS_800_A2_376T_64G"}
+MODEL: dict[str, Any] = {
+    "model": "Qwen/Qwen3-32B",
+    "device": "ATLAS_800_A2_376T_64G",
+    "engine": "msmodeling",
+}
 SIMULATE: dict[str, Any] = {
     **MODEL,
     "input_length": 8192,

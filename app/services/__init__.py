@@ -23,7 +23,7 @@ from app.services.context import ServiceContext, ServiceStats, create_context
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
 from app.services.forward import ForwardPlan, ForwardRun, forward, plan_forward, run_forward
 from app.services.optimize import optimize
-from app.services.resolve import ResolvedDeployment
+from app.services.resolve import ResolvedDeployment, resolve_profile
 from app.services.simulate import simulate
 from app.services.sizing import is_light_simulation, workload_spec
 from app.services.validate import validate, validate_cases, validation_kinds
@@ -47,6 +47,7 @@ __all__ = [
     "list_models",
     "optimize",
     "plan_forward",
+    "resolve_profile",
     "run_forward",
     "simulate",
     "validate",

@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, Page, expect
 from app import cli, services
 from app.core.limits import DEFAULT_TOP_K, MAX_MTP_TOKENS, MODES
 from app.core.optimizer.agg import SEARCHED_WORKLOADS
+from app.core.profiles import PROFILES
 from app.core.scheduler import MIXED_LATENCIES, SCHEDULERS
 from app.models.optimize import OptimizeRequest
 from tests.e2e.conftest import PageErrors, open_page
@@ -91,11 +92,13 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
     load(page)
     expect(page.get_by_label("Model")).to_have_value(MODEL)
     fill_standard(page)
+    fill(page, engine="msmodeling")  # the RFC's burst: every request of the row at t = 0
     run_optimize(page)
 
     summary = page.locator("#summary")
     expect(summary).to_contain_text("Best: TP")
     expect(summary).to_contain_text("prefill chunks")
+    expect(summary).to_contain_text("engine msmodeling")
     rows = page.locator("#results-table tbody tr")
     response = page.evaluate("window.chunkwise.response")
     assert rows.count() == len(response["rows"]) >= 1
@@ -145,7 +148,7 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
     assert scale[0] == pytest.approx(0.3 * sim["makespan_ms"], rel=0.01)
     assert chart_points(page, "chart-timeline")[1] > 0
     assert bars_whole > 0
-    assert page.url.endswith("#tp_sizes=2+4+8")  # the form, as far as it differs
+    assert page.url.endswith("#tp_sizes=2+4+8&engine=msmodeling")  # the form, where it differs
 
     # Sorting: tokens/s descending, then ascending.
     header = page.locator("#results-table thead th[data-key=throughput_tokens_s]")
@@ -341,6 +344,8 @@ def shell_words(command: str) -> list[str]:
                 "quantize_linear_action": "W8A8_DYNAMIC",
                 "num_mtp_tokens": "1",
                 "mtp_acceptance_rates": "0.7",
+                "engine": "msmodeling",
+                "scheduler_name": "decode_first_with_slack",
                 "slack_ratio": "1.2",
                 "prefill_order": "fifo",
                 "top_k": "5",
@@ -358,6 +363,7 @@ def shell_words(command: str) -> list[str]:
             },
         ),
         ("agg", {"scheduler_name": "sglang_mixed_chunk", "mixed_latency": "fused"}),
+        ("agg", {"engine": "trtllm", "workload": "burst"}),
         ("pd_ratio", {"prefill_devices_per_instance": "4", "decode_devices_per_instance": "4"}),
         ("disagg_decode", {}),
     ],
@@ -463,10 +469,12 @@ def test_choices_bounds_and_defaults_come_from_the_api(
     page = open_page(browser, base_url, page_errors)
     try:
         load(page)
-        assert _choices(page, "scheduler_name") == list(SCHEDULERS)
+        # Blank: the engine profile's policy and workload.
+        assert _choices(page, "scheduler_name") == ["", *SCHEDULERS]
+        assert _choices(page, "engine") == ["", *PROFILES]
         assert _choices(page, "mixed_latency") == ["", *MIXED_LATENCIES]
         assert _choices(page, "mode") == list(MODES)
-        assert _choices(page, "workload") == list(SEARCHED_WORKLOADS)
+        assert _choices(page, "workload") == ["", *SEARCHED_WORKLOADS]
         expect(page.locator("#f-top_k")).to_have_value(str(DEFAULT_TOP_K))
         expect(page.locator("#hint-num_mtp_tokens")).to_contain_text(f"≤ {MAX_MTP_TOKENS}")
         page.context.close()
@@ -482,7 +490,7 @@ def test_choices_bounds_and_defaults_come_from_the_api(
             lambda route: route.fulfill(content_type="application/json", body=json.dumps(schema)),
         )
         load(page)
-        assert _choices(page, "scheduler_name") == [*SCHEDULERS, "test_policy"]
+        assert _choices(page, "scheduler_name") == ["", *SCHEDULERS, "test_policy"]
         expect(page.locator("#f-scheduler_name option[value=test_policy]")).to_have_text(
             "test policy"
         )

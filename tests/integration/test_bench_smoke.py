@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import bench_costs, load
+from bench import bench_closed_loop, bench_costs, load
 
 pytestmark = [pytest.mark.integration]
 
@@ -28,3 +28,9 @@ def test_cost_benchmark_runs(tmp_path: Path) -> None:
     for row in figures["optimize"].values():
         assert row["cold_forward_evaluations"] == row["unique_shapes"]
         assert row["warm_forward_evaluations"] == 0
+
+
+def test_closed_loop_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_closed_loop.main(["--repeat", "1", "--engine", "vllm"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("vllm") and "'workload': 'closed_loop'" in line

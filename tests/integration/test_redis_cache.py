@@ -173,7 +173,9 @@ def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -
     assert warm.stats.cache.hits == cold.stats.shapes
     assert warm.ttft_ms == cold.ttft_ms and warm.makespan_ms == cold.makespan_ms
     plan = plan_serving(
-        services.workload_spec(request, 8), 16, make_scheduler("vllm", mixed_latency="fused")
+        services.workload_spec(request, 8, services.resolve_profile(request)),
+        16,
+        make_scheduler("vllm", mixed_latency="fused"),
     )
     mixed = [s for s in plan.shapes if isinstance(s, MixedShape)]
     assert mixed

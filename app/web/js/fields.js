@@ -23,6 +23,7 @@ const CHOICE_LABELS = {
   prefill_order: { continue_first: "continue first (vLLM)", fifo: "FIFO, chunk-major (msmodeling)" },
   mixed_latency: { max: "max (overlapped)", sum: "sum (serial)", fused: "fused (one forward)" },
   workload: { burst: "burst (RFC)", closed_loop: "closed loop" },
+  engine: { vllm: "vLLM", sglang: "SGLang", trtllm: "TensorRT-LLM", msmodeling: "msmodeling (RFC)" },
 };
 
 /**
@@ -87,8 +88,13 @@ export const FIELDS = [
   { name: "serving_overhead_ms", group: "advanced", label: "Serving overhead (prefill)",
     unit: "ms", kind: "float", cli: null,
     when: (v) => v.mode === "disagg_prefill" || v.mode === "pd_ratio" },
+  { name: "engine", group: "scheduler", label: "Engine profile", kind: "select", cli: "--engine",
+    value: "", blank: "default (vLLM)",
+    hint: "Sets the policy, token budget, KV pool and host times of that engine; msmodeling: the RFC" },
+  // Blank: the engine profile's policy (the API's own default applies only when it is sent).
   { name: "scheduler_name", key: "name", parent: "scheduler", group: "scheduler",
-    label: "Scheduler policy", kind: "select", cli: "--scheduler" },
+    label: "Scheduler policy", kind: "select", cli: "--scheduler", optional: true, value: "",
+    blank: "engine default" },
   { name: "slack_ratio", parent: "scheduler", group: "scheduler", label: "Slack ratio",
     kind: "float", cli: "--slack-ratio",
     when: (v) => v.scheduler_name === "decode_first_with_slack",
@@ -98,22 +104,27 @@ export const FIELDS = [
     when: (v) => v.scheduler_name === "decode_first_with_slack" },
   { name: "max_num_seqs", parent: "scheduler", group: "scheduler", label: "Max running requests",
     kind: "int", cli: "--max-num-seqs", placeholder: "policy default",
-    when: (v) => v.scheduler_name !== "decode_first_with_slack" },
+    when: (v) => Boolean(v.scheduler_name) && v.scheduler_name !== "decode_first_with_slack" },
   { name: "mixed_latency", parent: "scheduler", group: "scheduler", label: "Mixed step latency",
     kind: "select", cli: "--mixed-latency", value: "", blank: "policy default",
-    when: (v) => v.scheduler_name !== "decode_first_with_slack" },
+    when: (v) => Boolean(v.scheduler_name) && v.scheduler_name !== "decode_first_with_slack" },
   // optimize searches concurrency: a Poisson workload is simulate's (the API says so)
   { name: "workload", group: "scheduler", label: "Workload", kind: "select", cli: "--workload",
-    exclude: ["poisson"], when: (v) => v.mode === "agg",
+    exclude: ["poisson"], when: (v) => v.mode === "agg", value: "",
+    blank: "engine default (closed loop; msmodeling: burst)",
     hint: "burst: all requests at t = 0 (RFC); closed loop: clients re-send" },
   { name: "window", group: "scheduler", label: "Measurement window", kind: "select",
-    cli: "--window", when: (v) => v.mode === "agg" && v.workload === "closed_loop" },
+    cli: "--window", when: (v) => v.mode === "agg" && closedLoop(v) },
   { name: "requests_per_client", group: "scheduler", label: "Requests per client", kind: "int",
-    cli: "--requests-per-client",
-    when: (v) => v.mode === "agg" && v.workload === "closed_loop" },
+    cli: "--requests-per-client", when: (v) => v.mode === "agg" && closedLoop(v) },
   { name: "force_simulation", group: "scheduler", label: "Force the time simulation",
     kind: "bool", cli: "--force-simulation", hint: "Also when the prompt fits in one chunk" },
 ];
+
+/** Whether the form's workload is a closed loop (blank: the engine profile's default). */
+function closedLoop(v) {
+  return (v.workload || (v.engine === "msmodeling" ? "burst" : "closed_loop")) === "closed_loop";
+}
 
 // -- the request schema ------------------------------------------------------------------------
 const BOUNDS = { minimum: "ge", exclusiveMinimum: "gt", maximum: "le", exclusiveMaximum: "lt" };
@@ -131,7 +142,8 @@ export function applySchema(schemas) {
     const key = f.key ?? f.name;
     const prop = owner.properties[key];
     if (!prop) throw new Error(`the API has no field ${f.parent ? `${f.parent}.` : ""}${key}`);
-    const optional = (prop.anyOf ?? []).some((p) => p.type === "null");
+    // f.optional: a field the form may leave out although the API has a default for it.
+    const optional = Boolean(f.optional) || (prop.anyOf ?? []).some((p) => p.type === "null");
     // `X | None` is anyOf [X, null]: the bounds and choices are X's.
     const type = (prop.anyOf ?? []).find((p) => p.type !== "null") ?? prop;
     const scalar = type.items ?? type;
@@ -147,7 +159,7 @@ export function applySchema(schemas) {
         ...choices.map((c) => [c, labels[c] ?? c.replaceAll("_", " ")]),
       ];
     }
-    if (prop.default !== undefined && prop.default !== null) {
+    if (prop.default !== undefined && prop.default !== null && !f.optional) {
       f.default = prop.default;
       if (!("value" in f)) f.value = prop.default;
     }

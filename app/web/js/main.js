@@ -233,7 +233,7 @@ const SIM_FIELDS = [
   "model", "device", "quantize_linear_action", "quantize_attention_action", "reserved_memory_gb",
   "input_length", "prefix_cache_hit_rate", "max_batched_tokens", "output_length",
   "num_mtp_tokens", "mtp_acceptance_rates", "scheduler", "force_simulation",
-  "workload", "window", "requests_per_client",
+  "workload", "window", "requests_per_client", "engine", "engine_options",
 ];
 
 async function simulateRow(row) {
@@ -334,7 +334,9 @@ async function boot() {
   renderForm(form, $("form-actions"));
   $("form-loading").remove();
   applyMode();
-  for (const name of ["mode", "scheduler_name", "workload"]) input(name).addEventListener("change", applyMode);
+  for (const name of ["mode", "scheduler_name", "workload", "engine"]) {
+    input(name).addEventListener("change", applyMode);
+  }
   input("model").addEventListener("input", describeModel);
   input("device").addEventListener("change", describeDevice);
   form.addEventListener("submit", runOptimize);

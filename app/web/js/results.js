@@ -138,7 +138,8 @@ function stat(label, value, hint) {
 
 export function renderSummary(container, response) {
   const input = response.input;
-  const heading = `${input.model} on ${input.num_devices} × ${input.device}`;
+  const engine = response.engine?.name ? ` · engine ${response.engine.name}` : "";
+  const heading = `${input.model} on ${input.num_devices} × ${input.device}${engine}`;
   if (response.mode === "pd_ratio" && response.pd_ratio) {
     const pd = response.pd_ratio;
     const split = pd.split;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from app.core.profiles import (
     SGLANG,
     TRTLLM,
     VLLM,
+    EngineProfile,
     get_profile,
 )
 from app.core.runner import ModelRunner, RunnerServingModel
@@ -111,9 +113,8 @@ def test_kv_dtype_rule() -> None:
     assert engine_quantization(TRTLLM, int8_kv) == int8_kv
 
 
-def _serving(profile: object, **changes: object) -> RunnerServingModel:
-    assert profile is not None
-    prof = dataclasses.replace(profile, **changes)  # type: ignore[type-var]
+def _serving(profile: EngineProfile, **changes: Any) -> RunnerServingModel:
+    prof = dataclasses.replace(profile, **changes)
     runner = ModelRunner(get_model(QWEN), get_device(H100), ParallelLayout(tp=2))
     return RunnerServingModel(runner, profile=prof)
 
@@ -137,9 +138,9 @@ def test_kv_pool_rules_order_capacity() -> None:
     device = get_device(H100)
     model, layout = get_model(QWEN), ParallelLayout(tp=2)
 
-    def capacity(profile: object) -> int:
-        runner = engine_runner(profile, model, device, layout, parse_quantization())  # type: ignore[arg-type]
-        serving = RunnerServingModel(runner, profile=profile)  # type: ignore[arg-type]
+    def capacity(profile: EngineProfile) -> int:
+        runner = engine_runner(profile, model, device, layout, parse_quantization())
+        serving = RunnerServingModel(runner, profile=profile)
         return serving.kv_capacity_requests(4096 + 1024, 8192)
 
     trt, vllm, ms = capacity(TRTLLM), capacity(VLLM), capacity(MSMODELING)

@@ -13,7 +13,7 @@ import pytest
 
 from app.core.catalog import get_device, get_model
 from app.core.catalog.architecture import ModelArchitecture
-from app.core.catalog.quantization import Quantization
+from app.core.catalog.quantization import parse_quantization
 from app.core.cost import ForwardShape, MixedShape
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner
@@ -37,7 +37,7 @@ def _dense(model: ModelArchitecture) -> ModelArchitecture:
 
 
 def _runner(model: ModelArchitecture, *, kv: str = "DISABLED") -> ModelRunner:
-    quant = Quantization(linear="FP8", attention=kv)
+    quant = parse_quantization("FP8", kv)
     return ModelRunner(model, get_device(DEVICE), ParallelLayout(tp=8), quant)
 
 
@@ -126,7 +126,7 @@ def test_prefill_queries_attend_to_at_most_topk_keys() -> None:
 
 def test_indexer_cost_is_not_split_over_tensor_parallel_ranks() -> None:
     model = _glm5()
-    quant = Quantization(linear="FP8")
+    quant = parse_quantization("FP8")
     shape = _decode(32768)
     by_tp = {
         tp: _ops(

@@ -1,0 +1,71 @@
+"""The default search's cost (prints it; not a pass/fail test): a closed-loop ``optimize`` under
+an engine profile, cold (every forward computed) and warm (forwards cached, response cache
+off), in-process with the memory cache, best of ``--repeat`` runs.
+
+Issue 12's case: Qwen3-32B FP8 on 8 x H200, 4096/1024 tokens, TTFT <= 2 s, TPOT <= 50 ms, TP
+1/2/4/8 (four layouts).
+
+    python -m bench.bench_closed_loop [--repeat 3] [--engine vllm trtllm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from app import services
+from app.core.profiles import PROFILES
+from app.models.optimize import OptimizeRequest
+from app.settings import Settings
+
+CASE: dict[str, Any] = {
+    "model": "Qwen/Qwen3-32B",
+    "device": "NVIDIA_H200_SXM_141G",
+    "quantize_linear_action": "FP8",
+    "num_devices": 8,
+    "input_length": 4096,
+    "output_length": 1024,
+    "ttft_limit_ms": 2000,
+    "tpot_limit_ms": 50,
+    "tp_sizes": [1, 2, 4, 8],
+}
+
+
+def time_search(engine: str, repeat: int) -> dict[str, Any]:
+    request = OptimizeRequest.model_validate({**CASE, "engine": engine})
+    cold, warm, probes, best = [], [], 0, ""
+    for _ in range(repeat):
+        context = services.create_context(
+            Settings(cache_backend="memory", response_cache=False, log_level="warning")
+        )
+        started = time.perf_counter()
+        response = services.optimize(context, request)
+        cold.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        services.optimize(context, request)
+        warm.append(time.perf_counter() - started)
+        probes = response.stats.probes
+        if response.best is not None:
+            best = f"{response.best.parallel} x {response.best.concurrency}"
+    return {
+        "cold_s": round(min(cold), 3),
+        "warm_s": round(min(warm), 3),
+        "probes": probes,
+        "best": best,
+        "workload": request.workload or PROFILES[engine].workload,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--engine", nargs="+", choices=tuple(PROFILES), default=["vllm", "trtllm"])
+    args = parser.parse_args(argv)
+    for engine in args.engine:
+        print(f"{engine:<10} {time_search(engine, args.repeat)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
