@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.cli import main
 from app.core.profiles import PROFILES
+from tests.api.test_cli import run
 from tests.api.test_endpoints import problem
 
 H100 = "NVIDIA_H100_SXM_80G"
@@ -133,15 +133,6 @@ def test_optimize_defaults_per_mode(client: TestClient) -> None:
     assert agg["engine"]["name"] == "vllm" and agg["input"]["workload"] == "closed_loop"
     decode = client.post("/v1/optimize", json={**search, "mode": "disagg_decode"}).json()
     assert decode["input"]["workload"] == "burst"
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 CLI = [

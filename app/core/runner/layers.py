@@ -359,7 +359,7 @@ class ForwardBuilder:
         conv_state_bytes = (dims.conv_kernel_size - 1) * conv_local * ACTIVATION_BYTES
         for s, part_tokens in attention:
             # Each request reads its conv state (the last kernel - 1 inputs) and writes it back.
-            self._recurrent_kernel(
+            self._attention_op(
                 "gdn_conv1d",
                 scope,
                 count,
@@ -403,7 +403,7 @@ class ForwardBuilder:
                     READ_WRITE * (chunks * state_elements + intermediates) * ACTIVATION_BYTES
                 )
                 name = "gdn_chunked"
-            self._recurrent_kernel(
+            self._attention_op(
                 name,
                 scope,
                 count,
@@ -421,7 +421,20 @@ class ForwardBuilder:
         )
         self.gemm("gdn_out_proj", scope, count, tokens, value_local, h)
 
-    def _recurrent_kernel(
+    def _attention_kernel(
+        self, shape: ForwardShape, scope: str, count: int, *, flops: float, hbm_bytes: float
+    ) -> None:
+        name = "decode_attention" if shape.is_decode else "flash_attention"
+        self._attention_op(
+            name,
+            scope,
+            count,
+            flops=flops,
+            hbm_bytes=hbm_bytes,
+            flops_per_s=self.plan.attention_flops_per_s,
+        )
+
+    def _attention_op(
         self,
         name: str,
         scope: str,
@@ -431,7 +444,8 @@ class ForwardBuilder:
         hbm_bytes: float,
         flops_per_s: float,
     ) -> None:
-        """A linear-attention kernel (conv1d, delta rule): attention time in the breakdown."""
+        """An attention-category kernel (attention, and the linear-attention conv1d and delta
+        rule): a roofline at ``flops_per_s`` and the HBM bandwidth."""
         self.ops.append(
             roofline(
                 name=name,
@@ -442,25 +456,6 @@ class ForwardBuilder:
                 hbm_bytes=hbm_bytes,
                 flops_per_s=flops_per_s,
                 hbm_bytes_per_s=self.plan.hbm_bytes_per_s,
-                launch_s=self.launch_s,
-            )
-        )
-
-    def _attention_kernel(
-        self, shape: ForwardShape, scope: str, count: int, *, flops: float, hbm_bytes: float
-    ) -> None:
-        p = self.plan
-        name = "decode_attention" if shape.is_decode else "flash_attention"
-        self.ops.append(
-            roofline(
-                name=name,
-                category=OpCategory.ATTENTION,
-                scope=scope,
-                count=count,
-                flops=flops,
-                hbm_bytes=hbm_bytes,
-                flops_per_s=p.attention_flops_per_s,
-                hbm_bytes_per_s=p.hbm_bytes_per_s,
                 launch_s=self.launch_s,
             )
         )
