@@ -27,6 +27,7 @@ from app.core.parallel import ParallelLayout
 from app.core.runner import RUNNER_MODEL_VERSION
 from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
+from app.core.workload import ranks_are_coupled
 from app.models.common import CacheCounters
 from app.models.optimize import (
     InfeasibleLayout,
@@ -338,6 +339,12 @@ def _run_single(run: _Search, scheduler: Scheduler) -> None:
                 workload=workload,
                 window=request.window,
                 requests_per_client=request.requests_per_client,
+                coupled=lambda layout: ranks_are_coupled(
+                    is_moe=factory.deployment.model.is_moe,
+                    tp=layout.tp,
+                    dp=layout.dp,
+                    ep=layout.ep,
+                ),
             ),
             mode,
         )

@@ -15,7 +15,12 @@ from app.core.optimizer.agg import largest_prefill_shape, limit_reason
 from app.core.parallel import ParallelLayout
 from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
-from app.core.workload import ServingResult, simulate_poisson_serving, simulate_serving
+from app.core.workload import (
+    ServingResult,
+    ranks_are_coupled,
+    simulate_poisson_serving,
+    simulate_serving,
+)
 from app.models.optimize import RunStats
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
@@ -217,6 +222,14 @@ class _SimulationRun:
     started: float
 
     @property
+    def coupled(self) -> bool:
+        """Whether the data-parallel replicas step together (attention DP + EP MoE)."""
+        layout = self.layout
+        return ranks_are_coupled(
+            is_moe=self.factory.deployment.model.is_moe, tp=layout.tp, dp=layout.dp, ep=layout.ep
+        )
+
+    @property
     def max_num_seqs(self) -> int | None:
         """The engine profile's running cap on the device (``None``: only the KV pool)."""
         deployment = self.factory.deployment
@@ -307,6 +320,7 @@ def _simulate_closed_loop(
             window=request.window,
             max_num_seqs=run.max_num_seqs,
             record_steps=request.include_timeline,
+            coupled=run.coupled,
         )
     except InfeasibleError as exc:
         reason = f"memory: {exc}"

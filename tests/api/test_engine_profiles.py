@@ -162,3 +162,38 @@ def test_cli_engine_flags(capsys: pytest.CaptureFixture[str]) -> None:
         code, _, err = run([*CLI, "--engine-options", bad], capsys)
         assert code == 2, bad
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_coupled_row_simulates_to_the_same_numbers(client: TestClient) -> None:
+    """Attention DP with expert-parallel MoE (TP1 x DP8, EP8): the ranks step together in the
+    search and in the simulation alike."""
+    search = {
+        "model": "Qwen/Qwen3-235B-A22B",
+        "device": "NVIDIA_H200_SXM_141G",
+        "quantize_linear_action": "FP8",
+        "num_devices": 8,
+        "input_length": 1024,
+        "output_length": 64,
+        "tpot_limit_ms": 60,
+        "tp_sizes": [1],
+        "ep_sizes": [8],
+        "requests_per_client": 2,
+        "max_batch_size": 32,
+    }
+    row = client.post("/v1/optimize", json=search).json()["best"]
+    assert (row["tp"], row["dp"], row["ep"]) == (1, 8, 8)
+    keep = ("model", "device", "quantize_linear_action", "input_length", "output_length")
+    sim = client.post(
+        "/v1/simulate",
+        json={
+            **{key: search[key] for key in keep},
+            "requests_per_client": 2,
+            "tp_size": 1,
+            "dp_size": 8,
+            "ep_size": 8,
+            "concurrency": row["concurrency"],
+        },
+    ).json()
+    assert sim["ttft_ms"] == pytest.approx(row["ttft_ms"])
+    assert sim["tpot_ms"] == pytest.approx(row["tpot_ms"])
+    assert sim["output_throughput"] == pytest.approx(row["throughput_tokens_s"])

@@ -48,13 +48,16 @@ def run_engine(
     arrivals: ArrivalSource,
     *,
     max_running: int | None = None,
+    budget_replicas: int = 1,
 ) -> tuple[SimulationPlan, RequestRecords]:
     """One engine run over ``arrivals``: its plan (``concurrency`` requests at ``t = 0``) and
-    when requests arrived, started and finished."""
+    when requests arrived, started and finished. ``budget_replicas`` ranks stepping together
+    (coupled data-parallel ranks) give the step ``budget_replicas`` budgets of tokens; the
+    chunks stay the spec's."""
     engine = Engine(
         spec.get_prefill_chunk_plan(),
         spec.output_length,
-        spec.max_batched_tokens,
+        spec.max_batched_tokens * budget_replicas,
         scheduler,
         arrivals,
         max_running=max_running,

@@ -30,6 +30,7 @@ from app.core.workload import (
     Workload,
     kv_capacity,
     simulate_closed_loop,
+    simulate_serving,
 )
 
 #: Workloads the concurrency search runs (a request rate is not a concurrency).
@@ -72,9 +73,13 @@ def simulated_probe(
     batch_size: int,
     left_gb: float,
     result: SimulatedMetrics,
+    *,
+    replicas: int | None = None,
 ) -> Probe:
-    """A probe from one replica's simulated metrics (TTFT with the spec's per-request
-    overhead), checked against the limits."""
+    """A probe from simulated metrics (TTFT with the spec's per-request overhead), checked
+    against the limits; throughputs are the result's times ``replicas`` (default: one
+    replica's result times the layout's ``dp``; 1 for a result over every replica)."""
+    scale = layout.dp if replicas is None else replicas
     ttft_ms = result.ttft_ms + data.ttft_overhead_ms
     reason = limit_reason(data, ttft_ms, result.tpot_ms)
     return Probe(
@@ -85,8 +90,8 @@ def simulated_probe(
         reason=reason,
         ttft_ms=ttft_ms,
         tpot_ms=result.tpot_ms,
-        throughput_tokens_s=result.throughput_tokens_s * layout.dp,
-        request_throughput=result.request_throughput * layout.dp,
+        throughput_tokens_s=result.throughput_tokens_s * scale,
+        request_throughput=result.request_throughput * scale,
         memory_left_gb=left_gb,
         method=result.method,
     )
@@ -104,6 +109,7 @@ def optimize_agg(
     workload: Workload = "burst",
     window: Window = "benchmark",
     requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
+    coupled: Callable[[ParallelLayout], bool] | None = None,
 ) -> OptimizeResult:
     """Best concurrency per layout under memory, TTFT and TPOT limits, ranked by throughput.
 
@@ -114,7 +120,9 @@ def optimize_agg(
     probe is infeasible when their forwards do not fit in memory. ``"closed_loop"``:
     ``batch_size`` clients per replica keep sending requests (``requests_per_client`` each);
     requests beyond the KV cache queue (their wait counts in TTFT), so memory limits a probe
-    only when not even one request fits.
+    only when not even one request fits. ``coupled(layout)``: the layout's replicas step
+    together (:mod:`app.core.workload.coupled`), so a closed-loop probe simulates all of them
+    as one engine.
     """
     policy = scheduler or default_scheduler()
     check_searched_workload(workload)
@@ -128,6 +136,7 @@ def optimize_agg(
             max_batch_size,
             window,
             requests_per_client,
+            coupled or _independent,
         )
     return _optimize_burst(
         data, layouts, serving_for, deployment, policy, max_batch_size, force_simulation
@@ -176,6 +185,10 @@ def _optimize_burst(
     )
 
 
+def _independent(layout: ParallelLayout) -> bool:
+    return False
+
+
 def _optimize_closed_loop(
     data: WorkloadSpec,
     layouts: Sequence[ParallelLayout],
@@ -185,8 +198,10 @@ def _optimize_closed_loop(
     max_batch_size: int,
     window: Window,
     requests_per_client: int,
+    coupled: Callable[[ParallelLayout], bool],
 ) -> OptimizeResult:
-    """The aggregated search with each probe a closed loop of ``batch_size`` clients."""
+    """The aggregated search with each probe a closed loop of ``batch_size`` clients per
+    replica (coupled replicas: one engine of ``batch_size x dp`` clients)."""
     require_int("requests_per_client", requests_per_client, 1, 1000)
 
     def evaluate_for(
@@ -212,6 +227,20 @@ def _optimize_closed_loop(
             )
             if max_running == 0 or left_gb < 0:
                 return out_of_memory_probe(layout, batch_size, left_gb)
+            if coupled(layout):
+                clients = batch_size * layout.dp
+                together = simulate_serving(
+                    data,
+                    clients,
+                    memo,
+                    policy,
+                    dp=layout.dp,
+                    num_requests=clients * requests_per_client,
+                    window=window,
+                    max_num_seqs=max_running,
+                    coupled=True,
+                )
+                return simulated_probe(data, layout, batch_size, left_gb, together, replicas=1)
             result = simulate_closed_loop(
                 data,
                 batch_size,

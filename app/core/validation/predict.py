@@ -29,7 +29,7 @@ from app.core.validation.cases import (
     TARGET_KIND,
     ValidationCase,
 )
-from app.core.workload import simulate_serving
+from app.core.workload import ranks_are_coupled, simulate_serving
 
 Predictor = Callable[[ValidationCase], float]
 
@@ -164,6 +164,9 @@ class ServingReplay:
             profile.scheduler_for(device.hbm_capacity_gb, device.name),
             dp=case.dp,
             max_num_seqs=capacity if cap is None else min(cap, capacity),
+            coupled=ranks_are_coupled(
+                is_moe=serving.runner.model.is_moe, tp=case.tp, dp=case.dp, ep=case.ep
+            ),
         )
         return result.ttft_ms + data.ttft_overhead_ms, result.tpot_ms
 

@@ -3,6 +3,7 @@
 - :mod:`~app.core.workload.closed_loop`: ``C`` clients re-submitting (and the dp split);
 - :mod:`~app.core.workload.poisson`: requests arriving at a rate, the clock's step prices;
 - :mod:`~app.core.workload.admission`: the running cap (KV cache, ``max_num_seqs``, policy);
+- :mod:`~app.core.workload.coupled`: data-parallel ranks that step together (attention DP + EP);
 - :mod:`~app.core.workload.windows`: the ``benchmark`` and ``steady_state`` windows;
 - :mod:`~app.core.workload.metrics`: the serving plan, result, replay and replica combiner.
 """
@@ -14,6 +15,7 @@ from app.core.workload.closed_loop import (
     simulate_closed_loop,
     simulate_serving,
 )
+from app.core.workload.coupled import BusiestRank, ranks_are_coupled
 from app.core.workload.metrics import (
     DEFAULT_WORKLOAD,
     MAX_REQUESTS,
@@ -47,6 +49,7 @@ __all__ = [
     "MAX_SEED",
     "WINDOWS",
     "WORKLOADS",
+    "BusiestRank",
     "ServingPlan",
     "ServingResult",
     "StepPrices",
@@ -58,6 +61,7 @@ __all__ = [
     "plan_poisson",
     "poisson_arrivals_ms",
     "poisson_shares",
+    "ranks_are_coupled",
     "replay_serving",
     "running_cap",
     "simulate_closed_loop",

@@ -17,6 +17,7 @@ from app.core.parallel import split_over_replicas
 from app.core.scheduler import Scheduler, default_scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload.admission import running_cap
+from app.core.workload.coupled import BusiestRank
 from app.core.workload.metrics import (
     MAX_REQUESTS,
     ServingPlan,
@@ -44,8 +45,10 @@ def plan_closed_loop(
     num_requests: int | None = None,
     window: Window = "benchmark",
     max_running: int | None = None,
+    budget_replicas: int = 1,
 ) -> ServingPlan:
-    """One replica's closed loop of ``clients`` clients, planned (no latency needed)."""
+    """One replica's closed loop of ``clients`` clients, planned (no latency needed);
+    ``budget_replicas`` > 1: that many coupled ranks as one engine (:mod:`.coupled`)."""
     require_int("concurrency", clients, 1, MAX_CONCURRENCY)
     check_window(window)
     if num_requests is None:
@@ -55,7 +58,9 @@ def plan_closed_loop(
         require_int("max_running", max_running, 1, MAX_REQUESTS)
     scheduler = scheduler or default_scheduler()
     arrivals = ClosedLoop(clients, num_requests)
-    engine, records = run_engine(spec, clients, scheduler, arrivals, max_running=max_running)
+    engine, records = run_engine(
+        spec, clients, scheduler, arrivals, max_running=max_running, budget_replicas=budget_replicas
+    )
     return ServingPlan(
         engine=engine,
         records=records,
@@ -102,8 +107,14 @@ def simulate_serving(
     window: Window = "benchmark",
     max_num_seqs: int | None = None,
     record_steps: bool = False,
+    coupled: bool = False,
 ) -> ServingResult:
     """Closed-loop serving of ``concurrency`` clients over ``dp`` data-parallel replicas.
+
+    ``coupled``: the replicas step together (attention data parallelism with expert-parallel
+    MoE, whose all-to-all joins every rank in every layer), simulated as one engine whose step
+    lasts as long as the busiest rank's (:func:`~app.core.workload.coupled.
+    simulate_coupled_closed_loop`); otherwise each replica runs on its own.
 
     Each replica serves its share of the clients (``concurrency / dp``, as evenly as integers
     allow) with its own budget and KV cache; ``num_requests`` (default 10 per client) is
@@ -119,6 +130,18 @@ def simulate_serving(
     require_int("num_requests", num_requests, concurrency, MAX_REQUESTS)
     scheduler = scheduler or default_scheduler()
     max_running = running_cap(spec, latency, scheduler, max_num_seqs)
+    if coupled and dp > 1:
+        plan = plan_closed_loop(
+            spec,
+            concurrency,
+            scheduler,
+            num_requests=num_requests,
+            window=window,
+            max_running=None if max_running is None else max_running * dp,
+            budget_replicas=dp,
+        )
+        latencies = evaluate_shapes(plan.shapes, BusiestRank(latency, dp))
+        return replay_serving(plan, latencies, scheduler, record_steps=record_steps)
     parts: list[tuple[ServingResult, int]] = []
     for clients, replicas in split_over_replicas(concurrency, dp):
         requests = max(clients, round(num_requests * clients / concurrency))
