@@ -21,7 +21,7 @@ as a fused mixed step needs a latency (no silent fallback to another rule).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -78,6 +78,20 @@ class LatencyModel(Protocol):
     def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float: ...
 
     def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float: ...
+
+
+@runtime_checkable
+class Interruptible(Protocol):
+    """Optional: a model that carries the caller's deadline. Long loops (the engine's) call
+    ``check_deadline`` now and then; it raises :class:`~app.core.errors.DeadlineExceededError`
+    once the deadline passed (after keeping what was computed)."""
+
+    def check_deadline(self) -> None: ...
+
+
+def interrupt_of(model: object) -> Callable[[], None] | None:
+    """The deadline check of ``model`` (``None`` when it has none)."""
+    return model.check_deadline if isinstance(model, Interruptible) else None
 
 
 @runtime_checkable

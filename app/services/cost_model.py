@@ -151,7 +151,7 @@ class CachedServingModel:
         wanted = [s for s in dict.fromkeys(shapes) if s not in self._local]
         if not wanted:
             return
-        self._check_deadline()
+        self.check_deadline()
         keys = [shape_key(self._digest, s) for s in wanted]
         self.keys_seen.extend(keys)
         preloaded = self._preloaded
@@ -175,7 +175,7 @@ class CachedServingModel:
                 computed += 1
                 self._pending[key] = record.to_json()
                 if computed % 64 == 0:
-                    self._check_deadline()
+                    self.check_deadline()
             self._local[shape] = record
         self.usage.computed += computed
         if self._stats is not None and computed:
@@ -203,7 +203,9 @@ class CachedServingModel:
             record = self._local[shape]
         return record
 
-    def _check_deadline(self) -> None:
+    def check_deadline(self) -> None:
+        """Raise :class:`DeadlineExceededError` once the request's deadline passed, after
+        writing what was computed (the engine loops call it now and then)."""
         if self._deadline is not None and time.monotonic() > self._deadline:
             if self._on_deadline is not None:
                 self._on_deadline()  # keep what was computed: a narrower retry reuses it

@@ -171,7 +171,13 @@ def _simulate_burst(
     busiest = split[0][0]
     plans = [
         (
-            plan_serving(data, size, scheduler, force_simulation=request.force_simulation),
+            plan_serving(
+                data,
+                size,
+                scheduler,
+                force_simulation=request.force_simulation,
+                interrupt=model.check_deadline,
+            ),
             replicas,
         )
         for size, replicas in split

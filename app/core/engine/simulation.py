@@ -21,10 +21,10 @@ another arrival source.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from app.core.chunking import require_int
-from app.core.cost import AnyShape, LatencyModel
+from app.core.cost import AnyShape, LatencyModel, interrupt_of
 from app.core.engine.arrivals import ArrivalSource, Burst
 from app.core.engine.clock import evaluate_shapes, replay_time_simulation
 from app.core.engine.loop import Engine
@@ -49,6 +49,7 @@ def run_engine(
     *,
     max_running: int | None = None,
     budget_replicas: int = 1,
+    interrupt: Callable[[], None] | None = None,
 ) -> tuple[SimulationPlan, RequestRecords]:
     """One engine run over ``arrivals``: its plan (``concurrency`` requests at ``t = 0``) and
     when requests arrived, started and finished. ``budget_replicas`` ranks stepping together
@@ -61,6 +62,7 @@ def run_engine(
         scheduler,
         arrivals,
         max_running=max_running,
+        interrupt=interrupt,
     )
     runs, records = engine.run()
     return SimulationPlan.of_runs(runs, spec, concurrency, scheduler), records
@@ -72,14 +74,16 @@ def plan_serving(
     scheduler: Scheduler | None = None,
     *,
     force_simulation: bool = False,
+    interrupt: Callable[[], None] | None = None,
 ) -> AnyPlan:
     """Plan a burst of ``concurrency`` requests: closed-form waves when the prompt is one chunk
-    (unless ``force_simulation``), else the time simulation's runs."""
+    (unless ``force_simulation``), else the time simulation's runs (``interrupt``: the
+    caller's deadline check, see :class:`~app.core.engine.loop.Engine`)."""
     require_int("concurrency", concurrency, 1, MAX_CONCURRENCY)
     if spec.prefill_num_chunks == 1 and not force_simulation:
         return plan_waves(spec, concurrency)
     scheduler = scheduler or default_scheduler()
-    return run_engine(spec, concurrency, scheduler, Burst(concurrency))[0]
+    return run_engine(spec, concurrency, scheduler, Burst(concurrency), interrupt=interrupt)[0]
 
 
 def replay(
@@ -108,5 +112,11 @@ def simulate(
     """A burst of ``concurrency`` requests on one replica: closed-form waves for one chunk, the
     time simulation for more (or when forced). ``result.method`` says which one ran."""
     scheduler = scheduler or default_scheduler()
-    plan = plan_serving(spec, concurrency, scheduler, force_simulation=force_simulation)
+    plan = plan_serving(
+        spec,
+        concurrency,
+        scheduler,
+        force_simulation=force_simulation,
+        interrupt=interrupt_of(latency),
+    )
     return replay(plan, evaluate_shapes(plan.shapes, latency), scheduler, record_steps=record_steps)

@@ -14,6 +14,7 @@ from app.core.cost import (
     MemoisedLatencyModel,
     MemoryBreakdownModel,
     ServingModel,
+    interrupt_of,
 )
 from app.core.engine import evaluate_shapes
 from app.core.errors import InvalidParameterError
@@ -195,6 +196,12 @@ class MemoLatency:
         if value is None:
             value = self.memory_left[shape] = self._model_memory_left_gb(shape)
         return value
+
+    def check_deadline(self) -> None:
+        """The wrapped model's deadline check (none: nothing to check)."""
+        check = interrupt_of(self.model)
+        if check is not None:
+            check()
 
     def memory_breakdown_gb(self, shape: ForwardShape) -> Mapping[str, float]:
         if isinstance(self.model, MemoryBreakdownModel):

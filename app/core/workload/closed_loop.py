@@ -10,8 +10,10 @@ engine loop, schedulers and latency models serve both workloads (the arrival sou
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.core.chunking import require_int
-from app.core.cost import LatencyModel
+from app.core.cost import LatencyModel, interrupt_of
 from app.core.engine import MAX_CONCURRENCY, ClosedLoop, evaluate_shapes, run_engine
 from app.core.parallel import split_over_replicas
 from app.core.scheduler import Scheduler, default_scheduler
@@ -46,6 +48,7 @@ def plan_closed_loop(
     window: Window = "benchmark",
     max_running: int | None = None,
     budget_replicas: int = 1,
+    interrupt: Callable[[], None] | None = None,
 ) -> ServingPlan:
     """One replica's closed loop of ``clients`` clients, planned (no latency needed);
     ``budget_replicas`` > 1: that many coupled ranks as one engine (:mod:`.coupled`)."""
@@ -59,7 +62,13 @@ def plan_closed_loop(
     scheduler = scheduler or default_scheduler()
     arrivals = ClosedLoop(clients, num_requests)
     engine, records = run_engine(
-        spec, clients, scheduler, arrivals, max_running=max_running, budget_replicas=budget_replicas
+        spec,
+        clients,
+        scheduler,
+        arrivals,
+        max_running=max_running,
+        budget_replicas=budget_replicas,
+        interrupt=interrupt,
     )
     return ServingPlan(
         engine=engine,
@@ -91,6 +100,7 @@ def simulate_closed_loop(
         num_requests=num_requests,
         window=window,
         max_running=max_running,
+        interrupt=interrupt_of(latency),
     )
     latencies = evaluate_shapes(plan.shapes, latency)
     return replay_serving(plan, latencies, scheduler, record_steps=record_steps)
@@ -139,6 +149,7 @@ def simulate_serving(
             window=window,
             max_running=None if max_running is None else max_running * dp,
             budget_replicas=dp,
+            interrupt=interrupt_of(latency),
         )
         latencies = evaluate_shapes(plan.shapes, BusiestRank(latency, dp))
         return replay_serving(plan, latencies, scheduler, record_steps=record_steps)

@@ -15,7 +15,7 @@ import random
 from collections import Counter
 
 from app.core.chunking import require_int
-from app.core.cost import AnyShape, LatencyModel, MixedShape
+from app.core.cost import AnyShape, LatencyModel, MixedShape, interrupt_of
 from app.core.engine import MS_PER_S, TimedArrivals, evaluate_shapes, prefill_shape, run_engine
 from app.core.errors import InvalidParameterError
 from app.core.parallel import split_over_replicas
@@ -155,7 +155,9 @@ def plan_poisson(
     prices = StepPrices(spec, latency, scheduler, max_decode=min([num_requests, *caps]))
     arrivals = TimedArrivals(times_ms=times_ms, max_in_flight=max_concurrency, step_ms=prices)
     # No clients: requests arrive on their own.
-    engine, records = run_engine(spec, 0, scheduler, arrivals, max_running=max_running)
+    engine, records = run_engine(
+        spec, 0, scheduler, arrivals, max_running=max_running, interrupt=interrupt_of(latency)
+    )
     serving = ServingPlan(
         engine=engine,
         records=records,
