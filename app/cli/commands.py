@@ -270,9 +270,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 "ep_sizes": flatten(args.ep_sizes),
                 "prefill_devices_per_instance": args.prefill_devices_per_instance,
                 "decode_devices_per_instance": args.decode_devices_per_instance,
-                "max_batch_size": args.max_batch_size,
                 "top_k": args.top_k,
                 "include_probes": args.format == "json",
+                # Given only when set: the default shrinks to the search bounds, a given one not.
+                **given(args, ("max_batch_size",)),
             }
         )
 

@@ -248,8 +248,9 @@ def _add_optimize(sub: Subparsers[argparse.ArgumentParser]) -> None:
     optimize.add_argument(
         "--max-batch-size",
         type=int,
-        default=DEFAULT_MAX_BATCH_SIZE,
-        help="search cap per replica",
+        default=None,
+        help=f"search cap per replica (default {DEFAULT_MAX_BATCH_SIZE}, shrunk to the search "
+        "bounds when not given)",
     )
     optimize.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
     optimize.add_argument(

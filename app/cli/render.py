@@ -208,6 +208,7 @@ def optimize_text(body: dict[str, Any]) -> str:
     )
     if body.get("reason"):
         lines.append(f"note: {body['reason']}")
+    lines.extend(f"suggestion: {text}" for text in body.get("suggestions", ()))
     stats = body["stats"]
     lines.append(
         f"{stats['probes']} probes, {stats['forward_evaluations']} forwards computed, "
@@ -307,6 +308,7 @@ def simulate_text(body: dict[str, Any]) -> str:
         lines.append(f"{key.ljust(width)}  {fmt(body[key], 3)}")
         if key == "concurrency":
             lines.append(f"{'replica_split'.ljust(width)}  {split_text(body['replica_split'])}")
+    lines.extend(f"suggestion: {text}" for text in body.get("suggestions", ()))
     if body["timeline"] is not None:
         rows = [
             [

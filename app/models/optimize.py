@@ -192,4 +192,8 @@ class OptimizeResponse(BaseModel):
     infeasible: list[InfeasibleLayout]
     pd_ratio: PdRatioOut | None = None
     reason: str | None = Field(default=None, description="why nothing is feasible")
+    suggestions: list[str] = Field(
+        default_factory=list,
+        description="ways out of a memory-infeasible answer (quantization, devices, context)",
+    )
     stats: RunStats

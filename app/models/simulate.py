@@ -209,6 +209,10 @@ class SimulateResponse(BaseModel):
     memory_gb: dict[str, float]
     feasible: bool
     reason: str | None = Field(description="memory or limit violation, when infeasible")
+    suggestions: list[str] = Field(
+        default_factory=list,
+        description="ways out of a memory-infeasible answer (quantization, devices, context)",
+    )
     timeline: list[StepOut] | None = None
     timeline_truncated: bool = False
     stats: RunStats

@@ -40,6 +40,7 @@ from app.models.optimize import (
     Role,
     RunStats,
 )
+from app.services.advice import memory_advice
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
 from app.services.resolve import request_scheduler, resolve_deployment
@@ -391,10 +392,19 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
         rows = rows[: request.top_k]
     best = rows[0] if rows and mode != "pd_ratio" else None
     reason = run.reason
+    suggestions: list[str] = []
     if mode != "pd_ratio" and best is None:
         reason = "no feasible configuration: " + (
             "; ".join(f"{i.parallel}: {i.reason}" for i in infeasible) or "no layout"
         )
+        layouts = {p.layout.label: p.layout for s in sections for p in s.result.probes}
+        memory = [layouts[i.parallel] for i in infeasible if i.reason.startswith("memory")]
+        if memory and len(memory) == len(infeasible):
+            # Every layout ran out of memory: the one with the most devices per replica binds.
+            widest = max(memory, key=lambda layout: (layout.tp * layout.pp, layout.ep))
+            advice = memory_advice(factory.deployment, widest, run.spec)
+            reason = f"no feasible configuration: {widest.label}: {advice.reason}"
+            suggestions = list(advice.suggestions)
     return OptimizeResponse(
         input=request,
         engine=factory.deployment.profile.to_dict(),
@@ -405,6 +415,7 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
         infeasible=infeasible,
         pd_ratio=run.pd,
         reason=reason,
+        suggestions=suggestions,
         stats=RunStats(
             elapsed_ms=(time.perf_counter() - started) * 1e3,
             forward_evaluations=factory.usage.computed,

@@ -22,6 +22,7 @@ from app.core.workload import (
     simulate_serving,
 )
 from app.models.optimize import RunStats
+from app.services.advice import memory_advice
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
 from app.services.resolve import request_scheduler, resolve_deployment
@@ -257,6 +258,11 @@ class _SimulationRun:
 
         self.factory.flush()
         data, layout = self.data, self.layout
+        suggestions: list[str] = []
+        if reason is not None and reason.startswith("memory"):
+            in_flight = extra.get("batch_size") or 1
+            advice = memory_advice(self.factory.deployment, layout, data, in_flight)
+            reason, suggestions = advice.reason, list(advice.suggestions)
         metrics: dict[str, Any] = {"method": "none", "makespan_ms": 0.0}
         if isinstance(result, SimulationResult):
             metrics = {"method": result.method, "makespan_ms": result.makespan_ms}
@@ -298,6 +304,7 @@ class _SimulationRun:
             memory_gb=dict(memory[0].memory_gb),
             feasible=reason is None,
             reason=reason,
+            suggestions=suggestions,
             timeline=timeline,
             timeline_truncated=truncated,
             stats=_single_run_stats(self.factory, self.started),

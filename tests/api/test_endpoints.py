@@ -764,6 +764,8 @@ def test_a_request_that_cannot_fit_is_an_infeasible_200(client: TestClient, work
     response = client.post("/v1/simulate", json={**body, "tp_size": 1})
     assert response.status_code == 200, response.text
     result = response.json()
-    assert not result["feasible"] and result["reason"].startswith("memory: the KV cache")
+    assert not result["feasible"]
+    assert result["reason"].startswith("memory: 65.5 GB of 16-bit weights per device against")
+    assert any("W8A8_DYNAMIC" in s for s in result["suggestions"])
     assert (result["method"], result["max_running"], result["ttft_ms"]) == ("none", 0, 0.0)
     assert result["workload"] == workload and result["memory_left_gb"] < 0
