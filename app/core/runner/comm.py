@@ -9,6 +9,15 @@ per phase. On a switched tier (NVSwitch) every rank reaches every peer in one ho
 engines' one-shot / two-shot kernels (TensorRT-LLM custom all-reduce, NCCL NVLS) synchronise
 the ranks in ``ceil(log2 n)`` latencies per phase at any ``n``. Bandwidth is per device and
 direction, scaled by the tier's efficiency.
+
+Across switched nodes (``node`` given: the NVSwitch tier inside one node, here smaller than the
+group), every device has its own link of the outer tier (one NIC per GPU, as on DGX/HGX nodes)
+and the collective libraries use all of them at once (NCCL's hierarchical all-reduce, one
+channel per NIC): an all-reduce is a reduce-scatter inside each node, an all-reduce of each device's
+``1/g`` share across the ``k`` nodes over its own link, and an all-gather inside the node; an
+all-to-all sends the ``(n - g) / n`` of its buffer bound for other nodes over its own link
+while the rest crosses the node's fabric. Unswitched node tiers (the Ascend HCCS / SIO levels
+of msmodeling's device profiles) keep the bottleneck-tier ring, for msmodeling parity.
 """
 
 from __future__ import annotations
@@ -32,11 +41,37 @@ class Collective(enum.StrEnum):
 
 
 def collective_time_s(
-    kind: Collective, message_bytes: float, group_size: int, tier: InterconnectTier
+    kind: Collective,
+    message_bytes: float,
+    group_size: int,
+    tier: InterconnectTier,
+    *,
+    node: InterconnectTier | None = None,
 ) -> float:
-    """Seconds for one collective; ``message_bytes`` is the full buffer one device holds."""
+    """Seconds for one collective; ``message_bytes`` is the full buffer one device holds;
+    ``node``: the tier inside one node, for a group spanning nodes (see the module doc)."""
     if group_size <= 1 or message_bytes <= 0:
         return 0.0
+    per_node = node.max_devices if node is not None else group_size
+    if node is not None and node.switched and node is not tier and 1 < per_node < group_size:
+        if kind is Collective.ALL_REDUCE:
+            nodes = math.ceil(group_size / per_node)
+            return (
+                collective_time_s(Collective.REDUCE_SCATTER, message_bytes, per_node, node)
+                + collective_time_s(Collective.ALL_REDUCE, message_bytes / per_node, nodes, tier)
+                + collective_time_s(Collective.ALL_GATHER, message_bytes, per_node, node)
+            )
+        if kind is Collective.ALL_TO_ALL:
+            remote = (group_size - per_node) / group_size * message_bytes
+            local = (per_node - 1) / group_size * message_bytes
+            steps = math.ceil(math.log2(group_size))
+            return (
+                max(
+                    remote / (tier.bandwidth_gb_s * BYTES_PER_GB * tier.efficiency),
+                    local / (node.bandwidth_gb_s * BYTES_PER_GB * node.efficiency),
+                )
+                + steps * tier.latency_us * S_PER_US
+            )
     bandwidth = tier.bandwidth_gb_s * BYTES_PER_GB * tier.efficiency
     latency = tier.latency_us * S_PER_US
     n = group_size

@@ -224,7 +224,9 @@ class ForwardBuilder:
                 scope=scope,
                 count=count,
                 comm_bytes=message_bytes,
-                comm_s=collective_time_s(kind, message_bytes, group, tier),
+                comm_s=collective_time_s(
+                    kind, message_bytes, group, tier, node=self.plan.device.interconnect[0]
+                ),
                 launch_s=self.launch_s,
             )
         )

@@ -38,7 +38,9 @@ from app.core.runner.layers import LOGIT_BYTES, Q_AND_O, ForwardBuilder, new_tok
 from app.core.runner.ops import Bound, OpCategory, OpCost
 from app.core.runner.plan import ACTIVATION_BYTES, ShardPlan, build_plan
 
-RUNNER_MODEL_VERSION = "runner-v2"  # bump when formulas change: cache keys include it
+#: Bump when formulas change: cache keys include it (v3: EAGLE-3 drafts for models without MTP
+#: layers, staged collectives across NVSwitch nodes, linear and sparse attention).
+RUNNER_MODEL_VERSION = "runner-v3"
 KV_BLOCK_TOKENS = 128
 DEFAULT_RESERVED_MEMORY_GB = 10.0
 RESIDUAL_STREAMS = 2  # residual and hidden state live across every op

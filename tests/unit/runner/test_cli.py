@@ -11,6 +11,7 @@ import pytest
 
 from app.cli import EXIT_BROKEN_PIPE, main
 from app.core.catalog import device_names, model_names
+from app.core.runner.runner import RUNNER_MODEL_VERSION
 
 FORWARD = ["forward", "Qwen/Qwen3-8B", "--device", "NVIDIA_H100_SXM_80G"]
 SHAPE = ["--num-queries", "4", "--query-length", "512"]
@@ -23,7 +24,7 @@ def test_forward_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert document["request"]["seq_len"] == 1024 + 512
     assert {c["category"] for c in document["breakdown"]["categories"]} >= {"gemm", "attention"}
     assert set(document["memory"]) >= {"weights_gb", "kv_cache_gb", "available_gb"}
-    assert document["identity"].startswith("runner-v2:")
+    assert document["identity"].startswith(f"{RUNNER_MODEL_VERSION}:")
 
 
 def test_forward_table_with_parallel_and_quantization(capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,3 +54,43 @@ def test_nvidia_nvlink_tiers_are_switched() -> None:
     assert get_device("NVIDIA_H100_SXM_80G").interconnect[0].switched
     assert not get_device("NVIDIA_H100_SXM_80G").interconnect[1].switched
     assert not get_device("ATLAS_800_A2_376T_64G").interconnect[0].switched
+
+
+def test_a_collective_across_switched_nodes_uses_every_devices_own_link() -> None:
+    """Two 8-GPU NVSwitch nodes: the all-reduce is reduce-scatter in the node, an all-reduce of
+    each GPU's eighth over its own NIC, all-gather in the node (NCCL's hierarchical
+    algorithm), far below a flat ring through one 50 GB/s link."""
+    from app.core.catalog import get_device
+    from app.core.runner.comm import Collective, collective_time_s
+
+    tiers = get_device("NVIDIA_B200_SXM_180G").interconnect
+    node, network = tiers[0], tiers[1]
+    message = 64e6
+    flat = collective_time_s(Collective.ALL_REDUCE, message, 16, network)
+    staged = collective_time_s(Collective.ALL_REDUCE, message, 16, network, node=node)
+    expected = (
+        collective_time_s(Collective.REDUCE_SCATTER, message, 8, node)
+        + collective_time_s(Collective.ALL_REDUCE, message / 8, 2, network)
+        + collective_time_s(Collective.ALL_GATHER, message, 8, node)
+    )
+    assert staged == expected and staged < flat / 5
+    # Within one node nothing changes.
+    assert collective_time_s(Collective.ALL_REDUCE, message, 8, node, node=node) == (
+        collective_time_s(Collective.ALL_REDUCE, message, 8, node)
+    )
+    # All-to-all: only the share bound for the other node crosses the NICs.
+    a2a = collective_time_s(Collective.ALL_TO_ALL, message, 16, network, node=node)
+    assert a2a < collective_time_s(Collective.ALL_TO_ALL, message, 16, network)
+    assert a2a >= 0.5 * message / (network.bandwidth_gb_s * 1e9 * network.efficiency)
+
+
+def test_unswitched_node_tiers_keep_the_bottleneck_ring() -> None:
+    """Ascend HCCS levels (msmodeling's profiles) are not staged: msmodeling parity."""
+    from app.core.catalog import get_device
+    from app.core.runner.comm import Collective, collective_time_s
+
+    tiers = get_device("ATLAS_800_A2_376T_64G").interconnect
+    for kind in (Collective.ALL_REDUCE, Collective.ALL_TO_ALL):
+        assert collective_time_s(kind, 64e6, 16, tiers[1], node=tiers[0]) == (
+            collective_time_s(kind, 64e6, 16, tiers[1])
+        )

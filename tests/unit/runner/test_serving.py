@@ -9,6 +9,7 @@ from app.core.cost import ForwardShape, ServingModel
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner, RunnerServingModel
+from app.core.runner.runner import RUNNER_MODEL_VERSION
 
 
 def _runner(**options: object) -> ModelRunner:
@@ -60,7 +61,7 @@ def test_memory_left_goes_negative_with_concurrency() -> None:
 def test_identity_is_stable_and_sensitive() -> None:
     base = _runner().identity()
     assert base == _runner().identity()
-    assert base.startswith("runner-v2:")
+    assert base.startswith(f"{RUNNER_MODEL_VERSION}:")
     assert _runner(reserved_memory_gb=20).identity() != base
     assert _runner(num_mtp_tokens=1).identity() != base
     other_device = ModelRunner(
