@@ -18,7 +18,9 @@ How a row maps to a deployment, the way the product would map a user's:
 - ``hardware``: ``SERVING_DEVICE_ALIASES`` (the names the measurement files use) or a
   catalog device name.
 - ``gemm_quant`` / ``moe_quant``: :data:`QUANTIZATIONS`; a row whose two columns read as
-  different formats is refused (per-layer quantization is not modelled).
+  different formats is refused (per-layer quantization is not modelled); an FP4 label of a
+  model whose checkpoint is natively FP4 in another format is that format (gpt-oss-120b's
+  MXFP4, which the sample writes "nvfp4").
 - layout: ``tp x pp`` tensor-parallel ranks, ``attn_dp`` attention data-parallel replicas,
   ``moe_ep`` expert-parallel ranks.
 - engine: the engine column's first word (the family: ``vllm``, ``sglang``, ``trtllm``) picks
@@ -338,16 +340,27 @@ def _precision(gemm: str, moe: str) -> str:
     return chosen.pop() if chosen else UNRECORDED_PRECISION
 
 
+#: FP4 checkpoint formats: a row's FP4 label of a model whose checkpoint is natively FP4 in
+#: another format (gpt-oss-120b's MXFP4, written "nvfp4" by the sample) is that native format.
+_FP4 = frozenset({"NVFP4", "MXFP4"})
+
+
+def _native_precision(model: str, precision: str) -> str:
+    native = (get_model(model).native_quantization or "").upper()
+    return native if precision in _FP4 and native in _FP4 else precision
+
+
 def row_case(row: Mapping[str, str]) -> ValidationCase:
     """The serving case of one row (domain errors say why a row cannot be one)."""
+    model = _model(row["model"])
     return ValidationCase(
         kind=SERVING_TTFT_KIND,
-        model=_model(row["model"]),
+        model=model,
         device=_device(row["hardware"]),
         tp=_positive_int(row, "tp") * _ranks(row, "pp"),
         dp=_ranks(row, "attn_dp"),
         ep=_ranks(row, "moe_ep"),
-        precision=_precision(row["gemm_quant"], row["moe_quant"]),
+        precision=_native_precision(model, _precision(row["gemm_quant"], row["moe_quant"])),
         concurrency=_positive_int(row, "concurrency"),
         query_len=_positive_int(row, "isl"),
         output_len=_positive_int(row, "osl"),

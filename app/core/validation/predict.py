@@ -44,6 +44,7 @@ PRECISIONS: Mapping[str, Quantization] = {
     "BF16": parse_quantization(),
     "W8A8": parse_quantization("W8A8_DYNAMIC"),
     "W4A16": parse_quantization("W4A16"),
+    "MXFP4": parse_quantization("MXFP4"),
 }
 
 

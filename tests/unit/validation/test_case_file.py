@@ -17,7 +17,7 @@ from app.core.validation import (
     replay_case_file,
     run_validation,
 )
-from app.core.validation.case_file import OUT_COLUMNS
+from app.core.validation.case_file import OUT_COLUMNS, row_case
 from app.core.validation.cases import SERVING_CASES
 
 ROW = {
@@ -161,3 +161,13 @@ def test_a_file_over_the_row_bound_is_refused() -> None:
     text = file_of(ROW) + "\n".join([line] * MAX_CASE_ROWS) + "\n"
     with pytest.raises(InvalidParameterError, match=f"more than {MAX_CASE_ROWS}"):
         read_case_rows(text)
+
+
+def test_an_fp4_label_of_a_natively_fp4_checkpoint_is_its_native_format() -> None:
+    """The sample writes gpt-oss-120b's MXFP4 checkpoint as "nvfp4"; other models keep it."""
+    gpt_oss = {**ROW, "model": "openai/gpt-oss-120b", "gemm_quant": "nvfp4", "moe_quant": "nvfp4"}
+    assert row_case(gpt_oss).precision == "MXFP4"
+    llama = {**ROW, "gemm_quant": "nvfp4", "moe_quant": "nvfp4"}
+    assert row_case(llama).precision == "NVFP4"
+    fp8 = {**ROW, "model": "openai/gpt-oss-120b", "gemm_quant": "fp8", "moe_quant": "fp8"}
+    assert row_case(fp8).precision == "FP8"
