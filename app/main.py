@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 
 import anyio
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
@@ -22,6 +23,8 @@ from app.services import ServiceContext, create_context
 from app.settings import Settings, get_settings
 
 WEB_DIR = Path(__file__).with_name("web")  # the dashboard's static assets (package data)
+#: How long a browser may reuse a CORS preflight answer (s).
+CORS_MAX_AGE_S = 600
 #: Browsers keep the dashboard's files but ask again (ETag / Last-Modified -> 304) before using
 #: them, so an upgrade never runs old scripts against a new API.
 REVALIDATE = {"Cache-Control": "no-cache"}
@@ -88,6 +91,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
     )
+    if settings.cors_origin_list:
+        # Outermost, so a browser's preflight is answered before the body checks run.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_methods=["GET", "POST"],
+            allow_headers=["content-type", "x-request-id"],
+            expose_headers=["x-request-id", "retry-after"],
+            max_age=CORS_MAX_AGE_S,
+        )
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(planning.router)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 class Settings(BaseSettings):
@@ -44,6 +51,23 @@ class Settings(BaseSettings):
     request_deadline_s: float = Field(default=30.0, gt=0)
 
     log_level: str = "info"
+    # Origins a browser page may call the API from (comma-separated, for example
+    # "https://dash.example.com,http://localhost:3000"); empty: none (no CORS headers at all).
+    cors_origins: str = ""
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_origins(cls, value: str) -> str:
+        for origin in _split(value):
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"{origin!r} is not an origin: scheme://host[:port] (no path), or *"
+                )
+        return value
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return _split(self.cors_origins)
 
 
 @lru_cache(maxsize=1)
