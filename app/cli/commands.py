@@ -29,6 +29,13 @@ SIMULATE_OPTIONAL = (
 )
 
 
+#: msmodeling's ``--device A B`` runs one search per device; Chunkwise answers one device.
+ONE_DEVICE = (
+    "--device takes one device (msmodeling's --device A B comparison is not supported: run "
+    "one command per device)"
+)
+
+
 def fail(message: object) -> int:
     """Domain and input errors: one line on stderr (naming the valid choices), exit code 2."""
     print(f"chunkwise: error: {message}", file=sys.stderr)
@@ -203,7 +210,7 @@ def common_fields(args: argparse.Namespace) -> dict[str, Any]:
             budget = args.max_prefill_tokens
     fields: dict[str, Any] = {
         "model": args.model,
-        "device": args.device,
+        "device": args.device[0],
         "input_length": args.input_length,
         "output_length": args.output_length,
         "max_batched_tokens": budget,
@@ -252,6 +259,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     if args.disagg and args.enable_optimize_prefill_decode_ratio:
         return fail("--disagg and --enable-optimize-prefill-decode-ratio are exclusive")
+    if len(args.device) > 1:
+        return fail(ONE_DEVICE)
+    if args.jobs is not None:
+        print(
+            f"chunkwise: note: --jobs {args.jobs} is ignored (one process; the search is fast)",
+            file=sys.stderr,
+        )
     show_progress = args.progress or (args.progress is None and sys.stderr.isatty())
 
     def progress(text: str) -> None:
@@ -271,7 +285,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 "prefill_devices_per_instance": args.prefill_devices_per_instance,
                 "decode_devices_per_instance": args.decode_devices_per_instance,
                 "top_k": args.top_k,
-                "include_probes": args.format == "json",
+                "include_probes": args.format == "json" or args.dump_original_results,
                 # Given only when set: the default shrinks to the search bounds, a given one not.
                 **given(args, ("max_batch_size",)),
             }
@@ -285,7 +299,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             ).model_dump(mode="json")
             for mode in optimize_modes(args)
         ]
-        render.print_optimize(bodies, args.format)
+        render.print_optimize(bodies, args.format, probes=args.dump_original_results)
         return 0
 
     return run_service(call)
@@ -294,6 +308,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from app import services
     from app.models.simulate import SimulateRequest
+
+    if len(args.device) > 1:
+        return fail(ONE_DEVICE)
 
     def call(context: ServiceContext) -> int:
         request = SimulateRequest.model_validate(

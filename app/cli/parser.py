@@ -132,7 +132,9 @@ def _add_catalog_and_validate(sub: Subparsers[argparse.ArgumentParser]) -> None:
 # -- optimize, simulate ------------------------------------------------------------------------
 def _add_deployment_flags(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("model", help=MODEL_HELP)
-    cmd.add_argument("--device", required=True, help=DEVICE_HELP)
+    # nargs="+": msmodeling's ``--device A B`` compares devices in one run; Chunkwise takes one
+    # and says so in one line (the commands check it).
+    cmd.add_argument("--device", required=True, nargs="+", help=DEVICE_HELP)
     cmd.add_argument("--input-length", type=int, required=True)
     cmd.add_argument("--output-length", type=int, required=True)
     cmd.add_argument("--max-batched-tokens", type=int, default=None, help="token budget per step")
@@ -253,6 +255,17 @@ def _add_optimize(sub: Subparsers[argparse.ArgumentParser]) -> None:
         "bounds when not given)",
     )
     optimize.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
+    optimize.add_argument(
+        "--dump-original-results",
+        action="store_true",
+        help="print every probe of the search after the table (msmodeling's flag)",
+    )
+    optimize.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="accepted for msmodeling compatibility and ignored (one process, a note on stderr)",
+    )
     optimize.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,

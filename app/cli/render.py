@@ -217,8 +217,9 @@ def optimize_text(body: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def print_optimize(bodies: list[dict[str, Any]], fmt_name: str) -> None:
-    """Every mode's response: several JSON documents as one list, several CSVs as one table."""
+def print_optimize(bodies: list[dict[str, Any]], fmt_name: str, *, probes: bool = False) -> None:
+    """Every mode's response: several JSON documents as one list, several CSVs as one table;
+    ``probes`` (``--dump-original-results``) adds every probe after a table."""
     if fmt_name == "json" and len(bodies) > 1:
         dump(bodies)
     elif fmt_name == "csv" and len(bodies) > 1:  # one table: rows carry their role
@@ -231,6 +232,22 @@ def print_optimize(bodies: list[dict[str, Any]], fmt_name: str) -> None:
                 print(to_csv(body["rows"]), end="")
             else:
                 print(optimize_text(body))
+                if probes:
+                    print(probes_text(body["probes"]))
+
+
+def probes_text(probes: list[dict[str, Any]]) -> str:
+    """Every probe of a search, one line each (``--dump-original-results``)."""
+    lines = [f"probes ({len(probes)})"]
+    for p in probes:
+        ttft = "-" if p["ttft_ms"] is None else f"{p['ttft_ms']:.1f}"
+        tpot = "-" if p["tpot_ms"] is None else f"{p['tpot_ms']:.2f}"
+        state = "ok" if p["feasible"] else f"infeasible: {p['reason']}"
+        lines.append(
+            f"  {p['role']} {p['parallel']} batch={p['batch_size']} ttft_ms={ttft} "
+            f"tpot_ms={tpot} tokens/s={p['throughput_tokens_s']:.1f} {state}"
+        )
+    return "\n".join(lines)
 
 
 # -- simulate ----------------------------------------------------------------------------------

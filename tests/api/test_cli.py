@@ -371,6 +371,8 @@ CLI_ONLY = {
     "disagg",
     "enable_optimize_prefill_decode_ratio",
     "max_prefill_tokens",  # deprecated alias of --max-batched-tokens
+    "dump_original_results",  # msmodeling's: every probe after the table
+    "jobs",  # msmodeling's: accepted and ignored with a note
 }
 
 
@@ -471,3 +473,20 @@ def test_validate_cases_refuses_bad_input_in_one_line(
     code, out, err = run(["validate", "--cases", str(cases), *extra], capsys)
     assert code == 2 and out == ""
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_msmodelings_other_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """--jobs is accepted and ignored with a note, --dump-original-results prints every probe,
+    --device A B is refused in one line."""
+    argv = [*OPTIMIZE, "--max-batched-tokens", "8192", "--tp-sizes", "8"]
+    code, out, err = run([*argv, "--jobs", "4", "--dump-original-results"], capsys)
+    assert code == 0, err
+    assert "--jobs 4 is ignored" in err
+    probes = [line for line in out.splitlines() if line.startswith("  agg TP8 DP1 batch=")]
+    assert probes and any(line.endswith(" ok") for line in probes)
+    two = [a if a != "ATLAS_800_A2_376T_64G" else "ATLAS_800_A2_376T_64G TEST_DEVICE" for a in argv]
+    two = " ".join(two).split()
+    for command in (two, ["simulate", *two[1:-4], "--concurrency", "4"]):
+        code, _, err = run(command, capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "--device takes one device" in err
