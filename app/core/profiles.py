@@ -277,7 +277,7 @@ def _sglang_row(hbm_capacity_gb: float, vendor: str) -> tuple[float, int, int, i
 
 #: Overridable numeric values and their bounds (the wire's bounds come from here).
 OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
-    "max_batched_tokens": (1, 1 << 20),
+    "max_batched_tokens": (1, limits.MAX_BATCHED_TOKENS),
     "max_num_seqs": (1, 1 << 16),
     "memory_fraction": (0.05, 1.0),
     "runtime_memory_gb": (0.0, 1024.0),

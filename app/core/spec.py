@@ -86,6 +86,10 @@ class WorkloadSpec:
             decode_seq_len(self.input_length, self.output_length, self.num_mtp_tokens),
         )
 
+    def reported_ttft_ms(self, simulated_ms: float) -> float:
+        """The TTFT a client sees: the simulated one plus the per-request overhead."""
+        return simulated_ms + self.ttft_overhead_ms
+
     def get_prefill_chunk_plan(self) -> tuple[PrefillChunk, ...]:
         return self._plan
 

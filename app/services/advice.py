@@ -20,7 +20,9 @@ from app.services.resolve import ResolvedDeployment
 
 #: Weight formats a deployment in 16-bit weights is pointed to (msmodeling's default first).
 QUANTIZED_LINEAR = (LinearQuantAction.W8A8_DYNAMIC, LinearQuantAction.FP8)
-BYTES_PER_GB = 1e9
+#: Share of what the reserve leaves that the weights may take when advising a device count: the
+#: rest holds at least some KV blocks and the activations.
+WEIGHTS_SHARE_OF_FREE = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,7 @@ def memory_advice(
             + " (--quantize-linear-action) about halves them"
         )
     total_weights = peak.weights_gb * layout.tp * layout.pp
-    needed = math.ceil(total_weights / max(after_reserve * 0.9, 1e-9))
+    needed = math.ceil(total_weights / max(after_reserve * WEIGHTS_SHARE_OF_FREE, 1e-9))
     if needed > layout.tp * layout.pp:
         suggestions.append(
             f"more devices per replica: tensor parallelism over at least {needed} devices "

@@ -340,12 +340,7 @@ def _run_single(run: _Search, scheduler: Scheduler) -> None:
                 workload=workload,
                 window=request.window,
                 requests_per_client=request.requests_per_client,
-                coupled=lambda layout: ranks_are_coupled(
-                    is_moe=factory.deployment.model.is_moe,
-                    tp=layout.tp,
-                    dp=layout.dp,
-                    ep=layout.ep,
-                ),
+                coupled=lambda layout: ranks_are_coupled(factory.deployment.model.is_moe, layout),
             ),
             mode,
         )

@@ -205,7 +205,7 @@ def _simulate_burst(
     reason = (
         f"memory: {left_gb:.2f} GB left per device"
         if left_gb < 0
-        else limit_reason(data, result.ttft_ms + data.ttft_overhead_ms, result.tpot_ms)
+        else limit_reason(data, data.reported_ttft_ms(result.ttft_ms), result.tpot_ms)
     )
     return run.response(
         result,
@@ -231,10 +231,7 @@ class _SimulationRun:
     @property
     def coupled(self) -> bool:
         """Whether the data-parallel replicas step together (attention DP + EP MoE)."""
-        layout = self.layout
-        return ranks_are_coupled(
-            is_moe=self.factory.deployment.model.is_moe, tp=layout.tp, dp=layout.dp, ep=layout.ep
-        )
+        return ranks_are_coupled(self.factory.deployment.model.is_moe, self.layout)
 
     @property
     def max_num_seqs(self) -> int | None:
@@ -281,9 +278,8 @@ class _SimulationRun:
             }
         output = result.throughput_tokens_s if result else 0.0
         timeline, truncated = _timeline_out(result.timeline if result else None)
-        overhead_ms = data.ttft_overhead_ms if result else 0.0
         if result is not None and "e2e_ms" in metrics:
-            metrics["e2e_ms"] += overhead_ms
+            metrics["e2e_ms"] += data.ttft_overhead_ms  # the first token's wait ends later too
         return SimulateResponse(
             input=self.request,
             engine=self.factory.deployment.profile.to_dict(),
@@ -294,7 +290,7 @@ class _SimulationRun:
             replica_split=split,
             effective_input_length=data.effective_input_length,
             prefill_num_chunks=data.prefill_num_chunks,
-            ttft_ms=result.ttft_ms + overhead_ms if result else 0.0,
+            ttft_ms=data.reported_ttft_ms(result.ttft_ms) if result else 0.0,
             tpot_ms=result.tpot_ms if result else 0.0,
             output_throughput=output,
             request_throughput=result.request_throughput if result else 0.0,
@@ -425,7 +421,7 @@ def _serving_response(
         running = min(running, result.max_running)
     memory = model.records((data.decode_shape(max(1, running)), largest_prefill_shape(data, 1)))
     if result is not None and reason is None:
-        reason = limit_reason(data, result.ttft_ms + data.ttft_overhead_ms, result.tpot_ms)
+        reason = limit_reason(data, data.reported_ttft_ms(result.ttft_ms), result.tpot_ms)
     if result is None:
         extra["max_running"] = 0
     return run.response(result, memory=memory, reason=reason, split=split, **extra)

@@ -80,7 +80,7 @@ def simulated_probe(
     against the limits; throughputs are the result's times ``replicas`` (default: one
     replica's result times the layout's ``dp``; 1 for a result over every replica)."""
     scale = layout.dp if replicas is None else replicas
-    ttft_ms = result.ttft_ms + data.ttft_overhead_ms
+    ttft_ms = data.reported_ttft_ms(result.ttft_ms)
     reason = limit_reason(data, ttft_ms, result.tpot_ms)
     return Probe(
         layout=layout,

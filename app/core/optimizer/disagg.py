@@ -84,7 +84,7 @@ def prefill_chunk_waves(
     completion_sum = wave_completion_sum_ms(t_ms * concurrency, per_wave, full, rest, lp, lr)
     makespan_ms = t_ms + full * lp + lr
     return PrefillWavesResult(
-        ttft_ms=completion_sum / concurrency + serving_overhead_ms + spec.ttft_overhead_ms,
+        ttft_ms=spec.reported_ttft_ms(completion_sum / concurrency + serving_overhead_ms),
         makespan_ms=makespan_ms,
         waves=sum(full + (1 if rest else 0) for _, full, rest, _, _ in waves),
         forward_evaluations=len(latencies),

@@ -32,6 +32,7 @@ from app.core.runner.plan import (
     EAGLE3_DRAFT_VOCAB,
     EAGLE3_FC_INPUTS,
     ShardPlan,
+    eagle3_qkv_outputs,
 )
 
 FLOPS_PER_MAC = 2
@@ -814,55 +815,55 @@ class ForwardBuilder:
         )
 
     def mtp_drafts(self, drafts: int, decode: ForwardShape) -> None:
-        """``drafts`` sequential MTP draft passes, one token per request of ``decode`` each
-        (decode-only forwards of their own: graph launch cost when graph mode is on)."""
-        p, m = self.plan, self.plan.model
+        """``drafts`` sequential draft passes, one token per request of ``decode`` each
+        (decode-only forwards of their own: graph launch cost when graph mode is on): the
+        model's MTP modules, or a one-layer EAGLE-3 head for a model without them."""
         if drafts <= 0:
             return
-        if not m.num_mtp_layers:
-            self._eagle3_drafts(drafts, decode)
-            return
-        tokens = decode.concurrency
-        scope = "mtp"
-        count = drafts * m.num_mtp_layers
         main_launch_s, self.launch_s = self.launch_s, self.draft_launch_s
         try:
-            self.embedding(scope, count, tokens)
-            self.gemm(
-                "mtp_eh_proj",
-                scope,
-                count,
-                tokens,
-                MTP_EH_INPUTS * m.hidden_size,
-                m.hidden_size / p.tp,
-            )
-            ffn = FfnKind.MOE if m.moe is not None else FfnKind.DENSE
-            layer = LayerGroup(ffn=ffn, sliding_window=None, count=1)
-            self.layer_group(layer, scope, count, tokens, ((decode, tokens),))
-            self.lm_head(scope, count, tokens)
+            if self.plan.model.num_mtp_layers:
+                self._mtp_module_drafts(drafts, decode)
+            else:
+                self._eagle3_drafts(drafts, decode)
         finally:
             self.launch_s = main_launch_s
 
+    def _mtp_module_drafts(self, drafts: int, decode: ForwardShape) -> None:
+        p, m = self.plan, self.plan.model
+        tokens = decode.concurrency
+        scope = "mtp"
+        count = drafts * m.num_mtp_layers
+        self.embedding(scope, count, tokens)
+        self.gemm(
+            "mtp_eh_proj",
+            scope,
+            count,
+            tokens,
+            MTP_EH_INPUTS * m.hidden_size,
+            m.hidden_size / p.tp,
+        )
+        ffn = FfnKind.MOE if m.moe is not None else FfnKind.DENSE
+        layer = LayerGroup(ffn=ffn, sliding_window=None, count=1)
+        self.layer_group(layer, scope, count, tokens, ((decode, tokens),))
+        self.lm_head(scope, count, tokens)
+
     def _eagle3_drafts(self, drafts: int, decode: ForwardShape) -> None:
-        """A model without MTP layers drafts with a one-layer EAGLE-3 head (see
-        ``plan.EAGLE3_LAYERS``): ``fc`` fuses the target's hidden states once per verify step,
-        then each of the ``drafts`` tokens runs the draft layer (its QKV reads 2h: the extra h
-        as its own GEMM) and the draft-vocabulary LM head, one token per request."""
+        """The one-layer EAGLE-3 head (see ``plan.EAGLE3_LAYERS``): ``fc`` fuses the target's
+        hidden states once per verify step, then each of the ``drafts`` tokens runs the draft
+        layer (its QKV reads 2h: the extra h as its own GEMM) and the draft-vocabulary LM head,
+        one token per request."""
         p, m = self.plan, self.plan.model
         tokens = decode.concurrency
         h = m.hidden_size
         scope = "eagle3"
-        main_launch_s, self.launch_s = self.launch_s, self.draft_launch_s
-        try:
-            self.gemm("eagle3_fc", scope, 1, tokens, EAGLE3_FC_INPUTS * h, h / p.tp)
-            self.embedding(scope, drafts, tokens)
-            qkv_out = (m.num_heads + KV_TENSORS * m.num_kv_heads) * m.head_dim
-            self.gemm("eagle3_qkv_hidden", scope, drafts, tokens, h, qkv_out / p.tp)
-            layer = LayerGroup(ffn=FfnKind.DENSE, sliding_window=None, count=1)
-            self.layer_group(layer, scope, drafts, tokens, ((decode, tokens),))
-            self.gemm("eagle3_lm_head", scope, drafts, tokens, h, EAGLE3_DRAFT_VOCAB / p.tp)
-        finally:
-            self.launch_s = main_launch_s
+        self.gemm("eagle3_fc", scope, 1, tokens, EAGLE3_FC_INPUTS * h, h / p.tp)
+        self.embedding(scope, drafts, tokens)
+        qkv_out = eagle3_qkv_outputs(m)
+        self.gemm("eagle3_qkv_hidden", scope, drafts, tokens, h, qkv_out / p.tp)
+        layer = LayerGroup(ffn=FfnKind.DENSE, sliding_window=None, count=1)
+        self.layer_group(layer, scope, drafts, tokens, ((decode, tokens),))
+        self.gemm("eagle3_lm_head", scope, drafts, tokens, h, EAGLE3_DRAFT_VOCAB / p.tp)
 
     def overhead(self) -> None:
         self.ops.append(

@@ -360,16 +360,20 @@ def _weights_bytes(
     return layers + vocab + h * half, mtp
 
 
+def eagle3_qkv_outputs(model: ModelArchitecture) -> int:
+    """Outputs of an EAGLE-3 draft layer's QKV projection (the target's query and KV heads)."""
+    return (model.num_heads + KV_TENSORS * model.num_kv_heads) * model.head_dim
+
+
 def _eagle3_weights_bytes(model: ModelArchitecture, tp: int, attention_bytes: float) -> float:
     """The one-layer EAGLE-3 draft head a model without MTP layers drafts with, on one TP rank
     in 16 bits (the released heads are BF16): ``fc`` (3h -> h), one decoder layer with the
     target's attention (its QKV reads ``[embedding ; hidden]``, 2h) and a dense MLP of the
     target's ``intermediate_size``, and an LM head over the draft vocabulary."""
     h = model.hidden_size
-    qkv_out = (model.num_heads + KV_TENSORS * model.num_kv_heads) * model.head_dim
     params = (
         EAGLE3_FC_INPUTS * h * h
-        + h * qkv_out  # the second h of the QKV input
+        + h * eagle3_qkv_outputs(model)  # the second h of the QKV input
         + model.dense_mlp_params_per_layer
         + h * EAGLE3_DRAFT_VOCAB
     ) / tp + model.norm_params_per_layer

@@ -165,11 +165,9 @@ class ServingReplay:
             profile.scheduler_for(device.hbm_capacity_gb, device.name),
             dp=case.dp,
             max_num_seqs=capacity if cap is None else min(cap, capacity),
-            coupled=ranks_are_coupled(
-                is_moe=serving.runner.model.is_moe, tp=case.tp, dp=case.dp, ep=case.ep
-            ),
+            coupled=ranks_are_coupled(serving.runner.model.is_moe, serving.runner.parallel),
         )
-        return result.ttft_ms + data.ttft_overhead_ms, result.tpot_ms
+        return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
 
     def ttft_ms(self, case: ValidationCase) -> float:
         return self.predict(case)[0]

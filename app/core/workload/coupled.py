@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from app.core.cost import AnyShape, ForwardShape, LatencyModel, MixedShape
 from app.core.engine import evaluate_shapes
+from app.core.parallel import ParallelLayout
 
 
 def busiest_share(shape: ForwardShape, ranks: int) -> ForwardShape:
@@ -67,8 +68,8 @@ class BusiestRank:
         return self.forward_latencies_ms((shape,))[shape]
 
 
-def ranks_are_coupled(*, is_moe: bool, tp: int, dp: int, ep: int) -> bool:
-    """Whether ``dp`` replicas of ``tp`` ranks step together: a MoE model whose experts are
-    spread over more ranks than one replica has (``ep > tp``), so its all-to-all spans the
-    data-parallel ranks."""
-    return is_moe and dp > 1 and ep > tp
+def ranks_are_coupled(is_moe: bool, layout: ParallelLayout) -> bool:
+    """Whether the layout's ``dp`` replicas of ``tp`` ranks step together: a MoE model whose
+    experts are spread over more ranks than one replica has (``ep > tp``), so its all-to-all
+    spans the data-parallel ranks."""
+    return is_moe and layout.dp > 1 and layout.ep > layout.tp

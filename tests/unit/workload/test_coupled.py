@@ -7,17 +7,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.cost import ForwardShape, MixedShape
+from app.core.parallel import ParallelLayout
 from app.core.workload import BusiestRank, ranks_are_coupled, simulate_serving
 from app.core.workload.coupled import busiest_share
 from tests.unit.engine.fakes import LinearLatency, spec
 
 
 def test_which_layouts_couple() -> None:
-    assert ranks_are_coupled(is_moe=True, tp=1, dp=8, ep=8)
-    assert ranks_are_coupled(is_moe=True, tp=4, dp=4, ep=16)
-    assert not ranks_are_coupled(is_moe=True, tp=8, dp=2, ep=8)  # experts inside a replica
-    assert not ranks_are_coupled(is_moe=False, tp=1, dp=8, ep=8)  # no all-to-all
-    assert not ranks_are_coupled(is_moe=True, tp=1, dp=1, ep=1)
+    assert ranks_are_coupled(True, ParallelLayout(tp=1, dp=8, ep=8))
+    assert ranks_are_coupled(True, ParallelLayout(tp=4, dp=4, ep=16))
+    # Experts inside a replica:
+    assert not ranks_are_coupled(True, ParallelLayout(tp=8, dp=2, ep=8))
+    assert not ranks_are_coupled(False, ParallelLayout(tp=1, dp=8, ep=8))  # no all-to-all
+    assert not ranks_are_coupled(True, ParallelLayout(tp=1, dp=1, ep=1))
 
 
 @given(st.integers(1, 4096), st.integers(1, 64))
