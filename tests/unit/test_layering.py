@@ -72,6 +72,8 @@ CORE_ALLOWED: dict[str, set[str]] = {
     # The serving adapter builds a deployment's runner as an engine profile runs it.
     "runner": BASICS | {"cost", "catalog", "profiles"},
     "workload": BASICS | {"cost", "scheduler", "engine"},
+    # Calibration: fitted values of device and engine-profile parameters, and intervals.
+    "calibration": BASICS | {"catalog", "profiles"},
     "optimizer": BASICS | {"cost", "scheduler", "engine", "workload"},
     "validation": {
         *BASICS,
@@ -83,6 +85,7 @@ CORE_ALLOWED: dict[str, set[str]] = {
         "workload",
         "optimizer",
         "profiles",
+        "calibration",
     },
 }
 

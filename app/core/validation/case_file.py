@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.calibration.profile import CalibrationProfile
 from app.core.catalog.devices import get_device
 from app.core.catalog.models import get_model, model_names, resolve_model_name
 from app.core.errors import ChunkwiseError, InvalidParameterError, UnknownModelError
@@ -52,6 +53,7 @@ from app.core.validation.cases import (
     ValidationCase,
     layout_duplicates,
 )
+from app.core.validation.intervals import case_spreads
 from app.core.validation.predict import ServingReplay
 from app.core.validation.report import P90, PERCENT, percentile
 
@@ -103,10 +105,27 @@ class RowOutcome:
     ttft_ms_pred: float | None = None
     tpot_ms_pred: float | None = None
     error: str = ""
+    #: 80 % prediction intervals (:mod:`app.core.calibration.interval`).
+    ttft_ms_interval: tuple[float, float] | None = None
+    tpot_ms_interval: tuple[float, float] | None = None
+    #: With a calibration: whether it covers the row, and why not.
+    calibration_note: str = ""
 
     @property
     def refused(self) -> bool:
         return self.ttft_ms_pred is None
+
+    @property
+    def inside(self) -> list[bool]:
+        """For each interval, whether it holds the measurement."""
+        out = []
+        for interval, measured in (
+            (self.ttft_ms_interval, self.measured_ttft_ms),
+            (self.tpot_ms_interval, self.measured_tpot_ms),
+        ):
+            if interval is not None and measured > 0:
+                out.append(interval[0] <= measured <= interval[1])
+        return out
 
     @property
     def ttft_error_pct(self) -> float | None:
@@ -135,11 +154,14 @@ class GroupErrors:
     ttft_close_share: float | None
     tpot_median_ape_pct: float | None
     tpot_p90_ape_pct: float | None
+    #: Share of measurements inside their 80 % interval (TTFT and TPOT together).
+    interval_coverage: float | None = None
 
 
 def _group_errors(group: str, outcomes: Sequence[RowOutcome]) -> GroupErrors:
     ttft = [abs(e) for o in outcomes if (e := o.ttft_error_pct) is not None]
     tpot = [abs(e) for o in outcomes if (e := o.tpot_error_pct) is not None]
+    inside = [flag for o in outcomes for flag in o.inside]
     return GroupErrors(
         group=group,
         rows=len(outcomes),
@@ -149,6 +171,7 @@ def _group_errors(group: str, outcomes: Sequence[RowOutcome]) -> GroupErrors:
         ttft_close_share=sum(e <= CLOSE_APE_PCT for e in ttft) / len(ttft) if ttft else None,
         tpot_median_ape_pct=statistics.median(tpot) if tpot else None,
         tpot_p90_ape_pct=percentile(tpot, P90) if tpot else None,
+        interval_coverage=sum(inside) / len(inside) if inside else None,
     )
 
 
@@ -181,6 +204,9 @@ class CaseFileReport:
                     _number(o.measured_tpot_ms),
                     _signed(o.ttft_error_pct),
                     _signed(o.tpot_error_pct),
+                    *_bounds(o.ttft_ms_interval),
+                    *_bounds(o.tpot_ms_interval),
+                    o.calibration_note,
                 ]
             )
         return buffer.getvalue()
@@ -190,13 +216,14 @@ class CaseFileReport:
         width = max(len(g.group) for g in groups)
         lines = [
             f"{'group':{width}s} {'rows':>5s} {'refused':>7s} {'TTFT med':>9s} {'TTFT p90':>9s} "
-            f"{'<=25%':>6s} {'TPOT med':>9s} {'TPOT p90':>9s}"
+            f"{'<=25%':>6s} {'TPOT med':>9s} {'TPOT p90':>9s} {'in 80%':>6s}"
         ]
         for g in (*self.by_engine, self.overall, *self.by_model):
             lines.append(
                 f"{g.group:{width}s} {g.rows:5d} {g.refused:7d} {_pct(g.ttft_median_ape_pct):>9s} "
                 f"{_pct(g.ttft_p90_ape_pct):>9s} {_share(g.ttft_close_share):>6s} "
-                f"{_pct(g.tpot_median_ape_pct):>9s} {_pct(g.tpot_p90_ape_pct):>9s}"
+                f"{_pct(g.tpot_median_ape_pct):>9s} {_pct(g.tpot_p90_ape_pct):>9s} "
+                f"{_share(g.interval_coverage):>6s}"
             )
         return "\n".join(lines)
 
@@ -226,7 +253,16 @@ OUT_COLUMNS = (
     "tpot_ms",
     "ttft_error_pct",
     "tpot_error_pct",
+    "ttft_ms_lo",
+    "ttft_ms_hi",
+    "tpot_ms_lo",
+    "tpot_ms_hi",
+    "calibration_note",
 )
+
+
+def _bounds(interval: tuple[float, float] | None) -> tuple[str, str]:
+    return ("", "") if interval is None else (_number(interval[0]), _number(interval[1]))
 
 
 def _number(value: float | None) -> str:
@@ -372,7 +408,9 @@ def row_case(row: Mapping[str, str]) -> ValidationCase:
     )
 
 
-def _outcome(row: Mapping[str, str], replay: ServingReplay) -> RowOutcome:
+def _outcome(
+    row: Mapping[str, str], replay: ServingReplay, calibration: CalibrationProfile | None
+) -> RowOutcome:
     base: dict[str, Any] = {
         "case_id": row["case_id"],
         "hardware": row["hardware"],
@@ -383,10 +421,19 @@ def _outcome(row: Mapping[str, str], replay: ServingReplay) -> RowOutcome:
     }
     try:
         _measured(row, "tpot_ms")
-        ttft_ms, tpot_ms = replay.predict(row_case(row))
+        case = row_case(row)
+        ttft_ms, tpot_ms = replay.predict(case)
     except ChunkwiseError as err:
         return RowOutcome(**base, error=str(err))
-    return RowOutcome(**base, ttft_ms_pred=ttft_ms, tpot_ms_pred=tpot_ms)
+    spreads = case_spreads(case, calibration)
+    return RowOutcome(
+        **base,
+        ttft_ms_pred=ttft_ms,
+        tpot_ms_pred=tpot_ms,
+        ttft_ms_interval=spreads.ttft.interval(ttft_ms),
+        tpot_ms_interval=spreads.tpot.interval(tpot_ms),
+        calibration_note=spreads.reason,
+    )
 
 
 def _float_or_nan(text: str) -> float:
@@ -396,13 +443,22 @@ def _float_or_nan(text: str) -> float:
         return math.nan
 
 
-def replay_case_file(text: str, *, drop_layout_duplicates: bool = False) -> CaseFileReport:
+def replay_case_file(
+    text: str,
+    *,
+    drop_layout_duplicates: bool = False,
+    calibration: CalibrationProfile | None = None,
+) -> CaseFileReport:
     """Predict every row of a measurement file (``drop_layout_duplicates``: leave out the rows
-    that repeat a smaller deployment's measurement, see ``layout_duplicates``)."""
+    that repeat a smaller deployment's measurement, see ``layout_duplicates``), with the 80 %
+    interval of every prediction; ``calibration``: under its fitted parameters (a row outside
+    it says so in ``calibration_note`` and gets the widened interval)."""
     rows = read_case_rows(text)
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
-    replay = ServingReplay()
-    outcomes = tuple(_outcome(row, replay) for i, row in enumerate(rows) if i not in skip)
+    replay = ServingReplay(None if calibration is None else calibration.values)
+    outcomes = tuple(
+        _outcome(row, replay, calibration) for i, row in enumerate(rows) if i not in skip
+    )
     by_engine: dict[str, list[RowOutcome]] = {}
     by_model: dict[str, list[RowOutcome]] = {}
     for o in outcomes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from app.core.calibration.parameters import apply_to_device, apply_to_profile
 from app.core.catalog.devices import get_device
 from app.core.catalog.models import get_model
 from app.core.catalog.quantization import Quantization, parse_quantization
@@ -81,15 +82,23 @@ def case_profile(case: ValidationCase) -> EngineProfile:
 
 
 def engine_serving_model(
-    profile: EngineProfile, model: str, device: str, tp: int, dp: int, ep: int, precision: str
+    profile: EngineProfile,
+    model: str,
+    device: str,
+    tp: int,
+    dp: int,
+    ep: int,
+    precision: str,
+    calibration: Mapping[str, float] | None = None,
 ) -> RunnerServingModel:
     """The serving model of a deployment as ``profile``'s engine runs it (its reserve, KV
     pool, KV-cache dtype, CUDA-graph limit and iteration host time): what the service builds
-    for a request naming that engine."""
+    for a request naming that engine; ``calibration``: fitted parameters replacing the
+    device's efficiencies (:func:`~app.core.calibration.parameters.apply_to_device`)."""
     runner = engine_runner(
         profile,
         get_model(model),
-        get_device(device),
+        apply_to_device(get_device(device), calibration or {}),
         ParallelLayout(tp=tp, dp=dp, ep=ep),
         engine_quantization(profile, PRECISIONS[precision]),
     )
@@ -100,19 +109,31 @@ _Deployment = tuple[str, str, str, int, int, int, str]
 
 
 class ServingReplay:
-    """Serving predictions of one validation run, memoised (see the module docstring)."""
+    """Serving predictions of one validation run, memoised (see the module docstring), under
+    the fitted parameters of a calibration when given (the device's efficiencies and the
+    engine profile's host and front-end times)."""
 
-    __slots__ = ("_models", "_results")
+    __slots__ = ("_calibration", "_models", "_results")
 
-    def __init__(self) -> None:
+    def __init__(self, calibration: Mapping[str, float] | None = None) -> None:
+        self._calibration = dict(calibration or {})
         self._models: dict[_Deployment, tuple[RunnerServingModel, MemoLatency]] = {}
         self._results: dict[tuple[_Deployment, int, int, int], tuple[float, float]] = {}
 
     def _model(self, deployment: _Deployment) -> tuple[RunnerServingModel, MemoLatency]:
         found = self._models.get(deployment)
         if found is None:
-            engine, *rest = deployment
-            serving = engine_serving_model(get_profile(engine), *rest)  # type: ignore[arg-type]
+            engine, model, device, tp, dp, ep, precision = deployment
+            serving = engine_serving_model(
+                self._profile(engine),
+                model,
+                device,
+                tp,
+                dp,
+                ep,
+                precision,
+                calibration=self._calibration,
+            )
             found = self._models[deployment] = (serving, MemoLatency(serving))
         return found
 
@@ -120,7 +141,7 @@ class ServingReplay:
         """Mean TTFT and TPOT (ms) of a closed loop of ``concurrency`` clients, benchmark
         window (every request counted, as the measurements were taken), under the row's
         engine profile: its policy, token budget, running cap, KV pool and host times."""
-        profile = case_profile(case)
+        profile = self._profile(case_profile(case).name)
         deployment = (
             profile.name,
             case.model,
@@ -135,6 +156,9 @@ class ServingReplay:
         if found is None:
             found = self._results[key] = self._simulate(deployment, profile, case)
         return found
+
+    def _profile(self, engine: str) -> EngineProfile:
+        return apply_to_profile(get_profile(engine), self._calibration)
 
     def _simulate(
         self, deployment: _Deployment, profile: EngineProfile, case: ValidationCase

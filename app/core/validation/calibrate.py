@@ -1,0 +1,275 @@
+"""Fitting a calibration profile to measurement rows (``chunkwise calibrate FILE.csv``).
+
+The rows have the columns of a measurement file (:data:`~app.core.validation.CASE_COLUMNS`) and
+map to deployments exactly as ``validate --cases`` maps them (:func:`row_case`). One fit covers
+one device, one engine family, one model and one quantization: points of several are refused
+(their parameters differ by construction). Every point is replayed by the closed-loop serving
+simulation under its engine profile (:class:`ServingReplay`), with the candidate parameters.
+
+**Which parameters are free.** A fit with ``n`` points frees at most ``n - 1`` parameters (each
+point gives a TTFT and a TPOT; one point's worth is kept for the cross-validation), in the
+order of :data:`~app.core.calibration.parameters.PARAMETERS`, and only those the points can
+tell apart from the others:
+
+- ``memory_efficiency`` and ``gemm_efficiency_scale``: always (every point pins its decode and
+  prefill level);
+- ``request_frontend_ms``: at least two distinct (input length, concurrency) pairs (a fixed
+  cost separates from a per-token one only when the prompt work varies);
+- ``step_host_ms``: at least two distinct concurrencies (a per-iteration cost separates from
+  bandwidth only when the batch varies);
+- ``attention_efficiency``: sequence lengths (input + output) that vary by at least 2x.
+
+A request naming its free parameters gets exactly those (422 when there are fewer points than
+they need). The result states every parameter left at the catalog value and why.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.core.calibration.fit import FreeParameter, cross_validate, fit, folds
+from app.core.calibration.interval import Spread
+from app.core.calibration.parameters import (
+    ATTENTION_EFFICIENCY,
+    PARAMETER_NAMES,
+    REQUEST_FRONTEND_MS,
+    SPECS,
+    STEP_HOST_MS,
+    bounds,
+    defaults,
+)
+from app.core.calibration.profile import CalibrationProfile, FitStats, Range
+from app.core.calibration.residuals import lookup, shipped_table
+from app.core.catalog.devices import get_device
+from app.core.catalog.models import get_model
+from app.core.errors import ChunkwiseError, InvalidParameterError
+from app.core.parallel import ParallelLayout
+from app.core.profiles import get_profile
+from app.core.validation.case_file import _measured, read_case_rows, row_case
+from app.core.validation.cases import ValidationCase
+from app.core.validation.predict import PRECISIONS, ServingReplay, case_profile, engine_family
+
+#: Fewest points a fit takes (one free parameter and one point to cross-validate it).
+MIN_POINTS = 2
+#: Most points one fit takes (a replay of each point per model evaluation).
+MAX_POINTS = 500
+#: Sequence lengths must vary by this factor to free the attention efficiency.
+ATTENTION_SPAN = 2.0
+PERCENT = 100.0
+#: Narrowest interval width (log units) a residual scale is taken from (a 1 % band).
+MIN_SPREAD_WIDTH = 0.01
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Point:
+    """One measured row: its case and both measurements."""
+
+    case: ValidationCase
+    ttft_ms: float
+    tpot_ms: float
+
+
+def calibration_points(text: str, *, engine: str | None = None) -> list[Point]:
+    """The points of a measurement file (``engine``: the family every row must have)."""
+    rows = read_case_rows(text)
+    if len(rows) > MAX_POINTS:
+        raise InvalidParameterError("rows", len(rows), f"at most {MAX_POINTS} points per fit")
+    points: list[Point] = []
+    for row in rows:
+        try:
+            case = row_case(row)
+            tpot = _measured(row, "tpot_ms")
+            if engine is not None and engine_family(case.engine) != engine:
+                raise InvalidParameterError(
+                    "engine", row["engine"], f"the engine family {engine!r} of the fit"
+                )
+            case_profile(case)  # an unknown engine family is refused here
+        except ChunkwiseError as err:
+            raise _row_error(row["case_id"] or str(len(points) + 1), err) from None
+        points.append(Point(case=case, ttft_ms=case.measured, tpot_ms=tpot))
+    _single_deployment_family(points)
+    return points
+
+
+def _row_error(case_id: str, err: ChunkwiseError) -> InvalidParameterError:
+    """A point that cannot be fitted, named by its case id (the field and range when known)."""
+    if isinstance(err, InvalidParameterError):
+        return InvalidParameterError(f"rows[{case_id}].{err.field}", err.value, err.allowed)
+    return InvalidParameterError(f"rows[{case_id}]", case_id, f"a predictable point ({err})")
+
+
+def _single_deployment_family(points: Sequence[Point]) -> None:
+    for what, key in (
+        ("hardware", lambda c: c.device),
+        ("engine", lambda c: engine_family(c.engine)),
+        ("model", lambda c: c.model),
+        ("quantization", lambda c: c.precision),
+    ):
+        seen = sorted({key(p.case) for p in points})
+        if len(seen) > 1:
+            raise InvalidParameterError(
+                what, ", ".join(seen), f"one {what} per calibration (fit each separately)"
+            )
+
+
+def choose_free(points: Sequence[Point], requested: Sequence[str] | None = None) -> dict[str, str]:
+    """Every parameter -> "" when free, else the reason it stays at the catalog value."""
+    n = len(points)
+    if n < MIN_POINTS:
+        raise InvalidParameterError("points", n, f"at least {MIN_POINTS} measured points")
+    if requested is not None:
+        unknown = [name for name in requested if name not in SPECS]
+        if unknown:
+            raise InvalidParameterError("free", unknown[0], f"one of {', '.join(PARAMETER_NAMES)}")
+        if len(set(requested)) > n - 1:
+            raise InvalidParameterError(
+                "points",
+                n,
+                f"at least {len(set(requested)) + 1} for {len(set(requested))} free "
+                "parameters (one more than the parameters)",
+            )
+        return {name: "" if name in requested else "not requested" for name in PARAMETER_NAMES}
+    pairs = {(p.case.query_len, p.case.concurrency) for p in points}
+    concurrencies = {p.case.concurrency for p in points}
+    lengths = [p.case.query_len + p.case.output_len for p in points]
+    needs = {
+        REQUEST_FRONTEND_MS: (len(pairs) >= 2, "needs two distinct (input length, concurrency)"),
+        STEP_HOST_MS: (len(concurrencies) >= 2, "needs two distinct concurrencies"),
+        ATTENTION_EFFICIENCY: (
+            max(lengths) >= ATTENTION_SPAN * min(lengths),
+            f"needs sequence lengths varying by {ATTENTION_SPAN:g}x",
+        ),
+    }
+    out: dict[str, str] = {}
+    budget = n - 1
+    for name in PARAMETER_NAMES:
+        ok, reason = needs.get(name, (True, ""))
+        if not ok:
+            out[name] = reason
+        elif budget == 0:
+            out[name] = f"{n} points free at most {n - 1} parameters"
+        else:
+            out[name] = ""
+            budget -= 1
+    return out
+
+
+def _log_errors(
+    replay: ServingReplay, points: Sequence[Point], which: Sequence[int]
+) -> list[float]:
+    out: list[float] = []
+    for i in which:
+        p = points[i]
+        ttft, tpot = replay.predict(p.case)
+        out.append(math.log(ttft / p.ttft_ms) if ttft > 0 else math.inf)
+        out.append(math.log(tpot / p.tpot_ms) if tpot > 0 else math.inf)
+    return out
+
+
+def _median_ape(log_errors: Sequence[float]) -> float:
+    return statistics.median(abs(math.expm1(e)) * PERCENT for e in log_errors)
+
+
+def fit_calibration(
+    points: Sequence[Point], *, free: Sequence[str] | None = None
+) -> CalibrationProfile:
+    """Fit the free parameters to ``points`` (see the module docstring)."""
+    selection = choose_free(points, free)
+    first = points[0].case
+    device = get_device(first.device)
+    profile = get_profile(case_profile(first).name)
+    start = defaults(device, profile)
+    free_params = [
+        FreeParameter(
+            name=name,
+            start=start[name],
+            low=bounds(name, device)[0],
+            high=bounds(name, device)[1],
+            log_scale=SPECS[name].log_scale,
+            step=SPECS[name].step,
+        )
+        for name in PARAMETER_NAMES
+        if selection[name] == ""
+    ]
+    # Every point must be predictable at all (memory and layout do not depend on the fit).
+    base = ServingReplay()
+    for p in points:
+        try:
+            base.predict(p.case)
+        except ChunkwiseError as err:
+            raise _row_error(p.case.name, err) from None
+
+    def residuals(values: dict[str, float], which: Sequence[int]) -> list[float]:
+        return _log_errors(ServingReplay(values), points, which)
+
+    indices = list(range(len(points)))
+    scales = _scales(first) * len(points)
+    result = fit(residuals, free_params, indices, scales)
+    held_out = cross_validate(
+        residuals, free_params, result, [[2 * i, 2 * i + 1] for i in indices], scales
+    )
+    fitted_ttft, fitted_tpot = result.residuals[0::2], result.residuals[1::2]
+    cv_ttft, cv_tpot = held_out[0::2], held_out[1::2]
+    n_folds = len(folds(len(points)))
+    return CalibrationProfile(
+        device=device.name,
+        engine=profile.name,
+        model=first.model,
+        quantization=PRECISIONS[first.precision].linear.value,
+        parameters=result.values,
+        defaults=tuple(start.items()),
+        fixed=tuple((name, reason) for name, reason in selection.items() if reason),
+        isl=_range(p.case.query_len for p in points),
+        osl=_range(p.case.output_len for p in points),
+        concurrency=_range(p.case.concurrency for p in points),
+        layouts=tuple(
+            sorted({ParallelLayout(tp=p.case.tp, dp=p.case.dp, ep=p.case.ep).label for p in points})
+        ),
+        fit=FitStats(
+            points=len(points),
+            ttft_fit_median_ape_pct=_median_ape(fitted_ttft),
+            tpot_fit_median_ape_pct=_median_ape(fitted_tpot),
+            ttft_cv_median_ape_pct=_median_ape(cv_ttft),
+            tpot_cv_median_ape_pct=_median_ape(cv_tpot),
+            converged=result.converged,
+            iterations=result.iterations,
+            evaluations=result.evaluations,
+            cross_validation=(
+                "leave-one-out" if n_folds == len(points) else f"{n_folds}-fold (interleaved)"
+            ),
+        ),
+        ttft_spread=Spread.of(cv_ttft),
+        tpot_spread=Spread.of(cv_tpot),
+    )
+
+
+def _scales(case: ValidationCase) -> list[float]:
+    """How much less well the product predicts TTFT than TPOT for this kind of deployment (the
+    ratio of their uncalibrated 80 % interval widths, :mod:`app.core.calibration.residuals`):
+    TTFT residuals count divided by it, so a structural TTFT error the parameters cannot
+    remove does not pull the decode parameters off the TPOT measurements."""
+    group = lookup(
+        shipped_table(), case.device, case_profile(case).name, get_model(case.model).is_moe
+    )
+    tpot = max(group.tpot.high - group.tpot.low, MIN_SPREAD_WIDTH)
+    ttft = max(group.ttft.high - group.ttft.low, MIN_SPREAD_WIDTH)
+    return [max(1.0, ttft / tpot), 1.0]
+
+
+def _range(values: object) -> Range:
+    items = list(values)  # type: ignore[call-overload]
+    return Range(low=min(items), high=max(items))
+
+
+def calibrate_case_file(
+    text: str, *, engine: str | None = None, free: Sequence[str] | None = None
+) -> CalibrationProfile:
+    """``chunkwise calibrate FILE.csv``: the profile fitted to every row of a file."""
+    return fit_calibration(calibration_points(text, engine=engine), free=free)
+
+
+def applied_values(profile: CalibrationProfile | None) -> Mapping[str, float]:
+    return {} if profile is None else profile.values

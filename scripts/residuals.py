@@ -1,0 +1,48 @@
+"""Regenerate ``app/core/calibration/residuals.json``: the product's own validation residuals
+per group (the spread of uncalibrated 80 % intervals).
+
+    python -m scripts.residuals            # print the table
+    python -m scripts.residuals --write    # write it
+
+It replays every row of ``shared/validation/measured_agg_serving_cases.csv`` (uncalibrated, the
+way ``chunkwise validate --cases`` does) and keeps the groups with enough rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from app.core.calibration.residuals import RESIDUALS_FILE, build_table
+from app.core.errors import ChunkwiseError
+from app.core.validation.case_file import _measured, read_case_rows, row_case
+from app.core.validation.intervals import replay_residuals
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "app" / "core" / "calibration" / RESIDUALS_FILE
+#: The measured serving file (the shared validation data beside the repository).
+CASES = ROOT.parent / "shared" / "validation" / "measured_agg_serving_cases.csv"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {TABLE}")
+    parser.add_argument("--cases", type=Path, default=CASES, help="the measurement file")
+    args = parser.parse_args()
+    points = []
+    for row in read_case_rows(args.cases.read_text(encoding="utf-8")):
+        try:
+            points.append((row_case(row), _measured(row, "tpot_ms")))
+        except ChunkwiseError:
+            continue
+    text = json.dumps(build_table(replay_residuals(points)), indent=1, sort_keys=True) + "\n"
+    if args.write:
+        TABLE.write_text(text, encoding="utf-8")
+        print(f"wrote {TABLE}")
+    else:
+        print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
