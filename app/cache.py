@@ -161,6 +161,10 @@ class LatencyCache(Protocol):
         """Store every item (one round trip). Never raises for backend errors."""
         ...
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove ``keys`` (one round trip). Never raises for backend errors."""
+        ...
+
     def check(self) -> CacheHealth:
         """Probe the backend now (used by ``/readyz``)."""
         ...
@@ -221,6 +225,13 @@ class MemoryLatencyCache:
                 key, raw = self._data.popitem(last=False)
                 self._bytes -= len(key) + len(raw)
         self.stats.add(writes=len(encoded))
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        with self._lock:
+            for key in keys:
+                raw = self._data.pop(key, None)
+                if raw is not None:
+                    self._bytes -= len(key) + len(raw)
 
     def check(self) -> CacheHealth:
         return CacheHealth(
@@ -374,6 +385,16 @@ class RedisLatencyCache:
         self._succeeded()
         self._accepted()
         self.stats.add(writes=len(encoded))
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        if not keys or self._skipping():
+            return
+        try:
+            self._client.delete(*keys)
+        except self._errors as exc:
+            self._failed("DEL", exc)
+            return
+        self._succeeded()
 
     def check(self) -> CacheHealth:
         try:

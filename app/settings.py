@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     cache_max_entries: int = Field(default=200_000, ge=1)
     cache_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)  # in-process backend only
     cache_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+    # Stored calibration profiles (POST /v1/calibrations) expire after this long.
+    calibration_ttl_s: int = Field(default=30 * 24 * 3600, ge=1)
     # Short socket timeouts: a sick Redis must cost milliseconds, not the request.
     redis_connect_timeout_s: float = Field(default=0.25, gt=0)
     redis_socket_timeout_s: float = Field(default=0.5, gt=0)

@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.status import HTTP_500_INTERNAL_SERVER_ERROR
 
 from app.api.compute import OverloadedError
@@ -197,7 +198,20 @@ async def _http(request: Request, exc: Exception) -> ProblemResponse:
     title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
     detail = exc.detail if isinstance(exc.detail, str) else ""
     headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": _allowed_methods(request)}
     return problem_response(request, exc.status_code, title, detail, headers=headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves on this path (Starlette's 405 names only the first
+    matching route's, and ``/v1/calibrations/{id}`` has a GET and a DELETE route)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 async def _unhandled(request: Request, exc: Exception) -> ProblemResponse:

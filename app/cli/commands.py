@@ -15,6 +15,7 @@ from app.core.scheduler import DEFAULT_SCHEDULER
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+    from app.core.calibration import CalibrationProfile
     from app.services import ServiceContext
 
 #: Simulate flags given to the request only when set: each workload takes its own.
@@ -171,6 +172,49 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0 if report.targets_met else 1
 
 
+def read_calibration(path: str) -> CalibrationProfile:
+    """A saved profile (``--calibration FILE``): domain errors name the file's problem."""
+    from pathlib import Path
+
+    from app.core.errors import InvalidParameterError
+    from app.services.calibration import load_profile_text
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidParameterError("--calibration", path, f"a readable file ({err})") from None
+    return load_profile_text(text)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """``calibrate FILE.csv --out PROFILE.json``: fit, print the fit and its errors, save."""
+    import json
+    from pathlib import Path
+
+    from app.core.errors import ChunkwiseError
+    from app.services.calibration import calibrate_text
+
+    try:
+        text = Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return fail(f"{args.file}: {err}")
+    try:
+        profile = calibrate_text(text, engine=args.engine, free=args.free)
+    except ChunkwiseError as err:
+        return fail(f"{args.file}: {err}")
+    body = profile.to_dict()
+    try:
+        Path(args.out).write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    except OSError as err:
+        return fail(f"--out {args.out}: {err}")
+    if args.format == "json":
+        render.dump(body)
+    else:
+        print(render.calibration_table(body))
+        print(f"wrote {args.out}")
+    return 0
+
+
 def _validate_case_file(args: argparse.Namespace) -> int:
     """``validate --cases FILE``: every row predicted or refused with its reason; exit 0."""
     from pathlib import Path
@@ -185,7 +229,10 @@ def _validate_case_file(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as err:
         return fail(f"--cases {args.cases}: {err}")
     try:
-        report = services.validate_cases(text, drop_layout_duplicates=args.drop_layout_duplicates)
+        calibration = None if args.calibration is None else read_calibration(args.calibration)
+        report = services.validate_cases(
+            text, drop_layout_duplicates=args.drop_layout_duplicates, calibration=calibration
+        )
     except ChunkwiseError as err:
         return fail(f"--cases {args.cases}: {err}")
     if args.format == "json":
@@ -236,6 +283,8 @@ def common_fields(args: argparse.Namespace) -> dict[str, Any]:
         fields["scheduler"] = {"name": args.scheduler or DEFAULT_SCHEDULER, **options}
     if args.engine_options:
         fields["engine_options"] = dict(args.engine_options)
+    if args.calibration is not None:
+        fields["calibration"] = read_calibration(args.calibration).to_dict()
     rates = flatten(args.mtp_acceptance_rates)
     if rates is not None:
         fields["mtp_acceptance_rates"] = rates

@@ -9,6 +9,7 @@ import json
 from typing import NoReturn, cast, get_args
 
 from app.cli.commands import (
+    cmd_calibrate,
     cmd_devices,
     cmd_forward,
     cmd_models,
@@ -17,6 +18,7 @@ from app.cli.commands import (
     cmd_validate,
 )
 from app.cli.serve import cmd_serve
+from app.core.calibration.parameters import PARAMETER_NAMES
 from app.core.limits import DEFAULT_TOP_K
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
 from app.core.profiles import DEFAULT_ENGINE, OVERRIDABLE, PROFILES, RFC_ENGINE
@@ -119,6 +121,7 @@ def _add_catalog_and_validate(sub: Subparsers[argparse.ArgumentParser]) -> None:
         "measured_agg_serving_cases.csv (instead of --kind / --all); --csv writes one row per "
         "input row (case_id, ttft_ms_pred, tpot_ms_pred, error, ...)",
     )
+    _add_calibration_flag(validate)
     validate.add_argument(
         "--drop-layout-duplicates",
         action="store_true",
@@ -127,6 +130,42 @@ def _add_catalog_and_validate(sub: Subparsers[argparse.ArgumentParser]) -> None:
     )
     _add_format(validate, "json", "table")
     validate.set_defaults(func=cmd_validate)
+
+    calibrate = sub.add_parser(
+        "calibrate",
+        help="fit a calibration profile to your own measured runs (a CSV with the columns of "
+        "measured_agg_serving_cases.csv)",
+    )
+    calibrate.add_argument("file", metavar="FILE.csv", help="the measured runs, one per row")
+    calibrate.add_argument(
+        "--out", required=True, metavar="PROFILE.json", help="write the fitted profile here"
+    )
+    calibrate.add_argument(
+        "--engine",
+        choices=tuple(PROFILES),
+        default=None,
+        help="the engine family every row must have (default: the rows' own)",
+    )
+    calibrate.add_argument(
+        "--free",
+        nargs="+",
+        choices=PARAMETER_NAMES,
+        default=None,
+        metavar="PARAMETER",
+        help=f"fit exactly these parameters ({', '.join(PARAMETER_NAMES)}; default: chosen by "
+        "how many points there are and what they vary)",
+    )
+    _add_format(calibrate, "json", "table")
+    calibrate.set_defaults(func=cmd_calibrate)
+
+
+def _add_calibration_flag(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--calibration",
+        default=None,
+        metavar="PROFILE.json",
+        help="apply a calibration profile written by `chunkwise calibrate --out`",
+    )
 
 
 # -- optimize, simulate ------------------------------------------------------------------------
@@ -181,6 +220,7 @@ def _add_scheduler_flags(cmd: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help=f"override engine profile values ({', '.join(OVERRIDABLE)})",
     )
+    _add_calibration_flag(cmd)
     cmd.add_argument(
         "--scheduler",
         choices=tuple(SCHEDULERS),

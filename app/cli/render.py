@@ -208,6 +208,14 @@ def optimize_text(body: dict[str, Any]) -> str:
     )
     if body.get("reason"):
         lines.append(f"note: {body['reason']}")
+    best = body.get("best")
+    if best and best.get("ttft_ms_interval") and best.get("tpot_ms_interval"):
+        ttft, tpot = best["ttft_ms_interval"], best["tpot_ms_interval"]
+        lines.append(
+            f"best, 80% intervals: TTFT {fmt(ttft[0], 1)}-{fmt(ttft[1], 1)} ms, "
+            f"TPOT {fmt(tpot[0], 2)}-{fmt(tpot[1], 2)} ms"
+        )
+    lines.extend(calibration_lines(body.get("calibration")))
     lines.extend(f"suggestion: {text}" for text in body.get("suggestions", ()))
     stats = body["stats"]
     lines.append(
@@ -302,6 +310,46 @@ SERVING_KEYS = (
 TIMELINE_HEADERS = ["start_ms", "step_ms", "repeat", "p_step", "d_step", "first", "done"]
 
 
+def calibration_lines(note: dict[str, Any] | None) -> list[str]:
+    """The calibration a response applied, and whether it covered the estimate."""
+    if not note:
+        return []
+    values = ", ".join(f"{k}={fmt(v, 3)}" for k, v in note["parameters"].items())
+    line = f"calibration {note['id']}: {values or 'no free parameters'}"
+    if not note["applicable"]:
+        line += f" (outside the calibration: {note['reason']}; intervals widened)"
+    return [line]
+
+
+def calibration_table(profile: dict[str, Any]) -> str:
+    """A fitted profile: its parameters (fitted or left, and why), fit and held-out errors."""
+    fit = profile["fit"]
+    defaults, fixed = profile["defaults"], profile["fixed"]
+    rows = [
+        [name, fmt(value, 4), fmt(defaults[name], 4), "fitted"]
+        for name, value in profile["parameters"].items()
+    ]
+    rows.extend(
+        [name, fmt(defaults[name], 4), fmt(defaults[name], 4), why] for name, why in fixed.items()
+    )
+    ranges = profile["ranges"]
+    lines = [
+        f"calibration {profile['id']}: {profile['model']} on {profile['device']} "
+        f"({profile['engine']}, {profile['quantization']}), {fit['points']} points",
+        table(["parameter", "value", "catalog", "status"], rows),
+        f"fit:   TTFT median error {fit['ttft_fit_median_ape_pct']:.1f}%, "
+        f"TPOT {fit['tpot_fit_median_ape_pct']:.1f}%"
+        f" ({'converged' if fit['converged'] else 'did not converge'} after "
+        f"{fit['iterations']} iterations, {fit['evaluations']} evaluations)",
+        f"held out ({fit['cross_validation']}): TTFT median error "
+        f"{fit['ttft_cv_median_ape_pct']:.1f}%, TPOT {fit['tpot_cv_median_ape_pct']:.1f}%",
+        f"ranges: input {ranges['isl'][0]}-{ranges['isl'][1]}, output {ranges['osl'][0]}-"
+        f"{ranges['osl'][1]}, concurrency {ranges['concurrency'][0]}-"
+        f"{ranges['concurrency'][1]}, layouts {', '.join(ranges['layouts'])}",
+    ]
+    return "\n".join(lines)
+
+
 def simulate_text(body: dict[str, Any]) -> str:
     """A simulate response as ``key  value`` lines, then the step timeline when there is one."""
     keys: tuple[str, ...] = (
@@ -325,6 +373,15 @@ def simulate_text(body: dict[str, Any]) -> str:
         lines.append(f"{key.ljust(width)}  {fmt(body[key], 3)}")
         if key == "concurrency":
             lines.append(f"{'replica_split'.ljust(width)}  {split_text(body['replica_split'])}")
+    for key, interval in (
+        ("ttft_ms", body.get("ttft_ms_interval")),
+        ("tpot_ms", body.get("tpot_ms_interval")),
+        ("output_throughput", body.get("output_throughput_interval")),
+    ):
+        if interval is not None:
+            label = f"{key} 80%".ljust(width)
+            lines.append(f"{label}  {fmt(interval[0], 3)} - {fmt(interval[1], 3)}")
+    lines.extend(calibration_lines(body.get("calibration")))
     lines.extend(f"suggestion: {text}" for text in body.get("suggestions", ()))
     if body["timeline"] is not None:
         rows = [

@@ -113,6 +113,15 @@ class ResultRowOut(BaseModel):
     throughput_tokens_s: float = Field(description="tokens/s of all replicas of the layout")
     throughput_per_device: float = Field(description="token/s/device")
     throughput_kind: str = Field(description="output (agg, decode) or input (prefill) tokens")
+    ttft_ms_interval: tuple[float, float] | None = Field(
+        default=None, description="TTFT's 80 % prediction interval [low, high] (docs/engine.md)"
+    )
+    tpot_ms_interval: tuple[float, float] | None = Field(
+        default=None, description="TPOT's 80 % prediction interval [low, high]"
+    )
+    throughput_interval: tuple[float, float] | None = Field(
+        default=None, description="throughput_tokens_s's 80 % prediction interval [low, high]"
+    )
     request_throughput: float
     parallel: str
     tp: int
@@ -195,5 +204,10 @@ class OptimizeResponse(BaseModel):
     suggestions: list[str] = Field(
         default_factory=list,
         description="ways out of a memory-infeasible answer (quantization, devices, context)",
+    )
+    calibration: dict[str, Any] | None = Field(
+        default=None,
+        description="the calibration applied: id, applicable (false: the estimate lies outside "
+        "what it was fitted on; reason says why and the intervals are widened), parameters",
     )
     stats: RunStats

@@ -180,6 +180,20 @@ class SimulateResponse(BaseModel):
     output_throughput: float = Field(description="output tokens/s over all replicas")
     request_throughput: float = Field(description="requests/s over all replicas")
     throughput_per_device: float
+    ttft_ms_interval: tuple[float, float] | None = Field(
+        default=None, description="TTFT's 80 % prediction interval [low, high] (docs/engine.md)"
+    )
+    tpot_ms_interval: tuple[float, float] | None = Field(
+        default=None, description="TPOT's 80 % prediction interval [low, high]"
+    )
+    output_throughput_interval: tuple[float, float] | None = Field(
+        default=None, description="output throughput's 80 % prediction interval [low, high]"
+    )
+    calibration: dict[str, Any] | None = Field(
+        default=None,
+        description="the calibration applied: id, applicable (false: the estimate lies outside "
+        "what it was fitted on; reason says why and the intervals are widened), parameters",
+    )
     steps: int = Field(description="engine steps, summed over the replicas")
     workload: str = DEFAULT_WORKLOAD
     window: str | None = Field(default=None, description="closed_loop and poisson")

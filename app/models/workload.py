@@ -190,6 +190,10 @@ class DeploymentMixin(StrictModel):
     )
 
 
+#: The id of a stored calibration profile (``cal-`` and 20 hex digits).
+CalibrationId = Annotated[str, StringConstraints(pattern=r"^cal-[0-9a-f]{20}$")]
+
+
 class WorkloadMixin(LengthsMixin):
     max_batched_tokens: int | None = Field(  # type: ignore[assignment]
         default=None,
@@ -215,6 +219,13 @@ class WorkloadMixin(LengthsMixin):
     )
     engine_options: EngineOptions | None = Field(
         default=None, description="override values of the engine profile"
+    )
+    calibration: CalibrationId | dict[str, Any] | None = Field(
+        default=None,
+        description="a calibration profile: the id POST /v1/calibrations returned, or the "
+        "profile itself (as `chunkwise calibrate --out` writes it); its fitted parameters "
+        "replace the device's efficiencies and the engine's host and front-end times, and its "
+        "cross-validated residuals give the 80 % intervals",
     )
     scheduler: SchedulerOptions = Field(
         default_factory=SchedulerOptions,

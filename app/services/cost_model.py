@@ -284,13 +284,17 @@ class RunnerEvaluator:
     """The runner's serving adapter for one layout seen as a :class:`ShapeEvaluator` (an
     adapter, not a memo: :class:`CachedServingModel` asks it once per shape it misses)."""
 
-    __slots__ = ("_serving",)
+    __slots__ = ("_calibration", "_serving")
 
-    def __init__(self, serving: RunnerServingModel) -> None:
+    def __init__(self, serving: RunnerServingModel, calibration: str = "") -> None:
         self._serving = serving
+        self._calibration = calibration
 
     def identity(self) -> str:
-        return self._serving.identity()  # model, device, layout, quantization, MTP
+        # model, device (a calibration's efficiencies included), layout, quantization, MTP,
+        # host times, and the calibration's digest
+        calibration = f"|calibration={self._calibration}" if self._calibration else ""
+        return self._serving.identity() + calibration
 
     def evaluate(self, shape: AnyShape) -> ForwardRecord:
         return evaluate_forward(self._serving, shape)
@@ -349,8 +353,9 @@ class ModelFactory:
     def __call__(self, layout: ParallelLayout) -> CachedServingModel:
         if self.on_layout is not None:
             self.on_layout(layout)
+        calibration = self.deployment.calibration
         model = CachedServingModel(
-            RunnerEvaluator(self.serving(layout)),
+            RunnerEvaluator(self.serving(layout), "" if calibration is None else calibration.id),
             self.context.cache,
             usage=self.usage,
             stats=self.context.stats,

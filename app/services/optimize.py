@@ -41,9 +41,15 @@ from app.models.optimize import (
     RunStats,
 )
 from app.services.advice import memory_advice
+from app.services.calibration import (
+    calibrated,
+    calibrated_profile,
+    resolve_calibration,
+    uncertainty,
+)
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
-from app.services.resolve import request_scheduler, resolve_deployment
+from app.services.resolve import ResolvedDeployment, request_scheduler, resolve_deployment
 from app.services.sizing import search_cap, with_engine_defaults, workload_spec
 
 
@@ -81,8 +87,21 @@ def _layouts(
     return layouts
 
 
-def _row_out(row: ResultRow, role: Role) -> ResultRowOut:
+def _row_out(row: ResultRow, role: Role, deployment: ResolvedDeployment) -> ResultRowOut:
+    """A ranked row with its 80 % intervals (a side without TTFT or TPOT has none for it)."""
+    sure = uncertainty(
+        deployment,
+        input_length=row.input_length,
+        output_length=row.output_length,
+        concurrency=row.concurrency,
+        ttft_ms=row.ttft_ms or 0.0,
+        tpot_ms=row.tpot_ms or 0.0,
+        throughput=row.throughput_tokens_s,
+    ).intervals
     return ResultRowOut(
+        ttft_ms_interval=None if row.ttft_ms is None else sure.ttft_ms,
+        tpot_ms_interval=None if row.tpot_ms is None else sure.tpot_ms,
+        throughput_interval=sure.throughput,
         role=role,
         model=row.model,
         device=row.device,
@@ -246,7 +265,7 @@ def _report_layouts(factory: ModelFactory, progress: Callable[[str], None] | Non
     factory.on_layout = on_layout
 
 
-def _pd_ratio_out(pd_result: PdRatioResult) -> PdRatioOut:
+def _pd_ratio_out(pd_result: PdRatioResult, deployment: ResolvedDeployment) -> PdRatioOut:
     split = pd_result.split
     return PdRatioOut(
         p_qps=pd_result.p_qps,
@@ -260,8 +279,14 @@ def _pd_ratio_out(pd_result: PdRatioResult) -> PdRatioOut:
         )
         if split
         else None,
-        prefill_row=_row_out(pd_result.prefill_row, "prefill") if pd_result.prefill_row else None,
-        decode_row=_row_out(pd_result.decode_row, "decode") if pd_result.decode_row else None,
+        prefill_row=(
+            _row_out(pd_result.prefill_row, "prefill", deployment)
+            if pd_result.prefill_row
+            else None
+        ),
+        decode_row=(
+            _row_out(pd_result.decode_row, "decode", deployment) if pd_result.decode_row else None
+        ),
         output_throughput=pd_result.throughput_tokens_s,
         throughput_per_device=pd_result.throughput_per_device,
         reason=pd_result.reason,
@@ -311,7 +336,7 @@ def _run_pd_ratio(run: _Search) -> None:
     )
     run.sections.append(_Section("prefill", pd_result.prefill, p_rejected))
     run.sections.append(_Section("decode", pd_result.decode, d_rejected))
-    run.pd = _pd_ratio_out(pd_result)
+    run.pd = _pd_ratio_out(pd_result, run.factory.deployment)
     run.reason = pd_result.reason
 
 
@@ -378,7 +403,7 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
     probes: list[ProbeOut] = []
     infeasible: list[InfeasibleLayout] = []
     for section in sections:
-        rows.extend(_row_out(row, section.role) for row in section.result.rows)
+        rows.extend(_row_out(row, section.role, factory.deployment) for row in section.result.rows)
         if request.include_probes:
             probes.extend(_probe_out(p, section.role) for p in section.result.probes)
         infeasible.extend(_infeasible(section.role, section.rejected))
@@ -403,6 +428,15 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
     return OptimizeResponse(
         input=request,
         engine=factory.deployment.profile.to_dict(),
+        calibration=uncertainty(
+            factory.deployment,
+            input_length=run.spec.input_length,
+            output_length=run.spec.output_length,
+            concurrency=None,
+            ttft_ms=0.0,
+            tpot_ms=0.0,
+            throughput=0.0,
+        ).calibration,
         mode=mode,
         best=best,
         rows=rows,
@@ -436,6 +470,8 @@ def optimize(
     """
     started = time.perf_counter()
     request, profile = with_engine_defaults(request)
+    calibration = resolve_calibration(context, request.calibration)
+    profile = calibrated_profile(profile, calibration)
     spec = workload_spec(request, _search_devices(request), profile)
     max_batch = _check_search(request, spec)
     use_response_cache = context.settings.response_cache and not allow_paths
@@ -456,7 +492,9 @@ def optimize(
         if hit is not None:
             return hit
 
-    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
+    deployment = calibrated(
+        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
+    )
     scheduler = request_scheduler(request, profile, deployment.device)
     factory = ModelFactory(context, deployment)
     factory.usage.round_trips += 1  # the read above

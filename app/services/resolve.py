@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.core import limits
+from app.core.calibration import CalibrationProfile
 from app.core.catalog import (
     Device,
     ModelArchitecture,
@@ -49,6 +50,8 @@ class ResolvedDeployment:
     num_mtp_tokens: int
     mtp_acceptance_rates: tuple[float, ...]
     profile: EngineProfile = MSMODELING
+    #: The calibration whose fitted values ``device`` and ``profile`` carry (none: catalog's).
+    calibration: CalibrationProfile | None = None
 
     @property
     def label(self) -> Deployment:

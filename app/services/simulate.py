@@ -23,6 +23,12 @@ from app.core.workload import (
 )
 from app.models.optimize import RunStats
 from app.services.advice import memory_advice
+from app.services.calibration import (
+    calibrated,
+    calibrated_profile,
+    resolve_calibration,
+    uncertainty,
+)
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
 from app.services.resolve import request_scheduler, resolve_deployment
@@ -134,7 +140,11 @@ def simulate(
     started = time.perf_counter()
     request, profile = with_engine_defaults(with_device_count(request))
     check_workload_fields(request)
-    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
+    calibration = resolve_calibration(context, request.calibration)
+    profile = calibrated_profile(profile, calibration)
+    deployment = calibrated(
+        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
+    )
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     data = workload_spec(request, layout.num_devices, profile)
     scheduler = request_scheduler(request, profile, deployment.device)
@@ -280,6 +290,18 @@ class _SimulationRun:
         timeline, truncated = _timeline_out(result.timeline if result else None)
         if result is not None and "e2e_ms" in metrics:
             metrics["e2e_ms"] += data.ttft_overhead_ms  # the first token's wait ends later too
+        ttft_ms = data.reported_ttft_ms(result.ttft_ms) if result else 0.0
+        tpot_ms = result.tpot_ms if result else 0.0
+        sure = uncertainty(
+            self.factory.deployment,
+            input_length=data.input_length,
+            output_length=data.output_length,
+            concurrency=self.request.concurrency,
+            ttft_ms=ttft_ms,
+            tpot_ms=tpot_ms,
+            throughput=output,
+        )
+        known = result is not None and reason is None
         return SimulateResponse(
             input=self.request,
             engine=self.factory.deployment.profile.to_dict(),
@@ -290,8 +312,12 @@ class _SimulationRun:
             replica_split=split,
             effective_input_length=data.effective_input_length,
             prefill_num_chunks=data.prefill_num_chunks,
-            ttft_ms=data.reported_ttft_ms(result.ttft_ms) if result else 0.0,
-            tpot_ms=result.tpot_ms if result else 0.0,
+            ttft_ms=ttft_ms,
+            tpot_ms=tpot_ms,
+            ttft_ms_interval=sure.intervals.ttft_ms if known else None,
+            tpot_ms_interval=sure.intervals.tpot_ms if known else None,
+            output_throughput_interval=sure.intervals.throughput if known else None,
+            calibration=sure.calibration,
             output_throughput=output,
             request_throughput=result.request_throughput if result else 0.0,
             throughput_per_device=output / layout.num_devices,

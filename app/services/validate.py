@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the replay harness loads when a validation runs, not with app.services
+    from app.core.calibration import CalibrationProfile
     from app.core.validation import CaseFileReport, ValidationReport
 
 
@@ -35,7 +36,12 @@ def validate(
     return run_validation(kinds=chosen, drop_layout_duplicates=drop_layout_duplicates)
 
 
-def validate_cases(text: str, *, drop_layout_duplicates: bool = False) -> CaseFileReport:
+def validate_cases(
+    text: str,
+    *,
+    drop_layout_duplicates: bool = False,
+    calibration: CalibrationProfile | None = None,
+) -> CaseFileReport:
     """Replay every row of a measurement file (CSV text with the columns of
     ``measured_agg_serving_cases.csv``); a row that cannot be predicted carries its reason.
 
@@ -44,4 +50,6 @@ def validate_cases(text: str, *, drop_layout_duplicates: bool = False) -> CaseFi
     """
     from app.core.validation import replay_case_file
 
-    return replay_case_file(text, drop_layout_duplicates=drop_layout_duplicates)
+    return replay_case_file(
+        text, drop_layout_duplicates=drop_layout_duplicates, calibration=calibration
+    )

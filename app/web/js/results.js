@@ -188,6 +188,9 @@ export function renderSummary(container, response) {
       stat("tokens/s/device", fmt(best.throughput_per_device, 1)),
       stat("TTFT", fmtMs(best.ttft_ms)),
       stat("TPOT", fmtMs(best.tpot_ms)),
+      stat("TTFT, 80 % interval", span(best.ttft_ms_interval, fmtMs), INTERVAL_HINT),
+      stat("TPOT, 80 % interval", span(best.tpot_ms_interval, fmtMs), INTERVAL_HINT),
+      stat("tokens/s, 80 % interval", span(best.throughput_interval, (v) => fmt(v, 0)), INTERVAL_HINT),
       stat("requests/s", fmt(best.request_throughput, 3)),
       stat("batch / replica", fmt(best.batch_size)),
       stat("prefill chunks", fmt(best.prefill_num_chunks), "prefill_num_chunks"),
@@ -195,7 +198,24 @@ export function renderSummary(container, response) {
       stat("max batched tokens", fmt(best.max_batched_tokens)),
       stat("memory left", `${fmt(best.memory_left_gb, 2)} GB`, "per device"),
     ),
+    ...calibrationNote(response.calibration),
   );
+}
+
+const INTERVAL_HINT = "where the measured value lies with 80 % probability (docs/engine.md, Calibration and uncertainty)";
+
+/** An interval [low, high] as "low – high" ("–" when there is none). */
+function span(interval, format) {
+  return interval ? `${format(interval[0])} – ${format(interval[1])}` : "–";
+}
+
+/** The calibration a response applied, and whether it covers the estimate. */
+function calibrationNote(note) {
+  if (!note) return [];
+  const text = note.applicable
+    ? `calibrated (${note.id})`
+    : `calibration ${note.id} does not cover this estimate: ${note.reason}; intervals widened`;
+  return [h("p", { class: note.applicable ? "sub" : "warn" }, text)];
 }
 
 // -- exports -------------------------------------------------------------------------------
