@@ -36,7 +36,7 @@ import csv
 import io
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,13 +246,13 @@ def _share(value: float | None) -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------
-def read_case_rows(text: str) -> list[dict[str, str]]:
-    """The rows of a measurement file, after checking its header and size (domain errors
-    that name the problem)."""
+def read_case_rows(text: str, columns: Sequence[str] = CASE_COLUMNS) -> list[dict[str, str]]:
+    """The rows of a measurement file with exactly ``columns``, after checking its header and
+    size (domain errors that name the problem)."""
     reader = csv.DictReader(io.StringIO(text))
     header = tuple(reader.fieldnames or ())
-    missing = [c for c in CASE_COLUMNS if c not in header]
-    unknown = [c for c in header if c not in CASE_COLUMNS]
+    missing = [c for c in columns if c not in header]
+    unknown = [c for c in header if c not in columns]
     if missing or unknown:
         problems = []
         if missing:
@@ -260,7 +260,7 @@ def read_case_rows(text: str) -> list[dict[str, str]]:
         if unknown:
             problems.append(f"unknown {', '.join(unknown)}")
         raise InvalidParameterError(
-            "columns", "; ".join(problems), f"exactly the columns {', '.join(CASE_COLUMNS)}"
+            "columns", "; ".join(problems), f"exactly the columns {', '.join(columns)}"
         )
     rows: list[dict[str, str]] = []
     for row in reader:
@@ -273,7 +273,8 @@ def read_case_rows(text: str) -> list[dict[str, str]]:
 
 
 # -- mapping ---------------------------------------------------------------------------------
-def _positive_int(row: Mapping[str, str], column: str, default: int | None = None) -> int:
+def int_column(row: Mapping[str, str], column: str, default: int | None = None) -> int:
+    """A column holding a positive integer (``default`` when blank, if given)."""
     text = row[column]
     if not text and default is not None:
         return default
@@ -286,7 +287,7 @@ def _positive_int(row: Mapping[str, str], column: str, default: int | None = Non
     return value
 
 
-def _ranks(row: Mapping[str, str], column: str) -> int:
+def parallel_size(row: Mapping[str, str], column: str) -> int:
     """A parallel size where 0 or blank means "not split" (the sample writes ``moe_ep`` 0 for
     dense models), as the earlier serving loader read it."""
     text = row[column] or "1"
@@ -299,7 +300,7 @@ def _ranks(row: Mapping[str, str], column: str) -> int:
     return max(1, value)
 
 
-def _measured(row: Mapping[str, str], column: str) -> float:
+def measured_value(row: Mapping[str, str], column: str) -> float:
     try:
         value = float(row[column])
     except ValueError:
@@ -350,21 +351,29 @@ def _native_precision(model: str, precision: str) -> str:
     return native if precision in _FP4 and native in _FP4 else precision
 
 
+def row_deployment(row: Mapping[str, str]) -> tuple[str, str, str]:
+    """A row's catalog model, catalog device and precision (``model``, ``hardware``,
+    ``gemm_quant`` / ``moe_quant``): the mapping every measurement file shares."""
+    model = _model(row["model"])
+    precision = _native_precision(model, _precision(row["gemm_quant"], row["moe_quant"]))
+    return model, _device(row["hardware"]), precision
+
+
 def row_case(row: Mapping[str, str]) -> ValidationCase:
     """The serving case of one row (domain errors say why a row cannot be one)."""
-    model = _model(row["model"])
+    model, device, precision = row_deployment(row)
     return ValidationCase(
         kind=SERVING_TTFT_KIND,
         model=model,
-        device=_device(row["hardware"]),
-        tp=_positive_int(row, "tp") * _ranks(row, "pp"),
-        dp=_ranks(row, "attn_dp"),
-        ep=_ranks(row, "moe_ep"),
-        precision=_native_precision(model, _precision(row["gemm_quant"], row["moe_quant"])),
-        concurrency=_positive_int(row, "concurrency"),
-        query_len=_positive_int(row, "isl"),
-        output_len=_positive_int(row, "osl"),
-        measured=_measured(row, "ttft_ms"),
+        device=device,
+        tp=int_column(row, "tp") * parallel_size(row, "pp"),
+        dp=parallel_size(row, "attn_dp"),
+        ep=parallel_size(row, "moe_ep"),
+        precision=precision,
+        concurrency=int_column(row, "concurrency"),
+        query_len=int_column(row, "isl"),
+        output_len=int_column(row, "osl"),
+        measured=measured_value(row, "ttft_ms"),
         unit="ms",
         source=SERVING_SOURCE,
         name=row["case_id"],
@@ -372,7 +381,10 @@ def row_case(row: Mapping[str, str]) -> ValidationCase:
     )
 
 
-def _outcome(row: Mapping[str, str], replay: ServingReplay) -> RowOutcome:
+def row_outcome(
+    row: Mapping[str, str], predict: Callable[[Mapping[str, str]], tuple[float, float]]
+) -> RowOutcome:
+    """One row's outcome: ``predict(row)``'s (TTFT, TPOT), or the domain error's reason."""
     base: dict[str, Any] = {
         "case_id": row["case_id"],
         "hardware": row["hardware"],
@@ -382,8 +394,8 @@ def _outcome(row: Mapping[str, str], replay: ServingReplay) -> RowOutcome:
         "measured_tpot_ms": _float_or_nan(row["tpot_ms"]),
     }
     try:
-        _measured(row, "tpot_ms")
-        ttft_ms, tpot_ms = replay.predict(row_case(row))
+        measured_value(row, "tpot_ms")
+        ttft_ms, tpot_ms = predict(row)
     except ChunkwiseError as err:
         return RowOutcome(**base, error=str(err))
     return RowOutcome(**base, ttft_ms_pred=ttft_ms, tpot_ms_pred=tpot_ms)
@@ -402,7 +414,17 @@ def replay_case_file(text: str, *, drop_layout_duplicates: bool = False) -> Case
     rows = read_case_rows(text)
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = ServingReplay()
-    outcomes = tuple(_outcome(row, replay) for i, row in enumerate(rows) if i not in skip)
+    outcomes = tuple(
+        row_outcome(row, lambda r: replay.predict(row_case(r)))
+        for i, row in enumerate(rows)
+        if i not in skip
+    )
+    return case_file_report(outcomes)
+
+
+def case_file_report(outcomes: tuple[RowOutcome, ...]) -> CaseFileReport:
+    """The report of a file's outcomes: overall, per (hardware, engine family) and per
+    (hardware, engine family, model), groups in the order of their first row."""
     by_engine: dict[str, list[RowOutcome]] = {}
     by_model: dict[str, list[RowOutcome]] = {}
     for o in outcomes:
