@@ -18,7 +18,10 @@ The model, hardware, quantization and engine family map exactly as in
   CUDA-graph limit, host time per iteration);
 - ``moe_tp``: must be what the runner derives (``tp x attn_dp / moe_ep`` with expert
   parallelism, the replica's ``tp`` without); a split of the experts' matrices over the
-  attention data-parallel ranks without expert parallelism is refused, not approximated;
+  attention data-parallel ranks without expert parallelism is refused, not approximated.
+  ``moe_tp`` and ``moe_ep`` both 1 beside ``tp`` > 1 is the source's "none" (not set: the
+  case ids say ``tpnone_epnone``): the engines' default, experts tensor-parallel over the
+  ``tp`` ranks, which is the runner's reading without ``attn_dp``;
 - prefill: the profile's token budget and chunk plan; a job holds at most the prompts whose
   KV fits the worker;
 - decode: the profile's running cap and the KV pool (``isl + osl`` tokens per request);
@@ -63,6 +66,7 @@ from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import (
     DecodePool,
     DisaggServingResult,
+    FirstToken,
     KvTransfer,
     PrefillPool,
     simulate_disagg_serving,
@@ -106,22 +110,25 @@ _DISAGG_MARKERS = frozenset({"prefill_workers", "decode_workers"})
 #: in it (the simulation admits an arrived request at a step boundary).
 KV_TRANSFER_FIXED_MS = 1.0
 
-#: Whether the client's first token arrives with the decode worker's first step of the request
-#: (``True``) or when the decode worker takes the request in (``False``), per engine profile:
+#: When the client's first token arrives, per engine profile (:data:`~app.core.workload.
+#: disagg_serving.FirstToken`):
+#: - TensorRT-LLM (``trtllm-serve`` disaggregated server): the context server runs the prompt
+#:   and returns the first token; for a streaming request the disaggregated server yields that
+#:   context response first and then streams the generation server's tokens, so the first
+#:   token leaves at the end of the prefill ("prefill") and the KV transfer and the wait for a
+#:   generation slot show in the time to the second token.
+#: - SGLang (PD disaggregation): the client streams from the decode server; the prefill's token
+#:   comes with the KV and the decode server's prebuilt batch streams it when it merges the
+#:   request into its running batch, without a forward of its own ("admission").
 #: - vLLM (``NixlConnector`` behind the P/D proxy): the prefiller runs with ``max_tokens=1``
-#:   and its token is dropped by the proxy; the decoder loads the remote KV and computes the
-#:   first token in its own first step.
-#: - TensorRT-LLM (``trtllm-serve`` disaggregated): the context server's first token travels
-#:   in the disaggregated parameters; the generation server streams it with its first
-#:   generation iteration's output for the request.
-#: - SGLang (PD disaggregation): the prefill server's token comes with the KV; the decode
-#:   server's prebuilt batch merges the request into the running batch and streams that token
-#:   without a forward of its own, so the first token is out at admission.
-FIRST_TOKEN_ON_DECODE_STEP: Mapping[str, bool] = {
-    "vllm": True,
-    "trtllm": True,
-    "sglang": False,
-    "msmodeling": True,
+#:   and the proxy drops its token; the decoder loads the remote KV and computes the first token
+#:   in its own first step ("decode_step"). msmodeling (no disaggregated engine of its own)
+#:   takes the same, most conservative rule.
+FIRST_TOKEN_RULE: Mapping[str, FirstToken] = {
+    "trtllm": "prefill",
+    "sglang": "admission",
+    "vllm": "decode_step",
+    "msmodeling": "decode_step",
 }
 
 
@@ -158,22 +165,29 @@ def pool_layout(row: Mapping[str, str], pool: str, *, is_moe: bool) -> PoolLayou
     moe_tp = parallel_size(row, f"{pool}_moe_tp")
     ep = parallel_size(row, f"{pool}_moe_ep")
     if is_moe:
-        if moe_tp * ep != tp * dp:
-            raise InvalidParameterError(
-                f"{pool}_moe_tp",
-                moe_tp,
-                f"{pool}_moe_tp x {pool}_moe_ep = {pool}_tp x {pool}_attn_dp = {tp * dp}",
-            )
-        runner_moe_tp = tp * dp // ep if ep > 1 else tp
-        if moe_tp != runner_moe_tp:
-            raise UnsupportedError(
-                f"{pool}: experts split by tensor parallelism over {moe_tp} ranks across "
-                f"{dp} attention data-parallel ranks without expert parallelism "
-                f"({pool}_tp={tp}, {pool}_attn_dp={dp}, {pool}_moe_tp={moe_tp}, "
-                f"{pool}_moe_ep={ep}) is not modelled: without expert parallelism the runner "
-                "splits experts over one replica's tp ranks"
-            )
+        _check_expert_split(pool, tp, dp, moe_tp, ep)
     return PoolLayout(workers=workers, tp=tp, dp=dp, ep=ep)
+
+
+def _check_expert_split(pool: str, tp: int, dp: int, moe_tp: int, ep: int) -> None:
+    """The runner's expert split: ``moe_ep`` expert-parallel ranks over the worker's
+    ``tp x attn_dp`` devices, each expert tensor-parallel over the rest; without expert
+    parallelism, experts tensor-parallel over one replica's ``tp`` ranks."""
+    if moe_tp == ep == 1:
+        moe_tp = tp  # "none" in the source: the engines' default split over the tp ranks
+    if ep == 1 and dp > 1:
+        raise UnsupportedError(
+            f"{pool}: experts split by tensor parallelism across {dp} attention data-parallel "
+            f"ranks without expert parallelism ({pool}_tp={tp}, {pool}_attn_dp={dp}, "
+            f"{pool}_moe_tp={moe_tp}, {pool}_moe_ep={ep}) is not modelled: without expert "
+            "parallelism the runner splits experts over one replica's tp ranks"
+        )
+    if moe_tp * ep != tp * dp:
+        raise InvalidParameterError(
+            f"{pool}_moe_tp",
+            moe_tp,
+            f"{pool}_moe_tp x {pool}_moe_ep = {pool}_tp x {pool}_attn_dp = {tp * dp}",
+        )
 
 
 def kv_transfer(device: Device, devices: int, bytes_per_request: float) -> KvTransfer:
@@ -283,7 +297,7 @@ class DisaggReplay:
                 max_running=requests if cap is None else min(cap, requests),
             ),
             kv_transfer(hardware, devices, p_serving.runner.kv_cache_bytes(1, isl)),
-            first_token_on_decode_step=FIRST_TOKEN_ON_DECODE_STEP[profile.name],
+            first_token=FIRST_TOKEN_RULE[profile.name],
         )
         self._results[key] = result
         return result

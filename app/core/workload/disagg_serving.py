@@ -22,11 +22,19 @@ A request goes through four stages:
    that could be admitted) are taken in one move, and a run is cut at the first step boundary
    after a new arrival, so cost follows scheduling events, not tokens.
 
-The first token reaches the client when the decode unit first returns output for the request:
-with ``first_token_on_decode_step`` at the end of its first decode step (the decode worker
-computes the token, or streams the prefill's token with its first step's output), otherwise at
-its admission (the prefill's token is streamed as the decode worker takes the request in).
-TTFT = prefill queue + prefill + transfer + decode admission wait (+ the first decode step);
+When the client gets the first token is the engine's choice (``first_token``):
+
+- ``"decode_step"``: at the end of the request's first decode step (the decode worker computes
+  it); the decode side then runs ``output_length`` steps. TTFT = prefill queue + prefill +
+  transfer + decode admission wait + one decode step.
+- ``"admission"``: when the decode worker takes the request in (it streams the token the
+  prefill computed, which came with the KV); ``output_length - 1`` decode steps. TTFT = prefill
+  queue + prefill + transfer + decode admission wait.
+- ``"prefill"``: when the prefill job ends (the front end streams the prefill worker's token
+  before the request moves on); ``output_length - 1`` decode steps. TTFT = prefill queue +
+  prefill; the transfer and the decode admission wait fall between the first and second
+  tokens, so they count in TPOT.
+
 TPOT = the time from the first token to the last over ``output_length - 1``.
 
 A unit is one engine instance: a worker with independent attention data-parallel ranks is that
@@ -60,6 +68,9 @@ from app.core.workload.metrics import MAX_REQUESTS
 
 MS_PER_S = 1e3
 Pool = Literal["prefill", "decode"]
+#: When the client gets the first token (see the module docstring).
+FirstToken = Literal["prefill", "admission", "decode_step"]
+FIRST_TOKEN_RULES: tuple[FirstToken, ...] = ("prefill", "admission", "decode_step")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,15 +183,17 @@ class _Group:
 
     count: int
     arrivals_ms: float
-    stage_ms: float = 0.0  # when they entered the current queue, times count
+    stage_ms: float = 0.0  # the sum of when they entered the current queue
+    first_ms: float = 0.0  # the sum of their first-token times, once known
 
     def split(self, count: int) -> _Group:
         """Take ``count`` requests off this group (their share of the sums goes with them)."""
         share = count / self.count
-        part = _Group(count, self.arrivals_ms * share, self.stage_ms * share)
+        part = _Group(count, self.arrivals_ms * share, self.stage_ms * share, self.first_ms * share)
         self.count -= count
         self.arrivals_ms -= part.arrivals_ms
         self.stage_ms -= part.stage_ms
+        self.first_ms -= part.first_ms
         return part
 
 
@@ -196,7 +209,7 @@ class _PrefillUnit:
 class _DecodeUnit:
     waiting: list[tuple[float, int, _Group]] = field(default_factory=list)  # (ready, seq, group)
     waiting_count: int = 0
-    running: list[tuple[int, int, float, _Group]] = field(default_factory=list)  # heap by end
+    running: list[tuple[int, int, _Group]] = field(default_factory=list)  # heap by last step
     running_count: int = 0
     steps_done: int = 0
     run_start_ms: float = 0.0
@@ -258,7 +271,7 @@ class _Simulation:
         decode: DecodePool,
         transfer: KvTransfer,
         num_requests: int,
-        first_token_on_decode_step: bool,
+        first_token: FirstToken,
     ) -> None:
         self.spec = spec
         self.concurrency = concurrency
@@ -288,8 +301,8 @@ class _Simulation:
         self.decode_cap = decode.max_running * d_ranks
         self._step_ms: dict[int, float] = {}
         output = spec.output_length
-        self.first_on_step = first_token_on_decode_step
-        self.decode_steps = output if first_token_on_decode_step else output - 1
+        self.first_token = first_token
+        self.decode_steps = output if first_token == "decode_step" else output - 1
         self.tpot_steps = output - 1
         self.events: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
@@ -368,6 +381,8 @@ class _Simulation:
         ready_ms = t_ms + transfer_ms
         self.totals.transfer_ms += transfer_ms * job.count
         loads = [u.running_count + u.waiting_count for u in self.decode_units]
+        if self.first_token == "prefill":
+            job.first_ms = job.count * t_ms
         for i, n in _spread(job.count, loads):
             part = job if n == job.count else job.split(n)
             part.stage_ms = n * ready_ms
@@ -408,8 +423,8 @@ class _Simulation:
         unit.wake_ms = math.inf
         finished = 0
         while unit.running and unit.running[0][0] <= unit.steps_done:
-            _, _, first_ms, group = heapq.heappop(unit.running)
-            self.finish(group, first_ms, t_ms)
+            _, _, group = heapq.heappop(unit.running)
+            self.finish(group, t_ms)
             unit.running_count -= group.count
             finished += group.count
         if finished:
@@ -427,15 +442,18 @@ class _Simulation:
             admitted.append(group)
         step_ms = self.step_ms(unit.running_count) if unit.running_count else 0.0
         for group in admitted:
-            first_ms = t_ms + step_ms if self.first_on_step else t_ms
-            if self.decode_steps == 0:  # one output token, streamed on admission
-                self.finish(group, first_ms, first_ms)
+            if self.first_token == "admission":
+                group.first_ms = group.count * t_ms
+            elif self.first_token == "decode_step":
+                group.first_ms = group.count * (t_ms + step_ms)
+            if self.decode_steps == 0:  # one output token, already out
+                self.finish(group, t_ms)
                 unit.running_count -= group.count
-                self.submit(first_ms, group.count)
+                self.submit(t_ms, group.count)
                 continue
             self.seq += 1
             end = unit.steps_done + self.decode_steps
-            heapq.heappush(unit.running, (end, self.seq, first_ms, group))
+            heapq.heappush(unit.running, (end, self.seq, group))
         if unit.running_count == 0:
             unit.idle = True
             if unit.waiting:
@@ -455,13 +473,13 @@ class _Simulation:
         self.decode_runs += 1
         self.push(t_ms + steps * step_ms, _DECODE_BOUNDARY, index, unit.version)
 
-    def finish(self, group: _Group, first_ms: float, t_ms: float) -> None:
+    def finish(self, group: _Group, t_ms: float) -> None:
         totals = self.totals
-        totals.first_token_ms += group.count * first_ms
+        totals.first_token_ms += group.first_ms
         totals.arrivals_ms += group.arrivals_ms
         totals.finish_ms += group.count * t_ms
         if self.tpot_steps:
-            totals.tpot_ms += group.count * (t_ms - first_ms) / self.tpot_steps
+            totals.tpot_ms += (group.count * t_ms - group.first_ms) / self.tpot_steps
         totals.finished += group.count
         totals.makespan_ms = max(totals.makespan_ms, t_ms)
 
@@ -484,17 +502,17 @@ def simulate_disagg_serving(
     transfer: KvTransfer,
     *,
     num_requests: int | None = None,
-    first_token_on_decode_step: bool = True,
+    first_token: FirstToken = "decode_step",
 ) -> DisaggServingResult:
     """Closed-loop serving of ``concurrency`` clients over a prefill pool and a decode pool
     (see the module docstring); ``num_requests`` defaults to 10 per client, all counted."""
     require_int("concurrency", concurrency, 1, MAX_REQUESTS)
+    if first_token not in FIRST_TOKEN_RULES:
+        raise InvalidParameterError("first_token", first_token, f"one of {FIRST_TOKEN_RULES}")
     if num_requests is None:
         num_requests = default_num_requests(concurrency)
     require_int("num_requests", num_requests, concurrency, MAX_REQUESTS)
-    sim = _Simulation(
-        spec, concurrency, prefill, decode, transfer, num_requests, first_token_on_decode_step
-    )
+    sim = _Simulation(spec, concurrency, prefill, decode, transfer, num_requests, first_token)
     sim.run()
     t = sim.totals
     n = t.finished
