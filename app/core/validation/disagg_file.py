@@ -111,21 +111,25 @@ _DISAGG_MARKERS = frozenset({"prefill_workers", "decode_workers"})
 KV_TRANSFER_FIXED_MS = 1.0
 
 #: When the client's first token arrives, per engine profile (:data:`~app.core.workload.
-#: disagg_serving.FirstToken`):
-#: - TensorRT-LLM (``trtllm-serve`` disaggregated server): the context server runs the prompt
-#:   and returns the first token; for a streaming request the disaggregated server yields that
-#:   context response first and then streams the generation server's tokens, so the first
-#:   token leaves at the end of the prefill ("prefill") and the KV transfer and the wait for a
-#:   generation slot show in the time to the second token.
-#: - SGLang (PD disaggregation): the client streams from the decode server; the prefill's token
-#:   comes with the KV and the decode server's prebuilt batch streams it when it merges the
-#:   request into its running batch, without a forward of its own ("admission").
+#: disagg_serving.FirstToken`). The client streams from the decode side in all three engines:
+#: - TensorRT-LLM (``trtllm-serve disaggregated``; Dynamo's TRT-LLM workers alike): the
+#:   disaggregated server sends the prompt to a context server (non-streaming), then the
+#:   generation request with the context's first token and KV handle to a generation server,
+#:   and streams that server's responses from its first one, which comes out of the
+#:   generation server's first iteration with the request ("decode_step"; the context's token
+#:   rides along, so the decode side runs one step more than it strictly needs: within one
+#:   decode step of the real count).
+#: - SGLang (PD disaggregation): the prefill's token comes with the KV; the decode server's
+#:   prebuilt batch streams it when it merges the request into its running batch, without a
+#:   forward of its own ("admission").
 #: - vLLM (``NixlConnector`` behind the P/D proxy): the prefiller runs with ``max_tokens=1``
 #:   and the proxy drops its token; the decoder loads the remote KV and computes the first token
 #:   in its own first step ("decode_step"). msmodeling (no disaggregated engine of its own)
-#:   takes the same, most conservative rule.
+#:   takes the same rule.
+#: The "prefill" rule (a front end that streams the prefill worker's token at once) is no
+#: engine's here.
 FIRST_TOKEN_RULE: Mapping[str, FirstToken] = {
-    "trtllm": "prefill",
+    "trtllm": "decode_step",
     "sglang": "admission",
     "vllm": "decode_step",
     "msmodeling": "decode_step",
