@@ -60,7 +60,7 @@ from typing import Literal
 from app.core.chunking import require_int
 from app.core.cost import LatencyModel
 from app.core.engine import evaluate_shapes, prefill_shape
-from app.core.errors import InvalidParameterError
+from app.core.errors import InvalidParameterError, SimulationError
 from app.core.spec import WorkloadSpec
 from app.core.workload.closed_loop import default_num_requests
 from app.core.workload.coupled import BusiestRank
@@ -238,7 +238,7 @@ _PREFILL_DONE = 0
 _DECODE_BOUNDARY = 1
 
 
-def _spread(count: int, loads: list[int]) -> Iterator[tuple[int, int]]:
+def least_loaded_spread(count: int, loads: list[int]) -> Iterator[tuple[int, int]]:
     """``count`` requests given one by one to the least loaded unit (ties: lowest index), as
     ``(unit, requests)`` pairs: water-filling over the sorted loads."""
     order = sorted(range(len(loads)), key=lambda i: (loads[i], i))
@@ -290,7 +290,7 @@ class _Simulation:
         if prefill.max_requests_per_rank is not None:
             per_rank = min(per_rank, prefill.max_requests_per_rank)
         self.job_max = per_rank * p_ranks
-        self._job_ms: dict[int, float] = {}
+        self.job_prices: dict[int, float] = {}
         d_ranks = decode.ranks if decode.coupled else 1
         self.decode_units = [
             _DecodeUnit() for _ in range(decode.workers * (decode.ranks // d_ranks))
@@ -299,7 +299,7 @@ class _Simulation:
             BusiestRank(decode.latency, d_ranks) if d_ranks > 1 else decode.latency
         )
         self.decode_cap = decode.max_running * d_ranks
-        self._step_ms: dict[int, float] = {}
+        self.step_prices: dict[int, float] = {}
         output = spec.output_length
         self.first_token = first_token
         self.decode_steps = output if first_token == "decode_step" else output - 1
@@ -314,21 +314,21 @@ class _Simulation:
 
     # -- prices ------------------------------------------------------------------------------
     def job_ms(self, requests: int) -> float:
-        found = self._job_ms.get(requests)
+        found = self.job_prices.get(requests)
         if found is None:
             shapes = [
                 prefill_shape(requests, chunk.query_len, chunk.seq_len)
                 for chunk in self.spec.get_prefill_chunk_plan()
             ]
             latencies = evaluate_shapes(shapes, self.prefill_model)
-            found = self._job_ms[requests] = math.fsum(latencies[s] for s in shapes)
+            found = self.job_prices[requests] = math.fsum(latencies[s] for s in shapes)
         return found
 
     def step_ms(self, running: int) -> float:
-        found = self._step_ms.get(running)
+        found = self.step_prices.get(running)
         if found is None:
             shape = self.spec.decode_shape(running)
-            found = self._step_ms[running] = evaluate_shapes((shape,), self.decode_model)[shape]
+            found = self.step_prices[running] = evaluate_shapes((shape,), self.decode_model)[shape]
         return found
 
     # -- events ------------------------------------------------------------------------------
@@ -343,7 +343,7 @@ class _Simulation:
             return
         self.sent += count
         loads = [u.queued + u.in_progress for u in self.prefill_units]
-        for i, n in _spread(count, loads):
+        for i, n in least_loaded_spread(count, loads):
             unit = self.prefill_units[i]
             unit.queue.append(_Group(n, n * t_ms, n * t_ms))
             unit.queued += n
@@ -383,7 +383,7 @@ class _Simulation:
         loads = [u.running_count + u.waiting_count for u in self.decode_units]
         if self.first_token == "prefill":
             job.first_ms = job.count * t_ms
-        for i, n in _spread(job.count, loads):
+        for i, n in least_loaded_spread(job.count, loads):
             part = job if n == job.count else job.split(n)
             part.stage_ms = n * ready_ms
             self.arrive(i, ready_ms, part, t_ms)
@@ -517,7 +517,7 @@ def simulate_disagg_serving(
     t = sim.totals
     n = t.finished
     if n != num_requests:  # pragma: no cover - a broken invariant, not an input error
-        raise AssertionError(f"{n} of {num_requests} requests finished")
+        raise SimulationError(f"{n} of {num_requests} requests finished")
     makespan = t.makespan_ms
     prefill_util = sum(u.busy_ms for u in sim.prefill_units) / (len(sim.prefill_units) * makespan)
     decode_util = sum(u.busy_ms for u in sim.decode_units) / (len(sim.decode_units) * makespan)
@@ -539,5 +539,5 @@ def simulate_disagg_serving(
         binding_pool=binding_pool(prefill_queue, decode_wait, prefill_util, decode_util),
         prefill_jobs=sim.prefill_jobs,
         decode_runs=sim.decode_runs,
-        forward_evaluations=len(sim._job_ms) + len(sim._step_ms),
+        forward_evaluations=len(sim.job_prices) + len(sim.step_prices),
     )

@@ -87,6 +87,15 @@ def test_a_row_whose_layout_does_not_add_up_is_refused() -> None:
     assert "prefill worker" in errors["fits"] and "no room" in errors["fits"]
 
 
+def test_a_layout_that_does_not_divide_the_model_is_refused() -> None:
+    header, *rows = SAMPLE.splitlines()
+    row = dict(zip(header.split(","), rows[5].split(","), strict=True))  # vLLM, Qwen3-32B
+    odd = {**row, "decode_tp": "3", "num_devices": str(8 + 2 * 3)}
+    text = "\n".join([header, ",".join(odd[c] for c in DISAGG_CASE_COLUMNS)])
+    (outcome,) = replay_disagg_file(text).outcomes
+    assert outcome.refused and "tp=3" in outcome.error and "num_attention_heads" in outcome.error
+
+
 def test_the_columns_are_checked_exactly() -> None:
     text = SAMPLE.replace("prefill_workers,", "prefill_workerz,", 1)
     with pytest.raises(InvalidParameterError, match="missing prefill_workers"):

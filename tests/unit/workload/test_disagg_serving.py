@@ -16,9 +16,9 @@ from app.core.workload.disagg_serving import (
     FirstToken,
     KvTransfer,
     PrefillPool,
+    least_loaded_spread,
     simulate_disagg_serving,
 )
-from app.core.workload.disagg_serving import _spread as spread
 from tests.unit.engine.fakes import ConstantLatency, LinearLatency
 
 #: A prefill that costs the tokens it computes, a decode step that costs its batch.
@@ -221,7 +221,7 @@ def test_spread_gives_each_request_to_the_least_loaded_unit(count: int, loads: l
         expected[i] += 1
         given_one_by_one[i] += 1
     got = [0] * len(loads)
-    for i, n in spread(count, loads):
+    for i, n in least_loaded_spread(count, loads):
         assert n > 0
         got[i] += n
     assert got == given_one_by_one
@@ -242,3 +242,16 @@ def test_spread_gives_each_request_to_the_least_loaded_unit(count: int, loads: l
 def test_invalid_inputs_name_their_field(build: object, field: str) -> None:
     with pytest.raises(InvalidParameterError, match=field):
         build()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("rule", ["decode_step", "admission", "prefill"])
+def test_one_output_token_needs_no_decode_step_unless_the_decoder_computes_it(
+    rule: FirstToken,
+) -> None:
+    result = run(8, osl=1, first_token=rule)
+    assert result.tpot_ms == 0 and result.num_requests == 80
+    assert (result.decode_runs > 0) == (rule == "decode_step")
+    if rule == "prefill":  # the request still holds its KV until the decode side takes it
+        assert result.e2e_ms > result.ttft_ms
+    else:
+        assert result.e2e_ms == pytest.approx(result.ttft_ms)
