@@ -5,7 +5,7 @@ predict.py   predictions of a case (one forward, or a serving simulation); Servi
 report.py    errors per case, summaries per kind and group, targets, CSV / table / JSON
 replay.py    LOADERS, load_cases, run_validation
 case_file.py any measurement file with the serving columns (validate --cases)
-disagg_file.py  a measurement file of disaggregated deployments (prefill and decode pools)
+disagg_file.py a measurement file of disaggregated deployments (prefill and decode pools)
 """
 
 from app.core.validation.case_file import (

@@ -273,8 +273,7 @@ def read_case_rows(text: str, columns: Sequence[str] = CASE_COLUMNS) -> list[dic
 
 
 # -- mapping ---------------------------------------------------------------------------------
-def int_column(row: Mapping[str, str], column: str, default: int | None = None) -> int:
-    """A column holding a positive integer (``default`` when blank, if given)."""
+def _positive_int(row: Mapping[str, str], column: str, default: int | None = None) -> int:
     text = row[column]
     if not text and default is not None:
         return default
@@ -287,7 +286,7 @@ def int_column(row: Mapping[str, str], column: str, default: int | None = None) 
     return value
 
 
-def parallel_size(row: Mapping[str, str], column: str) -> int:
+def _ranks(row: Mapping[str, str], column: str) -> int:
     """A parallel size where 0 or blank means "not split" (the sample writes ``moe_ep`` 0 for
     dense models), as the earlier serving loader read it."""
     text = row[column] or "1"
@@ -300,7 +299,7 @@ def parallel_size(row: Mapping[str, str], column: str) -> int:
     return max(1, value)
 
 
-def measured_value(row: Mapping[str, str], column: str) -> float:
+def _measured(row: Mapping[str, str], column: str) -> float:
     try:
         value = float(row[column])
     except ValueError:
@@ -351,6 +350,12 @@ def _native_precision(model: str, precision: str) -> str:
     return native if precision in _FP4 and native in _FP4 else precision
 
 
+#: The column readers other measurement files share (the disaggregated replay).
+int_column = _positive_int
+parallel_size = _ranks
+measured_value = _measured
+
+
 def row_deployment(row: Mapping[str, str]) -> tuple[str, str, str]:
     """A row's catalog model, catalog device and precision (``model``, ``hardware``,
     ``gemm_quant`` / ``moe_quant``): the mapping every measurement file shares."""
@@ -366,14 +371,14 @@ def row_case(row: Mapping[str, str]) -> ValidationCase:
         kind=SERVING_TTFT_KIND,
         model=model,
         device=device,
-        tp=int_column(row, "tp") * parallel_size(row, "pp"),
-        dp=parallel_size(row, "attn_dp"),
-        ep=parallel_size(row, "moe_ep"),
+        tp=_positive_int(row, "tp") * _ranks(row, "pp"),
+        dp=_ranks(row, "attn_dp"),
+        ep=_ranks(row, "moe_ep"),
         precision=precision,
-        concurrency=int_column(row, "concurrency"),
-        query_len=int_column(row, "isl"),
-        output_len=int_column(row, "osl"),
-        measured=measured_value(row, "ttft_ms"),
+        concurrency=_positive_int(row, "concurrency"),
+        query_len=_positive_int(row, "isl"),
+        output_len=_positive_int(row, "osl"),
+        measured=_measured(row, "ttft_ms"),
         unit="ms",
         source=SERVING_SOURCE,
         name=row["case_id"],
@@ -394,7 +399,7 @@ def row_outcome(
         "measured_tpot_ms": _float_or_nan(row["tpot_ms"]),
     }
     try:
-        measured_value(row, "tpot_ms")
+        _measured(row, "tpot_ms")
         ttft_ms, tpot_ms = predict(row)
     except ChunkwiseError as err:
         return RowOutcome(**base, error=str(err))
