@@ -143,3 +143,15 @@ def test_the_unset_expert_split_is_the_engines_default() -> None:
     }
     layout = pool_layout(row, "prefill", is_moe=True)
     assert (layout.tp, layout.dp, layout.ep, layout.devices) == (4, 1, 1, 4)
+
+
+def test_layout_duplicates_can_be_left_out() -> None:
+    """A row that repeats a smaller deployment's measurement to the digit (here on a second
+    prefill worker) is a recording duplicate: --drop-layout-duplicates leaves it out."""
+    header, *rows = SAMPLE.splitlines()
+    row = dict(zip(header.split(","), rows[6].split(","), strict=True))  # H200 SGLang R1, c=4
+    bigger = {**row, "case_id": "bigger", "prefill_workers": "2", "num_devices": "24"}
+    text = "\n".join([header, rows[6], ",".join(bigger[c] for c in DISAGG_CASE_COLUMNS)])
+    assert [o.case_id for o in replay_disagg_file(text).outcomes] == [row["case_id"], "bigger"]
+    kept = replay_disagg_file(text, drop_layout_duplicates=True).outcomes
+    assert [o.case_id for o in kept] == [row["case_id"]]
