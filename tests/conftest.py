@@ -21,8 +21,8 @@ UNTRACED = {
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("_cov"):
-        return  # pytest-cov absent or disabled (-p no:cov): nothing is traced
+    if not config.pluginmanager.hasplugin("_cov") or config.getoption("no_cov", default=False):
+        return  # pytest-cov absent or disabled (-p no:cov, --no-cov): nothing is traced
     for item in items:
         if item.path in UNTRACED:
             item.add_marker(pytest.mark.no_cover)

@@ -118,8 +118,9 @@ def _add_catalog_and_validate(sub: Subparsers[argparse.ArgumentParser]) -> None:
         default=None,
         metavar="FILE.csv",
         help="replay every row of a measurement file with the columns of "
-        "measured_agg_serving_cases.csv (instead of --kind / --all); --csv writes one row per "
-        "input row (case_id, ttft_ms_pred, tpot_ms_pred, error, ...)",
+        "measured_agg_serving_cases.csv or measured_disagg_serving_cases.csv (by its header; "
+        "instead of --kind / --all); --csv writes one row per input row (case_id, "
+        "ttft_ms_pred, tpot_ms_pred, error, ...)",
     )
     _add_calibration_flag(validate)
     validate.add_argument(

@@ -43,13 +43,25 @@ def validate_cases(
     calibration: CalibrationProfile | None = None,
 ) -> CaseFileReport:
     """Replay every row of a measurement file (CSV text with the columns of
-    ``measured_agg_serving_cases.csv``); a row that cannot be predicted carries its reason.
+    ``measured_agg_serving_cases.csv``, or of ``measured_disagg_serving_cases.csv``: a header
+    naming the prefill and decode pools is replayed disaggregated); a row that cannot be
+    predicted carries its reason.
 
     A header with missing or unknown columns, no rows or more than ``MAX_CASE_ROWS`` raise
     :class:`~app.core.errors.InvalidParameterError` naming the problem.
     """
-    from app.core.validation import replay_case_file
+    from app.core.errors import InvalidParameterError
+    from app.core.validation import is_disagg_header, replay_case_file, replay_disagg_file
 
+    if is_disagg_header(text):
+        if calibration is not None:
+            raise InvalidParameterError(
+                "--calibration",
+                calibration.id,
+                "an aggregated measurement file (a calibration "
+                "profile is fitted to and applied on aggregated deployments)",
+            )
+        return replay_disagg_file(text, drop_layout_duplicates=drop_layout_duplicates)
     return replay_case_file(
         text, drop_layout_duplicates=drop_layout_duplicates, calibration=calibration
     )

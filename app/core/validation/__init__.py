@@ -5,6 +5,7 @@ predict.py   predictions of a case (one forward, or a serving simulation); Servi
 report.py    errors per case, summaries per kind and group, targets, CSV / table / JSON
 replay.py    LOADERS, load_cases, run_validation
 case_file.py any measurement file with the serving columns (validate --cases)
+disagg_file.py a measurement file of disaggregated deployments (prefill and decode pools)
 """
 
 from app.core.validation.case_file import (
@@ -29,6 +30,12 @@ from app.core.validation.cases import (
     load_msmodeling_cases,
     load_published_points,
 )
+from app.core.validation.disagg_file import (
+    DISAGG_CASE_COLUMNS,
+    DisaggReplay,
+    is_disagg_header,
+    replay_disagg_file,
+)
 from app.core.validation.predict import (
     ServingReplay,
     engine_serving_model,
@@ -39,6 +46,7 @@ from app.core.validation.report import CaseResult, ErrorSummary, ValidationRepor
 
 __all__ = [
     "CASE_COLUMNS",
+    "DISAGG_CASE_COLUMNS",
     "LOADERS",
     "MAX_CASE_ROWS",
     "SERVING_TPOT_KIND",
@@ -49,6 +57,7 @@ __all__ = [
     "TARGET_MEDIAN_APE_PCT",
     "CaseFileReport",
     "CaseResult",
+    "DisaggReplay",
     "ErrorSummary",
     "GroupErrors",
     "RowOutcome",
@@ -56,6 +65,7 @@ __all__ = [
     "ValidationCase",
     "ValidationReport",
     "engine_serving_model",
+    "is_disagg_header",
     "load_agg_serving_cases",
     "load_cases",
     "load_msmodeling_cases",
@@ -63,6 +73,7 @@ __all__ = [
     "predictors",
     "read_case_rows",
     "replay_case_file",
+    "replay_disagg_file",
     "row_case",
     "run_validation",
 ]

@@ -36,7 +36,7 @@ import csv
 import io
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,7 @@ from app.core.validation.cases import (
     ValidationCase,
     layout_duplicates,
 )
-from app.core.validation.intervals import case_spreads
+from app.core.validation.intervals import CaseSpreads, case_spreads
 from app.core.validation.predict import ServingReplay
 from app.core.validation.report import P90, PERCENT, percentile
 
@@ -282,13 +282,13 @@ def _share(value: float | None) -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------
-def read_case_rows(text: str) -> list[dict[str, str]]:
-    """The rows of a measurement file, after checking its header and size (domain errors
-    that name the problem)."""
+def read_case_rows(text: str, columns: Sequence[str] = CASE_COLUMNS) -> list[dict[str, str]]:
+    """The rows of a measurement file with exactly ``columns``, after checking its header and
+    size (domain errors that name the problem)."""
     reader = csv.DictReader(io.StringIO(text))
     header = tuple(reader.fieldnames or ())
-    missing = [c for c in CASE_COLUMNS if c not in header]
-    unknown = [c for c in header if c not in CASE_COLUMNS]
+    missing = [c for c in columns if c not in header]
+    unknown = [c for c in header if c not in columns]
     if missing or unknown:
         problems = []
         if missing:
@@ -296,7 +296,7 @@ def read_case_rows(text: str) -> list[dict[str, str]]:
         if unknown:
             problems.append(f"unknown {', '.join(unknown)}")
         raise InvalidParameterError(
-            "columns", "; ".join(problems), f"exactly the columns {', '.join(CASE_COLUMNS)}"
+            "columns", "; ".join(problems), f"exactly the columns {', '.join(columns)}"
         )
     rows: list[dict[str, str]] = []
     for row in reader:
@@ -386,17 +386,31 @@ def _native_precision(model: str, precision: str) -> str:
     return native if precision in _FP4 and native in _FP4 else precision
 
 
+#: The column readers other measurement files share (the disaggregated replay).
+int_column = _positive_int
+parallel_size = _ranks
+measured_value = _measured
+
+
+def row_deployment(row: Mapping[str, str]) -> tuple[str, str, str]:
+    """A row's catalog model, catalog device and precision (``model``, ``hardware``,
+    ``gemm_quant`` / ``moe_quant``): the mapping every measurement file shares."""
+    model = _model(row["model"])
+    precision = _native_precision(model, _precision(row["gemm_quant"], row["moe_quant"]))
+    return model, _device(row["hardware"]), precision
+
+
 def row_case(row: Mapping[str, str]) -> ValidationCase:
     """The serving case of one row (domain errors say why a row cannot be one)."""
-    model = _model(row["model"])
+    model, device, precision = row_deployment(row)
     return ValidationCase(
         kind=SERVING_TTFT_KIND,
         model=model,
-        device=_device(row["hardware"]),
+        device=device,
         tp=_positive_int(row, "tp") * _ranks(row, "pp"),
         dp=_ranks(row, "attn_dp"),
         ep=_ranks(row, "moe_ep"),
-        precision=_native_precision(model, _precision(row["gemm_quant"], row["moe_quant"])),
+        precision=precision,
         concurrency=_positive_int(row, "concurrency"),
         query_len=_positive_int(row, "isl"),
         output_len=_positive_int(row, "osl"),
@@ -408,9 +422,13 @@ def row_case(row: Mapping[str, str]) -> ValidationCase:
     )
 
 
-def _outcome(
-    row: Mapping[str, str], replay: ServingReplay, calibration: CalibrationProfile | None
+def row_outcome(
+    row: Mapping[str, str],
+    predict: Callable[[Mapping[str, str]], tuple[float, float]],
+    spreads: Callable[[Mapping[str, str]], CaseSpreads] | None = None,
 ) -> RowOutcome:
+    """One row's outcome: ``predict(row)``'s (TTFT, TPOT), or the domain error's reason; with
+    ``spreads``, the 80 % intervals of both predictions (and the calibration's note)."""
     base: dict[str, Any] = {
         "case_id": row["case_id"],
         "hardware": row["hardware"],
@@ -421,18 +439,19 @@ def _outcome(
     }
     try:
         _measured(row, "tpot_ms")
-        case = row_case(row)
-        ttft_ms, tpot_ms = replay.predict(case)
+        ttft_ms, tpot_ms = predict(row)
     except ChunkwiseError as err:
         return RowOutcome(**base, error=str(err))
-    spreads = case_spreads(case, calibration)
+    if spreads is None:
+        return RowOutcome(**base, ttft_ms_pred=ttft_ms, tpot_ms_pred=tpot_ms)
+    spread = spreads(row)
     return RowOutcome(
         **base,
         ttft_ms_pred=ttft_ms,
         tpot_ms_pred=tpot_ms,
-        ttft_ms_interval=spreads.ttft.interval(ttft_ms),
-        tpot_ms_interval=spreads.tpot.interval(tpot_ms),
-        calibration_note=spreads.reason,
+        ttft_ms_interval=spread.ttft.interval(ttft_ms),
+        tpot_ms_interval=spread.tpot.interval(tpot_ms),
+        calibration_note=spread.reason,
     )
 
 
@@ -457,8 +476,20 @@ def replay_case_file(
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = ServingReplay(None if calibration is None else calibration.values)
     outcomes = tuple(
-        _outcome(row, replay, calibration) for i, row in enumerate(rows) if i not in skip
+        row_outcome(
+            row,
+            lambda r: replay.predict(row_case(r)),
+            lambda r: case_spreads(row_case(r), calibration),
+        )
+        for i, row in enumerate(rows)
+        if i not in skip
     )
+    return case_file_report(outcomes)
+
+
+def case_file_report(outcomes: tuple[RowOutcome, ...]) -> CaseFileReport:
+    """The report of a file's outcomes: overall, per (hardware, engine family) and per
+    (hardware, engine family, model), groups in the order of their first row."""
     by_engine: dict[str, list[RowOutcome]] = {}
     by_model: dict[str, list[RowOutcome]] = {}
     for o in outcomes:

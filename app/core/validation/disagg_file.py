@@ -1,0 +1,319 @@
+"""Replay a file of measured disaggregated serving runs (``chunkwise validate --cases FILE``).
+
+A file has exactly the columns of ``shared/validation/measured_disagg_serving_cases.csv``
+(:data:`DISAGG_CASE_COLUMNS`), recognised by its header (:func:`is_disagg_header`): a
+deployment of ``prefill_workers`` workers of (``prefill_tp``, ``prefill_attn_dp``,
+``prefill_moe_tp``, ``prefill_moe_ep``) and ``decode_workers`` workers of the same for decode,
+a closed loop of ``concurrency`` clients over the whole deployment, and the measured means.
+Every row is simulated by :func:`~app.core.workload.disagg_serving.simulate_disagg_serving`
+under the engine profile its ``engine`` column names, or refused with the reason; the report
+and the OUT CSV are the aggregated replay's (:class:`~app.core.validation.case_file.
+CaseFileReport`).
+
+The model, hardware, quantization and engine family map exactly as in
+:mod:`app.core.validation.case_file`. Per pool:
+
+- serving model: the pool's layout (``tp``, ``attn_dp`` ranks, ``moe_ep``) as the engine runs
+  it (:func:`~app.core.validation.predict.engine_serving_model`: reserve, KV pool and dtype,
+  CUDA-graph limit, host time per iteration);
+- ``moe_tp``: must be what the runner derives (``tp x attn_dp / moe_ep`` with expert
+  parallelism, the replica's ``tp`` without); a split of the experts' matrices over the
+  attention data-parallel ranks without expert parallelism is refused, not approximated.
+  ``moe_tp`` and ``moe_ep`` both 1 beside ``tp`` > 1 is the source's "none" (not set: the
+  case ids say ``tpnone_epnone``): the engines' default, experts tensor-parallel over the
+  ``tp`` ranks, which is the runner's reading without ``attn_dp``;
+- prefill: the profile's token budget and chunk plan; a job holds at most the prompts whose
+  KV fits the worker;
+- decode: the profile's running cap and the KV pool (``isl + osl`` tokens per request);
+- ``prefill_batch_size`` / ``decode_batch_size`` are not engine settings in the source (the
+  decode one is ``concurrency`` per decode rank) and are not read.
+
+KV transfer (:func:`kv_transfer`): the prompt's KV on one prefill device over one device's
+link of the innermost interconnect tier that holds the whole deployment (NVLink inside an
+8-GPU node or a 72-GPU NVL72 rack, otherwise the network tier), plus
+:data:`KV_TRANSFER_FIXED_MS`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from app.core.catalog.devices import get_device
+from app.core.catalog.hardware import BYTES_PER_GB, Device
+from app.core.catalog.models import get_model
+from app.core.errors import InfeasibleError, InvalidParameterError, UnsupportedError
+from app.core.optimizer.common import MemoLatency
+from app.core.parallel import ParallelLayout
+from app.core.profiles import get_profile
+from app.core.runner.serving import RunnerServingModel
+from app.core.spec import WorkloadSpec
+from app.core.validation.case_file import (
+    CaseFileReport,
+    case_file_report,
+    int_column,
+    measured_value,
+    parallel_size,
+    read_case_rows,
+    row_deployment,
+    row_outcome,
+)
+from app.core.validation.cases import layout_duplicates
+from app.core.validation.predict import engine_family, engine_serving_model
+from app.core.workload import ranks_are_coupled
+from app.core.workload.disagg_serving import (
+    DecodePool,
+    DisaggServingResult,
+    FirstToken,
+    KvTransfer,
+    PrefillPool,
+    simulate_disagg_serving,
+)
+
+#: The columns of a disaggregated measurement file, in the order of the shared sample.
+DISAGG_CASE_COLUMNS: tuple[str, ...] = (
+    "case_id",
+    "model",
+    "hardware",
+    "engine",
+    "gemm_quant",
+    "moe_quant",
+    "isl",
+    "osl",
+    "concurrency",
+    "prefill_workers",
+    "prefill_batch_size",
+    "prefill_tp",
+    "prefill_attn_dp",
+    "prefill_moe_tp",
+    "prefill_moe_ep",
+    "decode_workers",
+    "decode_batch_size",
+    "decode_tp",
+    "decode_attn_dp",
+    "decode_moe_tp",
+    "decode_moe_ep",
+    "num_devices",
+    "ttft_ms",
+    "tpot_ms",
+)
+#: Columns only a disaggregated file has: a header with any of them is read as one.
+_DISAGG_MARKERS = frozenset({"prefill_workers", "decode_workers"})
+
+#: Fixed cost of one KV transfer, besides its bytes: the decode worker allocating blocks and
+#: the two sides exchanging block descriptors and a completion notice over the control plane
+#: (ZMQ / TCP messages between hosts, ~0.1-0.5 ms each, in NIXL, Mooncake and TensorRT-LLM's
+#: cache transceiver alike) and posting the RDMA work requests. One millisecond: a few
+#: control-plane round trips. The decode side's wait for its next scheduler iteration is not
+#: in it (the simulation admits an arrived request at a step boundary).
+KV_TRANSFER_FIXED_MS = 1.0
+
+#: When the client's first token arrives, per engine profile (:data:`~app.core.workload.
+#: disagg_serving.FirstToken`). The client streams from the decode side in all three engines:
+#: - TensorRT-LLM (``trtllm-serve disaggregated``; Dynamo's TRT-LLM workers alike): the
+#:   disaggregated server sends the prompt to a context server (non-streaming), then the
+#:   generation request with the context's first token and KV handle to a generation server,
+#:   and streams that server's responses from its first one, which comes out of the
+#:   generation server's first iteration with the request ("decode_step"; the context's token
+#:   rides along, so the decode side runs one step more than it strictly needs: within one
+#:   decode step of the real count).
+#: - SGLang (PD disaggregation): the prefill's token comes with the KV; the decode server's
+#:   prebuilt batch streams it when it merges the request into its running batch, without a
+#:   forward of its own ("admission").
+#: - vLLM (``NixlConnector`` behind the P/D proxy): the prefiller runs with ``max_tokens=1``
+#:   and the proxy drops its token; the decoder loads the remote KV and computes the first token
+#:   in its own first step ("decode_step"). msmodeling (no disaggregated engine of its own)
+#:   takes the same rule.
+#: The "prefill" rule (a front end that streams the prefill worker's token at once) is no
+#: engine's here.
+FIRST_TOKEN_RULE: Mapping[str, FirstToken] = {
+    "trtllm": "decode_step",
+    "sglang": "admission",
+    "vllm": "decode_step",
+    "msmodeling": "decode_step",
+}
+
+
+def is_disagg_header(text: str) -> bool:
+    """Whether a measurement file's header names the disaggregated columns."""
+    first = next(csv.reader(io.StringIO(text)), [])
+    return bool(_DISAGG_MARKERS & {c.strip() for c in first})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolLayout:
+    """One pool of a row: ``workers`` workers of ``tp x dp`` devices, experts over ``ep``."""
+
+    workers: int
+    tp: int
+    dp: int
+    ep: int
+
+    @property
+    def devices(self) -> int:
+        return self.workers * self.tp * self.dp
+
+    @property
+    def layout(self) -> ParallelLayout:
+        return ParallelLayout(tp=self.tp, dp=self.dp, ep=self.ep)
+
+
+def pool_layout(row: Mapping[str, str], pool: str, *, is_moe: bool) -> PoolLayout:
+    """The layout of the row's ``pool`` ("prefill" or "decode"), refused when the runner
+    cannot represent its expert split (see the module docstring)."""
+    workers = int_column(row, f"{pool}_workers")
+    tp = int_column(row, f"{pool}_tp")
+    dp = parallel_size(row, f"{pool}_attn_dp")
+    moe_tp = parallel_size(row, f"{pool}_moe_tp")
+    ep = parallel_size(row, f"{pool}_moe_ep")
+    if is_moe:
+        _check_expert_split(pool, tp, dp, moe_tp, ep)
+    return PoolLayout(workers=workers, tp=tp, dp=dp, ep=ep)
+
+
+def _check_expert_split(pool: str, tp: int, dp: int, moe_tp: int, ep: int) -> None:
+    """The runner's expert split: ``moe_ep`` expert-parallel ranks over the worker's
+    ``tp x attn_dp`` devices, each expert tensor-parallel over the rest; without expert
+    parallelism, experts tensor-parallel over one replica's ``tp`` ranks."""
+    if moe_tp == ep == 1:
+        moe_tp = tp  # "none" in the source: the engines' default split over the tp ranks
+    if ep == 1 and dp > 1:
+        raise UnsupportedError(
+            f"{pool}: experts split by tensor parallelism across {dp} attention data-parallel "
+            f"ranks without expert parallelism ({pool}_tp={tp}, {pool}_attn_dp={dp}, "
+            f"{pool}_moe_tp={moe_tp}, {pool}_moe_ep={ep}) is not modelled: without expert "
+            "parallelism the runner splits experts over one replica's tp ranks"
+        )
+    if moe_tp * ep != tp * dp:
+        raise InvalidParameterError(
+            f"{pool}_moe_tp",
+            moe_tp,
+            f"{pool}_moe_tp x {pool}_moe_ep = {pool}_tp x {pool}_attn_dp = {tp * dp}",
+        )
+
+
+def kv_transfer(device: Device, devices: int, bytes_per_request: float) -> KvTransfer:
+    """The transfer of one prompt's KV (``bytes_per_request`` on one prefill device) over the
+    innermost tier holding all ``devices`` of the deployment (an 8-GPU NVLink node, a 72-GPU
+    NVL72 rack, else the network: one NIC per GPU), plus :data:`KV_TRANSFER_FIXED_MS`."""
+    tier = device.tier_for(devices)
+    return KvTransfer(
+        bytes_per_request=bytes_per_request,
+        bandwidth_bytes_per_s=tier.bandwidth_gb_s * BYTES_PER_GB * tier.efficiency,
+        fixed_ms=KV_TRANSFER_FIXED_MS,
+    )
+
+
+_Deployment = tuple[str, str, str, int, int, int, str]
+
+
+class DisaggReplay:
+    """Predictions of one disaggregated file, memoised: per pool deployment its serving model
+    and :class:`MemoLatency` (shared by the rows and pools of that deployment), per row's
+    inputs its result."""
+
+    __slots__ = ("_models", "_results")
+
+    def __init__(self) -> None:
+        self._models: dict[_Deployment, tuple[RunnerServingModel, MemoLatency]] = {}
+        self._results: dict[tuple[object, ...], DisaggServingResult] = {}
+
+    def _model(self, deployment: _Deployment) -> tuple[RunnerServingModel, MemoLatency]:
+        found = self._models.get(deployment)
+        if found is None:
+            engine, model, device, tp, dp, ep, precision = deployment
+            serving = engine_serving_model(
+                get_profile(engine), model, device, tp, dp, ep, precision
+            )
+            found = self._models[deployment] = (serving, MemoLatency(serving))
+        return found
+
+    def predict(self, row: Mapping[str, str]) -> tuple[float, float]:
+        result = self.simulate(row)
+        return result.ttft_ms, result.tpot_ms
+
+    def simulate(self, row: Mapping[str, str]) -> DisaggServingResult:
+        """The row's disaggregated closed loop (domain errors say why it cannot run)."""
+        model, device, precision = row_deployment(row)
+        profile = get_profile(engine_family(row["engine"]))
+        is_moe = get_model(model).is_moe
+        prefill = pool_layout(row, "prefill", is_moe=is_moe)
+        decode = pool_layout(row, "decode", is_moe=is_moe)
+        devices = int_column(row, "num_devices")
+        if devices != prefill.devices + decode.devices:
+            raise InvalidParameterError(
+                "num_devices",
+                devices,
+                f"the devices of both pools, {prefill.devices} + {decode.devices}",
+            )
+        isl = int_column(row, "isl")
+        osl = int_column(row, "osl")
+        concurrency = int_column(row, "concurrency")
+        measured_value(row, "ttft_ms")
+        key = (profile.name, model, device, precision, prefill, decode, isl, osl, concurrency)
+        found = self._results.get(key)
+        if found is not None:
+            return found
+        hardware = get_device(device)
+        budget = profile.token_budget(hardware.hbm_capacity_gb, hardware.name, hardware.vendor)
+        spec = WorkloadSpec(
+            input_length=isl,
+            output_length=osl,
+            max_batched_tokens=budget,
+            ttft_overhead_ms=profile.request_frontend_ms,
+        )
+
+        def pool_model(pool: PoolLayout) -> tuple[RunnerServingModel, MemoLatency]:
+            return self._model((profile.name, model, device, pool.tp, pool.dp, pool.ep, precision))
+
+        p_serving, p_memo = pool_model(prefill)
+        d_serving, d_memo = pool_model(decode)
+        prompts = p_serving.kv_capacity_requests(isl, budget)
+        if prompts < 1:
+            raise InfeasibleError(
+                f"prefill worker {prefill.layout.label} of {hardware.name}: no room for one "
+                f"prompt's KV ({isl} tokens) beside the weights"
+            )
+        requests = d_serving.kv_capacity_requests(isl + osl, budget)
+        if requests < 1:
+            raise InfeasibleError(
+                f"decode worker {decode.layout.label} of {hardware.name}: no room for one "
+                f"request's KV ({isl + osl} tokens) beside the weights"
+            )
+        cap = profile.running_cap(hardware.hbm_capacity_gb, hardware.name)
+        result = simulate_disagg_serving(
+            spec,
+            concurrency,
+            PrefillPool(
+                workers=prefill.workers,
+                latency=p_memo,
+                ranks=prefill.dp,
+                coupled=ranks_are_coupled(is_moe, prefill.layout),
+                max_requests_per_rank=prompts,
+            ),
+            DecodePool(
+                workers=decode.workers,
+                latency=d_memo,
+                ranks=decode.dp,
+                coupled=ranks_are_coupled(is_moe, decode.layout),
+                max_running=requests if cap is None else min(cap, requests),
+            ),
+            kv_transfer(hardware, devices, p_serving.runner.kv_cache_bytes(1, isl)),
+            first_token=FIRST_TOKEN_RULE[profile.name],
+        )
+        self._results[key] = result
+        return result
+
+
+def replay_disagg_file(text: str, *, drop_layout_duplicates: bool = False) -> CaseFileReport:
+    """Predict every row of a disaggregated measurement file (``drop_layout_duplicates``:
+    leave out rows that repeat a smaller deployment's measurement)."""
+    rows = read_case_rows(text, DISAGG_CASE_COLUMNS)
+    skip = layout_duplicates(rows) if drop_layout_duplicates else set()
+    replay = DisaggReplay()
+    outcomes = tuple(
+        row_outcome(row, replay.predict) for i, row in enumerate(rows) if i not in skip
+    )
+    return case_file_report(outcomes)

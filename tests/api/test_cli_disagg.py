@@ -1,0 +1,54 @@
+"""``chunkwise validate --cases`` on a disaggregated file, through the real parser."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.core.validation.case_file import OUT_COLUMNS
+
+SAMPLE = Path(__file__).parents[1] / "unit" / "validation" / "disagg_sample.csv"
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_validate_cases_replays_a_disaggregated_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.csv"
+    code, printed, err = run(["validate", "--cases", str(SAMPLE), "--csv", str(out)], capsys)
+    assert code == 0, err
+    assert "B200 180GB | trtllm" in printed and "overall" in printed
+    assert "H200 SXM 141GB | sglang | deepseek-ai/DeepSeek-R1" in printed
+    rows = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
+    assert tuple(rows[0]) == OUT_COLUMNS
+    assert len(rows) == len(SAMPLE.read_text(encoding="utf-8").splitlines()) - 1
+    refused = [r for r in rows if r["error"]]
+    assert len(refused) == 2 and all(r["ttft_ms_pred"] == "" for r in refused)
+    assert all(float(r["ttft_ms_pred"]) > 0 for r in rows if not r["error"])
+    code, printed, _ = run(["validate", "--cases", str(SAMPLE), "--format", "json"], capsys)
+    assert code == 0 and json.loads(printed)["overall"]["refused"] == 2
+
+
+def test_a_disaggregated_header_with_a_wrong_column_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = tmp_path / "cases.csv"
+    text = SAMPLE.read_text(encoding="utf-8").replace(",decode_batch_size,", ",decode_bs,", 1)
+    cases.write_text(text, encoding="utf-8")
+    code, out, err = run(["validate", "--cases", str(cases)], capsys)
+    assert code == 2 and out == ""
+    assert "missing decode_batch_size" in err and "unknown decode_bs" in err
+    assert len(err.strip().splitlines()) == 1
