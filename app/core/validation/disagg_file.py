@@ -42,9 +42,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.core.catalog.devices import get_device
-from app.core.catalog.hardware import BYTES_PER_GB, Device
+from app.core.catalog.hardware import Device
 from app.core.catalog.models import get_model
-from app.core.errors import InfeasibleError, InvalidParameterError, UnsupportedError
+from app.core.errors import InvalidParameterError, UnsupportedError
 from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
 from app.core.profiles import get_profile
@@ -64,13 +64,29 @@ from app.core.validation.cases import layout_duplicates
 from app.core.validation.predict import engine_family, engine_serving_model
 from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import (
-    DecodePool,
     DisaggServingResult,
-    FirstToken,
     KvTransfer,
-    PrefillPool,
     simulate_disagg_serving,
 )
+from app.core.workload.disagg_setup import (
+    FIRST_TOKEN_RULE,
+    KV_TRANSFER_FIXED_MS,
+    PoolWorker,
+    disagg_pools,
+    tier_kv_transfer,
+)
+
+__all__ = [
+    "DISAGG_CASE_COLUMNS",
+    "FIRST_TOKEN_RULE",
+    "KV_TRANSFER_FIXED_MS",
+    "DisaggReplay",
+    "PoolLayout",
+    "is_disagg_header",
+    "kv_transfer",
+    "pool_layout",
+    "replay_disagg_file",
+]
 
 #: The columns of a disaggregated measurement file, in the order of the shared sample.
 DISAGG_CASE_COLUMNS: tuple[str, ...] = (
@@ -101,39 +117,6 @@ DISAGG_CASE_COLUMNS: tuple[str, ...] = (
 )
 #: Columns only a disaggregated file has: a header with any of them is read as one.
 _DISAGG_MARKERS = frozenset({"prefill_workers", "decode_workers"})
-
-#: Fixed cost of one KV transfer, besides its bytes: the decode worker allocating blocks and
-#: the two sides exchanging block descriptors and a completion notice over the control plane
-#: (ZMQ / TCP messages between hosts, ~0.1-0.5 ms each, in NIXL, Mooncake and TensorRT-LLM's
-#: cache transceiver alike) and posting the RDMA work requests. One millisecond: a few
-#: control-plane round trips. The decode side's wait for its next scheduler iteration is not
-#: in it (the simulation admits an arrived request at a step boundary).
-KV_TRANSFER_FIXED_MS = 1.0
-
-#: When the client's first token arrives, per engine profile (:data:`~app.core.workload.
-#: disagg_serving.FirstToken`). The client streams from the decode side in all three engines:
-#: - TensorRT-LLM (``trtllm-serve disaggregated``; Dynamo's TRT-LLM workers alike): the
-#:   disaggregated server sends the prompt to a context server (non-streaming), then the
-#:   generation request with the context's first token and KV handle to a generation server,
-#:   and streams that server's responses from its first one, which comes out of the
-#:   generation server's first iteration with the request ("decode_step"; the context's token
-#:   rides along, so the decode side runs one step more than it strictly needs: within one
-#:   decode step of the real count).
-#: - SGLang (PD disaggregation): the prefill's token comes with the KV; the decode server's
-#:   prebuilt batch streams it when it merges the request into its running batch, without a
-#:   forward of its own ("admission").
-#: - vLLM (``NixlConnector`` behind the P/D proxy): the prefiller runs with ``max_tokens=1``
-#:   and the proxy drops its token; the decoder loads the remote KV and computes the first token
-#:   in its own first step ("decode_step"). msmodeling (no disaggregated engine of its own)
-#:   takes the same rule.
-#: The "prefill" rule (a front end that streams the prefill worker's token at once) is no
-#: engine's here.
-FIRST_TOKEN_RULE: Mapping[str, FirstToken] = {
-    "trtllm": "decode_step",
-    "sglang": "admission",
-    "vllm": "decode_step",
-    "msmodeling": "decode_step",
-}
 
 
 def is_disagg_header(text: str) -> bool:
@@ -198,12 +181,7 @@ def kv_transfer(device: Device, devices: int, bytes_per_request: float) -> KvTra
     """The transfer of one prompt's KV (``bytes_per_request`` on one prefill device) over the
     innermost tier holding all ``devices`` of the deployment (an 8-GPU NVLink node, a 72-GPU
     NVL72 rack, else the network: one NIC per GPU), plus :data:`KV_TRANSFER_FIXED_MS`."""
-    tier = device.tier_for(devices)
-    return KvTransfer(
-        bytes_per_request=bytes_per_request,
-        bandwidth_bytes_per_s=tier.bandwidth_gb_s * BYTES_PER_GB * tier.efficiency,
-        fixed_ms=KV_TRANSFER_FIXED_MS,
-    )
+    return tier_kv_transfer(device.tier_for(devices), bytes_per_request)
 
 
 _Deployment = tuple[str, str, str, int, int, int, str]
@@ -270,36 +248,32 @@ class DisaggReplay:
 
         p_serving, p_memo = pool_model(prefill)
         d_serving, d_memo = pool_model(decode)
-        prompts = p_serving.kv_capacity_requests(isl, budget)
-        if prompts < 1:
-            raise InfeasibleError(
-                f"prefill worker {prefill.layout.label} of {hardware.name}: no room for one "
-                f"prompt's KV ({isl} tokens) beside the weights"
-            )
-        requests = d_serving.kv_capacity_requests(isl + osl, budget)
-        if requests < 1:
-            raise InfeasibleError(
-                f"decode worker {decode.layout.label} of {hardware.name}: no room for one "
-                f"request's KV ({isl + osl} tokens) beside the weights"
-            )
-        cap = profile.running_cap(hardware.hbm_capacity_gb, hardware.name)
+        prefill_pool, decode_pool = disagg_pools(
+            PoolWorker(
+                workers=prefill.workers,
+                ranks=prefill.dp,
+                coupled=ranks_are_coupled(is_moe, prefill.layout),
+                latency=p_memo,
+                kv_requests=p_serving.kv_capacity_requests(isl, budget),
+                label=f"{prefill.layout.label} of {hardware.name}",
+            ),
+            PoolWorker(
+                workers=decode.workers,
+                ranks=decode.dp,
+                coupled=ranks_are_coupled(is_moe, decode.layout),
+                latency=d_memo,
+                kv_requests=d_serving.kv_capacity_requests(isl + osl, budget),
+                label=f"{decode.layout.label} of {hardware.name}",
+            ),
+            input_length=isl,
+            output_length=osl,
+            running_cap=profile.running_cap(hardware.hbm_capacity_gb, hardware.name),
+        )
         result = simulate_disagg_serving(
             spec,
             concurrency,
-            PrefillPool(
-                workers=prefill.workers,
-                latency=p_memo,
-                ranks=prefill.dp,
-                coupled=ranks_are_coupled(is_moe, prefill.layout),
-                max_requests_per_rank=prompts,
-            ),
-            DecodePool(
-                workers=decode.workers,
-                latency=d_memo,
-                ranks=decode.dp,
-                coupled=ranks_are_coupled(is_moe, decode.layout),
-                max_running=requests if cap is None else min(cap, requests),
-            ),
+            prefill_pool,
+            decode_pool,
             kv_transfer(hardware, devices, p_serving.runner.kv_cache_bytes(1, isl)),
             first_token=FIRST_TOKEN_RULE[profile.name],
         )
