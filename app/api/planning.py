@@ -14,7 +14,7 @@ from app.api.deps import ContextDep, GateDep
 from app.api.errors import PROBLEM_RESPONSES
 from app.models.optimize import OptimizeRequest, OptimizeResponse
 from app.models.plan import ChunkPlanRequest, ChunkPlanResponse
-from app.models.simulate import SimulateRequest, SimulateResponse
+from app.models.simulate import DisaggSimulateResponse, SimulateRequest, SimulateResponse
 
 router = APIRouter(prefix="/v1", tags=["planning"], responses=PROBLEM_RESPONSES)
 
@@ -25,11 +25,13 @@ async def chunk_plan(request: ChunkPlanRequest, gate: GateDep) -> ChunkPlanRespo
     return await gate.run(partial(services.chunk_plan, request), light=True)
 
 
-@router.post("/simulate", response_model=SimulateResponse)
+@router.post("/simulate", response_model=SimulateResponse | DisaggSimulateResponse)
 async def simulate(
     request: SimulateRequest, context: ContextDep, gate: GateDep
-) -> SimulateResponse:
-    """One configuration at a given concurrency: TTFT, TPOT, throughput, optionally the steps.
+) -> SimulateResponse | DisaggSimulateResponse:
+    """One configuration at a given concurrency: TTFT, TPOT, throughput, optionally the steps
+    (``mode: "disagg"``: a prefill pool and a decode pool; the pools, the P:D split, the KV
+    transfer and the binding pool).
 
     An infeasible configuration (memory, limits) is a 200 with ``feasible: false``.
     """

@@ -17,6 +17,11 @@ from typing import Literal
 Mode = Literal["agg", "disagg_prefill", "disagg_decode", "pd_ratio"]
 MODES: tuple[Mode, ...] = ("agg", "disagg_prefill", "disagg_decode", "pd_ratio")
 DEFAULT_MODE: Mode = "agg"
+#: POST /v1/simulate: agg (one layout, prefill and decode share replicas) or disagg (a prefill
+#: pool and a decode pool, each with its own layout, under one closed loop of clients).
+SimulateMode = Literal["agg", "disagg"]
+SIMULATE_MODES: tuple[SimulateMode, ...] = ("agg", "disagg")
+DEFAULT_SIMULATE_MODE: SimulateMode = "agg"
 #: The side of a deployment a result row describes.
 Role = Literal["agg", "prefill", "decode"]
 ROLES: tuple[Role, ...] = ("agg", "prefill", "decode")
@@ -29,6 +34,7 @@ MAX_OUTPUT_LENGTH = 131_072  # tokens
 MAX_BATCHED_TOKENS = 1_048_576  # tokens per engine step
 MAX_NUM_DEVICES = 1024
 MAX_PARALLEL_SIZE = 1024  # any single tp / ep / dp value
+MAX_POOL_WORKERS = MAX_NUM_DEVICES  # prefill or decode workers of a disaggregated simulate
 MAX_SEARCH_LIST = 16  # entries in tp_sizes / ep_sizes
 MAX_LAYOUTS = 64  # parallel layouts one optimize request may search
 MAX_TOP_K = 100

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from app.core import limits
+from app.core.limits import DEFAULT_SIMULATE_MODE, SimulateMode
 from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     DEFAULT_POISSON_SEED,
@@ -17,11 +18,62 @@ from app.core.workload import (
     Window,
     Workload,
 )
+from app.core.workload.disagg_serving import FirstToken, Pool
 from app.models.optimize import RunStats
 from app.models.workload import DeploymentMixin, WorkloadMixin
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def _is_agg(value: object) -> bool:
+    return value == DEFAULT_SIMULATE_MODE
+
+
+def _pool_field(pool: str, what: str, *, default_one: bool = True) -> Any:
+    """A disaggregated pool's field: left out of an aggregated request's echo (the echo of a
+    disaggregated one shows every value used)."""
+    if default_one:
+        bound, text = limits.MAX_PARALLEL_SIZE, f"{what} of one {pool} worker (default 1)"
+    else:
+        bound, text = limits.MAX_POOL_WORKERS, f"{pool} workers (engine instances; required)"
+    return Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=bound,
+        exclude_if=_is_none,
+        description=f"mode disagg: {text}; omitted for mode agg",
+        examples=[None],
+    )
+
+
+#: The fields only ``mode: "disagg"`` takes (an aggregated request's echo leaves them out).
+DISAGG_FIELDS = tuple(
+    f"{pool}_{name}"
+    for pool in ("prefill", "decode")
+    for name in ("workers", "tp_size", "dp_size", "ep_size")
+)
+
+
 class SimulateRequest(DeploymentMixin, WorkloadMixin):
+    mode: SimulateMode = Field(
+        default=DEFAULT_SIMULATE_MODE,
+        exclude_if=_is_agg,  # an aggregated answer reads as it did before mode existed
+        description="agg (default): one layout (tp_size, dp_size, ep_size) serving prefill and "
+        "decode; disagg: prefill_workers prefill workers and decode_workers decode workers, "
+        "each pool with its own layout, one closed loop of concurrency clients over both "
+        "(docs/engine.md, 'Disaggregated simulate')",
+    )
+    prefill_workers: int | None = _pool_field("prefill", "workers", default_one=False)
+    prefill_tp_size: int | None = _pool_field("prefill", "tensor-parallel size")
+    prefill_dp_size: int | None = _pool_field("prefill", "attention data-parallel ranks")
+    prefill_ep_size: int | None = _pool_field("prefill", "MoE expert-parallel size")
+    decode_workers: int | None = _pool_field("decode", "workers", default_one=False)
+    decode_tp_size: int | None = _pool_field("decode", "tensor-parallel size")
+    decode_dp_size: int | None = _pool_field("decode", "attention data-parallel ranks")
+    decode_ep_size: int | None = _pool_field("decode", "MoE expert-parallel size")
     concurrency: int | None = Field(
         default=None,
         strict=True,
@@ -30,7 +82,8 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
         description="burst and closed_loop (required): requests (burst) or clients "
         "(closed_loop) in total over the dp_size replicas, split as evenly as integers allow "
         f"(10 over 4 replicas: 3, 3, 2, 2); at least dp_size and at most "
-        f"{limits.MAX_SIM_CONCURRENCY} per replica. poisson: omitted (see max_concurrency)",
+        f"{limits.MAX_SIM_CONCURRENCY} per replica. poisson: omitted (see max_concurrency). "
+        "mode disagg (required): closed-loop clients over the whole deployment",
         examples=[64],
     )
     tp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
@@ -229,4 +282,96 @@ class SimulateResponse(BaseModel):
     )
     timeline: list[StepOut] | None = None
     timeline_truncated: bool = False
+    stats: RunStats
+
+
+# -- mode disagg ---------------------------------------------------------------------------------
+class DisaggPoolOut(BaseModel):
+    """One pool of a disaggregated deployment and how busy the closed loop kept it."""
+
+    workers: int
+    tp_size: int
+    dp_size: int = Field(description="attention data-parallel ranks per worker")
+    ep_size: int
+    parallel: str = Field(description="one worker's layout")
+    devices_per_worker: int = Field(description="tp_size x dp_size")
+    devices: int = Field(description="workers x devices_per_worker")
+    units: int = Field(
+        description="engine units of the pool: dp_size per worker whose ranks are independent, "
+        "one per worker whose ranks are coupled (attention DP with expert-parallel MoE)"
+    )
+    coupled: bool = Field(description="a worker's data-parallel ranks step together")
+    kv_requests: int = Field(
+        description="requests whose KV fits one rank's KV pool (prefill: prompts of "
+        "input_length tokens; decode: input_length + output_length)"
+    )
+    max_requests: int = Field(
+        description="prefill: requests per rank in one prefill job (the token budget over the "
+        "first chunk, at most kv_requests); decode: running cap per rank (the engine's "
+        "max_num_seqs and kv_requests)"
+    )
+    utilisation: float = Field(description="busy share of the pool's units over the makespan")
+    wait_ms: float = Field(
+        description="mean wait of a request: prefill, for a prefill unit; decode, for a decode "
+        "slot once its KV arrived"
+    )
+
+
+class KvTransferOut(BaseModel):
+    """The KV transfer from a prefill worker to a decode worker."""
+
+    tier: str = Field(description="the interconnect tier holding both pools (num_devices)")
+    bandwidth_gb_s: float = Field(
+        description="one device's link of the tier, per direction, efficiency included"
+    )
+    bytes_per_request: float = Field(
+        description="one prompt's KV on one prefill device (every device sends its own share)"
+    )
+    fixed_ms: float = Field(description="per-transfer latency besides the bytes")
+    transfer_ms: float = Field(
+        description="mean transfer time of a request (the requests of one prefill job share "
+        "the link)"
+    )
+
+
+class DisaggSimulateResponse(BaseModel):
+    """``mode: disagg``: a prefill pool and a decode pool under one closed loop of clients."""
+
+    input: SimulateRequest
+    engine: dict[str, Any] = Field(description="the engine profile both pools run under")
+    mode: SimulateMode = "disagg"
+    workload: str = Field(default="closed_loop", description="closed_loop (the only one)")
+    window: str = Field(default="benchmark", description="every request counts, from t = 0")
+    concurrency: int = Field(description="closed-loop clients over the whole deployment")
+    num_requests: int = Field(description="requests sent: concurrency x requests_per_client")
+    num_devices: int = Field(description="prefill devices + decode devices")
+    pd_split: str = Field(
+        description="prefill:decode workers and devices, e.g. '2P:1D (8:8 devices)'"
+    )
+    prefill: DisaggPoolOut
+    decode: DisaggPoolOut
+    binding_pool: Pool | None = Field(
+        description="the pool requests queue for longer (a prefill unit vs a decode slot; "
+        "without queueing, the busier one): the pool to grow; null when nothing ran"
+    )
+    transfer: KvTransferOut
+    first_token: FirstToken = Field(description="when the client gets its first token")
+    first_token_rule: str = Field(description="what TTFT holds under that rule (per engine)")
+    max_batched_tokens: int = Field(description="the prefill workers' token budget")
+    effective_input_length: int
+    prefill_num_chunks: int
+    ttft_ms: float = Field(description="mean over every request")
+    tpot_ms: float = Field(description="mean over every request: first to last token / (O - 1)")
+    e2e_ms: float
+    makespan_ms: float
+    output_throughput: float = Field(description="output tokens/s of the deployment")
+    request_throughput: float = Field(description="requests/s of the deployment")
+    throughput_per_device: float = Field(description="output tokens/s per device of both pools")
+    prefill_jobs: int = Field(description="prefill jobs run (batches of prompts)")
+    decode_runs: int = Field(description="runs of identical decode steps simulated")
+    feasible: bool
+    reason: str | None = Field(
+        description="memory (a worker cannot hold one prompt's or one request's KV) or a "
+        "limit violation, when infeasible"
+    )
     stats: RunStats

@@ -31,6 +31,7 @@ from app.services.calibration import (
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
+from app.services.disagg_simulate import check_agg_request, simulate_disagg
 from app.services.resolve import request_scheduler, resolve_deployment
 from app.services.sizing import (
     check_closed_loop_size,
@@ -45,6 +46,7 @@ from app.services.sizing import (
 
 if TYPE_CHECKING:  # the wire models load with the first simulate, not with app.services
     from app.models.simulate import (
+        DisaggSimulateResponse,
         ForwardShapeOut,
         ReplicaShare,
         SimulateRequest,
@@ -132,11 +134,15 @@ def check_workload_fields(request: SimulateRequest) -> None:
 
 def simulate(
     context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
-) -> SimulateResponse:
-    """One configuration: ``concurrency`` requests (or clients) in total over the replicas.
+) -> SimulateResponse | DisaggSimulateResponse:
+    """One configuration: ``concurrency`` requests (or clients) in total over the replicas
+    (``mode: "disagg"``: a prefill pool and a decode pool, :mod:`.disagg_simulate`).
 
     One MGET for every shape the plan needs, the misses computed, one pipelined write.
     """
+    if request.mode == "disagg":
+        return simulate_disagg(context, request, allow_paths=allow_paths)
+    check_agg_request(request)
     started = time.perf_counter()
     request, profile = with_engine_defaults(with_device_count(request))
     check_workload_fields(request)
