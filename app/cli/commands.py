@@ -27,6 +27,16 @@ SIMULATE_OPTIONAL = (
     "max_concurrency",
     "num_requests",
     "seed",
+    # --mode disagg: the two pools
+    "mode",
+    "prefill_workers",
+    "prefill_tp_size",
+    "prefill_dp_size",
+    "prefill_ep_size",
+    "decode_workers",
+    "decode_tp_size",
+    "decode_dp_size",
+    "decode_ep_size",
 )
 
 

@@ -19,7 +19,7 @@ from app.cli.commands import (
 )
 from app.cli.serve import cmd_serve
 from app.core.calibration.parameters import PARAMETER_NAMES
-from app.core.limits import DEFAULT_TOP_K
+from app.core.limits import DEFAULT_SIMULATE_MODE, DEFAULT_TOP_K, SIMULATE_MODES
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
 from app.core.profiles import DEFAULT_ENGINE, OVERRIDABLE, PROFILES, RFC_ENGINE
 from app.core.scheduler import DEFAULT_SCHEDULER, MIXED_LATENCIES, PREFILL_ORDERS, SCHEDULERS
@@ -322,7 +322,7 @@ def _add_simulate_workload(simulate: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="burst / closed_loop (required): requests (closed_loop: clients) in total, split "
-        "over the --dp-size replicas",
+        "over the --dp-size replicas; --mode disagg: clients over the whole deployment",
     )
     simulate.add_argument(
         "--request-rate", type=float, default=None, help="poisson (required): requests/s in total"
@@ -368,7 +368,44 @@ def _add_simulate(sub: Subparsers[argparse.ArgumentParser]) -> None:
     )
     _add_limit_flags(simulate)
     simulate.add_argument("--timeline", action="store_true", help="print the step timeline")
+    _add_disagg_pools(simulate)
     simulate.set_defaults(func=cmd_simulate)
+
+
+def _add_disagg_pools(simulate: argparse.ArgumentParser) -> None:
+    """``--mode disagg``: a prefill pool and a decode pool, each with its own layout."""
+    simulate.add_argument(
+        "--mode",
+        choices=SIMULATE_MODES,
+        default=None,
+        help=f"{DEFAULT_SIMULATE_MODE} (default): one layout, --tp-size / --dp-size / "
+        "--ep-size; disagg: --prefill-workers and --decode-workers, each pool with its own "
+        "layout, --concurrency closed-loop clients over both",
+    )
+    for pool in ("prefill", "decode"):
+        simulate.add_argument(
+            f"--{pool}-workers",
+            type=int,
+            default=None,
+            help=f"--mode disagg (required): {pool} workers",
+        )
+        for flag, what in (("tp", "tensor-parallel size"), ("dp", "attention DP ranks")):
+            simulate.add_argument(
+                f"--{pool}-{flag}",
+                f"--{pool}-{flag}-size",
+                dest=f"{pool}_{flag}_size",
+                type=int,
+                default=None,
+                help=f"--mode disagg: {what} of one {pool} worker (default 1)",
+            )
+        simulate.add_argument(
+            f"--{pool}-ep",
+            f"--{pool}-ep-size",
+            dest=f"{pool}_ep_size",
+            type=int,
+            default=None,
+            help=f"--mode disagg: MoE expert-parallel size of one {pool} worker (default 1)",
+        )
 
 
 def _add_serve(sub: Subparsers[argparse.ArgumentParser]) -> None:

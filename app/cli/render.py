@@ -413,9 +413,77 @@ def simulate_csv(body: dict[str, Any]) -> str:
 
 
 def print_simulate(body: dict[str, Any], fmt_name: str) -> None:
+    disagg = body.get("mode") == "disagg"
     if fmt_name == "json":
         dump(body)
     elif fmt_name == "csv":
-        print(simulate_csv(body), end="")
+        print(disagg_simulate_csv(body) if disagg else simulate_csv(body), end="")
     else:
-        print(simulate_text(body))
+        print(disagg_simulate_text(body) if disagg else simulate_text(body))
+
+
+# -- simulate --mode disagg --------------------------------------------------------------------
+DISAGG_KEYS = (
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "output_throughput",
+    "throughput_per_device",
+    "request_throughput",
+    "makespan_ms",
+)
+POOL_HEADERS = ["pool", "workers", "layout", "devices", "units", "max_req", "util", "wait_ms"]
+
+
+def _pool_row(name: str, pool: dict[str, Any]) -> list[str]:
+    return [
+        name,
+        str(pool["workers"]),
+        pool["parallel"],
+        str(pool["devices"]),
+        str(pool["units"]),
+        str(pool["max_requests"]),
+        f"{pool['utilisation']:.1%}",
+        fmt(pool["wait_ms"], 2),
+    ]
+
+
+def disagg_simulate_text(body: dict[str, Any]) -> str:
+    """A disaggregated simulate: the deployment, the metrics, then one row per pool."""
+    transfer = body["transfer"]
+    binding = body["binding_pool"]
+    pairs = [
+        ("engine", body["engine"]["name"]),
+        ("mode", "disagg (closed_loop, benchmark window)"),
+        ("pd_split", body["pd_split"]),
+        ("concurrency", str(body["concurrency"])),
+        ("num_requests", str(body["num_requests"])),
+        ("max_batched_tokens", str(body["max_batched_tokens"])),
+        *((key, fmt(body[key], 3)) for key in DISAGG_KEYS),
+        ("binding_pool", binding or "-"),
+        (
+            "kv_transfer",
+            f"{fmt(transfer['transfer_ms'], 3)} ms mean over {transfer['tier']} "
+            f"({fmt(transfer['bandwidth_gb_s'], 1)} GB/s per device, "
+            f"{fmt(transfer['fixed_ms'], 1)} ms fixed)",
+        ),
+        ("first_token", f"{body['first_token']}: {body['first_token_rule']}"),
+        ("feasible", str(body["feasible"])),
+        ("reason", fmt(body["reason"])),
+    ]
+    width = max(len(key) for key, _ in pairs)
+    lines = [f"{key.ljust(width)}  {value}" for key, value in pairs]
+    rows = [_pool_row(name, body[name]) for name in ("prefill", "decode")]
+    lines.extend(["", table(POOL_HEADERS, rows)])
+    return "\n".join(lines)
+
+
+def disagg_simulate_csv(body: dict[str, Any]) -> str:
+    """One row: the metrics, each pool's figures as ``prefill_*`` / ``decode_*`` columns."""
+    skip = ("input", "engine", "stats", "prefill", "decode", "transfer")
+    row = {k: v for k, v in body.items() if k not in skip}
+    row["engine"] = body["engine"]["name"]
+    for pool in ("prefill", "decode"):
+        row.update({f"{pool}_{k}": v for k, v in body[pool].items()})
+    row.update({f"transfer_{k}": v for k, v in body["transfer"].items()})
+    return to_csv([row])
