@@ -221,6 +221,8 @@ def is_light_simulation(request: SimulateRequest) -> bool:
     chunks = -(-request.input_length // budget)
     replicas = max(1, request.dp_size)
     workload = request.workload or get_profile(request.engine or DEFAULT_ENGINE).workload
+    if request.mode == "disagg":
+        workload = "closed_loop"  # always, whatever the profile's
     if workload == "poisson":
         total = request.num_requests or DEFAULT_POISSON_REQUESTS
     elif workload == "closed_loop":
