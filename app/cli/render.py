@@ -201,6 +201,11 @@ def optimize_text(body: dict[str, Any]) -> str:
             f"pd_ratio={pd['pd_ratio']:.3f}  prefill instances={split['prefill_instances']}"
             f"  decode instances={split['decode_instances']}  devices used={split['devices_used']}"
             f"  output tokens/s={pd['output_throughput']:,.1f}"
+            + (
+                f"  split={pd['pd_split']}  binding={pd['binding_pool']}"
+                if pd.get("pd_split")
+                else ""
+            )
         )
     lines.extend(
         f"infeasible {item['role']} {item['parallel']}: {item['reason']}"

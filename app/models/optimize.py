@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -178,6 +178,14 @@ class PdRatioOut(BaseModel):
     output_throughput: float
     throughput_per_device: float
     reason: str | None
+    binding_pool: Literal["prefill", "decode"] | None = Field(
+        default=None,
+        description="the side whose instances cap the balanced QPS (the one to grow); best is "
+        "its row",
+    )
+    pd_split: str | None = Field(
+        default=None, description="prefill:decode instances and devices, e.g. '1P:1D (4:8 devices)'"
+    )
 
 
 class RunStats(BaseModel):
@@ -195,7 +203,11 @@ class OptimizeResponse(BaseModel):
         description="the engine profile used and every value it set (after engine_options)"
     )
     mode: Mode
-    best: ResultRowOut | None = Field(description="highest throughput configuration")
+    best: ResultRowOut | None = Field(
+        description="highest throughput configuration (pd_ratio: the binding side's instance "
+        "row); null with reason when nothing is feasible or, for the modes that size prefill "
+        "instances, when ttft_limit_ms is not given"
+    )
     rows: list[ResultRowOut] = Field(description="best row per layout, ranked, top_k")
     probes: list[ProbeOut]
     infeasible: list[InfeasibleLayout]

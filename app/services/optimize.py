@@ -49,6 +49,7 @@ from app.services.calibration import (
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
+from app.services.disagg_simulate import pd_split_text
 from app.services.resolve import ResolvedDeployment, request_scheduler, resolve_deployment
 from app.services.sizing import search_cap, with_engine_defaults, workload_spec
 
@@ -290,7 +291,47 @@ def _pd_ratio_out(pd_result: PdRatioResult, deployment: ResolvedDeployment) -> P
         output_throughput=pd_result.throughput_tokens_s,
         throughput_per_device=pd_result.throughput_per_device,
         reason=pd_result.reason,
+        binding_pool=pd_result.binding_pool,
+        pd_split=_pd_split(pd_result),
     )
+
+
+def _pd_split(pd_result: PdRatioResult) -> str | None:
+    """``1P:1D (4:8 devices)`` of a balanced split."""
+    split, p_row, d_row = pd_result.split, pd_result.prefill_row, pd_result.decode_row
+    if split is None or p_row is None or d_row is None:
+        return None
+    n_p, n_d = split.prefill_instances, split.decode_instances
+    return pd_split_text(n_p, n_d, n_p * p_row.num_devices, n_d * d_row.num_devices)
+
+
+#: The modes whose prefill instances are sized by TTFT (a search for throughput alone grows the
+#: prefill batch to the cap: every prompt of the batch waits for the whole batch).
+_TTFT_SIZED = ("disagg_prefill", "pd_ratio")
+
+
+def _readable_best(
+    run: _Search, rows: list[ResultRowOut], reason: str | None
+) -> tuple[ResultRowOut | None, str | None]:
+    """``best`` of a disaggregated mode, or ``None`` and the reason: pd_ratio's is the binding
+    side's row; without ``ttft_limit_ms`` a prefill-sizing mode names the missing limit
+    instead of an unbounded prefill batch."""
+    mode = run.request.mode
+    best = rows[0] if rows and mode != "pd_ratio" else None
+    pd = run.pd
+    if mode == "pd_ratio" and pd is not None and pd.split is not None:
+        best = pd.prefill_row if pd.binding_pool == "prefill" else pd.decode_row
+    if mode in _TTFT_SIZED and run.spec.ttft_limit_ms is None:
+        prefill = [r for r in rows if r.role == "prefill"]
+        if prefill:
+            top = max(prefill, key=lambda r: r.throughput_tokens_s)
+            return None, (
+                "ttft_limit_ms is not given: prefill instances are sized by their TTFT, and "
+                f"without a limit the batch only grows with throughput (here {top.parallel} at "
+                f"{top.concurrency} requests, TTFT {top.ttft_ms or 0.0:.0f} ms); give "
+                "ttft_limit_ms"
+            )
+    return best, reason
 
 
 def _run_pd_ratio(run: _Search) -> None:
@@ -410,10 +451,9 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
         infeasible.extend(_infeasible(section.role, section.result.infeasible))
     if mode != "pd_ratio":
         rows = rows[: request.top_k]
-    best = rows[0] if rows and mode != "pd_ratio" else None
-    reason = run.reason
+    best, reason = _readable_best(run, rows, run.reason)
     suggestions: list[str] = []
-    if mode != "pd_ratio" and best is None:
+    if mode != "pd_ratio" and best is None and reason is None:
         reason = "no feasible configuration: " + (
             "; ".join(f"{i.parallel}: {i.reason}" for i in infeasible) or "no layout"
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from app.core.chunking import require_int
 from app.core.engine import MS_PER_S
@@ -86,6 +87,14 @@ def split_instances(
     return best
 
 
+def binding_side(split: InstanceSplit, p_qps: float, d_qps: float) -> Literal["prefill", "decode"]:
+    """The side whose instances cap the balanced QPS (the one to grow): prefill when its
+    instances complete no more requests than the decode instances could."""
+    prefill_cap = split.prefill_instances * p_qps
+    decode_cap = split.decode_instances * d_qps
+    return "prefill" if prefill_cap <= decode_cap else "decode"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PdRatioResult:
     prefill: OptimizeResult
@@ -99,6 +108,8 @@ class PdRatioResult:
     throughput_tokens_s: float
     throughput_per_device: float
     reason: str | None
+    #: The side whose instances cap the balanced QPS (``None`` without a split).
+    binding_pool: Literal["prefill", "decode"] | None = None
 
 
 def _best_by_qps(probes: Sequence[Probe], qps: dict[int, float]) -> Probe | None:
@@ -197,4 +208,5 @@ def optimize_pd_ratio(
         reason=None
         if split
         else f"num_devices={device_budget} cannot hold one prefill and one decode instance",
+        binding_pool=binding_side(split, p_qps, d_qps) if split else None,
     )
