@@ -26,7 +26,7 @@ from typing import Any
 
 from app import services
 from app.models.optimize import OptimizeRequest
-from app.models.simulate import SimulateRequest
+from app.models.simulate import SimulateRequest, SimulateResponse
 from app.settings import Settings
 
 MODEL: dict[str, Any] = {
@@ -73,7 +73,7 @@ def time_simulate(body: dict[str, Any], repeat: int) -> dict[str, Any]:
             warm.append((time.perf_counter() - started) * 1e3)
         finally:
             context.close()
-    assert response is not None
+    assert isinstance(response, SimulateResponse)  # an aggregated request's answer
     return {
         "cold_ms": round(min(cold), 1),
         "warm_ms": round(min(warm), 1),

@@ -128,9 +128,11 @@ def simulate_cold(request: SimulateRequest) -> SimulateResponse:
     settings = Settings(cache_backend="memory", response_cache=False, log_level="warning")
     context = services.create_context(settings)
     try:
-        return services.simulate(context, request)
+        response = services.simulate(context, request)
     finally:
         context.close()
+    assert isinstance(response, SimulateResponse)  # an aggregated request's answer
+    return response
 
 
 def poisson(data: WorkloadSpec, repeats: int) -> None:

@@ -11,6 +11,7 @@ One module per job:
     cost_model   the cache-backed latency model (ForwardRecord, CachedServingModel, ModelFactory)
     chunk_plan   POST /v1/chunk-plan
     simulate     POST /v1/simulate
+    disagg_simulate  POST /v1/simulate with mode disagg (a prefill pool and a decode pool)
     optimize     POST /v1/optimize
     forward      POST /v1/forward and chunkwise forward (one path: plan_forward / run_forward)
     validate     chunkwise validate (the replay of measured data)
