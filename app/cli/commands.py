@@ -354,6 +354,47 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return run_service(call)
 
 
+PLAN_OPTIONAL = (
+    "request_rate",
+    "output_token_rate",
+    "percentile",
+    "headroom",
+    "price_per_device_hour",
+    "num_requests",
+    "seed",
+)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``plan``: the replicas a target traffic needs under the SLA, and their cost."""
+    from app.models.capacity import PlanRequest
+    from app.services.capacity import plan
+
+    if len(args.device) > 1:
+        return fail(ONE_DEVICE)
+
+    def call(context: ServiceContext) -> int:
+        request = PlanRequest.model_validate(
+            {
+                **common_fields(args),
+                "tp_size": args.tp_size,
+                "ep_size": args.ep_size,
+                "dp_size": args.dp_size,
+                "ttft_limit_ms": args.ttft_limit,
+                "tpot_limit_ms": args.tpot_limit,
+                **given(args, PLAN_OPTIONAL),
+            }
+        )
+        body = plan(context, request).model_dump(mode="json")
+        if args.format == "json":
+            render.dump(body)
+        else:
+            print(render.plan_text(body))
+        return 0
+
+    return run_service(call)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from app import services
     from app.models.simulate import SimulateRequest

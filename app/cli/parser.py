@@ -14,6 +14,7 @@ from app.cli.commands import (
     cmd_forward,
     cmd_models,
     cmd_optimize,
+    cmd_plan,
     cmd_simulate,
     cmd_validate,
 )
@@ -371,6 +372,42 @@ def _add_simulate(sub: Subparsers[argparse.ArgumentParser]) -> None:
     simulate.set_defaults(func=cmd_simulate)
 
 
+def _add_plan(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="replicas and devices a target traffic needs under an SLA, and their cost",
+    )
+    for add in (_add_deployment_flags, _add_scheduler_flags):
+        add(plan)
+    plan.add_argument("--tp-size", type=int, default=1, help="one replica's tensor parallelism")
+    plan.add_argument("--ep-size", type=int, default=1)
+    plan.add_argument("--dp-size", type=int, default=1, help="data-parallel ranks per replica")
+    target = plan.add_mutually_exclusive_group(required=True)
+    target.add_argument("--request-rate", type=float, default=None, help="target requests/s")
+    target.add_argument(
+        "--output-token-rate", type=float, default=None, help="target output tokens/s"
+    )
+    _add_limit_flags(plan)
+    plan.add_argument(
+        "--percentile",
+        type=float,
+        default=None,
+        help="the limits hold for this percentile of requests (default: the means)",
+    )
+    plan.add_argument(
+        "--headroom", type=float, default=None, help="plan for this x the target (default 1.25)"
+    )
+    plan.add_argument("--price-per-device-hour", type=float, default=None, help="gives the costs")
+    plan.add_argument(
+        "--num-requests", type=int, default=None, help="requests of each Poisson probe"
+    )
+    plan.add_argument("--seed", type=int, default=None, help="seed of the Poisson arrivals")
+    _add_format(plan, "json", "table")
+    plan.set_defaults(
+        func=cmd_plan, workload=None, window=None, requests_per_client=None, force_simulation=False
+    )
+
+
 def _add_serve(sub: Subparsers[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default="127.0.0.1")
@@ -386,6 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Subparsers[argparse.ArgumentParser]",
         parser.add_subparsers(dest="command", required=True),
     )
-    for add in (_add_serve, _add_forward, _add_catalog_and_validate, _add_optimize, _add_simulate):
+    for add in (
+        _add_serve,
+        _add_forward,
+        _add_catalog_and_validate,
+        _add_optimize,
+        _add_simulate,
+        _add_plan,
+    ):
         add(sub)
     return parser
