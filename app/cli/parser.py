@@ -9,6 +9,7 @@ import json
 from typing import NoReturn, cast, get_args
 
 from app.cli.commands import (
+    UNMODELLED_FLAGS,
     cmd_calibrate,
     cmd_devices,
     cmd_forward,
@@ -183,7 +184,12 @@ def _add_deployment_flags(cmd: argparse.ArgumentParser) -> None:
         "--max-prefill-tokens", type=int, default=None, help=argparse.SUPPRESS
     )  # deprecated alias of --max-batched-tokens (a warning on stderr)
     cmd.add_argument("--prefix-cache-hit-rate", type=float, default=0.0)
-    cmd.add_argument("--quantize-linear-action", default=NO_QUANTIZATION)
+    cmd.add_argument(
+        "--quantize-linear-action",
+        default=None,
+        help=f"default {NO_QUANTIZATION} (the checkpoint's own weights; --engine {RFC_ENGINE}: "
+        "W8A8_DYNAMIC, msmodeling's default)",
+    )
     cmd.add_argument(
         "--quantize-attention-action",
         default=None,
@@ -308,6 +314,24 @@ def _add_optimize(sub: Subparsers[argparse.ArgumentParser]) -> None:
         default=None,
         help="accepted for msmodeling compatibility and ignored (one process, a note on stderr)",
     )
+    optimize.add_argument(
+        "--batch-range",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="msmodeling's [MIN] MAX batch sizes: MAX is --max-batch-size (the search starts at 1)",
+    )
+    optimize.add_argument(
+        "--serving-cost",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="msmodeling's serving cost: a fixed TTFT overhead of prefill instances (ms)",
+    )
+    # msmodeling flags with no meaning here: refused with a one-line pointer (cmd_optimize).
+    for flag in UNMODELLED_FLAGS:
+        optimize.add_argument(flag, nargs="?", const=True, default=None, help=argparse.SUPPRESS)
     optimize.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
