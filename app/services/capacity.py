@@ -16,6 +16,7 @@ from app.core.workload.metrics import ServingResult
 from app.services.calibration import calibrated, calibrated_profile, resolve_calibration
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
+from app.services.finite import finite_or_infeasible
 from app.services.resolve import request_scheduler, resolve_deployment
 from app.services.sizing import check_poisson_size, with_engine_defaults, workload_spec
 
@@ -118,7 +119,7 @@ def plan(context: ServiceContext, request: PlanRequest) -> PlanResponse:
     ttft = tpot = None
     if result.at_rate is not None and result.reason is None:
         ttft, tpot = sla.statistic(result.at_rate)
-    return PlanResponse(
+    response = PlanResponse(
         input=request,
         engine=profile.to_dict(),
         parallel=layout.label,
@@ -137,6 +138,7 @@ def plan(context: ServiceContext, request: PlanRequest) -> PlanResponse:
         feasible=result.reason is None,
         reason=result.reason,
     )
+    return finite_or_infeasible(response)
 
 
 def _statistic_name(percentile: float | None) -> str:
