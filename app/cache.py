@@ -157,8 +157,9 @@ class LatencyCache(Protocol):
         """Values for ``keys`` in order; ``None`` for a miss. Never raises for backend errors."""
         ...
 
-    def set_many(self, items: Mapping[str, JSONValue]) -> None:
-        """Store every item (one round trip). Never raises for backend errors."""
+    def set_many(self, items: Mapping[str, JSONValue], *, ttl_s: int | None = None) -> None:
+        """Store every item (one round trip; ``ttl_s``: their expiry instead of the backend's
+        default, where the backend expires keys). Never raises for backend errors."""
         ...
 
     def delete_many(self, keys: Sequence[str]) -> None:
@@ -208,7 +209,8 @@ class MemoryLatencyCache:
         self.stats.add(hits=hits, misses=len(out) - hits)
         return out
 
-    def set_many(self, items: Mapping[str, JSONValue]) -> None:
+    def set_many(self, items: Mapping[str, JSONValue], *, ttl_s: int | None = None) -> None:
+        # An LRU: keys leave by eviction (values that expire say so themselves).
         encoded = _encode_all(items)
         if not encoded:
             return
@@ -366,14 +368,14 @@ class RedisLatencyCache:
         self.stats.add(hits=hits, misses=len(out) - hits)
         return out
 
-    def set_many(self, items: Mapping[str, JSONValue]) -> None:
+    def set_many(self, items: Mapping[str, JSONValue], *, ttl_s: int | None = None) -> None:
         encoded = _encode_all(items)
         if not encoded or self._skipping() or self._refusing():
             return
         try:
             pipe = self._client.pipeline(transaction=False)
             for key, raw in encoded.items():
-                pipe.set(key, raw, ex=self.ttl_s)
+                pipe.set(key, raw, ex=self.ttl_s if ttl_s is None else ttl_s)
             pipe.execute()
         except self._refusals as exc:
             self._succeeded()  # it answered

@@ -12,6 +12,7 @@ from fastapi import APIRouter
 from app import services
 from app.api.deps import ContextDep, GateDep
 from app.api.errors import PROBLEM_RESPONSES
+from app.models.capacity import PlanRequest, PlanResponse
 from app.models.optimize import OptimizeRequest, OptimizeResponse
 from app.models.plan import ChunkPlanRequest, ChunkPlanResponse
 from app.models.simulate import DisaggSimulateResponse, SimulateRequest, SimulateResponse
@@ -48,3 +49,13 @@ async def optimize(
     Every feasible probe is returned for plots (``include_probes``). Bounds: see README.
     """
     return await gate.run(partial(services.optimize, context, request))
+
+
+@router.post("/plan", response_model=PlanResponse)
+async def capacity_plan(request: PlanRequest, context: ContextDep, gate: GateDep) -> PlanResponse:
+    """Replicas and devices a target traffic needs under an SLA (mean or percentile TTFT /
+    TPOT from Poisson arrivals), with the headroom, and the costs from a price per
+    device-hour. A layout that cannot meet the SLA even idle is a 200 with the reason."""
+    from app.services.capacity import plan
+
+    return await gate.run(partial(plan, context, request))

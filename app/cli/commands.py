@@ -272,7 +272,6 @@ def common_fields(args: argparse.Namespace) -> dict[str, Any]:
         "output_length": args.output_length,
         "max_batched_tokens": budget,
         "prefix_cache_hit_rate": args.prefix_cache_hit_rate,
-        "quantize_linear_action": args.quantize_linear_action,
         "num_mtp_tokens": args.num_mtp_tokens,
         "reserved_memory_gb": args.reserved_memory_gb,
         "force_simulation": args.force_simulation,
@@ -280,7 +279,14 @@ def common_fields(args: argparse.Namespace) -> dict[str, Any]:
         # take them can say so).
         **given(
             args,
-            ("quantize_attention_action", "engine", "workload", "window", "requests_per_client"),
+            (
+                "quantize_linear_action",
+                "quantize_attention_action",
+                "engine",
+                "workload",
+                "window",
+                "requests_per_client",
+            ),
         ),
     }
     options = {
@@ -312,12 +318,43 @@ def optimize_modes(args: argparse.Namespace) -> list[str]:
     return ["agg"]
 
 
+#: msmodeling's throughput-optimizer flags that mean nothing to an analytic model, and why.
+UNMODELLED_FLAGS: dict[str, str] = {
+    "--compile": "torch.compile changes no analytic latency here; drop it",
+    "--compile-allow-graph-break": "torch.compile changes no analytic latency here; drop it",
+    "--mxfp4-group-size": "MXFP4 is modelled with its standard 32-element groups; drop it",
+    "--image-height": "multimodal inputs are not modelled; give the prompt's token count",
+    "--image-width": "multimodal inputs are not modelled; give the prompt's token count",
+    "--log-level": "the CLI prints only results and one-line errors; drop it",
+}
+
+
+def msmodeling_flags(args: argparse.Namespace) -> str | None:
+    """msmodeling's other flags: mapped (``--batch-range``, ``--serving-cost``) or the one-line
+    reason they are refused (None: nothing to refuse)."""
+    for flag, why in UNMODELLED_FLAGS.items():
+        if getattr(args, flag[2:].replace("-", "_"), None) is not None:
+            return f"{flag} (msmodeling): {why}"
+    if args.batch_range is not None:
+        if len(args.batch_range) > 2:
+            return "--batch-range takes [MIN] MAX"
+        if len(args.batch_range) == 2 and args.batch_range[0] != 1:
+            return "--batch-range MIN: the search always starts at batch 1; give only MAX"
+        if args.max_batch_size is not None:
+            return "--batch-range MAX and --max-batch-size say the same; give one"
+        args.max_batch_size = args.batch_range[-1]
+    return None
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from app import services
     from app.models.optimize import OptimizeRequest
 
     if args.disagg and args.enable_optimize_prefill_decode_ratio:
         return fail("--disagg and --enable-optimize-prefill-decode-ratio are exclusive")
+    refused = msmodeling_flags(args)
+    if refused is not None:
+        return fail(refused)
     if len(args.device) > 1:
         return fail(ONE_DEVICE)
     if args.jobs is not None:
@@ -347,6 +384,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 "include_probes": args.format == "json" or args.dump_original_results,
                 # Given only when set: the default shrinks to the search bounds, a given one not.
                 **given(args, ("max_batch_size",)),
+                **({} if args.serving_cost is None else {"serving_overhead_ms": args.serving_cost}),
             }
         )
 
@@ -359,6 +397,47 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             for mode in optimize_modes(args)
         ]
         render.print_optimize(bodies, args.format, probes=args.dump_original_results)
+        return 0
+
+    return run_service(call)
+
+
+PLAN_OPTIONAL = (
+    "request_rate",
+    "output_token_rate",
+    "percentile",
+    "headroom",
+    "price_per_device_hour",
+    "num_requests",
+    "seed",
+)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``plan``: the replicas a target traffic needs under the SLA, and their cost."""
+    from app.models.capacity import PlanRequest
+    from app.services.capacity import plan
+
+    if len(args.device) > 1:
+        return fail(ONE_DEVICE)
+
+    def call(context: ServiceContext) -> int:
+        request = PlanRequest.model_validate(
+            {
+                **common_fields(args),
+                "tp_size": args.tp_size,
+                "ep_size": args.ep_size,
+                "dp_size": args.dp_size,
+                "ttft_limit_ms": args.ttft_limit,
+                "tpot_limit_ms": args.tpot_limit,
+                **given(args, PLAN_OPTIONAL),
+            }
+        )
+        body = plan(context, request).model_dump(mode="json")
+        if args.format == "json":
+            render.dump(body)
+        else:
+            print(render.plan_text(body))
         return 0
 
     return run_service(call)

@@ -9,11 +9,13 @@ import json
 from typing import NoReturn, cast, get_args
 
 from app.cli.commands import (
+    UNMODELLED_FLAGS,
     cmd_calibrate,
     cmd_devices,
     cmd_forward,
     cmd_models,
     cmd_optimize,
+    cmd_plan,
     cmd_simulate,
     cmd_validate,
 )
@@ -182,7 +184,12 @@ def _add_deployment_flags(cmd: argparse.ArgumentParser) -> None:
         "--max-prefill-tokens", type=int, default=None, help=argparse.SUPPRESS
     )  # deprecated alias of --max-batched-tokens (a warning on stderr)
     cmd.add_argument("--prefix-cache-hit-rate", type=float, default=0.0)
-    cmd.add_argument("--quantize-linear-action", default=NO_QUANTIZATION)
+    cmd.add_argument(
+        "--quantize-linear-action",
+        default=None,
+        help=f"default {NO_QUANTIZATION} (the checkpoint's own weights; --engine {RFC_ENGINE}: "
+        "W8A8_DYNAMIC, msmodeling's default)",
+    )
     cmd.add_argument(
         "--quantize-attention-action",
         default=None,
@@ -308,6 +315,24 @@ def _add_optimize(sub: Subparsers[argparse.ArgumentParser]) -> None:
         help="accepted for msmodeling compatibility and ignored (one process, a note on stderr)",
     )
     optimize.add_argument(
+        "--batch-range",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="msmodeling's [MIN] MAX batch sizes: MAX is --max-batch-size (the search starts at 1)",
+    )
+    optimize.add_argument(
+        "--serving-cost",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="msmodeling's serving cost: a fixed TTFT overhead of prefill instances (ms)",
+    )
+    # msmodeling flags with no meaning here: refused with a one-line pointer (cmd_optimize).
+    for flag in UNMODELLED_FLAGS:
+        optimize.add_argument(flag, nargs="?", const=True, default=None, help=argparse.SUPPRESS)
+    optimize.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -408,6 +433,42 @@ def _add_disagg_pools(simulate: argparse.ArgumentParser) -> None:
         )
 
 
+def _add_plan(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="replicas and devices a target traffic needs under an SLA, and their cost",
+    )
+    for add in (_add_deployment_flags, _add_scheduler_flags):
+        add(plan)
+    plan.add_argument("--tp-size", type=int, default=1, help="one replica's tensor parallelism")
+    plan.add_argument("--ep-size", type=int, default=1)
+    plan.add_argument("--dp-size", type=int, default=1, help="data-parallel ranks per replica")
+    target = plan.add_mutually_exclusive_group(required=True)
+    target.add_argument("--request-rate", type=float, default=None, help="target requests/s")
+    target.add_argument(
+        "--output-token-rate", type=float, default=None, help="target output tokens/s"
+    )
+    _add_limit_flags(plan)
+    plan.add_argument(
+        "--percentile",
+        type=float,
+        default=None,
+        help="the limits hold for this percentile of requests (default: the means)",
+    )
+    plan.add_argument(
+        "--headroom", type=float, default=None, help="plan for this x the target (default 1.25)"
+    )
+    plan.add_argument("--price-per-device-hour", type=float, default=None, help="gives the costs")
+    plan.add_argument(
+        "--num-requests", type=int, default=None, help="requests of each Poisson probe"
+    )
+    plan.add_argument("--seed", type=int, default=None, help="seed of the Poisson arrivals")
+    _add_format(plan, "json", "table")
+    plan.set_defaults(
+        func=cmd_plan, workload=None, window=None, requests_per_client=None, force_simulation=False
+    )
+
+
 def _add_serve(sub: Subparsers[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default="127.0.0.1")
@@ -423,6 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Subparsers[argparse.ArgumentParser]",
         parser.add_subparsers(dest="command", required=True),
     )
-    for add in (_add_serve, _add_forward, _add_catalog_and_validate, _add_optimize, _add_simulate):
+    for add in (
+        _add_serve,
+        _add_forward,
+        _add_catalog_and_validate,
+        _add_optimize,
+        _add_simulate,
+        _add_plan,
+    ):
         add(sub)
     return parser

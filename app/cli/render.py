@@ -315,6 +315,33 @@ SERVING_KEYS = (
 TIMELINE_HEADERS = ["start_ms", "step_ms", "repeat", "p_step", "d_step", "first", "done"]
 
 
+def plan_text(body: dict[str, Any]) -> str:
+    """A capacity plan: the replicas, devices and costs, or why none meets the SLA."""
+    first = body["input"]
+    lines = [
+        f"{first['model']} on {first['device']}, one replica {body['parallel']} "
+        f"({body['devices_per_replica']} devices), engine {body['engine']['name']}",
+        f"target {fmt(body['target_request_rate'], 3)} req/s x headroom "
+        f"{fmt(first['headroom'], 2)}; one replica sustains "
+        f"{fmt(body['sustainable_request_rate'], 3)} req/s within the SLA ({body['statistic']})"
+        f", saturates at {fmt(body['saturated_request_rate'], 3)} req/s",
+    ]
+    if not body["feasible"]:
+        lines.append(f"no plan: {body['reason']}")
+        return "\n".join(lines)
+    lines.append(
+        f"replicas {body['replicas']}, devices {body['devices']}, utilisation "
+        f"{body['utilisation']:.0%}; at the sustainable rate {body['statistic']} TTFT "
+        f"{fmt(body['ttft_ms'], 1)} ms, TPOT {fmt(body['tpot_ms'], 2)} ms"
+    )
+    if body["cost_per_hour"] is not None:
+        lines.append(
+            f"cost {fmt(body['cost_per_hour'], 2)} per hour, "
+            f"{fmt(body['cost_per_million_output_tokens'], 4)} per million output tokens"
+        )
+    return "\n".join(lines)
+
+
 def calibration_lines(note: dict[str, Any] | None) -> list[str]:
     """The calibration a response applied, and whether it covered the estimate."""
     if not note:

@@ -96,6 +96,11 @@ TRTLLM_KV_FREE_MEMORY_FRACTION = 0.9
 RUNTIME_MEMORY_GB = 3.0
 #: msmodeling's fixed reserve per device (the RFC runner's default).
 MSMODELING_RESERVED_MEMORY_GB = 10.0
+#: msmodeling's throughput optimizer defaults (``cli/inference/throughput_optimizer.py``):
+#: ``--quantize-linear-action W8A8_DYNAMIC`` and ``--max-prefill-tokens 8192``
+#: (``serving_cast/service/utils.py``: ``HISTORICAL_DEFAULT_MAX_BATCHED_TOKENS = 8192``).
+MSMODELING_LINEAR_QUANTIZATION = "W8A8_DYNAMIC"
+MSMODELING_MAX_BATCHED_TOKENS = 8192
 
 #: Host time of one TensorRT-LLM (PyTorch backend) iteration that the GPU waits for even with
 #: the overlap scheduler (sampled tokens copied back, stop checks, response handling). Fitted
@@ -140,6 +145,8 @@ class EngineProfile:
     step_host_ms: float = 0.0
     step_sync_ms: float = 0.0
     request_frontend_ms: float = 0.0
+    #: The linear layers' quantization when the request names none (None: the checkpoint's).
+    linear_quantization: str | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high) in OVERRIDE_BOUNDS.items():
@@ -334,11 +341,14 @@ TRTLLM = EngineProfile(
 )
 MSMODELING = EngineProfile(
     name="msmodeling",
-    description="the RFC's semantics (msmodeling): burst, decode-first with slack, 10 GB reserve",
+    description="the RFC's semantics (msmodeling): burst, decode-first with slack, 10 GB "
+    "reserve, W8A8_DYNAMIC linear layers and an 8192-token budget unless the request says",
     scheduler="decode_first_with_slack",
     workload="burst",
-    budget_rule="vllm",
+    budget_rule="fixed",
+    max_batched_tokens=MSMODELING_MAX_BATCHED_TOKENS,
     kv_pool="reserve",
+    linear_quantization=MSMODELING_LINEAR_QUANTIZATION,
 )
 
 PROFILES: Mapping[str, EngineProfile] = {p.name: p for p in (VLLM, SGLANG, TRTLLM, MSMODELING)}

@@ -101,7 +101,10 @@ def store(context: ServiceContext, profile: CalibrationProfile) -> StoredCalibra
             "calibration", "<profile>", f"at most {MAX_PROFILE_BYTES} bytes"
         )
     expires = time.time() + context.settings.calibration_ttl_s
-    context.cache.set_many({KEY_PREFIX + profile.id: {"profile": body, "expires_at_s": expires}})
+    context.cache.set_many(
+        {KEY_PREFIX + profile.id: {"profile": body, "expires_at_s": expires}},
+        ttl_s=context.settings.calibration_ttl_s,
+    )
     return StoredCalibration(profile=profile, expires_at_s=expires)
 
 

@@ -42,6 +42,7 @@ from app.core.workload.disagg_setup import (
 )
 from app.models.optimize import RunStats
 from app.services.cost_model import CachedServingModel, ModelFactory
+from app.services.finite import finite_or_infeasible
 from app.services.resolve import resolve_deployment
 from app.services.sizing import (
     check_closed_loop_size,
@@ -351,40 +352,44 @@ def _response(
     tier_name, kv_transfer = transfer
     output = r.throughput_tokens_s if r else 0.0
     prefill, decode = pools["prefill"], pools["decode"]
-    return DisaggSimulateResponse(
-        input=request,
-        engine=dict(profile_dict),
-        concurrency=request.concurrency,
-        num_requests=r.num_requests if r else request.concurrency * request.requests_per_client,
-        num_devices=num_devices,
-        pd_split=pd_split_text(prefill.workers, decode.workers, prefill.devices, decode.devices),
-        prefill=_pool_out(prefill, kv["prefill"], caps["prefill"], busy, waits),
-        decode=_pool_out(decode, kv["decode"], caps["decode"], busy, waits),
-        binding_pool=r.binding_pool if r else None,
-        transfer=KvTransferOut(
-            tier=tier_name,
-            bandwidth_gb_s=kv_transfer.bandwidth_bytes_per_s / BYTES_PER_GB,
-            bytes_per_request=kv_transfer.bytes_per_request,
-            fixed_ms=kv_transfer.fixed_ms,
-            transfer_ms=r.transfer_ms if r else kv_transfer.time_ms(1),
-        ),
-        first_token=first_token,
-        first_token_rule=FIRST_TOKEN_TEXT[first_token],
-        max_batched_tokens=data.max_batched_tokens,
-        effective_input_length=data.effective_input_length,
-        prefill_num_chunks=data.prefill_num_chunks,
-        ttft_ms=r.ttft_ms if r else 0.0,
-        tpot_ms=r.tpot_ms if r else 0.0,
-        e2e_ms=r.e2e_ms if r else 0.0,
-        makespan_ms=r.makespan_ms if r else 0.0,
-        output_throughput=output,
-        request_throughput=r.request_throughput_s if r else 0.0,
-        throughput_per_device=output / num_devices,
-        prefill_jobs=r.prefill_jobs if r else 0,
-        decode_runs=r.decode_runs if r else 0,
-        feasible=r is not None and reason is None,
-        reason=reason,
-        stats=stats,
+    return finite_or_infeasible(
+        DisaggSimulateResponse(
+            input=request,
+            engine=dict(profile_dict),
+            concurrency=request.concurrency,
+            num_requests=r.num_requests if r else request.concurrency * request.requests_per_client,
+            num_devices=num_devices,
+            pd_split=pd_split_text(
+                prefill.workers, decode.workers, prefill.devices, decode.devices
+            ),
+            prefill=_pool_out(prefill, kv["prefill"], caps["prefill"], busy, waits),
+            decode=_pool_out(decode, kv["decode"], caps["decode"], busy, waits),
+            binding_pool=r.binding_pool if r else None,
+            transfer=KvTransferOut(
+                tier=tier_name,
+                bandwidth_gb_s=kv_transfer.bandwidth_bytes_per_s / BYTES_PER_GB,
+                bytes_per_request=kv_transfer.bytes_per_request,
+                fixed_ms=kv_transfer.fixed_ms,
+                transfer_ms=r.transfer_ms if r else kv_transfer.time_ms(1),
+            ),
+            first_token=first_token,
+            first_token_rule=FIRST_TOKEN_TEXT[first_token],
+            max_batched_tokens=data.max_batched_tokens,
+            effective_input_length=data.effective_input_length,
+            prefill_num_chunks=data.prefill_num_chunks,
+            ttft_ms=r.ttft_ms if r else 0.0,
+            tpot_ms=r.tpot_ms if r else 0.0,
+            e2e_ms=r.e2e_ms if r else 0.0,
+            makespan_ms=r.makespan_ms if r else 0.0,
+            output_throughput=output,
+            request_throughput=r.request_throughput_s if r else 0.0,
+            throughput_per_device=output / num_devices,
+            prefill_jobs=r.prefill_jobs if r else 0,
+            decode_runs=r.decode_runs if r else 0,
+            feasible=r is not None and reason is None,
+            reason=reason,
+            stats=stats,
+        )
     )
 
 

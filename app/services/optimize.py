@@ -50,6 +50,7 @@ from app.services.calibration import (
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
 from app.services.disagg_simulate import pd_split_text
+from app.services.finite import non_finite_paths, reason_for
 from app.services.resolve import ResolvedDeployment, request_scheduler, resolve_deployment
 from app.services.sizing import search_cap, with_engine_defaults, workload_spec
 
@@ -449,6 +450,16 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
             probes.extend(_probe_out(p, section.role) for p in section.result.probes)
         infeasible.extend(_infeasible(section.role, section.rejected))
         infeasible.extend(_infeasible(section.role, section.result.infeasible))
+    finite_rows = []
+    for row in rows:  # a row with a non-finite number is infeasible, with the reason
+        paths = non_finite_paths(row.model_dump())
+        if paths:
+            infeasible.append(
+                InfeasibleLayout(role=row.role, parallel=row.parallel, reason=reason_for(paths))
+            )
+        else:
+            finite_rows.append(row)
+    rows = finite_rows
     if mode != "pd_ratio":
         rows = rows[: request.top_k]
     best, reason = _readable_best(run, rows, run.reason)

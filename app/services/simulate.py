@@ -32,6 +32,7 @@ from app.services.calibration import (
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
 from app.services.disagg_simulate import check_agg_request, simulate_disagg
+from app.services.finite import finite_or_infeasible
 from app.services.resolve import request_scheduler, resolve_deployment
 from app.services.sizing import (
     check_closed_loop_size,
@@ -308,7 +309,7 @@ class _SimulationRun:
             throughput=output,
         )
         known = result is not None and reason is None
-        return SimulateResponse(
+        response = SimulateResponse(
             input=self.request,
             engine=self.factory.deployment.profile.to_dict(),
             max_batched_tokens=data.max_batched_tokens,
@@ -338,6 +339,7 @@ class _SimulationRun:
             stats=_single_run_stats(self.factory, self.started),
             **{**metrics, **extra},
         )
+        return finite_or_infeasible(response)
 
 
 def _simulate_closed_loop(

@@ -54,6 +54,9 @@ def with_engine_defaults(request: RequestT) -> tuple[RequestT, EngineProfile]:
         update["engine"] = profile.name
     if request.max_batched_tokens is None:
         update["max_batched_tokens"] = engine_budget(request, profile)
+    linear = profile.linear_quantization
+    if linear is not None and "quantize_linear_action" not in request.model_fields_set:
+        update["quantize_linear_action"] = linear  # the engine's default, echoed
     if getattr(request, "workload", "") is None:
         workload = profile.workload
         if getattr(request, "mode", "agg") != "agg":

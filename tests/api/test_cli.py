@@ -55,12 +55,36 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 
 def test_optimize_table(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(
-        [*OPTIMIZE, "--max-batched-tokens", "8192", "--tp-sizes", "1", "2", "4", "8"], capsys
-    )
+    layouts = ["--max-batched-tokens", "8192", "--tp-sizes", "1", "2", "4", "8"]
+    code, out, err = run([*OPTIMIZE, *layouts, "--quantize-linear-action", "DISABLED"], capsys)
     assert code == 0, err
     assert "TP8 DP1" in out and "tokens/s/device" in out
-    assert "infeasible agg TP1 DP8: memory" in out
+    assert "infeasible agg TP1 DP8: memory" in out  # 16-bit weights of 32B on 64 GB
+    code, out, err = run([*OPTIMIZE, *layouts], capsys)
+    assert code == 0, err
+    assert "infeasible agg TP1 DP8" not in out  # msmodeling's default W8A8_DYNAMIC fits
+
+
+def test_the_rfc_example_runs_under_msmodelings_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The RFC's own example: msmodeling quantizes linear layers to W8A8_DYNAMIC and budgets
+    8192 tokens by default, so under --engine msmodeling it is feasible; under the checkpoint's
+    16-bit weights it says why not and how to get out."""
+    example = [
+        "optimize", "Qwen/Qwen3-32B", "--device", "TEST_DEVICE", "--num-devices", "1",
+        "--input-length", "32768", "--output-length", "1024", "--tpot-limits", "50",
+    ]  # fmt: skip
+    code, out, err = run([*example, "--engine", "msmodeling", "--format", "json"], capsys)
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["best"] is not None and body["input"]["quantize_linear_action"] == "W8A8_DYNAMIC"
+    assert body["input"]["max_batched_tokens"] == 8192
+    code, out, err = run([*example, "--max-batched-tokens", "8192", "--format", "json"], capsys)
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["best"] is None and "memory" in body["reason"]
+    assert any("W8A8_DYNAMIC" in s for s in body["suggestions"])
 
 
 def test_optimize_json_matches_the_api_schema(capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,11 +176,16 @@ def test_omitted_budget_is_the_engine_default_for_the_device(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # ATLAS_800_A2_376T_64G has 64 GiB (< 70 GiB): vLLM's small-device default, 2048.
-    code, out, _ = run([*OPTIMIZE, "--format", "json"], capsys)
+    vllm = [*OPTIMIZE, "--format", "json"]
+    vllm[vllm.index("msmodeling")] = "vllm"
+    code, out, _ = run(vllm, capsys)
     assert code == 0
     document = json.loads(out)
     assert document["input"]["max_batched_tokens"] == 2048
     assert {row["max_batched_tokens"] for row in document["rows"]} == {2048}
+    # msmodeling's own default is a fixed 8192 (--max-prefill-tokens).
+    code, out, _ = run([*OPTIMIZE, "--format", "json"], capsys)
+    assert code == 0 and json.loads(out)["input"]["max_batched_tokens"] == 8192
 
 
 def test_unknown_device_names_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
@@ -356,12 +385,12 @@ FLAG_DEST = {
     "tpot_limit_ms": "tpot_limit",
     "include_timeline": "timeline",
     "scheduler.name": "scheduler",
+    "serving_overhead_ms": "serving_cost",  # msmodeling's --serving-cost
 }
 #: Request fields with no flag of their own, and why.
 NOT_A_FLAG = {
     "include_probes": "set from --format (probes only in the JSON document)",
     "mode": "set by --disagg / --enable-optimize-prefill-decode-ratio (msmodeling's flags)",
-    "serving_overhead_ms": "HTTP API only",
 }
 #: Flags that are no request field.
 CLI_ONLY = {
@@ -373,6 +402,14 @@ CLI_ONLY = {
     "max_prefill_tokens",  # deprecated alias of --max-batched-tokens
     "dump_original_results",  # msmodeling's: every probe after the table
     "jobs",  # msmodeling's: accepted and ignored with a note
+    "batch_range",  # msmodeling's [MIN] MAX: MAX is max_batch_size
+    # msmodeling's flags with no meaning here, refused with a pointer
+    "compile",
+    "compile_allow_graph_break",
+    "mxfp4_group_size",
+    "image_height",
+    "image_width",
+    "log_level",
 }
 
 
@@ -492,3 +529,34 @@ def test_msmodelings_other_flags(capsys: pytest.CaptureFixture[str]) -> None:
         code, _, err = run(command, capsys)
         assert code == 2 and len(err.strip().splitlines()) == 1
         assert "--device takes one device" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--compile"], "--compile (msmodeling)"),
+        (["--image-height", "224"], "multimodal inputs are not modelled"),
+        (["--mxfp4-group-size", "64"], "32-element groups"),
+        (["--batch-range", "2", "8"], "starts at batch 1"),
+        (["--batch-range", "8", "--max-batch-size", "8"], "give one"),
+    ],
+)
+def test_msmodelings_unmodelled_flags_are_refused_with_a_pointer(
+    capsys: pytest.CaptureFixture[str], extra: list[str], needle: str
+) -> None:
+    code, out, err = run([*OPTIMIZE, *extra], capsys)
+    assert code == 2 and out == ""
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_msmodelings_batch_range_and_serving_cost_map_to_chunkwise_fields(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run([*OPTIMIZE, "--batch-range", "1", "8", "--format", "json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["input"]["max_batch_size"] == 8
+    disagg = [*OPTIMIZE, "--disagg", "--ttft-limit", "5000", "--serving-cost", "25"]
+    code, out, err = run([*disagg, "--format", "json"], capsys)
+    assert code == 0, err
+    bodies = json.loads(out)  # one document per mode (OPTIMIZE has a TPOT limit: both sides)
+    assert [b["input"]["serving_overhead_ms"] for b in bodies] == [25, 25]

@@ -619,18 +619,21 @@ def test_work_done_before_a_deadline_is_kept(monkeypatch: pytest.MonkeyPatch) ->
 def test_an_omitted_budget_is_the_engine_default_for_the_device(
     client: TestClient, device: str, budget: int
 ) -> None:
-    body = {k: v for k, v in SIMULATE.items() if k != "max_batched_tokens"}
-    response = client.post("/v1/simulate", json={**body, "device": device})
-    assert response.status_code == 200, response.text
-    document = response.json()
-    assert document["input"]["max_batched_tokens"] == budget
-    assert document["max_batched_tokens"] == budget
-    assert document["scheduler"]["name"] == "decode_first_with_slack"
-    assert document["prefill_num_chunks"] == -(-3500 // budget)
-    search = {k: v for k, v in OPTIMIZE.items() if k != "max_batched_tokens"}
-    found = client.post("/v1/optimize", json={**search, "device": device}).json()
-    assert found["input"]["max_batched_tokens"] == budget
-    assert {row["max_batched_tokens"] for row in found["rows"]} <= {budget}
+    """vLLM's device rule; msmodeling's own default is a fixed 8192 on every device."""
+    for engine, expected in (("vllm", budget), ("msmodeling", 8192)):
+        body = {k: v for k, v in SIMULATE.items() if k != "max_batched_tokens"}
+        response = client.post("/v1/simulate", json={**body, "device": device, "engine": engine})
+        assert response.status_code == 200, response.text
+        document = response.json()
+        assert document["input"]["max_batched_tokens"] == expected
+        assert document["max_batched_tokens"] == expected
+        assert document["prefill_num_chunks"] == -(-3500 // expected)
+        search = {k: v for k, v in OPTIMIZE.items() if k != "max_batched_tokens"}
+        found = client.post(
+            "/v1/optimize", json={**search, "device": device, "engine": engine}
+        ).json()
+        assert found["input"]["max_batched_tokens"] == expected
+        assert {row["max_batched_tokens"] for row in found["rows"]} <= {expected}
 
 
 POISSON: dict[str, Any] = {
@@ -761,7 +764,8 @@ def test_poisson_size_is_bounded(client: TestClient) -> None:
 def test_a_request_that_cannot_fit_is_an_infeasible_200(client: TestClient, workload: str) -> None:
     # Qwen3-32B's 16-bit weights alone fill a 64 GB device (TP1): no KV block fits.
     body = {**(POISSON if workload == "poisson" else SIMULATE), "workload": workload}
-    response = client.post("/v1/simulate", json={**body, "tp_size": 1})
+    body = {**body, "tp_size": 1, "quantize_linear_action": "DISABLED"}
+    response = client.post("/v1/simulate", json=body)
     assert response.status_code == 200, response.text
     result = response.json()
     assert not result["feasible"]

@@ -51,6 +51,7 @@ from app.core.profiles import get_profile
 from app.core.validation.case_file import _measured, read_case_rows, row_case
 from app.core.validation.cases import ValidationCase
 from app.core.validation.predict import PRECISIONS, ServingReplay, case_profile, engine_family
+from app.core.workload.closed_loop import PlanMemo
 
 #: Fewest points a fit takes (one free parameter and one point to cross-validate it).
 MIN_POINTS = 2
@@ -195,7 +196,8 @@ def fit_calibration(
         if selection[name] == ""
     ]
     # Every point must be predictable at all (memory and layout do not depend on the fit).
-    base = ServingReplay()
+    plans: PlanMemo = {}  # the points' plans, shared by every evaluation (they need no latency)
+    base = ServingReplay(None, plans)
     for p in points:
         try:
             base.predict(p.case)
@@ -203,7 +205,7 @@ def fit_calibration(
             raise _row_error(p.case.name, err) from None
 
     def residuals(values: dict[str, float], which: Sequence[int]) -> list[float]:
-        return _log_errors(ServingReplay(values), points, which)
+        return _log_errors(ServingReplay(values, plans), points, which)
 
     indices = list(range(len(points)))
     scales = _scales(first) * len(points)

@@ -31,6 +31,7 @@ from app.core.validation.cases import (
     ValidationCase,
 )
 from app.core.workload import ranks_are_coupled, simulate_serving
+from app.core.workload.closed_loop import PlanMemo
 
 Predictor = Callable[[ValidationCase], float]
 
@@ -113,10 +114,14 @@ class ServingReplay:
     the fitted parameters of a calibration when given (the device's efficiencies and the
     engine profile's host and front-end times)."""
 
-    __slots__ = ("_calibration", "_models", "_results")
+    __slots__ = ("_calibration", "_models", "_plans", "_results")
 
-    def __init__(self, calibration: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self, calibration: Mapping[str, float] | None = None, plans: PlanMemo | None = None
+    ) -> None:
         self._calibration = dict(calibration or {})
+        # The plans need no latency: replays under other parameters can share them.
+        self._plans: PlanMemo = {} if plans is None else plans
         self._models: dict[_Deployment, tuple[RunnerServingModel, MemoLatency]] = {}
         self._results: dict[tuple[_Deployment, int, int, int], tuple[float, float]] = {}
 
@@ -190,6 +195,7 @@ class ServingReplay:
             dp=case.dp,
             max_num_seqs=capacity if cap is None else min(cap, capacity),
             coupled=ranks_are_coupled(serving.runner.model.is_moe, serving.runner.parallel),
+            plans=self._plans,
         )
         return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
 

@@ -10,6 +10,7 @@ engine loop, schedulers and latency models serve both workloads (the arrival sou
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from app.core.chunking import require_int
@@ -37,6 +38,37 @@ MAX_DP = 1 << 16
 
 def default_num_requests(clients: int) -> int:
     return min(DEFAULT_REQUESTS_PER_CLIENT * clients, MAX_REQUESTS)
+
+
+#: Plans memoised across simulations that differ only in their latencies (a calibration fit
+#: evaluates the same points under many parameter sets; the plan needs no latency).
+PlanMemo = dict[tuple[object, ...], ServingPlan]
+
+
+def _memo_plan(
+    plans: PlanMemo | None, key: tuple[object, ...], make: Callable[[], ServingPlan]
+) -> ServingPlan:
+    if plans is None:
+        return make()
+    found = plans.get(key)
+    if found is None:
+        found = plans[key] = make()
+    return found
+
+
+def _plan_key(
+    spec: WorkloadSpec,
+    clients: int,
+    scheduler: Scheduler,
+    num_requests: int | None,
+    window: Window,
+    max_running: int | None,
+    budget_replicas: int,
+) -> tuple[object, ...]:
+    policy = tuple(sorted((k, repr(v)) for k, v in scheduler.describe().items()))
+    # The per-request front-end time only shifts the reported TTFT: it does not plan.
+    planned = dataclasses.replace(spec, ttft_overhead_ms=0.0) if spec.ttft_overhead_ms else spec
+    return (planned, clients, policy, num_requests, window, max_running, budget_replicas)
 
 
 def plan_closed_loop(
@@ -90,17 +122,23 @@ def simulate_closed_loop(
     window: Window = "benchmark",
     max_running: int | None = None,
     record_steps: bool = False,
+    plans: PlanMemo | None = None,
 ) -> ServingResult:
-    """Plan, evaluate each distinct forward shape once, replay: one replica's closed loop."""
+    """Plan, evaluate each distinct forward shape once, replay: one replica's closed loop
+    (``plans``: reuse a plan made for the same spec, clients and policy)."""
     scheduler = scheduler or default_scheduler()
-    plan = plan_closed_loop(
-        spec,
-        clients,
-        scheduler,
-        num_requests=num_requests,
-        window=window,
-        max_running=max_running,
-        interrupt=interrupt_of(latency),
+    plan = _memo_plan(
+        plans,
+        _plan_key(spec, clients, scheduler, num_requests, window, max_running, 1),
+        lambda: plan_closed_loop(
+            spec,
+            clients,
+            scheduler,
+            num_requests=num_requests,
+            window=window,
+            max_running=max_running,
+            interrupt=interrupt_of(latency),
+        ),
     )
     latencies = evaluate_shapes(plan.shapes, latency)
     return replay_serving(plan, latencies, scheduler, record_steps=record_steps)
@@ -118,6 +156,7 @@ def simulate_serving(
     max_num_seqs: int | None = None,
     record_steps: bool = False,
     coupled: bool = False,
+    plans: PlanMemo | None = None,
 ) -> ServingResult:
     """Closed-loop serving of ``concurrency`` clients over ``dp`` data-parallel replicas.
 
@@ -141,15 +180,20 @@ def simulate_serving(
     scheduler = scheduler or default_scheduler()
     max_running = running_cap(spec, latency, scheduler, max_num_seqs)
     if coupled and dp > 1:
-        plan = plan_closed_loop(
-            spec,
-            concurrency,
-            scheduler,
-            num_requests=num_requests,
-            window=window,
-            max_running=None if max_running is None else max_running * dp,
-            budget_replicas=dp,
-            interrupt=interrupt_of(latency),
+        cap = None if max_running is None else max_running * dp
+        plan = _memo_plan(
+            plans,
+            _plan_key(spec, concurrency, scheduler, num_requests, window, cap, dp),
+            lambda: plan_closed_loop(
+                spec,
+                concurrency,
+                scheduler,
+                num_requests=num_requests,
+                window=window,
+                max_running=cap,
+                budget_replicas=dp,
+                interrupt=interrupt_of(latency),
+            ),
         )
         latencies = evaluate_shapes(plan.shapes, BusiestRank(latency, dp))
         return replay_serving(plan, latencies, scheduler, record_steps=record_steps)
@@ -165,6 +209,7 @@ def simulate_serving(
             window=window,
             max_running=max_running,
             record_steps=record_steps,
+            plans=plans,
         )
         parts.append((result, replicas))
     return combine_serving(parts, concurrency)

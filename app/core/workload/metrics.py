@@ -7,7 +7,7 @@ walks the clock (or reads the clock kept while planning), picks the measurement 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,6 +21,7 @@ from app.core.engine import (
     run_clock,
     weighted_mean,
 )
+from app.core.errors import InvalidParameterError
 from app.core.scheduler import Scheduler, default_scheduler
 from app.core.workload.windows import Window, measured_records
 
@@ -84,6 +85,40 @@ class ServingResult:
     steps: int
     forward_evaluations: int
     timeline: tuple[StepRecord, ...] | None = None
+    #: Every measured request's TTFT and TPOT as ``(value_ms, requests)`` groups, ascending
+    #: (the requests of a group share their runs): the percentiles' source.
+    ttft_distribution_ms: tuple[tuple[float, int], ...] = ()
+    tpot_distribution_ms: tuple[tuple[float, int], ...] = ()
+
+    def ttft_percentile_ms(self, q: float) -> float:
+        return weighted_percentile(self.ttft_distribution_ms, q)
+
+    def tpot_percentile_ms(self, q: float) -> float:
+        return weighted_percentile(self.tpot_distribution_ms, q)
+
+
+def weighted_percentile(distribution: Sequence[tuple[float, int]], q: float) -> float:
+    """The ``q``-th percentile (0 < q < 100) of grouped values: the smallest value with at
+    least ``q`` % of the requests at or below it (nearest rank)."""
+    if not 0 < q < 100:
+        raise InvalidParameterError("percentile", q, "a number in (0, 100)")
+    total = sum(count for _, count in distribution)
+    if total == 0:
+        return 0.0
+    rank = q / 100 * total
+    seen = 0
+    for value, count in distribution:
+        seen += count
+        if seen >= rank:
+            return value
+    return distribution[-1][0]
+
+
+def _distribution(groups: Iterable[tuple[float, int]]) -> tuple[tuple[float, int], ...]:
+    merged: dict[float, int] = {}
+    for value, count in groups:
+        merged[value] = merged.get(value, 0) + count
+    return tuple(sorted(merged.items()))
 
 
 def _run_ends(
@@ -164,6 +199,10 @@ def replay_serving(
     decode_ms = sum(c * (at(e) - at(f)) for c, f, e in finish) / measured_finish
     tpot_ms = decode_ms / decode_tokens if decode_tokens else 0.0
 
+    ttft_groups = _distribution((at(f) - arrived(a), c) for c, a, f in first)
+    tpot_groups = _distribution(
+        ((at(e) - at(f)) / decode_tokens if decode_tokens else 0.0, c) for c, f, e in finish
+    )
     duration_ms = end_ms - start_ms
     totals = _WindowTotals.over(plan, ends, start_ms, end_ms)
     return ServingResult(
@@ -188,6 +227,8 @@ def replay_serving(
         steps=plan.engine.steps,
         forward_evaluations=len(latencies),
         timeline=timeline,
+        ttft_distribution_ms=ttft_groups,
+        tpot_distribution_ms=tpot_groups,
     )
 
 
@@ -219,4 +260,10 @@ def combine_serving(parts: Sequence[tuple[ServingResult, int]], clients: int) ->
         steps=sum(r.steps * n for r, n in parts),
         forward_evaluations=sum(r.forward_evaluations for r, _ in parts),
         timeline=first.timeline,
+        ttft_distribution_ms=_distribution(
+            (v, c * n) for r, n in parts for v, c in r.ttft_distribution_ms
+        ),
+        tpot_distribution_ms=_distribution(
+            (v, c * n) for r, n in parts for v, c in r.tpot_distribution_ms
+        ),
     )

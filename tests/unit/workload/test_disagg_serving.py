@@ -128,13 +128,15 @@ def test_a_full_decode_pool_makes_requests_wait_for_a_slot() -> None:
     concurrency=st.integers(1, 200),
     workers=st.integers(1, 6),
     cap=st.sampled_from([4, 16, 256]),
-    rule=st.sampled_from(["decode_step", "admission", "prefill"]),
+    rule=st.sampled_from(["decode_step", "admission"]),
 )
 def test_more_decode_workers_never_raise_tpot(
     concurrency: int, workers: int, cap: int, rule: FirstToken
 ) -> None:
     """At a fixed client count, another decode worker shares the batch (a cheaper step) and
-    the slots: TPOT never goes up."""
+    the slots: TPOT never goes up. (Not for the ``prefill`` first-token rule: there the first
+    token leaves before the transfer and the decode admission, so TPOT also carries those
+    waits, and 8 clients over 5 workers can wait longer than over 4.)"""
     fewer = run(concurrency, osl=32, decode_workers=workers, max_running=cap, first_token=rule)
     more = run(concurrency, osl=32, decode_workers=workers + 1, max_running=cap, first_token=rule)
     assert more.tpot_ms <= fewer.tpot_ms * (1 + 1e-9)
