@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -63,6 +64,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[LifespanState]:
+        # Computations are CPU-bound threads sharing the GIL with the event loop and the light
+        # lane: a shorter switch interval bounds how long a cheap request waits for its turn.
+        sys.setswitchinterval(settings.gil_switch_interval_s)
         context = create_context(settings)
         app.state.context = context
         try:
@@ -70,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 settings.max_concurrent_computations,
                 settings.max_queued_computations,
                 settings.max_light_computations,
+                deadline_s=settings.request_deadline_s,
             )
             yield {"context": context, "gate": gate}
         finally:
