@@ -446,6 +446,7 @@ async function boot() {
   // A link's calibration is read back first; when it is gone the link is not run without it.
   const restored = calibration ? restore(calibration) : Promise.resolve(true);
   return Promise.all([loadCatalogs(), restored]).then(([, ok]) => {
+    describeCalibration(); // the device list is in now
     document.body.dataset.ready = "true";
     if ((setFormState(fromUrl) || calibration) && ok) form.requestSubmit();
   });
