@@ -46,6 +46,11 @@ def fmt(value: float, digits: int) -> str:
     return f"{value:,.{digits}f}"
 
 
+def parameter(value: float) -> str:
+    """A parameter as the panel shows it (3 decimals below 100, else 1)."""
+    return fmt(value, 1 if abs(value) >= 100 else 3)
+
+
 def fit_in_page(page: Page, tmp_path: Path) -> dict[str, object]:
     """Choose the CSV file, fit it, return the stored calibration (read back from the API)."""
     path = tmp_path / "runs.csv"
@@ -82,12 +87,12 @@ def test_calibrate_apply_and_optimize_with_intervals(
     for name, value in fitted.items():
         row = table.locator(f"tr[data-parameter={name}]")
         expect(row).to_have_attribute("data-fitted", "true")
-        expect(row.locator("td[data-key=value]")).to_have_text(fmt(value, 3))
-        expect(row.locator("td[data-key=catalog]")).to_have_text(fmt(defaults[name], 3))
+        expect(row.locator("td[data-key=value]")).to_have_text(parameter(value))
+        expect(row.locator("td[data-key=catalog]")).to_have_text(parameter(defaults[name]))
     for name, reason in fixed.items():
         row = table.locator(f"tr[data-parameter={name}]")
         expect(row).to_have_attribute("data-fitted", "false")
-        expect(row.locator("td[data-key=value]")).to_have_text(fmt(defaults[name], 3))
+        expect(row.locator("td[data-key=value]")).to_have_text(parameter(defaults[name]))
         expect(row.locator("td[data-key=note]")).to_have_text(f"catalog value kept: {reason}")
     fit = profile["fit"]
     stats = page.locator("#cal-fit")
