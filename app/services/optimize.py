@@ -132,9 +132,24 @@ def _row_out(row: ResultRow, role: Role, deployment: ResolvedDeployment) -> Resu
     )
 
 
-def _probe_out(probe: Probe, role: Role) -> ProbeOut:
+def _probe_out(
+    probe: Probe, role: Role, deployment: ResolvedDeployment, spec: WorkloadSpec
+) -> ProbeOut:
+    """An evaluated point with its 80 % intervals, as a ranked row has them."""
     layout = probe.layout
+    sure = uncertainty(
+        deployment,
+        input_length=spec.input_length,
+        output_length=spec.output_length,
+        concurrency=probe.concurrency,
+        ttft_ms=probe.ttft_ms or 0.0,
+        tpot_ms=probe.tpot_ms or 0.0,
+        throughput=probe.throughput_tokens_s,
+    ).intervals
     return ProbeOut(
+        ttft_ms_interval=None if probe.ttft_ms is None else sure.ttft_ms,
+        tpot_ms_interval=None if probe.tpot_ms is None else sure.tpot_ms,
+        throughput_interval=sure.throughput,
         role=role,
         parallel=layout.label,
         tp=layout.tp,
@@ -406,7 +421,10 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
     for section in sections:
         rows.extend(_row_out(row, section.role, factory.deployment) for row in section.result.rows)
         if request.include_probes:
-            probes.extend(_probe_out(p, section.role) for p in section.result.probes)
+            probes.extend(
+                _probe_out(p, section.role, factory.deployment, run.spec)
+                for p in section.result.probes
+            )
         infeasible.extend(_infeasible(section.role, section.rejected))
         infeasible.extend(_infeasible(section.role, section.result.infeasible))
     finite_rows = []
