@@ -13,17 +13,13 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from bench.bench_api import free_port, redis_server, wait_for
+from bench.bench_api import redis_server
+from bench.load import chunkwise_serve
 
 HEAVY: dict[str, Any] = {
     "model": "Qwen/Qwen3-32B",
@@ -52,40 +48,12 @@ CHEAP: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-@contextmanager
-def serve(redis_port: int, deadline_s: float, slots: int | None) -> Iterator[int]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
-    env.update(
-        APP_CACHE_BACKEND="redis",
-        APP_REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
-        APP_LOG_LEVEL="warning",
-        APP_REQUEST_DEADLINE_S=str(deadline_s),
-        APP_RESPONSE_CACHE="false",
-    )
+def serve(redis_port: int, deadline_s: float, slots: int | None) -> Any:
+    """Two workers, Redis, the deadline, no response cache (every heavy request computes)."""
+    settings = {"APP_REQUEST_DEADLINE_S": str(deadline_s), "APP_RESPONSE_CACHE": "false"}
     if slots is not None:
-        env["APP_MAX_CONCURRENT_COMPUTATIONS"] = str(slots)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "2"],
-        env=env,
-        start_new_session=True,
-    )  # fmt: skip
-
-    def ready() -> bool:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            conn.request("GET", "/readyz")
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-
-    try:
-        wait_for(ready, 60, "chunkwise serve")
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        settings["APP_MAX_CONCURRENT_COMPUTATIONS"] = str(slots)
+    return chunkwise_serve(2, redis_port, settings)
 
 
 def post(port: int, path: str, body: dict[str, Any], timeout_s: float = 120) -> tuple[int, float]:

@@ -8,6 +8,8 @@ whole module stays within a minute or two on a 2-core machine.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import schemathesis
@@ -27,18 +29,29 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 #: * ``negative_data_rejection``: pydantic's lax mode accepts ``false`` for a float (0.0) and
 #:   ``0``/``1`` for a boolean; integer fields that matter are strict (see README bounds).
 EXCLUDED = [positive_data_acceptance, negative_data_rejection]
+#: Examples per operation (CI: 50; ``bench/fuzz.py`` raises it for the 20,000-case run).
+EXAMPLES = int(os.environ.get("CHUNKWISE_FUZZ_EXAMPLES", "50"))
+#: When set, every case's operation and status are appended here (``bench/fuzz.py`` counts them).
+LOG = os.environ.get("CHUNKWISE_FUZZ_LOG")
+
+
+def _call(case: schemathesis.Case[Any]) -> None:
+    response = case.call_and_validate(excluded_checks=EXCLUDED)
+    if LOG:
+        with Path(LOG).open("a", encoding="utf-8") as handle:
+            handle.write(f"{case.method} {case.path} {response.status_code}\n")
 
 
 @schema.parametrize()
 @settings(
-    max_examples=50,
+    max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,
     database=None,
 )
 def test_every_operation_conforms(case: schemathesis.Case[Any]) -> None:
-    case.call_and_validate(excluded_checks=EXCLUDED)
+    _call(case)
 
 
 # The same operations with catalog names that exist, so generated numbers, schedulers,
@@ -63,11 +76,11 @@ def map_body(context: Any, body: Any) -> Any:
 
 @valid_names.parametrize()
 @settings(
-    max_examples=50,
+    max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,
     database=None,
 )
 def test_every_computation_with_valid_names_conforms(case: schemathesis.Case[Any]) -> None:
-    case.call_and_validate(excluded_checks=EXCLUDED)
+    _call(case)
