@@ -56,8 +56,8 @@ class LaunchSpec:
     num_devices: int
     #: Token budget of one step of one data-parallel rank.
     max_batched_tokens: int
-    #: Requests one data-parallel rank runs at once.
-    max_running_requests: int
+    #: Requests one data-parallel rank runs at once (``None``: the engine's own rule).
+    max_running_requests: int | None
     #: vLLM ``gpu_memory_utilization`` / SGLang ``mem_fraction_static`` / TensorRT-LLM
     #: ``free_gpu_memory_fraction``, as the engine's profile sizes its KV pool.
     memory_fraction: float
@@ -79,6 +79,8 @@ class LaunchSpec:
             raise InvalidParameterError("model", self.model, "a model id or path to serve")
         for name in ("num_devices", "max_batched_tokens", "max_running_requests"):
             value = getattr(self, name)
+            if value is None and name == "max_running_requests":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidParameterError(name, value, "an integer >= 1")
         if not 0.0 < self.memory_fraction <= 1.0:
@@ -185,7 +187,8 @@ def _vllm(spec: LaunchSpec) -> tuple[_Emit, dict[str, str]]:
                 f"the row assumed EP{layout.ep}"
             )
     emit.add("--max-num-batched-tokens", spec.max_batched_tokens)
-    emit.add("--max-num-seqs", spec.max_running_requests)
+    if spec.max_running_requests is not None:
+        emit.add("--max-num-seqs", spec.max_running_requests)
     emit.add("--gpu-memory-utilization", spec.memory_fraction)
     emit.add("--kv-cache-dtype", spec.kv_cache_dtype)
     if spec.weight_quantization is not None:
@@ -212,7 +215,8 @@ def _sglang(spec: LaunchSpec) -> tuple[_Emit, dict[str, str]]:
         emit.add("--ep-size", layout.ep)
     # Instance-wide with DP attention (SGLang divides both by --dp-size).
     emit.add("--chunked-prefill-size", spec.max_batched_tokens * dp)
-    emit.add("--max-running-requests", spec.max_running_requests * dp)
+    if spec.max_running_requests is not None:
+        emit.add("--max-running-requests", spec.max_running_requests * dp)
     emit.add("--mem-fraction-static", spec.memory_fraction)
     emit.add("--kv-cache-dtype", SGLANG_FP8_KV if spec.kv_cache_dtype == "fp8" else "auto")
     if spec.weight_quantization is not None:
@@ -229,9 +233,8 @@ def _sglang(spec: LaunchSpec) -> tuple[_Emit, dict[str, str]]:
 
 def trtllm_extra_options(spec: LaunchSpec) -> str:
     """TensorRT-LLM's ``--extra_llm_api_options`` YAML for ``spec`` (written by hand)."""
-    graph_batch = spec.max_running_requests
-    if spec.cuda_graph_max_batch is not None:
-        graph_batch = min(graph_batch, spec.cuda_graph_max_batch)
+    caps = [c for c in (spec.max_running_requests, spec.cuda_graph_max_batch) if c is not None]
+    graph_batch = min(caps) if caps else None
     lines = [
         f"enable_attention_dp: {_text(spec.coupled)}",
         f"disable_overlap_scheduler: {_text(not spec.overlap_scheduling)}",
@@ -239,7 +242,9 @@ def trtllm_extra_options(spec: LaunchSpec) -> str:
         f"  dtype: {spec.kv_cache_dtype}",
         f"  free_gpu_memory_fraction: {_text(spec.memory_fraction)}",
     ]
-    if graph_batch > 0:
+    if graph_batch is None:  # the engine's default graph batch sizes
+        pass
+    elif graph_batch > 0:
         lines += [
             "cuda_graph_config:",
             "  enable_padding: true",
@@ -264,7 +269,8 @@ def _trtllm(spec: LaunchSpec) -> tuple[_Emit, dict[str, str]]:
     emit.add("--tp_size", layout.tp * spec.instance_dp)
     emit.add("--pp_size", layout.pp)
     emit.add("--ep_size", layout.ep)
-    emit.add("--max_batch_size", spec.max_running_requests)
+    if spec.max_running_requests is not None:
+        emit.add("--max_batch_size", spec.max_running_requests)
     emit.add("--max_num_tokens", spec.max_batched_tokens)
     emit.add("--kv_cache_free_gpu_memory_fraction", spec.memory_fraction)
     emit.add("--extra_llm_api_options", f"{CONFIG_DIR}/{TRTLLM_EXTRA_OPTIONS_FILE}")
