@@ -373,6 +373,7 @@ CLI_ONLY = {
     "max_prefill_tokens",  # deprecated alias of --max-batched-tokens
     "dump_original_results",  # msmodeling's: every probe after the table
     "jobs",  # msmodeling's: accepted and ignored with a note
+    "emit",  # the best row's launch (POST /v1/deploy's service)
 }
 
 
