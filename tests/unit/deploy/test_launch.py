@@ -45,21 +45,22 @@ def _spec(engine: str, **overrides: Any) -> LaunchSpec:
     return LaunchSpec(**values)
 
 
-SPECS = [pytest.param(_spec(engine), id=f"{engine}-dense") for engine in LAUNCH_ENGINES] + [
-    pytest.param(
-        _spec(
-            engine,
-            model="deepseek-ai/DeepSeek-V3",
-            layout=MOE_COUPLED,
-            coupled=True,
-            kv_cache_dtype="fp8",
-            weight_quantization="fp8",
-            num_mtp_tokens=2,
-            overlap_scheduling=True,
-        ),
-        id=f"{engine}-moe-mtp",
+def _moe_spec(engine: str) -> LaunchSpec:
+    """A MoE row whose experts span the DP ranks (one instance), FP8, MTP, overlap on."""
+    return _spec(
+        engine,
+        model="deepseek-ai/DeepSeek-V3",
+        layout=MOE_COUPLED,
+        coupled=True,
+        kv_cache_dtype="fp8",
+        weight_quantization="fp8",
+        num_mtp_tokens=2,
+        overlap_scheduling=True,
     )
-    for engine in LAUNCH_ENGINES
+
+
+SPECS = [pytest.param(_spec(engine), id=f"{engine}-dense") for engine in LAUNCH_ENGINES] + [
+    pytest.param(_moe_spec(engine), id=f"{engine}-moe-mtp") for engine in LAUNCH_ENGINES
 ]
 
 
@@ -100,8 +101,7 @@ def test_vllm_flags_carry_the_row() -> None:
 
 
 def test_vllm_moe_instance_with_mtp() -> None:
-    spec = SPECS[3].values[0]
-    config = build_launch_config(spec)
+    config = build_launch_config(_moe_spec("vllm"))
     args = parse_emitted(ENGINE_CLIS["vllm"], config.argv)
     assert args.data_parallel_size == "8"
     assert args.enable_expert_parallel
@@ -113,7 +113,7 @@ def test_vllm_moe_instance_with_mtp() -> None:
 
 
 def test_sglang_dp_attention_counts_are_instance_wide() -> None:
-    config = build_launch_config(SPECS[4].values[0])
+    config = build_launch_config(_moe_spec("sglang"))
     args = parse_emitted(ENGINE_CLIS["sglang"], config.argv)
     assert (args.tp_size, args.dp_size, args.ep_size) == ("8", "8", "8")
     assert args.enable_dp_attention
@@ -138,7 +138,7 @@ def test_sglang_dense_replica() -> None:
 
 
 def test_trtllm_command_and_extra_options_yaml() -> None:
-    config = build_launch_config(SPECS[5].values[0])
+    config = build_launch_config(_moe_spec("trtllm"))
     args = parse_emitted(ENGINE_CLIS["trtllm"], config.argv)
     # argparse names each value after the first documented spelling
     parallel = (args.tensor_parallel_size, args.pipeline_parallel_size)
@@ -264,7 +264,7 @@ def test_a_hostile_model_id_cannot_break_the_yaml() -> None:
 
 def test_profile_values_follow_the_engine_rules() -> None:
     h100 = get_device("NVIDIA_H100_SXM_80G")
-    kw = {
+    kw: dict[str, Any] = {
         "hbm_capacity_gb": h100.hbm_capacity_gb,
         "device_name": h100.name,
         "vendor": h100.vendor,
