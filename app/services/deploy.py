@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import math
 
-from app.core.catalog import AttentionQuantAction, LinearQuantAction, parse_quantization
+from app.core.catalog import (
+    AttentionQuantAction,
+    LinearQuantAction,
+    parse_quantization,
+    resolve_model_name,
+)
 from app.core.deploy import LaunchSpec, build_launch_config, profile_values
 from app.core.parallel import ParallelLayout
 from app.core.profiles import DEFAULT_ENGINE, get_profile
@@ -93,6 +98,17 @@ def deploy(request: DeployRequest) -> DeployResponse:
     )
 
 
+def served_model(request: OptimizeRequest, row: ResultRowOut) -> str:
+    """What the engine serves: the request's model as given (a Hugging Face id keeps its
+    variant, e.g. ``-FP8``), a catalog alias as its Hugging Face id, an inline config by the
+    row's label."""
+    if not isinstance(request.model, str):
+        return row.model
+    if "/" not in request.model:
+        return resolve_model_name(request.model) or request.model
+    return request.model
+
+
 def deploy_request_for_row(
     engine: str, request: OptimizeRequest, row: ResultRowOut
 ) -> DeployRequest:
@@ -107,7 +123,7 @@ def deploy_request_for_row(
     )
     return DeployRequest(
         engine=engine,
-        model=request.model if isinstance(request.model, str) else row.model,
+        model=served_model(request, row),
         device=request.device,
         num_devices=row.num_devices,
         tp=row.tp,

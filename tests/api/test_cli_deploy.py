@@ -68,3 +68,13 @@ def test_unknown_emit_engine_exits_2_in_one_line(
     assert out == ""
     assert len(err.strip().splitlines()) == 1
     assert "--emit" in err and "vllm" in err and "trtllm" in err
+
+
+def test_a_catalog_alias_is_served_by_its_hugging_face_id(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    alias = [arg if arg != "Qwen/Qwen3-32B" else "qwen3-32b" for arg in FAST]
+    code, out, err = run([*alias, "--format", "json", "--emit", "sglang"], capsys)
+    assert code == 0, err
+    argv = json.loads(out)["deploy"]["command"]["argv"]
+    assert argv[argv.index("--model-path") + 1] == "Qwen/Qwen3-32B"
