@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.deploy import LAUNCH_ENGINES
-from app.models.optimize import OptimizeRequest, OptimizeResponse
+
+if TYPE_CHECKING:  # the wire models load with the command, not with the parser
+    from app.models.optimize import OptimizeRequest, OptimizeResponse
 
 #: The key of the launch in ``chunkwise optimize --format json --emit ...``.
 DEPLOY_KEY = "deploy"
