@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 
 from app import __version__
-from app.api import calibrations, catalog, forward, health, planning
+from app.api import calibrations, catalog, deploy, forward, health, planning
 from app.api.compute import ComputeGate
 from app.api.errors import install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
@@ -112,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(forward.router)
     app.include_router(catalog.router)
     app.include_router(calibrations.router)
+    app.include_router(deploy.router)
     app.mount("/static", RevalidatedStaticFiles(directory=WEB_DIR), name="static")
 
     @app.get("/", include_in_schema=False)
