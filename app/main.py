@@ -42,6 +42,17 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 DASHBOARD_HEADERS = {**REVALIDATE, **SECURITY_HEADERS}
+#: The API docs (Swagger UI, ReDoc) run from vendored bundles too; they inject <style> elements
+#: and ReDoc starts a worker from a blob, so only styles and workers are loosened.
+DOCS_HEADERS = {
+    **DASHBOARD_HEADERS,
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; "
+        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+}
 
 
 class RevalidatedStaticFiles(StaticFiles):
@@ -86,6 +97,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="LLM serving performance with chunked prefill",
         lifespan=lifespan,
+        docs_url=None,  # served below from the vendored bundles: the docs work offline
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.context = None
@@ -118,5 +131,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/", include_in_schema=False)
     async def dashboard() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html", headers=DASHBOARD_HEADERS)
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui() -> FileResponse:
+        return FileResponse(WEB_DIR / "docs.html", headers=DOCS_HEADERS)
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> FileResponse:
+        return FileResponse(WEB_DIR / "redoc.html", headers=DOCS_HEADERS)
 
     return app
