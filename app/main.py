@@ -18,7 +18,7 @@ from starlette.responses import Response
 from app import __version__
 from app.api import calibrations, catalog, deploy, forward, health, planning
 from app.api.compute import ComputeGate
-from app.api.errors import install_error_handlers
+from app.api.errors import PROBLEM_JSON, install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from app.services import ServiceContext, create_context
 from app.settings import Settings, get_settings
@@ -64,6 +64,27 @@ class RevalidatedStaticFiles(StaticFiles):
         return response
 
 
+def _problem_schemas_in_their_media_type(app: FastAPI) -> None:
+    """Error responses are ``application/problem+json``: the schema FastAPI files under
+    ``application/json`` moves there, so generated clients parse every error as a ``Problem``
+    (instead of an untyped body)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    for response in operation.get("responses", {}).values():
+                        content = response.get("content", {})
+                        if PROBLEM_JSON in content and "application/json" in content:
+                            content[PROBLEM_JSON] = content.pop("application/json")
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 class LifespanState(TypedDict):
     context: ServiceContext
     gate: ComputeGate
@@ -97,6 +118,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="LLM serving performance with chunked prefill",
         lifespan=lifespan,
+        # Operation ids are the handlers' names (simulate, optimize, ...): short and stable for
+        # generated clients.
+        generate_unique_id_function=lambda route: route.name,
         docs_url=None,  # served below from the vendored bundles: the docs work offline
         redoc_url=None,
     )
@@ -127,6 +151,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(calibrations.router)
     app.include_router(deploy.router)
     app.mount("/static", RevalidatedStaticFiles(directory=WEB_DIR), name="static")
+
+    _problem_schemas_in_their_media_type(app)
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> FileResponse:
