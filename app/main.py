@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,9 +16,9 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 
 from app import __version__
-from app.api import calibrations, catalog, forward, health, planning
+from app.api import calibrations, catalog, deploy, forward, health, planning
 from app.api.compute import ComputeGate
-from app.api.errors import install_error_handlers
+from app.api.errors import PROBLEM_JSON, install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from app.services import ServiceContext, create_context
 from app.settings import Settings, get_settings
@@ -41,6 +42,17 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 DASHBOARD_HEADERS = {**REVALIDATE, **SECURITY_HEADERS}
+#: The API docs (Swagger UI, ReDoc) run from vendored bundles too; they inject <style> elements
+#: and ReDoc starts a worker from a blob, so only styles and workers are loosened.
+DOCS_HEADERS = {
+    **DASHBOARD_HEADERS,
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; "
+        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+}
 
 
 class RevalidatedStaticFiles(StaticFiles):
@@ -50,6 +62,27 @@ class RevalidatedStaticFiles(StaticFiles):
         response = super().file_response(*args, **kwargs)
         response.headers.update(DASHBOARD_HEADERS)
         return response
+
+
+def _problem_schemas_in_their_media_type(app: FastAPI) -> None:
+    """Error responses are ``application/problem+json``: the schema FastAPI files under
+    ``application/json`` moves there, so generated clients parse every error as a ``Problem``
+    (instead of an untyped body)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    for response in operation.get("responses", {}).values():
+                        content = response.get("content", {})
+                        if PROBLEM_JSON in content and "application/json" in content:
+                            content[PROBLEM_JSON] = content.pop("application/json")
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 class LifespanState(TypedDict):
@@ -63,6 +96,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[LifespanState]:
+        # Computations are CPU-bound threads sharing the GIL with the event loop and the light
+        # lane: a shorter switch interval bounds how long a cheap request waits for its turn.
+        sys.setswitchinterval(settings.gil_switch_interval_s)
         context = create_context(settings)
         app.state.context = context
         try:
@@ -70,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 settings.max_concurrent_computations,
                 settings.max_queued_computations,
                 settings.max_light_computations,
+                deadline_s=settings.request_deadline_s,
             )
             yield {"context": context, "gate": gate}
         finally:
@@ -81,6 +118,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="LLM serving performance with chunked prefill",
         lifespan=lifespan,
+        # Operation ids are the handlers' names (simulate, optimize, ...): short and stable for
+        # generated clients.
+        generate_unique_id_function=lambda route: route.name,
+        docs_url=None,  # served below from the vendored bundles: the docs work offline
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.context = None
@@ -107,10 +149,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(forward.router)
     app.include_router(catalog.router)
     app.include_router(calibrations.router)
+    app.include_router(deploy.router)
     app.mount("/static", RevalidatedStaticFiles(directory=WEB_DIR), name="static")
+
+    _problem_schemas_in_their_media_type(app)
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html", headers=DASHBOARD_HEADERS)
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui() -> FileResponse:
+        return FileResponse(WEB_DIR / "docs.html", headers=DOCS_HEADERS)
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> FileResponse:
+        return FileResponse(WEB_DIR / "redoc.html", headers=DOCS_HEADERS)
 
     return app

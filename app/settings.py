@@ -41,12 +41,19 @@ class Settings(BaseSettings):
     # Identical optimize requests are answered from the cache backend (whole response).
     response_cache: bool = True
     # CPU-bound computations per worker process: running at once, and waiting before a 503.
+    # Threads share the GIL, so fewer slots let the light lane through faster (bench/deadline.py
+    # while 16 heavy requests ran: cheap p99 53-118 ms at 1 slot, 98-112 ms at 2, 434 ms at 8),
+    # but then a cheap request of the heavy lane (a response-cache hit) and a request waiting on
+    # a hung cache wait behind a whole computation (tests/integration/test_faults.py): 8 keeps
+    # those overlapping; parallelism comes from worker processes.
     max_concurrent_computations: int = Field(default=8, ge=1, le=256)
     # The light lane's slots (chunk plans, forwards, small simulations); 0: one lane for all.
     max_light_computations: int = Field(default=4, ge=0, le=256)
     # A request body that stops arriving for this long is answered 408 (slow or half-sent).
     body_timeout_s: float = Field(default=10.0, gt=0, le=600)
     max_queued_computations: int = Field(default=256, ge=0)
+    # The interpreter's thread switch interval in a worker (Python's default is 5 ms).
+    gil_switch_interval_s: float = Field(default=0.001, gt=0, le=0.1)
     # Largest accepted request body (an inline config.json is a few KB).
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     # Wall-clock budget of one optimize/simulate computation.

@@ -251,8 +251,11 @@ def warm_up(host: str, port: int) -> None:
 
 
 @contextmanager
-def chunkwise_serve(workers: int, redis_port: int) -> Iterator[int]:
-    """``chunkwise serve --workers N`` on a free loopback port, Redis-backed."""
+def chunkwise_serve(
+    workers: int, redis_port: int, settings: Mapping[str, str] | None = None
+) -> Iterator[int]:
+    """``chunkwise serve --workers N`` on a free loopback port, Redis-backed (``settings``:
+    more ``APP_*`` variables)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
     env.update(
@@ -260,6 +263,7 @@ def chunkwise_serve(workers: int, redis_port: int) -> Iterator[int]:
         APP_REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
         APP_LOG_LEVEL="warning",
     )
+    env.update(settings or {})
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "app.cli", "serve"),

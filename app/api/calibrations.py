@@ -34,7 +34,7 @@ def _response(stored: service.StoredCalibration) -> CalibrationResponse:
 
 
 @router.post("", response_model=CalibrationResponse, status_code=201)
-async def create(
+async def create_calibration(
     request: CalibrationRequest, context: ContextDep, gate: GateDep
 ) -> CalibrationResponse:
     """Fit a profile to the measured runs and store it (Redis when configured, so every worker
@@ -47,7 +47,7 @@ async def create(
 
 
 @router.get("/{calibration_id}", response_model=CalibrationResponse)
-async def read(calibration_id: str, context: ContextDep) -> CalibrationResponse:
+async def read_calibration(calibration_id: str, context: ContextDep) -> CalibrationResponse:
     """A stored profile (404 when unknown or expired)."""
     try:
         return _response(service.fetch(context, calibration_id))
@@ -56,7 +56,7 @@ async def read(calibration_id: str, context: ContextDep) -> CalibrationResponse:
 
 
 @router.delete("/{calibration_id}", status_code=204)
-async def delete(calibration_id: str, context: ContextDep) -> Response:
+async def delete_calibration(calibration_id: str, context: ContextDep) -> Response:
     """Remove a stored profile (404 when unknown or expired)."""
     try:
         service.delete(context, calibration_id)

@@ -8,14 +8,15 @@ import anyio
 from fastapi import APIRouter, Request, Response
 
 from app import services
-from app.api.errors import PROBLEM_JSON, problem_response
+from app.api.errors import PROBLEM_JSON, PROBLEM_RESPONSES, problem_response
 from app.core.errors import UnknownNameError
 from app.models.catalog import DeviceInfo, DeviceList, ModelInfo, ModelList
 from app.models.common import Problem
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "content": {PROBLEM_JSON: {}}, "description": "unknown name"}
+    404: {"model": Problem, "content": {PROBLEM_JSON: {}}, "description": "unknown name"},
+    422: PROBLEM_RESPONSES[422],  # the path parameter's validation, as problem+json
 }
 
 

@@ -15,11 +15,15 @@ request is refused at once with 503 problem+json and ``Retry-After``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
+
+from app.core.errors import DeadlineExceededError
+from app.services.context import REQUEST_STARTED_S
 
 T = TypeVar("T")
 
@@ -33,11 +37,20 @@ class ComputeGate:
     limiter: anyio.CapacityLimiter
     max_waiting: int
     light: anyio.CapacityLimiter | None = None
+    #: The request deadline (s): it counts from the request's arrival, so a request still
+    #: waiting for a slot when it passes answers 504 at once (None: no deadline).
+    deadline_s: float | None = None
 
     @classmethod
-    def create(cls, max_concurrent: int, max_waiting: int, max_light: int = 0) -> ComputeGate:
+    def create(
+        cls,
+        max_concurrent: int,
+        max_waiting: int,
+        max_light: int = 0,
+        deadline_s: float | None = None,
+    ) -> ComputeGate:
         light = anyio.CapacityLimiter(max_light) if max_light > 0 else None
-        return cls(anyio.CapacityLimiter(max_concurrent), max_waiting, light)
+        return cls(anyio.CapacityLimiter(max_concurrent), max_waiting, light, deadline_s)
 
     async def run(self, fn: Callable[[], T], *, light: bool = False) -> T:
         """Run ``fn`` in a worker thread in its lane (the light lane only if there is one)."""
@@ -48,4 +61,20 @@ class ComputeGate:
                 f"{stats.borrowed_tokens} computations running and {stats.tasks_waiting} "
                 "waiting; retry shortly"
             )
-        return await anyio.to_thread.run_sync(fn, limiter=limiter)
+        token = REQUEST_STARTED_S.set(time.monotonic())
+        try:
+            if self.deadline_s is None:
+                return await anyio.to_thread.run_sync(fn, limiter=limiter)
+            with anyio.move_on_after(self.deadline_s) as waited:
+                await limiter.acquire()
+            if waited.cancelled_caught:
+                raise DeadlineExceededError(
+                    f"no computation slot freed within the {self.deadline_s:g} s deadline; "
+                    "retry shortly"
+                )
+            try:
+                return await anyio.to_thread.run_sync(fn)
+            finally:
+                limiter.release()
+        finally:
+            REQUEST_STARTED_S.reset(token)

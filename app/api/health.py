@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import ContextDep
 from app.api.errors import PROBLEM_JSON, problem_response
@@ -49,5 +49,4 @@ async def readyz(request: Request, context: ContextDep) -> Response | Readiness:
 @router.get("/metrics", response_class=Response, include_in_schema=True)
 def metrics(request: Request) -> Response:
     """Prometheus text exposition: requests, latency, cache hits/misses/errors, evaluations."""
-    registry = request.app.state.metrics.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -7,14 +7,23 @@ With several workers each process exports its own counters; scrape every worker 
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
+import os
 import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
 
 import anyio
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+    multiprocess,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.datastructures import Headers, MutableHeaders
@@ -66,18 +75,55 @@ def configure_logging(level: str) -> None:
         root.addHandler(handler)
 
 
-class _ServiceCollector(Collector):
-    """Reads the cache and service counters at scrape time."""
+def _service_counters(ctx: ServiceContext) -> dict[str, float]:
+    stats = ctx.cache.stats.snapshot()
+    out = {f"cache_{name}": float(stats[name]) for name in _CACHE_COUNTERS}
+    out["forward_evaluations"] = float(ctx.stats.forward_evaluations)
+    out["response_cache_hits"] = float(ctx.stats.response_cache_hits)
+    return out
 
-    def __init__(self, context: Callable[[], ServiceContext | None]) -> None:
+
+def _summed_counters(directory: str) -> dict[str, float]:
+    """Every worker's last written service counters, summed (a file that does not read back
+    as counters is skipped)."""
+    total: dict[str, float] = {}
+    for name in os.listdir(directory):
+        if not (name.startswith(SERVICE_STATS_PREFIX) and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                values = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(values, dict):
+            continue
+        for key, value in values.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                total[key] = total.get(key, 0.0) + float(value)
+    return total
+
+
+_CACHE_COUNTERS = ("hits", "misses", "errors", "writes", "invalid")
+
+
+class _ServiceCollector(Collector):
+    """Reads the cache and service counters at scrape time (``directory``: every worker's,
+    summed; else this process's)."""
+
+    def __init__(
+        self, context: Callable[[], ServiceContext | None], directory: str | None = None
+    ) -> None:
         self._context = context
+        self._directory = directory
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         ctx = self._context()
         if ctx is None:
             return
         backend = ctx.cache.backend
-        stats = ctx.cache.stats.snapshot()
+        counters = (
+            _service_counters(ctx) if self._directory is None else _summed_counters(self._directory)
+        )
         for name, doc in (
             ("hits", "Latency cache hits"),
             ("misses", "Latency cache misses"),
@@ -86,17 +132,17 @@ class _ServiceCollector(Collector):
             ("invalid", "Cache values that failed their schema check (recomputed, overwritten)"),
         ):
             family = CounterMetricFamily(f"chunkwise_cache_{name}", doc, labels=["backend"])
-            family.add_metric([backend], stats[name])
+            family.add_metric([backend], counters.get(f"cache_{name}", 0.0))
             yield family
         evaluations = CounterMetricFamily(
             "chunkwise_forward_evaluations", "Forward passes computed by the latency model"
         )
-        evaluations.add_metric([], ctx.stats.forward_evaluations)
+        evaluations.add_metric([], counters.get("forward_evaluations", 0.0))
         yield evaluations
         responses = CounterMetricFamily(
             "chunkwise_response_cache_hits", "Optimize responses served from the response cache"
         )
-        responses.add_metric([], ctx.stats.response_cache_hits)
+        responses.add_metric([], counters.get("response_cache_hits", 0.0))
         yield responses
         up = GaugeMetricFamily(
             "chunkwise_cache_up", "1 when the cache backend answered a probe", labels=["backend"]
@@ -105,8 +151,24 @@ class _ServiceCollector(Collector):
         yield up
 
 
+#: prometheus_client's multiprocess mode: set by ``chunkwise serve --workers N`` (or the
+#: deployment) to a directory every worker writes its metrics into.
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: Each worker's service counters (cache hits, evaluations, ...) in the multiprocess directory.
+SERVICE_STATS_PREFIX = "chunkwise_service_"
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROCESS_ENV) or None
+
+
 class Metrics:
+    """The HTTP and service metrics of this process; with ``PROMETHEUS_MULTIPROC_DIR`` set, of
+    every worker sharing that directory (:meth:`exposition`)."""
+
     def __init__(self, context: Callable[[], ServiceContext | None]) -> None:
+        self._context = context
+        self.directory = multiprocess_dir()
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "chunkwise_http_requests",
@@ -128,6 +190,33 @@ class Metrics:
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
         self.duration.labels(method, route).observe(seconds)
+        if self.directory is not None:
+            self._write_service_stats()
+
+    def _write_service_stats(self) -> None:
+        """This worker's service counters, for the other workers' scrapes (atomic replace)."""
+        ctx = self._context()
+        if ctx is None or self.directory is None:
+            return
+        stats = _service_counters(ctx)
+        path = os.path.join(self.directory, f"{SERVICE_STATS_PREFIX}{os.getpid()}.json")
+        try:
+            with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
+                json.dump(stats, handle)
+            os.replace(f"{path}.tmp", path)
+        except OSError:
+            logger.debug("could not write the service metrics to %s", path)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text: this process's registry, or in multiprocess mode every worker's
+        HTTP metrics (summed by prometheus_client) and service counters (summed here)."""
+        if self.directory is None:
+            return generate_latest(self.registry)
+        self._write_service_stats()
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=self.directory)  # type: ignore[no-untyped-call]
+        registry.register(_ServiceCollector(self._context, directory=self.directory))
+        return generate_latest(registry)
 
 
 class _BodyGuard:

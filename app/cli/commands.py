@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from app.cli import render
+from app.cli import emit, render
 from app.core.scheduler import DEFAULT_SCHEDULER
 
 if TYPE_CHECKING:
@@ -390,13 +390,19 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     def call(context: ServiceContext) -> int:
         common = common_fields(args)
-        bodies = [
-            services.optimize(
-                context, request(common, mode), allow_paths=True, progress=progress
-            ).model_dump(mode="json")
-            for mode in optimize_modes(args)
-        ]
+        bodies = []
+        for mode in optimize_modes(args):
+            optimize_request = request(common, mode)
+            response = services.optimize(
+                context, optimize_request, allow_paths=True, progress=progress
+            )
+            body = response.model_dump(mode="json")
+            if args.emit is not None:
+                body[emit.DEPLOY_KEY] = emit.launch_for_best(args.emit, optimize_request, response)
+            bodies.append(body)
         render.print_optimize(bodies, args.format, probes=args.dump_original_results)
+        if args.emit is not None:
+            emit.print_launches(bodies, args.format)
         return 0
 
     return run_service(call)

@@ -19,6 +19,7 @@ from app.cli.commands import (
     cmd_simulate,
     cmd_validate,
 )
+from app.cli.emit import add_emit_flag
 from app.cli.serve import cmd_serve
 from app.core.calibration.parameters import PARAMETER_NAMES
 from app.core.limits import DEFAULT_SIMULATE_MODE, DEFAULT_TOP_K, SIMULATE_MODES
@@ -338,6 +339,7 @@ def _add_optimize(sub: Subparsers[argparse.ArgumentParser]) -> None:
         default=None,
         help="progress on stderr (default: when stderr is a terminal)",
     )
+    add_emit_flag(optimize)
     optimize.set_defaults(func=cmd_optimize)
 
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+
+#: prometheus_client's switch to its multiprocess mode (read when a worker imports it).
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -19,6 +24,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "set APP_CACHE_BACKEND=redis and APP_REDIS_URL to share one",
             file=sys.stderr,
         )
+    if args.workers > 1:
+        # One scrape behind one port sees every worker: prometheus_client's multiprocess mode
+        # (each worker writes its counters to files in this directory, a scrape sums them).
+        directory = tempfile.mkdtemp(prefix="chunkwise-metrics-")
+        os.environ.setdefault(MULTIPROCESS_ENV, directory)
     uvicorn.run(
         "app.main:create_app",
         factory=True,

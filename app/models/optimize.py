@@ -153,6 +153,15 @@ class ProbeOut(BaseModel):
     request_throughput: float
     memory_left_gb: float
     method: str
+    ttft_ms_interval: tuple[float, float] | None = Field(
+        default=None, description="TTFT's 80 % prediction interval [low, high] (docs/engine.md)"
+    )
+    tpot_ms_interval: tuple[float, float] | None = Field(
+        default=None, description="TPOT's 80 % prediction interval [low, high]"
+    )
+    throughput_interval: tuple[float, float] | None = Field(
+        default=None, description="throughput_tokens_s's 80 % prediction interval [low, high]"
+    )
 
 
 class InfeasibleLayout(BaseModel):

@@ -6,6 +6,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from app.cache import LatencyCache, create_cache
@@ -72,5 +73,15 @@ def create_context(settings: Settings) -> ServiceContext:
     return ServiceContext(settings=settings, cache=create_cache(settings))
 
 
+#: When the current request arrived (``time.monotonic()``), set by the API's compute gate before
+#: the request waits for a slot: a deadline counts from the arrival, so time spent queued counts.
+REQUEST_STARTED_S: ContextVar[float | None] = ContextVar(
+    "chunkwise_request_started_s", default=None
+)
+
+
 def deadline_from(settings: Settings) -> float:
-    return time.monotonic() + settings.request_deadline_s
+    """The monotonic time the current computation must end by (from the request's arrival when
+    the API set it, else from now: the CLI)."""
+    started = REQUEST_STARTED_S.get()
+    return (time.monotonic() if started is None else started) + settings.request_deadline_s

@@ -89,21 +89,42 @@ def _layouts(
     return layouts
 
 
-def _row_out(row: ResultRow, role: Role, deployment: ResolvedDeployment) -> ResultRowOut:
-    """A ranked row with its 80 % intervals (a side without TTFT or TPOT has none for it)."""
+def _intervals(
+    deployment: ResolvedDeployment,
+    shape: tuple[int, int, int],
+    ttft_ms: float | None,
+    tpot_ms: float | None,
+    throughput: float,
+) -> dict[str, tuple[float, float] | None]:
+    """The 80 % intervals of one evaluated point, (input, output, concurrency) ``shape`` (a
+    side without TTFT or TPOT has no interval for it)."""
+    input_length, output_length, concurrency = shape
     sure = uncertainty(
         deployment,
-        input_length=row.input_length,
-        output_length=row.output_length,
-        concurrency=row.concurrency,
-        ttft_ms=row.ttft_ms or 0.0,
-        tpot_ms=row.tpot_ms or 0.0,
-        throughput=row.throughput_tokens_s,
+        input_length=input_length,
+        output_length=output_length,
+        concurrency=concurrency,
+        ttft_ms=ttft_ms or 0.0,
+        tpot_ms=tpot_ms or 0.0,
+        throughput=throughput,
     ).intervals
+    return {
+        "ttft_ms_interval": None if ttft_ms is None else sure.ttft_ms,
+        "tpot_ms_interval": None if tpot_ms is None else sure.tpot_ms,
+        "throughput_interval": sure.throughput,
+    }
+
+
+def _row_out(row: ResultRow, role: Role, deployment: ResolvedDeployment) -> ResultRowOut:
+    """A ranked row with its 80 % intervals (a side without TTFT or TPOT has none for it)."""
     return ResultRowOut(
-        ttft_ms_interval=None if row.ttft_ms is None else sure.ttft_ms,
-        tpot_ms_interval=None if row.tpot_ms is None else sure.tpot_ms,
-        throughput_interval=sure.throughput,
+        **_intervals(
+            deployment,
+            (row.input_length, row.output_length, row.concurrency),
+            row.ttft_ms,
+            row.tpot_ms,
+            row.throughput_tokens_s,
+        ),
         role=role,
         model=row.model,
         device=row.device,
@@ -133,9 +154,19 @@ def _row_out(row: ResultRow, role: Role, deployment: ResolvedDeployment) -> Resu
     )
 
 
-def _probe_out(probe: Probe, role: Role) -> ProbeOut:
+def _probe_out(
+    probe: Probe, role: Role, deployment: ResolvedDeployment, spec: WorkloadSpec
+) -> ProbeOut:
+    """An evaluated point with its 80 % intervals, as a ranked row has them."""
     layout = probe.layout
     return ProbeOut(
+        **_intervals(
+            deployment,
+            (spec.input_length, spec.output_length, probe.concurrency),
+            probe.ttft_ms,
+            probe.tpot_ms,
+            probe.throughput_tokens_s,
+        ),
         role=role,
         parallel=layout.label,
         tp=layout.tp,
@@ -447,7 +478,10 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
     for section in sections:
         rows.extend(_row_out(row, section.role, factory.deployment) for row in section.result.rows)
         if request.include_probes:
-            probes.extend(_probe_out(p, section.role) for p in section.result.probes)
+            probes.extend(
+                _probe_out(p, section.role, factory.deployment, run.spec)
+                for p in section.result.probes
+            )
         infeasible.extend(_infeasible(section.role, section.rejected))
         infeasible.extend(_infeasible(section.role, section.result.infeasible))
     finite_rows = []

@@ -410,6 +410,7 @@ CLI_ONLY = {
     "image_height",
     "image_width",
     "log_level",
+    "emit",  # the best row's launch (POST /v1/deploy's service)
 }
 
 

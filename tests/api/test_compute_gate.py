@@ -155,3 +155,41 @@ def test_the_light_simulation_rule(extra: dict[str, object], light: bool) -> Non
         **extra,
     }
     assert services.is_light_simulation(SimulateRequest.model_validate(body)) is light
+
+
+def test_the_deadline_counts_the_wait_for_a_slot() -> None:
+    """A request still queued when its deadline passes answers 504 at once (it does not get a
+    fresh deadline when a slot frees), and the clock a computation reads starts at arrival."""
+    import threading
+    import time
+
+    import anyio
+
+    from app.api.compute import ComputeGate
+    from app.core.errors import DeadlineExceededError
+    from app.services.context import REQUEST_STARTED_S
+
+    gate = ComputeGate.create(1, 10, deadline_s=0.2)
+    release = threading.Event()
+    seen: list[float | None] = []
+
+    async def main() -> float:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(gate.run, lambda: release.wait(5))
+            await anyio.sleep(0.05)
+            started = time.monotonic()
+            try:
+                await gate.run(lambda: seen.append(REQUEST_STARTED_S.get()))
+            except DeadlineExceededError:
+                waited = time.monotonic() - started
+            else:
+                raise AssertionError("a queued request outlived its deadline")
+            release.set()
+        return waited
+
+    waited = anyio.run(main)
+    assert 0.15 < waited < 1.0
+    assert seen == []  # it never ran
+    arrived: list[float | None] = []
+    anyio.run(gate.run, lambda: arrived.append(REQUEST_STARTED_S.get()))
+    assert arrived[0] is not None and arrived[0] <= time.monotonic()

@@ -224,3 +224,50 @@ def test_chunkwise_serve_with_two_workers_and_redis(
         process.terminate()
         process.wait(timeout=20)
         log.close()
+
+
+def _scraped_total(text: str, metric: str, route: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(f"{metric}{{") and f'route="{route}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_one_scrape_sees_every_worker(redis_server: RedisServer, tmp_path: Path) -> None:
+    """``chunkwise serve --workers 2`` runs prometheus_client's multiprocess mode: whichever
+    worker answers a scrape, the request counters are the sum over both."""
+    import subprocess
+
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    env = {**worker_env(redis_server), "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    plan = {"input_length": 3500, "max_batched_tokens": 2048}
+    try:
+        wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout_s=30)
+        sent = 40
+        for _ in range(sent):  # fresh connections: the kernel spreads them over the workers
+            with httpx.Client(base_url=base, timeout=10) as client:
+                assert client.post("/v1/chunk-plan", json=plan).status_code == 200
+        for _ in range(6):
+            with httpx.Client(base_url=base, timeout=10) as client:
+                text = client.get("/metrics").text
+            counted = _scraped_total(text, "chunkwise_http_requests_total", "/v1/chunk-plan")
+            assert counted == sent, text[:2000]
+            assert "chunkwise_cache_hits_total" in text
+        # Both workers answered some of them: each wrote its own counter file.
+        assert len(list(metrics_dir.glob("counter_*.db"))) == 2
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        log.close()

@@ -75,6 +75,8 @@ CORE_ALLOWED: dict[str, set[str]] = {
     # Calibration: fitted values of device and engine-profile parameters, and intervals.
     "calibration": BASICS | {"catalog", "profiles"},
     "optimizer": BASICS | {"cost", "scheduler", "engine", "workload"},
+    # Launch configurations: a row's engine command line from the engine profile's values.
+    "deploy": BASICS | {"profiles"},
     "validation": {
         *BASICS,
         "cost",

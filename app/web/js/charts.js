@@ -42,13 +42,20 @@ export function probeSeries(response) {
   return [...series.values()];
 }
 
-function datasets(series, x) {
+/** xInterval(probe): the x value's 80 % interval, when the x axis has one (latency). */
+function datasets(series, x, xInterval = () => null) {
   return series
     .map((s, i) => ({
       label: s.label,
       data: s.probes
         .filter((p) => x(p, s) !== null && x(p, s) !== undefined)
-        .map((p) => ({ x: x(p, s), y: p.throughput_tokens_s, probe: p })),
+        .map((p) => ({
+          x: x(p, s),
+          y: p.throughput_tokens_s,
+          probe: p,
+          xInterval: xInterval(p) ?? null,
+          yInterval: p.throughput_interval ?? null,
+        })),
       borderColor: PALETTE[i % PALETTE.length],
       backgroundColor: PALETTE[i % PALETTE.length],
       showLine: true,
@@ -106,13 +113,90 @@ const limitLine = {
   },
 };
 
+/**
+ * 80 % intervals as error bars under the points: vertical for throughput (yInterval), horizontal
+ * for the x axis's latency (xInterval), in the dataset's colour, clipped to the plot area. The
+ * count of points drawn with a bar is kept on the chart (`chart.$intervals`).
+ */
+const errorBars = {
+  id: "errorBars",
+  beforeDatasetsDraw(chart, _args, options) {
+    chart.$intervals = 0;
+    if (!options?.display) return;
+    const { ctx, chartArea: area, scales } = chart;
+    const CAP = 3; // px, half the width of a bar's end
+    const px = (scale, v) => {
+      const p = scale.getPixelForValue(v);
+      return Number.isFinite(p) ? p : scale.isHorizontal() ? area.left : area.bottom;
+    };
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(area.left, area.top, area.right - area.left, area.bottom - area.top);
+    ctx.clip();
+    ctx.lineWidth = 1.25;
+    let drawn = 0;
+    chart.data.datasets.forEach((dataset, index) => {
+      if (!chart.isDatasetVisible(index)) return;
+      ctx.strokeStyle = withAlpha(dataset.borderColor, 0.55);
+      for (const point of dataset.data) {
+        const { xInterval: xi, yInterval: yi } = point;
+        if (!xi && !yi) continue;
+        const x = px(scales.x, point.x);
+        const y = px(scales.y, point.y);
+        ctx.beginPath();
+        if (yi) {
+          const [lo, hi] = [px(scales.y, yi[0]), px(scales.y, yi[1])];
+          ctx.moveTo(x, lo);
+          ctx.lineTo(x, hi);
+          ctx.moveTo(x - CAP, lo);
+          ctx.lineTo(x + CAP, lo);
+          ctx.moveTo(x - CAP, hi);
+          ctx.lineTo(x + CAP, hi);
+        }
+        if (xi) {
+          const [lo, hi] = [px(scales.x, xi[0]), px(scales.x, xi[1])];
+          ctx.moveTo(lo, y);
+          ctx.lineTo(hi, y);
+          ctx.moveTo(lo, y - CAP);
+          ctx.lineTo(lo, y + CAP);
+          ctx.moveTo(hi, y - CAP);
+          ctx.lineTo(hi, y + CAP);
+        }
+        ctx.stroke();
+        drawn += 1;
+      }
+    });
+    ctx.restore();
+    chart.$intervals = drawn;
+  },
+};
+
+/** Points that have an interval to draw. */
+const withIntervals = (data) => data.reduce((n, d) => n + d.data.filter((p) => p.xInterval || p.yInterval).length, 0);
+
+/** The y axis reaches the highest throughput interval when the bars are shown. */
+function intervalTop(data, shown) {
+  if (!shown) return undefined;
+  const tops = data.flatMap((d) => d.data.map((p) => p.yInterval?.[1] ?? p.y));
+  return tops.length ? Math.max(...tops) : undefined;
+}
+
+const span = (interval, format) => (interval ? `${format(interval[0])} – ${format(interval[1])}` : "–");
+
 function probeTooltip(ctx) {
   const p = ctx.raw.probe;
-  return [
+  const lines = [
     `${ctx.dataset.label}: ${fmt(p.throughput_tokens_s, 0)} tokens/s`,
     `concurrency ${p.concurrency} (batch ${p.batch_size}/replica)`,
     `TTFT ${fmtMs(p.ttft_ms)} · TPOT ${fmtMs(p.tpot_ms)}`,
   ];
+  if (p.throughput_interval || p.ttft_ms_interval || p.tpot_ms_interval) {
+    lines.push(
+      `80 %: ${span(p.throughput_interval, (v) => fmt(v, 0))} tokens/s`,
+      `80 %: TTFT ${span(p.ttft_ms_interval, fmtMs)} · TPOT ${span(p.tpot_ms_interval, fmtMs)}`,
+    );
+  }
+  return lines;
 }
 
 function throughputAxis(response, roles) {
@@ -144,12 +228,16 @@ function note(canvas, points, text) {
   el.hidden = Boolean(points);
 }
 
-export function drawConcurrencyChart(canvas, response) {
+/** view.intervals: draw the 80 % intervals. Returns {points, intervals} (counts plotted). */
+export function drawConcurrencyChart(canvas, response, view = {}) {
+  const shown = view.intervals ?? true;
   const series = probeSeries(response);
   const data = datasets(series, (p) => p.concurrency);
+  const y = throughputAxis(response, new Set(series.map((s) => s.role)));
   draw(canvas, {
     type: "scatter",
     data: { datasets: [...data, ...bestDataset(response, (p) => p.concurrency)] },
+    plugins: [errorBars],
     options: {
       ...baseOptions(),
       scales: {
@@ -158,51 +246,57 @@ export function drawConcurrencyChart(canvas, response) {
           title: { display: true, text: "concurrency (requests, log scale)" },
           ticks: { callback: logTick, autoSkip: false, maxRotation: 0 },
         },
-        y: throughputAxis(response, new Set(series.map((s) => s.role))),
+        y: { ...y, suggestedMax: intervalTop(data, shown) },
       },
-      plugins: { ...baseOptions().plugins, tooltip: { callbacks: { label: probeTooltip } } },
+      plugins: {
+        ...baseOptions().plugins,
+        tooltip: { callbacks: { label: probeTooltip } },
+        errorBars: { display: shown },
+      },
     },
   });
   const points = data.reduce((n, d) => n + d.data.length, 0);
   note(canvas, points, "No feasible probe to plot.");
-  return points;
+  return { points, intervals: shown ? withIntervals(data) : 0 };
 }
 
 /**
  * metric: "tpot_ms" or "ttft_ms". Prefill instances have no TPOT: with TPOT they are left out
  * (pd_ratio), and disagg_prefill always plots TTFT; with TTFT, pd_ratio shows the prefill side.
  */
-export function drawLatencyChart(canvas, response, metric) {
+export function drawLatencyChart(canvas, response, metric, view = {}) {
+  const shown = view.intervals ?? true;
   let series = probeSeries(response);
   if (response.mode === "pd_ratio") {
     series = series.filter((s) => (metric === "ttft_ms" ? s.role === "prefill" : s.role === "decode"));
   }
   const key = response.mode === "disagg_prefill" ? "ttft_ms" : metric;
-  const data = datasets(series, (p) => p[key]);
+  const data = datasets(series, (p) => p[key], (p) => p[`${key}_interval`]);
   const side = response.mode === "pd_ratio" ? (key === "ttft_ms" ? ", prefill layouts" : ", decode layouts") : "";
   const label = `${key === "ttft_ms" ? "TTFT" : "TPOT"} (ms${side})`;
   const limit = response.input[key === "ttft_ms" ? "ttft_limit_ms" : "tpot_limit_ms"];
   draw(canvas, {
     type: "scatter",
     data: { datasets: [...data, ...bestDataset(response, (p) => p[key])] },
-    plugins: [limitLine],
+    plugins: [limitLine, errorBars],
     options: {
       ...baseOptions(),
       layout: { padding: { top: limit ? 22 : 0 } }, // room for the limit's label
       scales: {
         x: { title: { display: true, text: label }, suggestedMax: limit ? limit * 1.03 : undefined },
-        y: throughputAxis(response, new Set(series.map((s) => s.role))),
+        y: { ...throughputAxis(response, new Set(series.map((s) => s.role))), suggestedMax: intervalTop(data, shown) },
       },
       plugins: {
         ...baseOptions().plugins,
         tooltip: { callbacks: { label: probeTooltip } },
+        errorBars: { display: shown },
         limitLine: { value: limit ?? null, label: `${key === "ttft_ms" ? "TTFT" : "TPOT"} limit ${fmt(limit ?? 0, 0)} ms` },
       },
     },
   });
   const points = data.reduce((n, d) => n + d.data.length, 0);
   note(canvas, points, "No feasible probe to plot.");
-  return points;
+  return { points, intervals: shown ? withIntervals(data) : 0 };
 }
 
 // -- step timeline of /v1/simulate ------------------------------------------------------

@@ -38,6 +38,11 @@ export function cliCommand(body) {
       notes.push(`${f.name} has no CLI flag (curl and the dashboard send it)`);
     }
   }
+  if (body.calibration) {
+    notes.push(
+      `calibration ${body.calibration}: the CLI applies a profile file instead (chunkwise calibrate RUNS.csv --out PROFILE.json, then --calibration PROFILE.json)`,
+    );
+  }
   return { text: join(lines), notes };
 }
 

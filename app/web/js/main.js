@@ -1,6 +1,7 @@
 // Dashboard entry point: catalogs -> form; optimize -> summary, table, charts, chunk plan;
 // a selected row -> /v1/simulate step timeline. Errors never leave a blank page.
 import { ApiError, getJson, postJson } from "./api.js";
+import { activeCalibration, activeProfile, initCalibration, restore, setActive } from "./calibrate.js";
 import {
   drawConcurrencyChart, drawLatencyChart, drawTimeline, renderChunkPlan, timelineSpan,
 } from "./charts.js";
@@ -9,7 +10,7 @@ import {
   applyMode, applySchema, clearErrors, fieldOfLoc, formState, input, readForm, renderForm,
   resetForm, setFormState, setOptions, showErrors,
 } from "./fields.js";
-import { exportCsv, exportJson, renderSummary, renderTable } from "./results.js";
+import { exportCsv, exportJson, intervalSource, renderSummary, renderTable } from "./results.js";
 import { fmt, fmtMs, h } from "./util.js";
 
 const $ = (id) => document.getElementById(id);
@@ -137,7 +138,19 @@ function validate() {
     showBanner("Please fix the marked fields.", "");
     return null;
   }
-  return body;
+  return withCalibration(body);
+}
+
+/** The request body with the applied calibration (the panel's "Apply"), if any. */
+function withCalibration(body) {
+  const id = activeCalibration();
+  return id ? { ...body, calibration: id } : body;
+}
+
+/** The form's state for the URL: its fields where they differ, and the calibration. */
+function urlState() {
+  const id = activeCalibration();
+  return id ? { ...formState(), calibration: id } : formState();
 }
 
 async function runOptimize(event) {
@@ -146,7 +159,7 @@ async function runOptimize(event) {
   const body = validate();
   if (!body) return;
   // The URL keeps the form: reload or share the link to get the same results.
-  const query = new URLSearchParams(formState()).toString();
+  const query = new URLSearchParams(urlState()).toString();
   history.replaceState(null, "", query ? `#${query}` : window.location.pathname);
   state.controller?.abort();
   const controller = new AbortController();
@@ -190,12 +203,7 @@ function renderResults(response, plan) {
   const metric = $("latency-metric");
   metric.value = response.mode === "disagg_prefill" ? "ttft_ms" : "tpot_ms";
   metric.disabled = response.mode === "disagg_prefill";
-  try {
-    drawConcurrencyChart($("chart-concurrency"), response);
-    drawLatencyChart($("chart-latency"), response, metric.value);
-  } catch (err) {
-    showBanner("The charts could not be drawn:", String(err.message || err));
-  }
+  drawProbeCharts(response);
   if (plan instanceof Error) {
     $("chunk-plan").replaceChildren(h("p", { class: "warn" }, `Chunk plan unavailable: ${plan.message}`));
   } else {
@@ -204,6 +212,25 @@ function renderResults(response, plan) {
   resetTimeline();
   if (response.rows.length) table.select(1);
   if (window.innerWidth < 900) $("summary").scrollIntoView({ block: "start" });
+}
+
+/** Both probe charts, with or without their 80 % intervals, and what the bars mean. */
+function drawProbeCharts(response) {
+  const metric = $("latency-metric").value;
+  const source = intervalSource(response.calibration);
+  try {
+    const conc = drawConcurrencyChart($("chart-concurrency"), response, { intervals: $("conc-intervals").checked });
+    const lat = drawLatencyChart($("chart-latency"), response, metric, { intervals: $("lat-intervals").checked });
+    const name = response.mode === "disagg_prefill" || metric === "ttft_ms" ? "TTFT" : "TPOT";
+    $("chart-conc-caption").textContent = conc.intervals
+      ? `Bars: 80 % intervals of the throughput of ${fmt(conc.intervals)} points, ${source}.`
+      : "";
+    $("chart-lat-caption").textContent = lat.intervals
+      ? `Bars: 80 % intervals of the throughput (vertical) and ${name} (horizontal) of ${fmt(lat.intervals)} points, ${source}.`
+      : "";
+  } catch (err) {
+    showBanner("The charts could not be drawn:", String(err.message || err));
+  }
 }
 
 /** Redraw the timeline for the zoom controls (start slider: % of the run). */
@@ -233,7 +260,7 @@ const SIM_FIELDS = [
   "model", "device", "quantize_linear_action", "quantize_attention_action", "reserved_memory_gb",
   "input_length", "prefix_cache_hit_rate", "max_batched_tokens", "output_length",
   "num_mtp_tokens", "mtp_acceptance_rates", "scheduler", "force_simulation",
-  "workload", "window", "requests_per_client", "engine", "engine_options",
+  "workload", "window", "requests_per_client", "engine", "engine_options", "calibration",
 ];
 
 async function simulateRow(row) {
@@ -264,12 +291,13 @@ async function simulateRow(row) {
       (sim.workload === "closed_loop"
         ? `${fmt(sim.concurrency)} clients (${perReplica(sim)}) · `
         : `${fmt(sim.concurrency)} requests at t = 0 (${perReplica(sim)}) · `) +
-      `TTFT ${fmtMs(sim.ttft_ms)} · TPOT ${fmtMs(sim.tpot_ms)} · makespan ${fmtMs(sim.makespan_ms)} · ` +
+      `TTFT ${fmtMs(sim.ttft_ms)}${within(sim.ttft_ms_interval)} · TPOT ${fmtMs(sim.tpot_ms)}${within(sim.tpot_ms_interval)} · makespan ${fmtMs(sim.makespan_ms)} · ` +
       `${fmt(sim.steps)} steps (${sim.method.replace(/_/g, " ")}) · ${fmt(sim.timeline?.length ?? 0)} step records` +
       forced +
       (sim.workload === "closed_loop"
         ? ` · closed loop: ${fmt(sim.num_requests)} requests, mean running batch ${fmt(sim.mean_running_batch, 1)}`
         : "") +
+      (sim.calibration ? ` · calibration ${sim.calibration.id}${sim.calibration.applicable ? "" : ` (does not cover it: ${sim.calibration.reason})`}` : "") +
       (sim.timeline_truncated ? " · timeline truncated" : "") +
       (sim.feasible ? "" : ` · infeasible: ${sim.reason}`);
   } catch (err) {
@@ -284,6 +312,11 @@ async function simulateRow(row) {
   }
 }
 
+/** " (80 %: a – b)" for an interval, "" without one. */
+function within(interval) {
+  return interval ? ` (80 %: ${fmtMs(interval[0])} – ${fmtMs(interval[1])})` : "";
+}
+
 /** "8 per replica", or "3 on 2 replicas, 2 on 2" when the total does not divide evenly. */
 function perReplica(sim) {
   const split = sim.replica_split || [];
@@ -291,12 +324,49 @@ function perReplica(sim) {
   return split.map((s, i) => `${fmt(s.concurrency)} on ${fmt(s.replicas)}${i ? "" : " replicas"}`).join(", ");
 }
 
+// -- the applied calibration ----------------------------------------------------------------
+/** The form's deployment as the calibration's profile names it ({field: value}). */
+function profileDeployment(profile) {
+  return {
+    model: profile.model,
+    device: profile.device,
+    engine: profile.engine,
+    quantize_linear_action: profile.quantization,
+  };
+}
+
+/** Whether the form's deployment is the calibration's; offer to switch when it is not. */
+function describeCalibration() {
+  const profile = activeProfile();
+  const button = $("use-calibration-deployment");
+  if (!profile) {
+    button.hidden = true;
+    return;
+  }
+  const differs = Object.entries(profileDeployment(profile)).filter(
+    ([name, value]) => String(input(name).value).toLowerCase() !== String(value).toLowerCase(),
+  );
+  button.hidden = !differs.length;
+  button.title = differs.length ? `The form has another ${differs.map(([n]) => n.replace(/_/g, " ")).join(", ")}` : "";
+}
+
+function useCalibrationDeployment() {
+  const profile = activeProfile();
+  if (!profile) return;
+  setFormState(profileDeployment(profile));
+  describeModel();
+  describeDevice();
+  describeCalibration();
+  $("run").focus();
+}
+
 // -- copy as CLI / curl ---------------------------------------------------------------------
 async function copyCommand(kind) {
   hideBanner();
   clearErrors();
-  const { body, errors } = readForm();
+  const { body: fields, errors } = readForm();
   showErrors(errors);
+  const body = withCalibration(fields);
   const cli = cliCommand(body);
   const text = kind === "cli" ? cli.text : curlCommand(body, window.location.origin);
   const notes = kind === "cli" ? cli.notes : [];
@@ -331,7 +401,7 @@ async function loadSchema() {
 async function boot() {
   const form = $("plan-form");
   await loadSchema();
-  renderForm(form, $("form-actions"));
+  renderForm(form, $("active-calibration"));
   $("form-loading").remove();
   applyMode();
   for (const name of ["mode", "scheduler_name", "workload", "engine"]) {
@@ -339,6 +409,8 @@ async function boot() {
   }
   input("model").addEventListener("input", describeModel);
   input("device").addEventListener("change", describeDevice);
+  form.addEventListener("change", describeCalibration);
+  form.addEventListener("input", describeCalibration);
   form.addEventListener("submit", runOptimize);
   form.addEventListener("input", (event) => {
     // Editing a field clears its error.
@@ -354,6 +426,7 @@ async function boot() {
   $("copy-curl").addEventListener("click", () => copyCommand("curl"));
   $("reset").addEventListener("click", () => {
     resetForm();
+    setActive(null, true);
     hideBanner();
     describeModel();
     describeDevice();
@@ -363,14 +436,19 @@ async function boot() {
   $("export-json").addEventListener("click", () => state.response && exportJson(state.response));
   $("timeline-zoom").addEventListener("change", zoomTimeline);
   $("timeline-start").addEventListener("input", zoomTimeline);
-  $("latency-metric").addEventListener("change", (e) => {
-    if (state.response) drawLatencyChart($("chart-latency"), state.response, e.target.value);
-  });
-  const fromUrl = Object.fromEntries(new URLSearchParams(window.location.hash.slice(1)));
+  for (const id of ["latency-metric", "conc-intervals", "lat-intervals"]) {
+    $(id).addEventListener("change", () => state.response && drawProbeCharts(state.response));
+  }
+  initCalibration({ onChange: describeCalibration });
+  $("use-calibration-deployment").addEventListener("click", useCalibrationDeployment);
+  const { calibration, ...fromUrl } = Object.fromEntries(new URLSearchParams(window.location.hash.slice(1)));
   setFormState(fromUrl); // selects filled from the catalogs get theirs below
-  return loadCatalogs().then(() => {
+  // A link's calibration is read back first; when it is gone the link is not run without it.
+  const restored = calibration ? restore(calibration) : Promise.resolve(true);
+  return Promise.all([loadCatalogs(), restored]).then(([, ok]) => {
+    describeCalibration(); // the device list is in now
     document.body.dataset.ready = "true";
-    if (setFormState(fromUrl)) form.requestSubmit();
+    if ((setFormState(fromUrl) || calibration) && ok) form.requestSubmit();
   });
 }
 

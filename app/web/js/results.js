@@ -218,6 +218,14 @@ function calibrationNote(note) {
   return [h("p", { class: note.applicable ? "sub" : "warn" }, text)];
 }
 
+/** Where a response's intervals come from, in words (the charts' captions). */
+export function intervalSource(note) {
+  if (!note) return "from the product's validation errors for this device and engine";
+  return note.applicable
+    ? `from calibration ${note.id}`
+    : `from calibration ${note.id}, widened (it does not cover this: ${note.reason})`;
+}
+
 // -- exports -------------------------------------------------------------------------------
 const csvCell = (value) => {
   if (value === null || value === undefined) return "";
@@ -225,14 +233,27 @@ const csvCell = (value) => {
   return /[",\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 };
 
+/** The CSV name of an interval's bounds: ttft_ms_interval -> ttft_ms_lo, ttft_ms_hi. */
+const INTERVAL_OF = { throughput_interval: "throughput_tokens_s" };
+const intervalBase = (key) => INTERVAL_OF[key] ?? key.replace(/_interval$/, "");
+
+/** One line per row; memory_gb and the [low, high] intervals become columns of their own. */
 export function rowsCsv(response) {
   const rows = response.rows;
   if (!rows.length) return "";
   const memoryKeys = [...new Set(rows.flatMap((r) => Object.keys(r.memory_gb || {})))];
   const keys = Object.keys(rows[0]).filter((k) => k !== "memory_gb");
-  const header = [...keys, ...memoryKeys.map((k) => `memory_gb.${k}`)];
-  const lines = rows.map((r) => [...keys.map((k) => r[k]), ...memoryKeys.map((k) => r.memory_gb?.[k])].map(csvCell).join(","));
-  return `${[header.join(","), ...lines].join("\n")}\n`;
+  const columns = keys.flatMap((k) =>
+    k.endsWith("_interval")
+      ? [
+          [`${intervalBase(k)}_lo`, (r) => r[k]?.[0]],
+          [`${intervalBase(k)}_hi`, (r) => r[k]?.[1]],
+        ]
+      : [[k, (r) => r[k]]],
+  );
+  columns.push(...memoryKeys.map((m) => [`memory_gb.${m}`, (r) => r.memory_gb?.[m]]));
+  const lines = rows.map((r) => columns.map(([, get]) => csvCell(get(r))).join(","));
+  return `${[columns.map(([name]) => name).join(","), ...lines].join("\n")}\n`;
 }
 
 export function exportCsv(response) {
