@@ -6,13 +6,25 @@ schemathesis module (``tests/api/test_fuzz.py``) serves its generated requests u
 request deadline, so a traced search can turn a 200 into a 504 on a loaded machine: its tests
 run with coverage paused (pytest-cov's ``no_cover`` marker). The unit tests cover the core on
 their own; the servers that integration and e2e tests start in subprocesses are not traced.
+
+Property tests (hypothesis) run derandomized, so a run is reproducible and CI never turns red
+on a new random example; ``CHUNKWISE_HYPOTHESIS=explore`` runs them with fresh random examples
+(what a developer does to look for counter-examples).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("reproducible", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile(
+    "explore" if os.environ.get("CHUNKWISE_HYPOTHESIS") == "explore" else "reproducible"
+)
 
 #: Test modules that run with coverage paused, and why.
 UNTRACED = {
