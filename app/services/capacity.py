@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from app.core import limits
 from app.core.errors import InfeasibleError
-from app.core.optimizer.capacity import Sla, plan_capacity
+from app.core.optimizer.capacity import Sla, infeasible_plan, plan_capacity
 from app.core.parallel import ParallelLayout
 from app.core.workload import ranks_are_coupled, simulate_poisson_serving, simulate_serving
 from app.core.workload.admission import running_cap
@@ -56,7 +56,6 @@ def plan(context: ServiceContext, request: PlanRequest) -> PlanResponse:
         ttft_overhead_ms=data.ttft_overhead_ms,
     )
     saturated = 0.0
-    reason: str | None = None
     try:
         running = running_cap(data, model, scheduler, cap) or limits.MAX_SIM_CONCURRENCY
         clients = min(running, limits.MAX_SIM_CONCURRENCY) * dp
@@ -94,27 +93,7 @@ def plan(context: ServiceContext, request: PlanRequest) -> PlanResponse:
             price_per_device_hour=request.price_per_device_hour,
         )
     except InfeasibleError as exc:
-        factory.flush()
-        reason = f"memory: {exc}"
-        return PlanResponse(
-            input=request,
-            engine=profile.to_dict(),
-            parallel=layout.label,
-            devices_per_replica=layout.num_devices,
-            target_request_rate=target,
-            sustainable_request_rate=0.0,
-            saturated_request_rate=0.0,
-            replicas=0,
-            devices=0,
-            utilisation=0.0,
-            ttft_ms=None,
-            tpot_ms=None,
-            statistic=_statistic_name(request.percentile),
-            cost_per_hour=None,
-            cost_per_million_output_tokens=None,
-            feasible=False,
-            reason=reason,
-        )
+        result = infeasible_plan(target, request.headroom, f"memory: {exc}")
     factory.flush()
     ttft = tpot = None
     if result.at_rate is not None and result.reason is None:
@@ -132,14 +111,10 @@ def plan(context: ServiceContext, request: PlanRequest) -> PlanResponse:
         utilisation=result.utilisation,
         ttft_ms=ttft,
         tpot_ms=tpot,
-        statistic=_statistic_name(request.percentile),
+        statistic=sla.statistic_name,
         cost_per_hour=result.cost_per_hour,
         cost_per_million_output_tokens=result.cost_per_million_output_tokens,
         feasible=result.reason is None,
         reason=result.reason,
     )
     return finite_or_infeasible(response)
-
-
-def _statistic_name(percentile: float | None) -> str:
-    return "mean" if percentile is None else f"p{percentile:g}"

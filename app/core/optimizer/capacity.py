@@ -40,6 +40,10 @@ class Sla:
     #: The per-request front-end time every reported TTFT carries (the engine profile's).
     ttft_overhead_ms: float = 0.0
 
+    @property
+    def statistic_name(self) -> str:
+        return "mean" if self.percentile is None else f"p{self.percentile:g}"
+
     def statistic(self, result: ServingResult) -> tuple[float, float]:
         if self.percentile is None:
             return result.ttft_ms + self.ttft_overhead_ms, result.tpot_ms
@@ -49,7 +53,7 @@ class Sla:
     def violation(self, result: ServingResult) -> str | None:
         """Which limit ``result`` misses (None: it meets both)."""
         ttft, tpot = self.statistic(result)
-        name = "mean" if self.percentile is None else f"p{self.percentile:g}"
+        name = self.statistic_name
         if self.ttft_limit_ms is not None and ttft > self.ttft_limit_ms:
             return f"{name} TTFT {ttft:.1f} ms > {self.ttft_limit_ms:g} ms"
         if self.tpot_limit_ms is not None and tpot > self.tpot_limit_ms:
@@ -91,12 +95,14 @@ def plan_capacity(
     if not (math.isfinite(headroom) and headroom >= 1):
         raise InvalidParameterError("headroom", headroom, "a number >= 1")
     if not (math.isfinite(saturated_rate) and saturated_rate > 0):
-        return _infeasible(target_rate, headroom, "the replica completes no request")
+        return infeasible_plan(target_rate, headroom, "the replica completes no request")
     low, high = saturated_rate * IDLE_SHARE, saturated_rate
     idle = simulate(low)
     missed = sla.violation(idle)
     if missed is not None:
-        return _infeasible(target_rate, headroom, f"even an idle replica misses the SLA: {missed}")
+        return infeasible_plan(
+            target_rate, headroom, f"even an idle replica misses the SLA: {missed}"
+        )
     best, best_rate = idle, low
     top = simulate(high)
     if sla.violation(top) is None:
@@ -130,7 +136,8 @@ def plan_capacity(
     )
 
 
-def _infeasible(target_rate: float, headroom: float, reason: str) -> CapacityPlan:
+def infeasible_plan(target_rate: float, headroom: float, reason: str) -> CapacityPlan:
+    """No replica count serves the target: ``reason`` says why."""
     return CapacityPlan(
         sustainable_rate=0.0,
         replicas=0,
