@@ -204,9 +204,7 @@ def uncertainty(
             osl=output_length,
             concurrency=concurrency,
         )
-        ttft, tpot = cal.ttft_spread, cal.tpot_spread
-        if not applicable:
-            ttft, tpot = ttft.widened(group.ttft), tpot.widened(group.tpot)
+        ttft, tpot = cal.spreads(applicable, (ttft, tpot))
         note = {
             "id": cal.id,
             "applicable": applicable,

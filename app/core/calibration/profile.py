@@ -142,6 +142,16 @@ class CalibrationProfile:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, **self._content()}
 
+    def spreads(
+        self, applicable: bool, uncalibrated: tuple[Spread, Spread]
+    ) -> tuple[Spread, Spread]:
+        """The TTFT and TPOT spreads of an estimate under this calibration: its cross-validated
+        ones, or where it does not cover the estimate their union with the ``uncalibrated``."""
+        if applicable:
+            return self.ttft_spread, self.tpot_spread
+        ttft, tpot = uncalibrated
+        return self.ttft_spread.widened(ttft), self.tpot_spread.widened(tpot)
+
     def applicability(
         self,
         *,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from app.core.calibration.fit import FreeParameter, cross_validate, fit, folds
@@ -261,8 +261,8 @@ def _scales(case: ValidationCase) -> list[float]:
     return [max(1.0, ttft / tpot), 1.0]
 
 
-def _range(values: object) -> Range:
-    items = list(values)  # type: ignore[call-overload]
+def _range(values: Iterable[int]) -> Range:
+    items = list(values)
     return Range(low=min(items), high=max(items))
 
 
@@ -271,7 +271,3 @@ def calibrate_case_file(
 ) -> CalibrationProfile:
     """``chunkwise calibrate FILE.csv``: the profile fitted to every row of a file."""
     return fit_calibration(calibration_points(text, engine=engine), free=free)
-
-
-def applied_values(profile: CalibrationProfile | None) -> Mapping[str, float]:
-    return {} if profile is None else profile.values

@@ -24,13 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.calibration.interval import Spread
-from app.core.calibration.residuals import GroupSpread, build_table, lookup, parse_table
-from app.core.catalog.models import get_model
+from app.core.calibration.residuals import GroupSpread, build_table, parse_table
 from app.core.errors import ChunkwiseError
 from app.core.validation.calibrate import Point, fit_calibration
 from app.core.validation.case_file import _measured, read_case_rows, row_case
-from app.core.validation.intervals import case_applicability, replay_residuals
-from app.core.validation.predict import ServingReplay, case_profile
+from app.core.validation.intervals import case_spreads, replay_residuals
+from app.core.validation.predict import ServingReplay
 
 MIN_GROUP_ROWS = 12
 #: Every this-many-th row of a group (from its first) calibrates; the rest is held out.
@@ -218,15 +217,8 @@ def _group(
             without = uncalibrated.predict(p.case)
         except ChunkwiseError:
             continue
-        group = lookup(
-            table, p.case.device, case_profile(p.case).name, get_model(p.case.model).is_moe
-        )
-        ttft_spread, tpot_spread = profile.ttft_spread, profile.tpot_spread
-        if not case_applicability(profile, p.case)[0]:
-            ttft_spread, tpot_spread = (
-                ttft_spread.widened(group.ttft),
-                tpot_spread.widened(group.tpot),
-            )
+        spread = case_spreads(p.case, profile, table)
+        group = case_spreads(p.case, None, table)
         out.append(
             HeldOut(
                 ttft_ms=p.ttft_ms,
@@ -234,8 +226,8 @@ def _group(
                 calibrated=with_cal,
                 uncalibrated=without,
                 calibrated_inside=(
-                    _inside(ttft_spread, with_cal[0], p.ttft_ms),
-                    _inside(tpot_spread, with_cal[1], p.tpot_ms),
+                    _inside(spread.ttft, with_cal[0], p.ttft_ms),
+                    _inside(spread.tpot, with_cal[1], p.tpot_ms),
                 ),
                 uncalibrated_inside=(
                     _inside(group.ttft, without[0], p.ttft_ms),

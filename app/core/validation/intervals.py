@@ -5,12 +5,12 @@ calibration is given but the case lies outside it (:mod:`app.core.calibration`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.calibration.interval import Spread
 from app.core.calibration.profile import CalibrationProfile
-from app.core.calibration.residuals import Residual, lookup, shipped_table
+from app.core.calibration.residuals import GroupSpread, Residual, lookup, shipped_table
 from app.core.catalog.models import get_model
 from app.core.errors import ChunkwiseError
 from app.core.validation.cases import ValidationCase
@@ -38,16 +38,22 @@ def case_applicability(profile: CalibrationProfile, case: ValidationCase) -> tup
     )
 
 
-def case_spreads(case: ValidationCase, calibration: CalibrationProfile | None) -> CaseSpreads:
+def case_spreads(
+    case: ValidationCase,
+    calibration: CalibrationProfile | None,
+    table: Mapping[str, GroupSpread] | None = None,
+) -> CaseSpreads:
+    """The case's spreads (``table``: the uncalibrated residuals, the shipped ones by default)."""
     group = lookup(
-        shipped_table(), case.device, case_profile(case).name, get_model(case.model).is_moe
+        shipped_table() if table is None else table,
+        case.device,
+        case_profile(case).name,
+        get_model(case.model).is_moe,
     )
     if calibration is None:
         return CaseSpreads(ttft=group.ttft, tpot=group.tpot, applicable=True, reason="")
     applicable, reason = case_applicability(calibration, case)
-    ttft, tpot = calibration.ttft_spread, calibration.tpot_spread
-    if not applicable:
-        ttft, tpot = ttft.widened(group.ttft), tpot.widened(group.tpot)
+    ttft, tpot = calibration.spreads(applicable, (group.ttft, group.tpot))
     return CaseSpreads(ttft=ttft, tpot=tpot, applicable=applicable, reason=reason)
 
 
