@@ -422,13 +422,15 @@ def row_case(row: Mapping[str, str]) -> ValidationCase:
     )
 
 
+#: A row's predicted (TTFT, TPOT) and the spreads of their 80 % intervals (None: no intervals).
+RowPrediction = tuple[float, float, CaseSpreads | None]
+
+
 def row_outcome(
-    row: Mapping[str, str],
-    predict: Callable[[Mapping[str, str]], tuple[float, float]],
-    spreads: Callable[[Mapping[str, str]], CaseSpreads] | None = None,
+    row: Mapping[str, str], predict: Callable[[Mapping[str, str]], RowPrediction]
 ) -> RowOutcome:
-    """One row's outcome: ``predict(row)``'s (TTFT, TPOT), or the domain error's reason; with
-    ``spreads``, the 80 % intervals of both predictions (and the calibration's note)."""
+    """One row's outcome: ``predict(row)``'s (TTFT, TPOT) with their intervals when it gives
+    spreads (and the calibration's note), or the domain error's reason."""
     base: dict[str, Any] = {
         "case_id": row["case_id"],
         "hardware": row["hardware"],
@@ -439,12 +441,11 @@ def row_outcome(
     }
     try:
         _measured(row, "tpot_ms")
-        ttft_ms, tpot_ms = predict(row)
+        ttft_ms, tpot_ms, spread = predict(row)
     except ChunkwiseError as err:
         return RowOutcome(**base, error=str(err))
-    if spreads is None:
+    if spread is None:
         return RowOutcome(**base, ttft_ms_pred=ttft_ms, tpot_ms_pred=tpot_ms)
-    spread = spreads(row)
     return RowOutcome(
         **base,
         ttft_ms_pred=ttft_ms,
@@ -475,15 +476,12 @@ def replay_case_file(
     rows = read_case_rows(text)
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = ServingReplay(None if calibration is None else calibration.values)
-    outcomes = tuple(
-        row_outcome(
-            row,
-            lambda r: replay.predict(row_case(r)),
-            lambda r: case_spreads(row_case(r), calibration),
-        )
-        for i, row in enumerate(rows)
-        if i not in skip
-    )
+
+    def predict(row: Mapping[str, str]) -> RowPrediction:
+        case = row_case(row)
+        return (*replay.predict(case), case_spreads(case, calibration))
+
+    outcomes = tuple(row_outcome(row, predict) for i, row in enumerate(rows) if i not in skip)
     return case_file_report(outcomes)
 
 

@@ -288,6 +288,9 @@ def replay_disagg_file(text: str, *, drop_layout_duplicates: bool = False) -> Ca
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = DisaggReplay()
     outcomes = tuple(
-        row_outcome(row, replay.predict) for i, row in enumerate(rows) if i not in skip
+        # No intervals: the shipped residuals are the aggregated replay's.
+        row_outcome(row, lambda r: (*replay.predict(r), None))
+        for i, row in enumerate(rows)
+        if i not in skip
     )
     return case_file_report(outcomes)
