@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -156,6 +157,8 @@ class _ServiceCollector(Collector):
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: Each worker's service counters (cache hits, evaluations, ...) in the multiprocess directory.
 SERVICE_STATS_PREFIX = "chunkwise_service_"
+#: How stale another worker's service counters may be in a scrape (s).
+SERVICE_STATS_INTERVAL_S = 1.0
 
 
 def multiprocess_dir() -> str | None:
@@ -169,6 +172,7 @@ class Metrics:
     def __init__(self, context: Callable[[], ServiceContext | None]) -> None:
         self._context = context
         self.directory = multiprocess_dir()
+        self._stats_written_s = -math.inf
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "chunkwise_http_requests",
@@ -191,13 +195,17 @@ class Metrics:
         self.requests.labels(method, route, str(status)).inc()
         self.duration.labels(method, route).observe(seconds)
         if self.directory is not None:
-            self._write_service_stats()
+            self._write_service_stats(every_s=SERVICE_STATS_INTERVAL_S)
 
-    def _write_service_stats(self) -> None:
-        """This worker's service counters, for the other workers' scrapes (atomic replace)."""
+    def _write_service_stats(self, every_s: float = 0.0) -> None:
+        """This worker's service counters, for the other workers' scrapes (atomic replace),
+        unless it wrote them less than ``every_s`` ago (a request end: at most once a second,
+        so the file is not rewritten on every request)."""
         ctx = self._context()
-        if ctx is None or self.directory is None:
+        now = time.monotonic()
+        if ctx is None or self.directory is None or now - self._stats_written_s < every_s:
             return
+        self._stats_written_s = now
         stats = _service_counters(ctx)
         path = os.path.join(self.directory, f"{SERVICE_STATS_PREFIX}{os.getpid()}.json")
         try:
