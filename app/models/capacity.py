@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from app.core import limits
 from app.core.workload.poisson import DEFAULT_POISSON_REQUESTS, DEFAULT_POISSON_SEED, MAX_SEED
-from app.models.workload import DeploymentMixin, WorkloadMixin
+from app.models.workload import DeploymentMixin, ParallelSize, WorkloadMixin
 
 #: Default headroom: plan for 1.25 x the target (replicas at most 80 % of their sustainable rate).
 DEFAULT_HEADROOM = 1.25
@@ -20,13 +20,10 @@ MAX_PRICE_PER_DEVICE_HOUR = 1e6
 class PlanRequest(DeploymentMixin, WorkloadMixin):
     """A replica layout, a target traffic and its SLA."""
 
-    tp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
-    ep_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
-    dp_size: int = Field(
+    tp_size: ParallelSize = 1
+    ep_size: ParallelSize = 1
+    dp_size: ParallelSize = Field(
         default=1,
-        strict=True,
-        ge=1,
-        le=limits.MAX_PARALLEL_SIZE,
         description="data-parallel ranks of one replica (one load balancer spreads over them)",
     )
     request_rate: float | None = Field(

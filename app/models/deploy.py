@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from app.core import limits
 from app.core.deploy import DEFAULT_PORT, LAUNCH_ENGINES, MAX_PORT
-from app.models.workload import DeviceRef, EngineOptions, Name, StrictModel
+from app.models.workload import DeviceRef, EngineOptions, Name, ParallelSize, StrictModel
 
 if TYPE_CHECKING:
     LaunchEngineName = str
 else:  # the launchable engines, in their order (the schema's enum)
     LaunchEngineName = Literal[LAUNCH_ENGINES]
-
-RowSize = Annotated[int, Field(strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)]
 
 
 class DeployRequest(StrictModel):
@@ -38,14 +36,14 @@ class DeployRequest(StrictModel):
         description="devices of every replica together (the row's num_devices)",
         examples=[8],
     )
-    tp: RowSize = Field(default=1, description="tensor parallel size of one replica")
-    dp: RowSize = Field(
+    tp: ParallelSize = Field(default=1, description="tensor parallel size of one replica")
+    dp: ParallelSize = Field(
         default=1,
         description="data-parallel ranks: replicas, or one instance's DP-attention ranks when "
         "the MoE experts span them (ep > tp)",
     )
-    ep: RowSize = Field(default=1, description="expert parallel size (MoE)")
-    pp: RowSize = Field(default=1, description="pipeline parallel size")
+    ep: ParallelSize = Field(default=1, description="expert parallel size (MoE)")
+    pp: ParallelSize = Field(default=1, description="pipeline parallel size")
     max_batched_tokens: int | None = Field(
         default=None,
         strict=True,

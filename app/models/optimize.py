@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -16,7 +16,7 @@ from app.core.workload import (
     Workload,
 )
 from app.models.common import CacheCounters
-from app.models.workload import DeploymentMixin, WorkloadMixin
+from app.models.workload import DeploymentMixin, ParallelSize, WorkloadMixin
 
 __all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the wire schemas
     "InfeasibleLayout",
@@ -31,8 +31,6 @@ __all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the 
     "Role",
     "RunStats",
 ]
-
-ParallelSize = Annotated[int, Field(strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)]
 
 
 class OptimizeRequest(DeploymentMixin, WorkloadMixin):

@@ -190,6 +190,9 @@ class DeploymentMixin(StrictModel):
     )
 
 
+#: One parallel size (tp, dp, ep, pp of a layout): the bound every request shares.
+ParallelSize = Annotated[int, Field(strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)]
+
 #: The id of a stored calibration profile (``cal-`` and 20 hex digits).
 CalibrationId = Annotated[str, StringConstraints(pattern=r"^cal-[0-9a-f]{20}$")]
 
