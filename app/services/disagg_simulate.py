@@ -160,6 +160,17 @@ class _Pool:
     def devices(self) -> int:
         return self.workers * self.layout.num_devices
 
+    def worker(self, kv_requests: int, device_name: str) -> PoolWorker:
+        """The core's view of one worker of this pool (``kv_requests``: KV room per rank)."""
+        return PoolWorker(
+            workers=self.workers,
+            ranks=self.layout.dp,
+            coupled=self.coupled,
+            latency=self.model,
+            kv_requests=kv_requests,
+            label=f"{self.layout.label} of {device_name}",
+        )
+
     @property
     def units(self) -> int:
         return self.workers * (1 if self.coupled else self.layout.dp)
@@ -209,6 +220,32 @@ def _check_devices(request: SimulateRequest, prefill: int, decode: int) -> int:
     return total
 
 
+def _build_pools(
+    factory: ModelFactory,
+    layouts: dict[Pool, ParallelLayout],
+    workers: dict[Pool, int],
+    is_moe: bool,
+) -> tuple[dict[Pool, _Pool], dict[ParallelLayout, CachedServingModel]]:
+    """Both pools, each with the cached serving model of its layout (one model when both
+    pools share a layout); a layout the runner refuses names its pool's field."""
+    models: dict[ParallelLayout, CachedServingModel] = {}
+    pools: dict[Pool, _Pool] = {}
+    for pool in POOLS:
+        layout = layouts[pool]
+        with _pool_errors(pool):
+            factory.serving(layout)  # the runner's checks (TP vs heads, EP vs experts, ...)
+        if layout not in models:
+            models[layout] = factory(layout)
+        pools[pool] = _Pool(
+            name=pool,
+            workers=workers[pool],
+            layout=layout,
+            model=models[layout],
+            coupled=ranks_are_coupled(is_moe, layout),
+        )
+    return pools, models
+
+
 def simulate_disagg(
     context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
 ) -> DisaggSimulateResponse:
@@ -233,22 +270,7 @@ def simulate_disagg(
     device = deployment.device
     tier = device.tier_for(num_devices)
     factory = ModelFactory(context, deployment)
-    is_moe = deployment.model.is_moe
-    models: dict[ParallelLayout, CachedServingModel] = {}
-    pools: dict[Pool, _Pool] = {}
-    for pool in POOLS:
-        layout = layouts[pool]
-        with _pool_errors(pool):
-            factory.serving(layout)  # the runner's checks (TP vs heads, EP vs experts, ...)
-        if layout not in models:
-            models[layout] = factory(layout)
-        pools[pool] = _Pool(
-            name=pool,
-            workers=workers[pool],
-            layout=layout,
-            model=models[layout],
-            coupled=ranks_are_coupled(is_moe, layout),
-        )
+    pools, models = _build_pools(factory, layouts, workers, deployment.model.is_moe)
     isl, osl = data.input_length, data.output_length
     budget = data.max_batched_tokens
     prefill, decode = pools["prefill"], pools["decode"]
@@ -261,22 +283,8 @@ def simulate_disagg(
     job_max = run_cap = 0
     try:
         prefill_pool, decode_pool = disagg_pools(
-            PoolWorker(
-                workers=prefill.workers,
-                ranks=prefill.layout.dp,
-                coupled=prefill.coupled,
-                latency=prefill.model,
-                kv_requests=kv_prefill,
-                label=f"{prefill.layout.label} of {device.name}",
-            ),
-            PoolWorker(
-                workers=decode.workers,
-                ranks=decode.layout.dp,
-                coupled=decode.coupled,
-                latency=decode.model,
-                kv_requests=kv_decode,
-                label=f"{decode.layout.label} of {device.name}",
-            ),
+            prefill.worker(kv_prefill, device.name),
+            decode.worker(kv_decode, device.name),
             input_length=isl,
             output_length=osl,
             running_cap=profile.running_cap(device.hbm_capacity_gb, device.name),
