@@ -228,7 +228,7 @@ def fit(
     x = problem.project(problem.start)
     r = problem.evaluate(x)
     cost = problem.cost(x, r)
-    jac = problem.jacobian(x, r) if free else [[] for _ in r]
+    jac = problem.jacobian(x, r)  # no column per residual without a free parameter
     fresh = True  # the Jacobian was differenced at ``x`` (not a Broyden estimate)
     damping = 1e-3
     converged = not free
