@@ -400,7 +400,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             if args.emit is not None:
                 body[emit.DEPLOY_KEY] = emit.launch_for_best(args.emit, optimize_request, response)
             bodies.append(body)
-        render.print_optimize(bodies, args.format, probes=args.dump_original_results)
+        render.print_optimize(
+            bodies, args.format, probes=args.dump_original_results, pareto=args.pareto
+        )
         if args.emit is not None:
             emit.print_launches(bodies, args.format)
         return 0

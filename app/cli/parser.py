@@ -310,6 +310,12 @@ def _add_optimize(sub: Subparsers[argparse.ArgumentParser]) -> None:
         help="print every probe of the search after the table (msmodeling's flag)",
     )
     optimize.add_argument(
+        "--pareto",
+        action="store_true",
+        help="print the Pareto front (tokens/s per device against tokens/s per user) after "
+        "the table",
+    )
+    optimize.add_argument(
         "--jobs",
         type=int,
         default=None,

@@ -230,9 +230,12 @@ def optimize_text(body: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def print_optimize(bodies: list[dict[str, Any]], fmt_name: str, *, probes: bool = False) -> None:
+def print_optimize(
+    bodies: list[dict[str, Any]], fmt_name: str, *, probes: bool = False, pareto: bool = False
+) -> None:
     """Every mode's response: several JSON documents as one list, several CSVs as one table;
-    ``probes`` (``--dump-original-results``) adds every probe after a table."""
+    ``probes`` (``--dump-original-results``) adds every probe after a table, ``pareto``
+    (``--pareto``) the Pareto front."""
     if fmt_name == "json" and len(bodies) > 1:
         dump(bodies)
     elif fmt_name == "csv" and len(bodies) > 1:  # one table: rows carry their role
@@ -247,6 +250,36 @@ def print_optimize(bodies: list[dict[str, Any]], fmt_name: str, *, probes: bool 
                 print(optimize_text(body))
                 if probes:
                     print(probes_text(body["probes"]))
+                if pareto:
+                    print(pareto_text(body["pareto"]))
+
+
+#: The Pareto table's columns: header, key, digits.
+PARETO_COLUMNS = (
+    ("role", "role", 0),
+    ("parallel", "parallel", 0),
+    ("concurrency", "concurrency", 0),
+    ("tokens/s/user", "user_tokens_s", 1),
+    ("tokens/s/device", "throughput_per_device", 1),
+    ("TTFT ms", "ttft_ms", 1),
+    ("TPOT ms", "tpot_ms", 2),
+    ("SLA", "feasible", 0),
+)
+
+
+def pareto_text(points: list[dict[str, Any]]) -> str:
+    """The Pareto front (``--pareto``), most tokens/s per device first."""
+    if not points:
+        return "pareto front: empty (no evaluated point has a decode step)"
+    rows = [
+        [
+            ("met" if p[key] else "missed") if key == "feasible" else fmt(p[key], digits)
+            for _, key, digits in PARETO_COLUMNS
+        ]
+        for p in points
+    ]
+    header = f"pareto front ({len(points)} points, tokens/s per device against per user)"
+    return header + "\n" + table([h for h, _, _ in PARETO_COLUMNS], rows)
 
 
 def probes_text(probes: list[dict[str, Any]]) -> str:

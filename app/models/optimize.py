@@ -162,6 +162,26 @@ class ProbeOut(BaseModel):
     )
 
 
+class ParetoPointOut(BaseModel):
+    """A probe on the Pareto front of tokens/s per device against tokens/s per user."""
+
+    role: Role
+    parallel: str
+    tp: int
+    dp: int
+    ep: int
+    pp: int
+    batch_size: int = Field(description="requests per data-parallel rank")
+    concurrency: int = Field(description="requests of the whole layout")
+    user_tokens_s: float = Field(description="tokens/s each user receives: 1000 / TPOT")
+    throughput_per_device: float = Field(description="token/s/device")
+    throughput_tokens_s: float = Field(description="tokens/s of all replicas of the layout")
+    ttft_ms: float | None
+    tpot_ms: float = Field(description="ms per output token")
+    feasible: bool = Field(description="whether the point meets the TTFT/TPOT limits")
+    reason: str | None = Field(description="the limit it misses, when not feasible")
+
+
 class InfeasibleLayout(BaseModel):
     role: Role
     parallel: str
@@ -217,6 +237,13 @@ class OptimizeResponse(BaseModel):
     )
     rows: list[ResultRowOut] = Field(description="best row per layout, ranked, top_k")
     probes: list[ProbeOut]
+    pareto: list[ParetoPointOut] = Field(
+        default_factory=list,
+        description="the Pareto front of throughput_per_device against user_tokens_s (1000 / "
+        "TPOT) over every evaluated layout and concurrency with a decode step, SLA-infeasible "
+        "points included (feasible says which meet the limits), by user_tokens_s ascending; "
+        "empty for the prefill search",
+    )
     infeasible: list[InfeasibleLayout]
     pd_ratio: PdRatioOut | None = None
     reason: str | None = Field(default=None, description="why nothing is feasible")

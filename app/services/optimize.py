@@ -21,6 +21,7 @@ from app.core.optimizer import (
     optimize_disagg_decode,
     optimize_disagg_prefill,
     optimize_pd_ratio,
+    pareto_front,
 )
 from app.core.optimizer.agg import SEARCHED_WORKLOADS
 from app.core.parallel import ParallelLayout
@@ -34,6 +35,7 @@ from app.models.optimize import (
     InstanceSplitOut,
     OptimizeRequest,
     OptimizeResponse,
+    ParetoPointOut,
     PdRatioOut,
     ProbeOut,
     ResultRowOut,
@@ -185,6 +187,31 @@ def _probe_out(
         memory_left_gb=probe.memory_left_gb,
         method=probe.method,
     )
+
+
+def _pareto(sections: Sequence[_Section]) -> list[ParetoPointOut]:
+    """The front over every section's probes (only probes with a decode step take part)."""
+    roles = {id(p): s.role for s in sections for p in s.result.probes}
+    return [
+        ParetoPointOut(
+            role=roles[id(point.probe)],
+            parallel=point.probe.layout.label,
+            tp=point.probe.layout.tp,
+            dp=point.probe.layout.dp,
+            ep=point.probe.layout.ep,
+            pp=point.probe.layout.pp,
+            batch_size=point.probe.batch_size,
+            concurrency=point.probe.concurrency,
+            user_tokens_s=point.user_tokens_s,
+            throughput_per_device=point.device_tokens_s,
+            throughput_tokens_s=point.probe.throughput_tokens_s,
+            ttft_ms=point.probe.ttft_ms,
+            tpot_ms=point.tpot_ms,
+            feasible=point.probe.feasible,
+            reason=point.probe.reason,
+        )
+        for point in pareto_front(p for s in sections for p in s.result.probes)
+    ]
 
 
 def _infeasible(role: Role, reasons: Mapping[str, str]) -> list[InfeasibleLayout]:
@@ -526,6 +553,7 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
         best=best,
         rows=rows,
         probes=probes,
+        pareto=_pareto(sections),
         infeasible=infeasible,
         pd_ratio=run.pd,
         reason=reason,

@@ -411,6 +411,7 @@ CLI_ONLY = {
     "image_width",
     "log_level",
     "emit",  # the best row's launch (POST /v1/deploy's service)
+    "pareto",  # the response's Pareto front as a table after the ranked one
 }
 
 
@@ -530,6 +531,31 @@ def test_msmodelings_other_flags(capsys: pytest.CaptureFixture[str]) -> None:
         code, _, err = run(command, capsys)
         assert code == 2 and len(err.strip().splitlines()) == 1
         assert "--device takes one device" in err
+
+
+def test_pareto_front_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """--pareto prints the response's front: tokens/s per device falls as tokens/s per user
+    rises, and the best row's point is on it."""
+    argv = [*OPTIMIZE, "--max-batched-tokens", "8192", "--pareto"]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("pareto front ("))
+    points = [line.split() for line in lines[start + 3 :] if line.strip()]
+    assert len(points) >= 2
+    per_user = [float(p[4].replace(",", "")) for p in points]
+    per_device = [float(p[5].replace(",", "")) for p in points]
+    assert per_user == sorted(per_user) and per_device == sorted(per_device, reverse=True)
+    code, out, _ = run([*argv[:-1], "--format", "json"], capsys)
+    body = json.loads(out)
+    best = body["best"]
+    on_front = [
+        p
+        for p in body["pareto"]
+        if p["parallel"] == best["parallel"] and p["concurrency"] == best["concurrency"]
+    ]
+    assert on_front and on_front[0]["feasible"]
+    assert on_front[0]["throughput_per_device"] == best["throughput_per_device"]
 
 
 @pytest.mark.parametrize(

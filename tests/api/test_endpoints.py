@@ -110,6 +110,31 @@ def test_optimize_returns_ranked_rows_probes_and_stats(client: TestClient) -> No
     assert stats["forward_evaluations"] == stats["cache"]["misses"] > 0
 
 
+def test_optimize_returns_the_pareto_front_of_its_probes(client: TestClient) -> None:
+    """The front is drawn from the probes (SLA misses included), ordered by tokens/s per user,
+    and holds the best row; the prefill search, without a decode step, has none."""
+    body = client.post("/v1/optimize", json=OPTIMIZE).json()
+    front = body["pareto"]
+    probes = {(p["parallel"], p["batch_size"]): p for p in body["probes"]}
+    assert len(front) >= 2
+    for point in front:
+        probe = probes[(point["parallel"], point["batch_size"])]
+        assert point["tpot_ms"] == probe["tpot_ms"]
+        assert point["user_tokens_s"] == pytest.approx(1000.0 / probe["tpot_ms"])
+        assert point["throughput_per_device"] == probe["throughput_per_device"]
+        assert point["feasible"] == probe["feasible"]
+    users = [p["user_tokens_s"] for p in front]
+    assert users == sorted(users)
+    best = body["best"]
+    assert any(
+        p["parallel"] == best["parallel"] and p["batch_size"] == best["batch_size"] for p in front
+    )
+    prefill = client.post("/v1/optimize", json={**OPTIMIZE, "mode": "disagg_prefill"}).json()
+    assert prefill["pareto"] == []
+    without_probes = client.post("/v1/optimize", json={**OPTIMIZE, "include_probes": False})
+    assert without_probes.json()["pareto"] == front
+
+
 def test_identical_optimize_is_answered_from_the_response_cache(client: TestClient) -> None:
     first = client.post("/v1/optimize", json=OPTIMIZE).json()
     second = client.post("/v1/optimize", json=OPTIMIZE).json()

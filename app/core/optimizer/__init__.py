@@ -18,6 +18,7 @@ from app.core.optimizer.disagg import (
     optimize_disagg_prefill,
     prefill_chunk_waves,
 )
+from app.core.optimizer.pareto import ParetoPoint, pareto_front
 from app.core.optimizer.pd_ratio import (
     InstanceSplit,
     PdRatioResult,
@@ -33,6 +34,7 @@ __all__ = [
     "InstanceSplit",
     "MemoLatency",
     "OptimizeResult",
+    "ParetoPoint",
     "PdRatioResult",
     "PrefillWavesResult",
     "Probe",
@@ -44,6 +46,7 @@ __all__ = [
     "optimize_disagg_decode",
     "optimize_disagg_prefill",
     "optimize_pd_ratio",
+    "pareto_front",
     "prefill_chunk_waves",
     "prefill_qps",
     "search_batch_sizes",
