@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field
+import copy
+
+from pydantic import BaseModel, Field, Strict, create_model
+from pydantic.fields import FieldInfo
 
 from app.core import limits
 from app.core.deploy import DEFAULT_PORT, LAUNCH_ENGINES, MAX_PORT
@@ -98,6 +101,30 @@ class DeployRequest(StrictModel):
     name: Name | None = Field(
         default=None, description="Kubernetes / compose name (default: model and engine)"
     )
+
+
+#: Fields of the POST body a query string cannot carry (a JSON object).
+_BODY_ONLY = ("engine_options",)
+
+
+def _query_field(info: FieldInfo) -> FieldInfo:
+    """``info`` without strictness: query values arrive as text ("8" is the number 8)."""
+    loose = copy.copy(info)
+    loose.metadata = [m for m in info.metadata if not isinstance(m, Strict)]
+    return loose
+
+
+#: GET /v1/deploy's query parameters: the POST body's fields (same names, bounds, defaults and
+#: descriptions) but a catalog device name only and no engine_options.
+DeployQuery = create_model(
+    "DeployQuery",
+    __base__=StrictModel,
+    **{
+        name: (Name if name == "device" else info.annotation, _query_field(info))
+        for name, info in DeployRequest.model_fields.items()
+        if name not in _BODY_ONLY
+    },
+)
 
 
 class DeployCommand(BaseModel):

@@ -142,3 +142,29 @@ def test_bad_rows_are_422_naming_the_field(
 def test_unknown_device_is_a_422(client: TestClient) -> None:
     body = problem(client.post("/v1/deploy", json={**ROW, "engine": "vllm", "device": "X"}), 422)
     assert "NVIDIA_H100_SXM_80G" in body["valid"]
+
+
+@pytest.mark.parametrize("engine", LAUNCH_ENGINES)
+def test_get_is_the_post_as_a_link(client: TestClient, engine: str) -> None:
+    """GET /v1/deploy?... answers exactly what the POST of the same fields answers."""
+    linked = client.get("/v1/deploy", params={**ROW, "engine": engine})
+    assert linked.status_code == 200, linked.text
+    assert linked.json() == _deploy(client, engine=engine)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"num_devices": "eight"}, "num_devices"),
+        ({"num_devices": 7}, "num_devices"),
+        ({"tp": 0}, "tp"),
+        ({"engine": "tgi"}, "engine"),
+        ({"engine_options": "{}"}, "engine_options"),  # a JSON object: POST only
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_get_bad_queries_are_422_naming_the_field(
+    client: TestClient, change: dict[str, Any], field: str
+) -> None:
+    body = problem(client.get("/v1/deploy", params={**ROW, "engine": "vllm", **change}), 422)
+    assert field in body["detail"] or any(field in e["loc"] for e in body.get("errors", []))

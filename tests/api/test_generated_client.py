@@ -24,7 +24,7 @@ GENERATOR = shutil.which("openapi-python-client")
 OPERATION_IDS = {
     "healthz", "readyz", "metrics", "chunk_plan", "simulate", "optimize", "capacity_plan",
     "forward", "models", "devices", "model", "device", "create_calibration", "read_calibration",
-    "delete_calibration", "deploy",
+    "delete_calibration", "deploy", "deploy_get",
 }  # fmt: skip
 
 
@@ -157,6 +157,12 @@ def test_every_operation_through_the_generated_client(generated: Any) -> None:
         ),
     )  # fmt: skip
     assert launch.status_code == 200, launch.content
+    linked = deploy.deploy_get.sync(
+        client=client, **row, engine=models.DeployGetEngine("vllm"), model="Qwen/Qwen3-0.6B",
+        device="TEST_DEVICE",
+    )  # fmt: skip
+    assert isinstance(linked, models.DeployResponse)
+    assert linked.to_dict() == launch.parsed.to_dict()
 
 
 def test_errors_parse_as_problems(generated: Any) -> None:
