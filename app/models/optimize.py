@@ -171,6 +171,7 @@ class ParetoPointOut(BaseModel):
     dp: int
     ep: int
     pp: int
+    num_devices: int = Field(description="devices of the layout (all its replicas)")
     batch_size: int = Field(description="requests per data-parallel rank")
     concurrency: int = Field(description="requests of the whole layout")
     user_tokens_s: float = Field(description="tokens/s each user receives: 1000 / TPOT")

@@ -200,6 +200,7 @@ def _pareto(sections: Sequence[_Section]) -> list[ParetoPointOut]:
             dp=point.probe.layout.dp,
             ep=point.probe.layout.ep,
             pp=point.probe.layout.pp,
+            num_devices=point.probe.layout.num_devices,
             batch_size=point.probe.batch_size,
             concurrency=point.probe.concurrency,
             user_tokens_s=point.user_tokens_s,
