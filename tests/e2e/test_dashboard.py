@@ -105,8 +105,13 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
     first = response["rows"][0]
     expect(rows.first.locator("th")).to_have_text(first["parallel"])
     headers = page.locator("#results-table thead th").all_inner_texts()
-    for column in ("chunks", "eff. input", "KV GB", "mem left GB"):
+    for column in ("chunks", "eff. input", "KV GiB", "mem left GiB"):
         assert any(column in h for h in headers), headers
+    # Memory in GiB, as the device's name counts it: 64G is 64 GiB (68.7 GB).
+    left_gib = first["memory_left_gb"] * 1e9 / 2**30
+    expect(rows.first.locator("td[data-key=memory_left_gib]")).to_have_text(f"{left_gib:,.2f}")
+    expect(page.locator(f"#f-device option[value={DEVICE}]")).to_have_text(f"{DEVICE} (64 GiB)")
+    expect(page.locator("#hint-device")).to_contain_text("64.0 GiB HBM")
     expect(rows.first.locator("td[data-key=prefill_num_chunks]")).to_have_text("2")
     expect(rows.first.locator("td[data-key=effective_input_length]")).to_have_text("3,500")
 
@@ -169,14 +174,18 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
 
     # Another row's timeline.
     if len(response["rows"]) > 1:
-        page.locator("#results-table tbody tr[data-rank='2']").get_by_role("button").click()
+        page.locator("#results-table tbody tr[data-rank='2']").get_by_role(
+            "button", name=re.compile("^Simulate")
+        ).click()
         expect(page.locator("#timeline-text")).to_contain_text("Rank 2")
         expect(page.locator("#results-table tbody tr[data-rank='2']")).to_have_class("selected")
 
     # A data-parallel row is simulated at its total concurrency (batch_size on each replica).
     dp_rank = next(i for i, r in enumerate(response["rows"], start=1) if r["dp"] > 1)
     row = response["rows"][dp_rank - 1]
-    page.locator(f"#results-table tbody tr[data-rank='{dp_rank}']").get_by_role("button").click()
+    page.locator(f"#results-table tbody tr[data-rank='{dp_rank}']").get_by_role(
+        "button", name=re.compile("^Simulate")
+    ).click()
     expect(page.locator("#timeline-text")).to_contain_text(f"Rank {dp_rank}: {row['parallel']}")
     expect(page.locator("#timeline-text")).to_contain_text(f"{row['batch_size']} per replica")
     sim = page.evaluate("window.chunkwise.simulation")

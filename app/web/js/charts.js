@@ -61,9 +61,13 @@ function datasets(series, x, xInterval = () => null) {
       showLine: true,
       pointRadius: 3,
       borderWidth: 2,
+      yAxisID: axisOf(s.role),
     }))
     .filter((d) => d.data.length);
 }
+
+/** Input tokens/s (prefill instances) and output tokens/s (the rest) are on axes of their own. */
+const axisOf = (role) => (role === "prefill" ? "yIn" : "y");
 
 /** The best row ringed on a probe chart (it is one of the probes). */
 function bestDataset(response, x) {
@@ -85,6 +89,7 @@ function bestDataset(response, x) {
       pointHoverRadius: 11,
       borderWidth: 2.5,
       showLine: false,
+      yAxisID: axisOf(probe.role),
     },
   ];
 }
@@ -138,14 +143,15 @@ const errorBars = {
     chart.data.datasets.forEach((dataset, index) => {
       if (!chart.isDatasetVisible(index)) return;
       ctx.strokeStyle = withAlpha(dataset.borderColor, 0.55);
+      const yScale = scales[dataset.yAxisID ?? "y"] ?? scales.y;
       for (const point of dataset.data) {
         const { xInterval: xi, yInterval: yi } = point;
         if (!xi && !yi) continue;
         const x = px(scales.x, point.x);
-        const y = px(scales.y, point.y);
+        const y = px(yScale, point.y);
         ctx.beginPath();
         if (yi) {
-          const [lo, hi] = [px(scales.y, yi[0]), px(scales.y, yi[1])];
+          const [lo, hi] = [px(yScale, yi[0]), px(yScale, yi[1])];
           ctx.moveTo(x, lo);
           ctx.lineTo(x, hi);
           ctx.moveTo(x - CAP, lo);
@@ -174,10 +180,10 @@ const errorBars = {
 /** Points that have an interval to draw. */
 const withIntervals = (data) => data.reduce((n, d) => n + d.data.filter((p) => p.xInterval || p.yInterval).length, 0);
 
-/** The y axis reaches the highest throughput interval when the bars are shown. */
-function intervalTop(data, shown) {
+/** A y axis reaches the highest throughput interval of its datasets when the bars are shown. */
+function intervalTop(data, shown, axis) {
   if (!shown) return undefined;
-  const tops = data.flatMap((d) => d.data.map((p) => p.yInterval?.[1] ?? p.y));
+  const tops = data.filter((d) => d.yAxisID === axis).flatMap((d) => d.data.map((p) => p.yInterval?.[1] ?? p.y));
   return tops.length ? Math.max(...tops) : undefined;
 }
 
@@ -199,14 +205,29 @@ function probeTooltip(ctx) {
   return lines;
 }
 
-function throughputAxis(response, roles) {
-  const text =
-    roles.has("prefill") && roles.size > 1
-      ? "tokens/s (P: input, D: output)"
-      : roles.has("prefill")
-        ? "input tokens/s"
-        : "output tokens/s";
-  return { title: { display: true, text }, beginAtZero: true };
+/**
+ * The throughput axes: output tokens/s (agg, decode) on the left, input tokens/s (prefill) on
+ * its own axis, on the right when both are plotted (pd_ratio), so neither rate is read off the
+ * other's scale.
+ */
+function throughputScales(data, shown) {
+  const axes = new Set(data.map((d) => d.yAxisID));
+  const both = axes.has("y") && axes.has("yIn");
+  const scales = {};
+  if (axes.has("y") || !axes.size) {
+    scales.y = { type: "linear", position: "left", title: { display: true, text: both ? "output tokens/s (decode)" : "output tokens/s" }, beginAtZero: true, suggestedMax: intervalTop(data, shown, "y") };
+  }
+  if (axes.has("yIn")) {
+    scales.yIn = {
+      type: "linear",
+      position: both ? "right" : "left",
+      title: { display: true, text: both ? "input tokens/s (prefill)" : "input tokens/s" },
+      beginAtZero: true,
+      grid: { drawOnChartArea: !both },
+      suggestedMax: intervalTop(data, shown, "yIn"),
+    };
+  }
+  return scales;
 }
 
 /** Log-axis labels at 1, 2, 5 × 10^k only. */
@@ -233,7 +254,6 @@ export function drawConcurrencyChart(canvas, response, view = {}) {
   const shown = view.intervals ?? true;
   const series = probeSeries(response);
   const data = datasets(series, (p) => p.concurrency);
-  const y = throughputAxis(response, new Set(series.map((s) => s.role)));
   draw(canvas, {
     type: "scatter",
     data: { datasets: [...data, ...bestDataset(response, (p) => p.concurrency)] },
@@ -246,7 +266,7 @@ export function drawConcurrencyChart(canvas, response, view = {}) {
           title: { display: true, text: "concurrency (requests, log scale)" },
           ticks: { callback: logTick, autoSkip: false, maxRotation: 0 },
         },
-        y: { ...y, suggestedMax: intervalTop(data, shown) },
+        ...throughputScales(data, shown),
       },
       plugins: {
         ...baseOptions().plugins,
@@ -284,7 +304,7 @@ export function drawLatencyChart(canvas, response, metric, view = {}) {
       layout: { padding: { top: limit ? 22 : 0 } }, // room for the limit's label
       scales: {
         x: { title: { display: true, text: label }, suggestedMax: limit ? limit * 1.03 : undefined },
-        y: { ...throughputAxis(response, new Set(series.map((s) => s.role))), suggestedMax: intervalTop(data, shown) },
+        ...throughputScales(data, shown),
       },
       plugins: {
         ...baseOptions().plugins,
@@ -538,4 +558,125 @@ function planSentence(plan) {
     `effective input ${fmt(plan.effective_input_length)} tokens in ${fmt(plan.prefill_num_chunks)} ` +
     `chunk${plan.prefill_num_chunks === 1 ? "" : "s"} of at most ${fmt(plan.max_batched_tokens)} tokens`
   );
+}
+
+// -- Pareto front of /v1/optimize ---------------------------------------------------------
+/** The SLA region (x at least 1000 / TPOT limit: the streams the limit allows), shaded. */
+const slaRegion = {
+  id: "slaRegion",
+  beforeDatasetsDraw(chart, _args, options) {
+    if (!options || options.from === null || options.from === undefined) return;
+    const { ctx, chartArea: area, scales } = chart;
+    const x = Math.max(area.left, Math.min(area.right, scales.x.getPixelForValue(options.from)));
+    ctx.save();
+    ctx.fillStyle = "rgba(5, 150, 105, 0.09)";
+    ctx.fillRect(x, area.top, area.right - x, area.bottom - area.top);
+    ctx.strokeStyle = "#059669";
+    ctx.setLineDash([5, 4]);
+    ctx.beginPath();
+    ctx.moveTo(x, area.top);
+    ctx.lineTo(x, area.bottom);
+    ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.font = "12px system-ui, sans-serif";
+    ctx.fillStyle = "#065f46";
+    ctx.textAlign = area.right - x > ctx.measureText(options.label).width + 8 ? "left" : "right";
+    ctx.fillText(options.label, ctx.textAlign === "left" ? x + 4 : x - 4, area.top + 14);
+    ctx.restore();
+  },
+};
+
+/** The front's points as chart data (x: tokens/s per user, y: tokens/s per device). */
+const paretoData = (points) =>
+  points.map((p) => ({ x: p.user_tokens_s, y: p.throughput_per_device, point: p }));
+
+function paretoTooltip(ctx) {
+  const p = ctx.raw.point;
+  return [
+    `${p.role === "agg" ? "" : `${p.role} `}${p.parallel} at ${fmt(p.concurrency)} requests`,
+    `${fmt(p.throughput_per_device, 1)} tokens/s/device · ${fmt(p.user_tokens_s, 1)} tokens/s/user`,
+    `TTFT ${fmtMs(p.ttft_ms)} · TPOT ${fmtMs(p.tpot_ms)}`,
+    p.feasible ? "meets the limits · click for its launch" : `misses: ${p.reason} · click for its launch`,
+  ];
+}
+
+/**
+ * The front of tokens/s per device against tokens/s per user, SLA region shaded from the TPOT
+ * limit, points inside the limits (TTFT included) filled, the others hollow; `picked` (a point
+ * of the front) ringed. `onPick(point)` runs when a point is clicked. Returns {points}.
+ */
+export function drawParetoChart(canvas, response, { picked = null, onPick = () => {} } = {}) {
+  const front = response.pareto || [];
+  const limit = response.input.tpot_limit_ms;
+  const met = front.filter((p) => p.feasible);
+  const missed = front.filter((p) => !p.feasible);
+  const datasets = [
+    {
+      label: "front",
+      data: paretoData(front),
+      borderColor: "#9ca3af",
+      backgroundColor: "#9ca3af",
+      showLine: true,
+      pointRadius: 0,
+      pointHitRadius: 0,
+      borderWidth: 1.5,
+    },
+    {
+      label: "meets the limits",
+      data: paretoData(met),
+      borderColor: "#059669",
+      backgroundColor: "#059669",
+      pointRadius: 4,
+      pointHoverRadius: 6,
+      showLine: false,
+    },
+    {
+      label: "misses a limit",
+      data: paretoData(missed),
+      borderColor: "#dc2626",
+      backgroundColor: "rgba(0, 0, 0, 0)",
+      pointRadius: 4,
+      pointHoverRadius: 6,
+      borderWidth: 1.5,
+      showLine: false,
+    },
+  ];
+  if (picked) {
+    datasets.push({
+      label: "picked",
+      data: paretoData([picked]),
+      borderColor: "#111827",
+      backgroundColor: "rgba(0, 0, 0, 0)",
+      pointRadius: 9,
+      pointHoverRadius: 10,
+      borderWidth: 2.5,
+      showLine: false,
+    });
+  }
+  const from = limit ? 1000 / limit : null;
+  draw(canvas, {
+    type: "scatter",
+    data: { datasets },
+    plugins: [slaRegion],
+    options: {
+      ...baseOptions(),
+      interaction: { mode: "nearest", intersect: true },
+      onClick(_event, elements, chart) {
+        const hit = elements.find((e) => e.datasetIndex > 0);
+        if (hit) onPick(chart.data.datasets[hit.datasetIndex].data[hit.index].point);
+      },
+      scales: {
+        x: { title: { display: true, text: "tokens/s per user (1000 / TPOT ms)" }, beginAtZero: true },
+        y: { title: { display: true, text: "output tokens/s per device" }, beginAtZero: true },
+      },
+      plugins: {
+        ...baseOptions().plugins,
+        legend: { ...baseOptions().plugins.legend, labels: { ...baseOptions().plugins.legend.labels, filter: (item) => item.text !== "front" } },
+        tooltip: { filter: (item) => item.datasetIndex > 0, callbacks: { label: paretoTooltip } },
+        slaRegion: { from, label: limit ? `SLA: TPOT ≤ ${fmt(limit, 0)} ms` : "" },
+      },
+    },
+  });
+  note(canvas, front.length, "No point with a decode step to plot (the prefill search has none).");
+  return { points: front.length };
 }

@@ -3,15 +3,16 @@
 import { ApiError, getJson, postJson } from "./api.js";
 import { activeCalibration, activeProfile, initCalibration, restore, setActive } from "./calibrate.js";
 import {
-  drawConcurrencyChart, drawLatencyChart, drawTimeline, renderChunkPlan, timelineSpan,
+  drawConcurrencyChart, drawLatencyChart, drawParetoChart, drawTimeline, renderChunkPlan, timelineSpan,
 } from "./charts.js";
 import { cliCommand, curlCommand } from "./commands.js";
 import {
   applyMode, applySchema, clearErrors, fieldOfLoc, formState, input, readForm, renderForm,
   resetForm, setFormState, setOptions, showErrors,
 } from "./fields.js";
+import { LAUNCH_ENGINES, launchBody, renderLaunch } from "./launch.js";
 import { exportCsv, exportJson, intervalSource, renderSummary, renderTable } from "./results.js";
-import { fmt, fmtMs, h } from "./util.js";
+import { fmt, fmtMs, gib, h } from "./util.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -20,6 +21,8 @@ const state = {
   response: null,
   controller: null, // AbortController of the running optimize
   simController: null,
+  launchController: null,
+  picked: null, // the launched point or row
 };
 // For the end-to-end tests and the curious: the last results.
 window.chunkwise = state;
@@ -81,7 +84,7 @@ async function loadCatalogs() {
     const [models, devices] = await Promise.all([getJson("/v1/models"), getJson("/v1/devices")]);
     state.catalog = { models: models.models, devices: devices.devices };
     $("model-options").replaceChildren(...models.models.map((m) => h("option", { value: m.name })));
-    setOptions(input("device"), devices.devices.map((d) => [d.name, `${d.name} (${fmt(d.hbm_capacity_gb, 0)} GB)`]));
+    setOptions(input("device"), devices.devices.map((d) => [d.name, `${d.name} (${fmt(gib(d.hbm_capacity_gb), 0)} GiB)`]));
     setOptions(input("quantize_linear_action"), models.quantize_linear_actions);
     setOptions(input("quantize_attention_action"), models.quantize_attention_actions);
     describeModel();
@@ -106,7 +109,7 @@ function describeModel() {
 
 function describeDevice() {
   const d = state.catalog.devices.find((x) => x.name === input("device").value);
-  $("hint-device").textContent = d ? `${d.vendor} · ${fmt(d.hbm_capacity_gb, 1)} GB HBM · ${fmt(d.hbm_bandwidth_gb_s, 0)} GB/s · ${fmt(d.peak_bf16_tflops, 0)} BF16 TFLOPS` : "";
+  $("hint-device").textContent = d ? `${d.vendor} · ${fmt(gib(d.hbm_capacity_gb), 1)} GiB HBM · ${fmt(d.hbm_bandwidth_gb_s, 0)} GB/s · ${fmt(d.peak_bf16_tflops, 0)} BF16 TFLOPS` : "";
 }
 
 // -- optimize ----------------------------------------------------------------------------------
@@ -193,7 +196,7 @@ function renderResults(response, plan) {
   $("output").hidden = false;
   renderSummary($("summary"), response);
   $("export-csv").disabled = !response.rows.length;
-  const table = renderTable($("table"), response, simulateRow);
+  const table = renderTable($("table"), response, simulateRow, (row) => pick(row, `rank ${row.rank}`));
   const infeasible = $("infeasible");
   infeasible.hidden = !response.infeasible.length;
   infeasible.querySelector("ul").replaceChildren(...response.infeasible.map((i) => h("li", {}, `${i.role} ${i.parallel}: ${i.reason}`)));
@@ -204,6 +207,8 @@ function renderResults(response, plan) {
   metric.value = response.mode === "disagg_prefill" ? "ttft_ms" : "tpot_ms";
   metric.disabled = response.mode === "disagg_prefill";
   drawProbeCharts(response);
+  resetLaunch(response);
+  drawPareto(response);
   if (plan instanceof Error) {
     $("chunk-plan").replaceChildren(h("p", { class: "warn" }, `Chunk plan unavailable: ${plan.message}`));
   } else {
@@ -230,6 +235,79 @@ function drawProbeCharts(response) {
       : "";
   } catch (err) {
     showBanner("The charts could not be drawn:", String(err.message || err));
+  }
+}
+
+// -- Pareto front and launch configuration ---------------------------------------------------
+const pointText = (p) =>
+  `${p.role === "agg" ? "" : `${p.role} `}${p.parallel} at ${fmt(p.concurrency)} requests: ` +
+  `${fmt(p.throughput_per_device, 1)} tokens/s/device, ${fmt(p.user_tokens_s, 1)} tokens/s/user`;
+
+function drawPareto(response) {
+  const front = response.pareto || [];
+  const picked = front.includes(state.picked) ? state.picked : null;
+  try {
+    drawParetoChart($("chart-pareto"), response, { picked, onPick: (p) => pick(p, "the picked point") });
+  } catch (err) {
+    showBanner("The Pareto chart could not be drawn:", String(err.message || err));
+  }
+  const met = front.filter((p) => p.feasible).length;
+  $("pareto-caption").textContent = front.length
+    ? `${fmt(front.length)} points no other evaluated layout and concurrency beats on both axes; ${fmt(met)} meet the TTFT/TPOT limits (filled). Click a point for its launch.`
+    : "";
+  const list = $("pareto-points");
+  list.hidden = !front.length;
+  list.querySelector("summary").textContent = `Points of the front (${front.length})`;
+  list.querySelector("ol").replaceChildren(
+    ...[...front].reverse().map((p) =>
+      h(
+        "li",
+        {},
+        h("button", { type: "button", class: "small", "aria-label": `Launch ${pointText(p)}`, onclick: () => pick(p, "the picked point") }, "Launch"),
+        ` ${pointText(p)}${p.feasible ? "" : ` (misses: ${p.reason})`}`,
+      ),
+    ),
+  );
+}
+
+function resetLaunch(response) {
+  state.picked = null;
+  state.launchController?.abort();
+  const engine = response.input.engine;
+  $("launch-engine").value = LAUNCH_ENGINES.includes(engine) ? engine : "vllm";
+  $("launch-output").replaceChildren();
+  $("launch-status").textContent = "Pick a point of the Pareto front (or “Launch” on a row) for its engine command and manifests.";
+}
+
+/** Launch `point` (a Pareto point or a ranked row): POST /v1/deploy for the chosen engine. */
+async function pick(point, label) {
+  const response = state.response;
+  if (!response) return;
+  state.picked = point;
+  if ((response.pareto || []).includes(point)) drawPareto(response);
+  const engine = $("launch-engine").value;
+  const body = launchBody(response, point, engine);
+  state.launchController?.abort();
+  const controller = new AbortController();
+  state.launchController = controller;
+  const what = `Launch of ${label}: ${point.role === "agg" ? "" : `${point.role} `}${point.parallel} at ${fmt(point.concurrency)} requests (${fmt(point.batch_size)} per replica)`;
+  $("launch-status").textContent = `${what}: asking /v1/deploy…`;
+  $("launch-panel").setAttribute("aria-busy", "true");
+  try {
+    const deploy = await postJson("/v1/deploy", body, controller.signal);
+    state.launch = deploy;
+    renderLaunch($("launch-output"), deploy, what, body);
+    $("launch-status").textContent = `${deploy.engine}: the launch of ${label} is below.`;
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    $("launch-output").replaceChildren();
+    $("launch-status").textContent = "No launch configuration (see the message above).";
+    showProblem(err, "Deploy");
+  } finally {
+    if (state.launchController === controller) {
+      state.launchController = null;
+      $("launch-panel").setAttribute("aria-busy", "false");
+    }
   }
 }
 
@@ -439,6 +517,7 @@ async function boot() {
   for (const id of ["latency-metric", "conc-intervals", "lat-intervals"]) {
     $(id).addEventListener("change", () => state.response && drawProbeCharts(state.response));
   }
+  $("launch-engine").addEventListener("change", () => state.picked && pick(state.picked, "the picked point"));
   initCalibration({ onChange: describeCalibration });
   $("use-calibration-deployment").addEventListener("click", useCalibrationDeployment);
   const { calibration, ...fromUrl } = Object.fromEntries(new URLSearchParams(window.location.hash.slice(1)));

@@ -1,5 +1,5 @@
 // The best configuration, the ranked table (sortable, selectable) and the exports.
-import { download, fmt, fmtMs, h, timestamp } from "./util.js";
+import { download, fmt, fmtMs, gib, h, timestamp } from "./util.js";
 
 /** Columns of the ranked table: [key, header, digits | formatter, title]. */
 export const COLUMNS = [
@@ -14,19 +14,36 @@ export const COLUMNS = [
   ["tpot_ms", "TPOT ms", 2, "mean time per output token"],
   ["prefill_num_chunks", "chunks", 0, "prefill_num_chunks"],
   ["effective_input_length", "eff. input", 0, "effective_input_length (uncached tokens)"],
-  ["memory_left_gb", "mem left GB", 2, "memory left per device"],
-  ["kv_cache_gb", "KV GB", 2, "KV cache per device (memory_gb.kv_cache_gb)"],
-  ["weights_gb", "weights GB", 2, "weights per device (memory_gb.weights_gb)"],
+  ["memory_left_gib", "mem left GiB", 2, "memory left per device, GiB (memory_left_gb in GiB)"],
+  ["kv_cache_gib", "KV GiB", 2, "KV cache per device, GiB (memory_gb.kv_cache_gb in GiB)"],
+  ["weights_gib", "weights GiB", 2, "weights per device, GiB (memory_gb.weights_gb in GiB)"],
   ["request_throughput", "req/s", 3, "requests per second"],
   ["method", "method", null, "time_simulation or closed_form_waves"],
 ];
 
+/**
+ * pd_ratio's split rows: the prefill and decode operating points the split runs its instances
+ * at (the RFC picks each side's most QPS per instance: P_QPS = batch / TTFT, D_QPS from TPOT),
+ * which the summary card reports. They can differ from the ranked rows of the same layouts
+ * (each layout's highest-throughput point), so the table lists them first, as P×n and D×n.
+ */
+export function splitRows(response) {
+  const pd = response.mode === "pd_ratio" ? response.pd_ratio : null;
+  if (!pd?.split) return [];
+  return [
+    [pd.prefill_row, -1, `P×${pd.split.prefill_instances}`],
+    [pd.decode_row, 0, `D×${pd.split.decode_instances}`],
+  ]
+    .filter(([row]) => row)
+    .map(([row, rank, label]) => ({ ...row, rank, rank_label: label, in_split: true }));
+}
+
 export function tableRows(response) {
-  return response.rows.map((row, i) => ({
+  return [...splitRows(response), ...response.rows.map((row, i) => ({ ...row, rank: i + 1, in_split: false }))].map((row) => ({
     ...row,
-    rank: i + 1,
-    kv_cache_gb: row.memory_gb?.kv_cache_gb ?? null,
-    weights_gb: row.memory_gb?.weights_gb ?? null,
+    memory_left_gib: gib(row.memory_left_gb),
+    kv_cache_gib: gib(row.memory_gb?.kv_cache_gb ?? null),
+    weights_gib: gib(row.memory_gb?.weights_gb ?? null),
   }));
 }
 
@@ -43,10 +60,10 @@ function compare(key, dir) {
 }
 
 /**
- * Render the table into `container`; `onSelect(row)` runs when a row's "timeline" button is used.
- * Returns a controller with `select(rank)`.
+ * Render the table into `container`; `onSelect(row)` runs when a row's "timeline" button is used,
+ * `onLaunch(row)` when its "launch" button is. Returns a controller with `select(rank)`.
  */
-export function renderTable(container, response, onSelect) {
+export function renderTable(container, response, onSelect, onLaunch = () => {}) {
   const rows = tableRows(response);
   const showRole = new Set(rows.map((r) => r.role)).size > 1 || response.mode !== "agg";
   const columns = COLUMNS.filter(([key]) => key !== "role" || showRole);
@@ -81,14 +98,20 @@ export function renderTable(container, response, onSelect) {
     const sorted = [...rows].sort(compare(sortKey, sortDir));
     tbody.replaceChildren(
       ...sorted.map((row) => {
-        const tr = h("tr", { dataset: { rank: row.rank }, class: row.rank === selected ? "selected" : "", "aria-selected": row.rank === selected ? "true" : "false" });
+        const classes = [row.rank === selected ? "selected" : "", row.in_split ? "split-row" : ""].filter(Boolean).join(" ");
+        const tr = h("tr", { dataset: { rank: row.rank }, class: classes, "aria-selected": row.rank === selected ? "true" : "false" });
         for (const [key, , digits] of columns) {
           const value = row[key];
-          const text = digits === null ? value ?? "–" : fmt(value, digits);
+          const text = key === "rank" && row.rank_label ? row.rank_label : digits === null ? value ?? "–" : fmt(value, digits);
           tr.append(key === "parallel" ? h("th", { scope: "row" }, text) : h("td", { class: digits === null ? "" : "num", dataset: { key } }, text));
         }
         tr.insertBefore(
-          h("td", {}, h("button", { type: "button", class: "small", "aria-label": `Simulate the step timeline of rank ${row.rank} (${row.parallel})`, onclick: () => controller.select(row.rank) }, "Timeline")),
+          h(
+            "td",
+            { class: "row-actions" },
+            h("button", { type: "button", class: "small", "aria-label": `Simulate the step timeline of rank ${row.rank} (${row.parallel})`, onclick: () => controller.select(row.rank) }, "Timeline"),
+            h("button", { type: "button", class: "small", "aria-label": `Launch configuration of rank ${row.rank} (${row.parallel})`, onclick: () => onLaunch(row) }, "Launch"),
+          ),
           tr.children[1],
         );
         return tr;
@@ -123,7 +146,14 @@ export function renderTable(container, response, onSelect) {
   container.replaceChildren(
     ...(rows.length
       ? [
-          h("p", { class: "hint table-hint" }, "Best row per parallel layout. Sort by a column header; “Timeline” simulates a row."),
+          h(
+            "p",
+            { class: "hint table-hint" },
+            rows.some((r) => r.in_split)
+              ? "P×n and D×n: the operating points the split runs its prefill and decode instances at (the summary's numbers; the most requests/s per instance); 1, 2, …: each layout's highest-throughput row. "
+              : "Best row per parallel layout. ",
+            "Sort by a column header; “Timeline” simulates a row, “Launch” gives its engine command.",
+          ),
           h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Ranked configurations" }, table),
         ]
       : [h("p", { class: "empty" }, "No feasible configuration.")]),
@@ -156,12 +186,17 @@ export function renderSummary(container, response) {
             stat("devices used", fmt(split.devices_used)),
             stat("PD ratio (D_QPS / P_QPS)", fmt(pd.pd_ratio, 3)),
             stat("balanced QPS", fmt(split.balanced_qps, 2)),
-            stat("prefill layout", pd.prefill_row ? `${pd.prefill_row.parallel} · ${pd.prefill_row.concurrency} req` : "–"),
-            stat("decode layout", pd.decode_row ? `${pd.decode_row.parallel} · ${pd.decode_row.concurrency} req` : "–"),
+            stat("split", pd.pd_split ?? "–", "prefill:decode instances (devices)"),
+            stat("binding pool", pd.binding_pool ?? "–", "the side whose instances cap the balanced QPS (the one to grow)"),
+            stat(`prefill layout (P×${split.prefill_instances})`, pd.prefill_row ? `${pd.prefill_row.parallel} · ${fmt(pd.prefill_row.concurrency)} req` : "–"),
+            stat(`decode layout (D×${split.decode_instances})`, pd.decode_row ? `${pd.decode_row.parallel} · ${fmt(pd.decode_row.concurrency)} req` : "–"),
             stat("TTFT", fmtMs(pd.prefill_row?.ttft_ms)),
             stat("TPOT", fmtMs(pd.decode_row?.tpot_ms)),
+            stat("input tokens/s per prefill instance", fmt(pd.prefill_row?.throughput_tokens_s, 0)),
+            stat("output tokens/s per decode instance", fmt(pd.decode_row?.throughput_tokens_s, 0)),
           )
         : h("p", { class: "warn" }, pd.reason || response.reason || "no feasible split"),
+      split ? h("p", { class: "sub" }, `The layouts and numbers are the table's P×${split.prefill_instances} and D×${split.decode_instances} rows.`) : "",
     );
     container.classList.toggle("infeasible", !split);
     return;
@@ -196,7 +231,7 @@ export function renderSummary(container, response) {
       stat("prefill chunks", fmt(best.prefill_num_chunks), "prefill_num_chunks"),
       stat("effective input", `${fmt(best.effective_input_length)} tokens`, "effective_input_length"),
       stat("max batched tokens", fmt(best.max_batched_tokens)),
-      stat("memory left", `${fmt(best.memory_left_gb, 2)} GB`, "per device"),
+      stat("memory left", `${fmt(gib(best.memory_left_gb), 2)} GiB`, "per device"),
     ),
     ...calibrationNote(response.calibration),
   );
@@ -237,12 +272,16 @@ const csvCell = (value) => {
 const INTERVAL_OF = { throughput_interval: "throughput_tokens_s" };
 const intervalBase = (key) => INTERVAL_OF[key] ?? key.replace(/_interval$/, "");
 
-/** One line per row; memory_gb and the [low, high] intervals become columns of their own. */
+/**
+ * One line per row; memory_gb and the [low, high] intervals become columns of their own. pd_ratio
+ * adds its split rows first (in_split true) and the split (pd_split, binding_pool) on each line.
+ */
 export function rowsCsv(response) {
-  const rows = response.rows;
+  const split = splitRows(response);
+  const rows = [...split, ...response.rows];
   if (!rows.length) return "";
   const memoryKeys = [...new Set(rows.flatMap((r) => Object.keys(r.memory_gb || {})))];
-  const keys = Object.keys(rows[0]).filter((k) => k !== "memory_gb");
+  const keys = Object.keys(response.rows[0] ?? response.pd_ratio.prefill_row).filter((k) => k !== "memory_gb");
   const columns = keys.flatMap((k) =>
     k.endsWith("_interval")
       ? [
@@ -252,6 +291,14 @@ export function rowsCsv(response) {
       : [[k, (r) => r[k]]],
   );
   columns.push(...memoryKeys.map((m) => [`memory_gb.${m}`, (r) => r.memory_gb?.[m]]));
+  const pd = response.mode === "pd_ratio" ? response.pd_ratio : null;
+  if (pd) {
+    columns.push(
+      ["in_split", (r) => Boolean(r.in_split)],
+      ["pd_split", () => pd.pd_split],
+      ["binding_pool", () => pd.binding_pool],
+    );
+  }
   const lines = rows.map((r) => columns.map(([, get]) => csvCell(get(r))).join(","));
   return `${[columns.map(([name]) => name).join(","), ...lines].join("\n")}\n`;
 }

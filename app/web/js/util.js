@@ -36,6 +36,13 @@ export function fmt(value, digits = 0) {
   return f.format(value);
 }
 
+/** The API's memory (GB, 10^9 bytes) in GiB (2^30 bytes), as device names count it ("64G"). */
+export const BYTES_PER_GB = 1e9;
+export const BYTES_PER_GIB = 2 ** 30;
+export function gib(gb) {
+  return gb === null || gb === undefined ? gb : (gb * BYTES_PER_GB) / BYTES_PER_GIB;
+}
+
 /** Milliseconds as "850 ms" or "17.6 s". */
 export function fmtMs(ms) {
   if (ms === null || ms === undefined) return "–";
