@@ -62,10 +62,11 @@ function ok<T>(result: { data?: T; error?: unknown; response: Response }, status
 /** The problem+json body of an error answer, read through its `Problem` schema. */
 function problem(result: { error?: Problem; response: Response }, status: number): Problem {
   const { error, response } = result;
-  check(response.status === status, `${response.url}: status ${response.status}, expected ${status}`);
+  const url = response.url;
+  check(response.status === status, `${url}: status ${response.status}, expected ${status}`);
   const mediaType = response.headers.get("content-type") ?? "";
-  check(mediaType.startsWith("application/problem+json"), `${response.url}: ${mediaType}`);
-  check(error !== undefined, `${response.url}: no problem body`);
+  check(mediaType.startsWith("application/problem+json"), `${url}: ${mediaType}`);
+  check(error !== undefined, `${url}: no problem body`);
   check(error.status === status, `problem status ${error.status}, expected ${status}`);
   check(error.title.length > 0, "problem without a title");
   check(typeof error.detail === "string" && error.detail.length > 0, "problem without a detail");
@@ -152,9 +153,9 @@ const checks: { [Id in OperationId]: () => Promise<void> } = {
     const searched = ok(await client.POST("/v1/optimize", { body }));
     check(searched.mode === "agg" && searched.rows.length > 0, `optimize: ${searched.reason}`);
     check(searched.best, `optimize: no best row (${searched.reason})`);
-    const { throughput_tokens_s, tpot_ms, num_devices, tp, dp, ep, pp, max_batched_tokens, batch_size } =
-      searched.best;
-    check(throughput_tokens_s > 0 && tpot_ms !== null && tpot_ms <= 100, "optimize: best row");
+    const { throughput_tokens_s: throughput, tpot_ms: tpot, ...row } = searched.best;
+    check(throughput > 0 && tpot !== null && tpot <= 100, "optimize: best row");
+    const { num_devices, tp, dp, ep, pp, max_batched_tokens, batch_size } = row;
     state.best = { num_devices, tp, dp, ep, pp, max_batched_tokens, batch_size };
   },
   async capacity_plan() {
