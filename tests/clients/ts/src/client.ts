@@ -84,7 +84,7 @@ type DeployRow = Pick<
 >;
 
 /** What one check leaves for a later one (checks run in the order written). */
-const state: { best?: DeployRow; calibrationId?: string } = {};
+const state: { best?: DeployRow; calibrationId?: string; launch?: Schemas["DeployResponse"] } = {};
 
 const checks: { [Id in OperationId]: () => Promise<void> } = {
   async healthz() {
@@ -194,6 +194,18 @@ const checks: { [Id in OperationId]: () => Promise<void> } = {
     const launch = ok(await client.POST("/v1/deploy", { body }));
     check(launch.engine === "vllm" && launch.command.argv.length > 0, launch.command.text);
     check(launch.num_devices === body.num_devices, `deploy: ${launch.num_devices} devices`);
+    state.launch = launch;
+  },
+  async deploy_get() {
+    check(state.best && state.launch, "no deployed row to link");
+    const query = { ...state.best, engine: "vllm" as const, model: MODEL, device: DEVICE };
+    const linked = ok(await client.GET("/v1/deploy", { params: { query } }));
+    check(linked.command.text === state.launch.command.text, `deploy_get: ${linked.command.text}`);
+    const bad = problem(
+      await client.GET("/v1/deploy", { params: { query: { ...query, tp: 0 } } }),
+      422,
+    );
+    check(bad.errors?.some((e) => e.loc.includes("tp")) === true, JSON.stringify(bad.errors));
   },
 };
 
