@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from app.core.catalog.architecture import LayerAttention
+from app.core.catalog.hardware import BYTES_PER_GB, BYTES_PER_GIB
 
 #: Parameters per billion (the models table's params_b / active_b columns).
 PARAMS_PER_BILLION = 1e9
@@ -16,6 +17,12 @@ PARAMS_PER_BILLION = 1e9
 KV_TABLE_BYTES_PER_ELEMENT = 2
 #: The ``attention`` a layer group of a linear-attention layer carries (no KV cache).
 LINEAR_ATTENTION = LayerAttention.LINEAR.value
+
+
+def gib(gb: float | None) -> float | None:
+    """The API's memory (decimal GB) in GiB, as device names count it: a 64G device is 64 GiB
+    (68.7 GB). The text tables print GiB; JSON and CSV keep the API's fields."""
+    return None if gb is None else gb * BYTES_PER_GB / BYTES_PER_GIB
 
 
 def dump(document: object) -> None:
@@ -106,9 +113,11 @@ def forward_table(body: dict[str, Any]) -> str:
         "",
         ops,
         "",
-        f"memory GB per device: capacity {m['capacity_gb']:.2f}  weights {m['weights_gb']:.2f}  "
-        f"kv_cache {m['kv_cache_gb']:.2f}  activation {m['activation_gb']:.2f}  "
-        f"reserved {m['reserved_gb']:.2f}  available {m['available_gb']:.2f}",
+        "memory GiB per device: "
+        + "  ".join(
+            f"{name} {gib(m[f'{name}_gb']) or 0.0:.2f}"
+            for name in ("capacity", "weights", "kv_cache", "activation", "reserved", "available")
+        ),
     ]
     lines.extend(f"note: {note}" for note in body["notes"])
     return "\n".join(lines)
@@ -135,7 +144,7 @@ def _model_row(a: dict[str, Any]) -> list[str]:
 
 
 MODEL_HEADERS = ["name", "type", "layers", "hidden", "heads/kv", "params_b", "active_b"]
-DEVICE_HEADERS = ["name", "bf16_tflops", "fp8_tflops", "int8_tops", "fp4_tflops", "hbm_gb"]
+DEVICE_HEADERS = ["name", "bf16_tflops", "fp8_tflops", "int8_tops", "fp4_tflops", "hbm_gib"]
 
 
 def models_table(architectures: Iterable[dict[str, Any]]) -> str:
@@ -154,7 +163,7 @@ def _device_row(d: dict[str, Any]) -> list[str]:
         _peak(d["peak_fp8_tflops"]),
         _peak(d["peak_int8_tops"]),
         _peak(d["peak_fp4_tflops"]),
-        f"{d['hbm_capacity_gb']:.1f}",
+        f"{gib(d['hbm_capacity_gb']) or 0.0:.1f}",
         f"{d['hbm_bandwidth_gb_s']:g}",
         f"{d['interconnect'][0]['bandwidth_gb_s']:g}",
     ]
@@ -177,9 +186,13 @@ ROW_COLUMNS = (
     ("tokens/s/device", "throughput_per_device", 1),
     ("chunks", "prefill_num_chunks", 0),
     ("eff_input", "effective_input_length", 0),
-    ("mem_left_gb", "memory_left_gb", 2),
+    ("mem_left_gib", "memory_left_gb", 2),
     ("method", "method", 0),
 )
+
+
+#: The API's GB fields the text tables print in GiB.
+GIB_KEYS = frozenset({"memory_left_gb"})
 
 
 def optimize_text(body: dict[str, Any]) -> str:
@@ -190,7 +203,10 @@ def optimize_text(body: dict[str, Any]) -> str:
         f"  input={first['input_length']} output={first['output_length']}"
         f"  max_batched_tokens={first['max_batched_tokens']}"
     ]
-    rows = [[fmt(r[key], d) for _, key, d in ROW_COLUMNS] for r in body["rows"]]
+    rows = [
+        [fmt(gib(r[key]) if key in GIB_KEYS else r[key], d) for _, key, d in ROW_COLUMNS]
+        for r in body["rows"]
+    ]
     lines.append(
         table([h for h, _, _ in ROW_COLUMNS], rows) if rows else "no feasible configuration"
     )
@@ -435,6 +451,10 @@ def simulate_text(body: dict[str, Any]) -> str:
         f"{'max_batched_tokens'.ljust(width)}  {body['max_batched_tokens']}",
     ]
     for key in keys:
+        if key in GIB_KEYS:
+            name = key.removesuffix("_gb") + "_gib"
+            lines.append(f"{name.ljust(width)}  {fmt(gib(body[key]), 3)}")
+            continue
         lines.append(f"{key.ljust(width)}  {fmt(body[key], 3)}")
         if key == "concurrency":
             lines.append(f"{'replica_split'.ljust(width)}  {split_text(body['replica_split'])}")

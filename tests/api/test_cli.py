@@ -587,3 +587,18 @@ def test_msmodelings_batch_range_and_serving_cost_map_to_chunkwise_fields(
     assert code == 0, err
     bodies = json.loads(out)  # one document per mode (OPTIMIZE has a TPOT limit: both sides)
     assert [b["input"]["serving_overhead_ms"] for b in bodies] == [25, 25]
+
+
+def test_text_tables_print_memory_in_gib(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 64G device is 64 GiB (68.7 GB): the tables say GiB; JSON keeps the API's GB."""
+    code, out, _ = run(["devices"], capsys)
+    assert code == 0
+    header, _, *lines = out.splitlines()
+    column = header.split().index("hbm_gib")
+    row = next(line.split() for line in lines if line.startswith("ATLAS_800_A2_376T_64G "))
+    assert row[column] == "64.0"
+    code, out, _ = run([*OPTIMIZE, "--max-batched-tokens", "8192", "--format", "json"], capsys)
+    best = json.loads(out)["best"]
+    code, out, _ = run([*OPTIMIZE, "--max-batched-tokens", "8192"], capsys)
+    assert code == 0 and "mem_left_gib" in out
+    assert f"{best['memory_left_gb'] * 1e9 / 2**30:,.2f}" in out
