@@ -6,6 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: What ``backend`` names in the cache status and counters.
+_BACKEND = "the latency cache: memory (in-process) or redis"
+
 
 class ProblemFieldError(BaseModel):
     """One invalid field of a request (``loc`` as in pydantic: ``["body", "model"]``)."""
@@ -43,7 +46,7 @@ class Health(BaseModel):
 
 
 class CacheStatus(BaseModel):
-    backend: str = Field(description="the latency cache: memory (in-process) or redis")
+    backend: str = Field(description=_BACKEND)
     reachable: bool = Field(description="whether the backend answered the probe")
     detail: str = Field(default="", description="the backend's answer or error, when any")
     writable: bool = Field(
@@ -61,7 +64,7 @@ class Readiness(BaseModel):
 class CacheCounters(BaseModel):
     """Cache activity attributed to one request."""
 
-    backend: str = Field(description="the latency cache: memory (in-process) or redis")
+    backend: str = Field(description=_BACKEND)
     hits: int = Field(default=0, description="forward shapes found in the cache")
     misses: int = Field(default=0, description="forward shapes not in the cache (computed)")
     round_trips: int = Field(default=0, description="batched cache reads (one MGET each)")

@@ -19,7 +19,7 @@ class ForwardRequest(DeploymentMixin):
         examples=[1],
     )
     query_length: int = Field(
-        strict=True, ge=1, le=limits.MAX_INPUT_LENGTH, description="new tokens per request"
+        strict=True, ge=1, le=limits.MAX_INPUT_LENGTH, description=texts.QUERY_LEN
     )
     context_length: int = Field(
         default=0,
@@ -129,8 +129,8 @@ class ParallelOut(BaseModel):
 
 class RequestOut(BaseModel):
     is_decode: bool = Field(description="a decode step (reads the KV cache)")
-    concurrency: int = Field(description="requests in the forward")
-    query_len: int = Field(description="new tokens per request")
+    concurrency: int = Field(description=texts.SHAPE_CONCURRENCY)
+    query_len: int = Field(description=texts.QUERY_LEN)
     seq_len: int = Field(description="tokens of context per request after the forward")
     mtp_draft_tokens: int = Field(
         description="MTP draft tokens per request, one draft pass each (0: none)"
@@ -141,8 +141,8 @@ class ForwardResponse(BaseModel):
     """The document of ``chunkwise forward --format json`` plus the input echo and cache use."""
 
     input: ForwardRequest = Field(description="the request, echoed")
-    model: str = Field(description="the model's name")
-    device: str = Field(description="the device's name")
+    model: str = Field(description=texts.MODEL_NAME)
+    device: str = Field(description=texts.DEVICE_NAME)
     parallel: ParallelOut = Field(description="the layout")
     quantization: dict[str, str] = Field(
         description="the quantize_linear_action and quantize_attention_action used"
@@ -153,4 +153,4 @@ class ForwardResponse(BaseModel):
     breakdown: BreakdownOut = Field(description="the time by op and by op category")
     memory: MemoryOut = Field(description="the busiest device's memory during the forward")
     notes: list[str] = Field(description="what the model assumed or approximated")
-    cache: CacheCounters = Field(description="the request's latency-cache use")
+    cache: CacheCounters = Field(description=texts.CACHE_USE)

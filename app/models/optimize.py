@@ -102,7 +102,7 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         strict=True,
         ge=1,
         le=limits.MAX_REQUESTS_PER_CLIENT,
-        description="closed_loop: requests each client sends",
+        description=texts.REQUESTS_PER_CLIENT,
     )
     max_batch_size: int = Field(
         default=DEFAULT_MAX_BATCH_SIZE,
@@ -125,8 +125,8 @@ class ResultRowOut(BaseModel):
     """A ranked configuration with every RFC field."""
 
     role: Role = Field(description=texts.ROLE)
-    model: str = Field(description="the model's name")
-    device: str = Field(description="the device's name")
+    model: str = Field(description=texts.MODEL_NAME)
+    device: str = Field(description=texts.DEVICE_NAME)
     quantization: str = Field(
         description="linear and attention quantization, e.g. 'linear=FP8 attention=DISABLED'"
     )
@@ -281,14 +281,12 @@ class RunStats(BaseModel):
     shapes: int = Field(description="distinct forward shapes the request needed")
     layouts: int = Field(default=0, description="parallel layouts evaluated")
     probes: int = Field(default=0, description="(layout, batch size) points evaluated")
-    cache: CacheCounters = Field(description="the request's latency-cache use")
+    cache: CacheCounters = Field(description=texts.CACHE_USE)
 
 
 class OptimizeResponse(BaseModel):
     input: OptimizeRequest = Field(description=texts.REQUEST_ECHO)
-    engine: dict[str, Any] = Field(
-        description="the engine profile used and every value it set (after engine_options)"
-    )
+    engine: dict[str, Any] = Field(description=texts.ENGINE_USED)
     mode: Mode = Field(description="the mode searched")
     best: ResultRowOut | None = Field(
         description="highest throughput configuration (pd_ratio: the binding side's instance "
@@ -316,11 +314,10 @@ class OptimizeResponse(BaseModel):
     reason: str | None = Field(default=None, description="why nothing is feasible")
     suggestions: list[str] = Field(
         default_factory=list,
-        description="ways out of a memory-infeasible answer (quantization, devices, context)",
+        description=texts.SUGGESTIONS,
     )
     calibration: dict[str, Any] | None = Field(
         default=None,
-        description="the calibration applied: id, applicable (false: the estimate lies outside "
-        "what it was fitted on; reason says why and the intervals are widened), parameters",
+        description=texts.CALIBRATION_APPLIED,
     )
     stats: RunStats = Field(description=texts.STATS)

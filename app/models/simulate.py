@@ -129,7 +129,7 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
         strict=True,
         ge=1,
         le=limits.MAX_REQUESTS_PER_CLIENT,
-        description="closed_loop: requests each client sends",
+        description=texts.REQUESTS_PER_CLIENT,
     )
     request_rate: float | None = Field(
         default=None,
@@ -169,8 +169,8 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
 
 
 class ForwardShapeOut(BaseModel):
-    concurrency: int = Field(description="requests in the forward")
-    query_len: int = Field(description="new tokens per request")
+    concurrency: int = Field(description=texts.SHAPE_CONCURRENCY)
+    query_len: int = Field(description=texts.QUERY_LEN)
     seq_len: int = Field(
         description="tokens of context per request after the forward (prefill: where the chunk "
         "ends, the cached prefix not counted; decode: input_length + output_length // 2 + "
@@ -219,9 +219,7 @@ class SimulateResponse(BaseModel):
     input: SimulateRequest = Field(
         description=f"{texts.REQUEST_ECHO}, num_devices and dp_size included"
     )
-    engine: dict[str, Any] = Field(
-        description="the engine profile used and every value it set (after engine_options)"
-    )
+    engine: dict[str, Any] = Field(description=texts.ENGINE_USED)
     method: str = Field(description=texts.METHOD)
     parallel: str = Field(description=texts.PARALLEL)
     num_devices: int = Field(description="devices of the layout: tp_size x dp_size")
@@ -271,8 +269,7 @@ class SimulateResponse(BaseModel):
     )
     calibration: dict[str, Any] | None = Field(
         default=None,
-        description="the calibration applied: id, applicable (false: the estimate lies outside "
-        "what it was fitted on; reason says why and the intervals are widened), parameters",
+        description=texts.CALIBRATION_APPLIED,
     )
     steps: int = Field(description="engine steps, summed over the replicas")
     workload: str = Field(
@@ -326,7 +323,7 @@ class SimulateResponse(BaseModel):
     reason: str | None = Field(description="memory or limit violation, when infeasible")
     suggestions: list[str] = Field(
         default_factory=list,
-        description="ways out of a memory-infeasible answer (quantization, devices, context)",
+        description=texts.SUGGESTIONS,
     )
     timeline: list[StepOut] | None = Field(
         default=None,

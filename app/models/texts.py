@@ -64,3 +64,18 @@ ROW_TPOT = "mean time per output token, ms; null for the prefill search and poin
 THROUGHPUT_TOKENS_S = "tokens/s of all replicas of the layout"
 THROUGHPUT_PER_DEVICE = "token/s/device: throughput_tokens_s / the layout's devices"
 REQUEST_THROUGHPUT = "requests/s of all replicas of the layout"
+
+# -- what optimize and simulate answers share ------------------------------------------------
+ENGINE_USED = "the engine profile used and every value it set (after engine_options)"
+SUGGESTIONS = "ways out of a memory-infeasible answer (quantization, devices, context)"
+CALIBRATION_APPLIED = (
+    "the calibration applied: id, applicable (false: the estimate lies outside what it was "
+    "fitted on; reason says why and the intervals are widened), parameters"
+)
+REQUESTS_PER_CLIENT = "closed_loop: requests each client sends"
+CACHE_USE = "the request's latency-cache use"
+MODEL_NAME = "the model's name"
+DEVICE_NAME = "the device's name"
+# -- a forward's shape (the simulate timeline, the forward answer) -------------------------------
+SHAPE_CONCURRENCY = "requests in the forward"
+QUERY_LEN = "new tokens per request"
