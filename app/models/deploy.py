@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, Strict, create_model
 from pydantic.fields import FieldInfo
@@ -113,17 +113,20 @@ def _query_field(info: FieldInfo) -> FieldInfo:
     return loose
 
 
+_QUERY_FIELDS: dict[str, Any] = {
+    name: (Name if name == "device" else info.annotation, _query_field(info))
+    for name, info in DeployRequest.model_fields.items()
+    if name not in _BODY_ONLY
+}
 #: GET /v1/deploy's query parameters: the POST body's fields (same names, bounds, defaults and
 #: descriptions) but a catalog device name only and no engine_options.
-DeployQuery = create_model(
-    "DeployQuery",
-    __base__=StrictModel,
-    **{
-        name: (Name if name == "device" else info.annotation, _query_field(info))
-        for name, info in DeployRequest.model_fields.items()
-        if name not in _BODY_ONLY
-    },
-)
+if TYPE_CHECKING:
+
+    class DeployQuery(StrictModel):
+        """Built at run time from DeployRequest's fields (below)."""
+
+else:
+    DeployQuery = create_model("DeployQuery", __base__=StrictModel, **_QUERY_FIELDS)
 
 
 class DeployCommand(BaseModel):
