@@ -31,7 +31,8 @@ class Problem(BaseModel):
     detail: str = Field(default="", description="what went wrong with this request")
     instance: str | None = Field(default=None, description="the request's path")
     errors: list[ProblemFieldError] | None = Field(
-        default=None, description="the invalid fields of a 422 (at most 50)"
+        default=None,
+        description="the invalid fields of a 422 (the first ones, when there are many)",
     )
     valid: list[str] | None = Field(
         default=None, description="Valid names, when a catalog name was not recognised"

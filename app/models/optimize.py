@@ -242,11 +242,11 @@ class InstanceSplitOut(BaseModel):
 class PdRatioOut(BaseModel):
     p_qps: float | None = Field(
         description="requests/s one prefill instance completes at its best feasible point: "
-        "concurrency / TTFT x 1000 (null: none is feasible)"
+        "concurrency / TTFT x 1000 (null: a side has no feasible point)"
     )
     d_qps: float | None = Field(
         description="requests/s one decode instance completes at its best feasible point: "
-        "concurrency / (TPOT x max(O - 1, 1)) x 1000 (null: none is feasible)"
+        "concurrency / (TPOT x max(O - 1, 1)) x 1000 (null: a side has no feasible point)"
     )
     pd_ratio: float | None = Field(
         description="ratio d_qps / p_qps: prefill instances one decode instance keeps busy "
@@ -254,10 +254,15 @@ class PdRatioOut(BaseModel):
     )
     split: InstanceSplitOut | None = Field(
         description="the instance counts within num_devices with the most balanced requests/s "
-        "(ties: fewer devices); null when one instance of each does not fit"
+        "(ties: fewer devices); null when a side has no feasible point or one instance of "
+        "each does not fit"
     )
-    prefill_row: ResultRowOut | None = Field(description="the best prefill instance's row")
-    decode_row: ResultRowOut | None = Field(description="the best decode instance's row")
+    prefill_row: ResultRowOut | None = Field(
+        description="the best prefill instance's row (null: a side has no feasible point)"
+    )
+    decode_row: ResultRowOut | None = Field(
+        description="the best decode instance's row (null: a side has no feasible point)"
+    )
     output_throughput: float = Field(
         description="output tokens/s of the split: balanced_qps x output_length (0: no split)"
     )

@@ -34,16 +34,18 @@ TTFT_INTERVAL = "TTFT's 80 % prediction interval [low, high], ms (docs/engine.md
 TPOT_INTERVAL = "TPOT's 80 % prediction interval [low, high], ms"
 THROUGHPUT_INTERVAL = "throughput_tokens_s's 80 % prediction interval [low, high], tokens/s"
 MEMORY_LEFT = (
-    f"{GB} left per device at this batch size, the tighter of the decode step and the largest "
-    "prefill step (< 0: does not fit)"
+    f"{GB} left per device at this batch size on the tightest step checked (agg and simulate: "
+    "the decode step and the largest prefill step; the prefill or decode search: its own "
+    "step); < 0: does not fit"
 )
 MEMORY_PARTS = (
     f"the memory picture of one device, {GB}: capacity_gb, weights_gb, kv_cache_gb, "
     "activation_gb, reserved_gb and available_gb (what is left)"
 )
 METHOD = (
-    "how the metrics were computed: time_simulation, closed_form_waves, closed_loop_simulation, "
-    "poisson_simulation, or none (nothing ran)"
+    "how the metrics were computed: time_simulation, closed_form_waves, closed_loop_simulation "
+    "or poisson_simulation (the engine), chunk_waves (the prefill search), decode_step (the "
+    "decode search), or none (nothing ran)"
 )
 FEASIBLE = "whether it fits in memory and meets the TTFT/TPOT limits"
 EFFECTIVE_INPUT_LENGTH = (
