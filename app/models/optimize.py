@@ -239,29 +239,32 @@ class InstanceSplitOut(BaseModel):
     )
 
 
+#: When a pd_ratio answer has no split: one side found no feasible point.
+_NO_SIDE = "null: a side has no feasible point"
+
+
 class PdRatioOut(BaseModel):
     p_qps: float | None = Field(
         description="requests/s one prefill instance completes at its best feasible point: "
-        "concurrency / TTFT x 1000 (null: a side has no feasible point)"
+        f"concurrency / TTFT x 1000 ({_NO_SIDE})"
     )
     d_qps: float | None = Field(
         description="requests/s one decode instance completes at its best feasible point: "
-        "concurrency / (TPOT x max(O - 1, 1)) x 1000 (null: a side has no feasible point)"
+        f"concurrency / (TPOT x max(O - 1, 1)) x 1000 ({_NO_SIDE})"
     )
     pd_ratio: float | None = Field(
         description="ratio d_qps / p_qps: prefill instances one decode instance keeps busy "
-        "(null: a side is infeasible)"
+        f"({_NO_SIDE})"
     )
     split: InstanceSplitOut | None = Field(
         description="the instance counts within num_devices with the most balanced requests/s "
-        "(ties: fewer devices); null when a side has no feasible point or one instance of "
-        "each does not fit"
+        f"(ties: fewer devices); {_NO_SIDE}, or one instance of each does not fit"
     )
     prefill_row: ResultRowOut | None = Field(
-        description="the best prefill instance's row (null: a side has no feasible point)"
+        description=f"the best prefill instance's row ({_NO_SIDE})"
     )
     decode_row: ResultRowOut | None = Field(
-        description="the best decode instance's row (null: a side has no feasible point)"
+        description=f"the best decode instance's row ({_NO_SIDE})"
     )
     output_throughput: float = Field(
         description="output tokens/s of the split: balanced_qps x output_length (0: no split)"
