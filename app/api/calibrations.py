@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException, Path, Response
 
 from app.api.deps import ContextDep, GateDep
 from app.api.errors import PROBLEM_JSON, PROBLEM_RESPONSES
@@ -25,6 +25,9 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     },
 }
 router = APIRouter(prefix="/v1/calibrations", tags=["calibration"], responses=RESPONSES)
+CalibrationIdPath = Annotated[
+    str, Path(description="the id POST /v1/calibrations returned (cal- and 20 hex digits)")
+]
 
 
 def _response(stored: service.StoredCalibration) -> CalibrationResponse:
@@ -47,7 +50,9 @@ async def create_calibration(
 
 
 @router.get("/{calibration_id}", response_model=CalibrationResponse)
-async def read_calibration(calibration_id: str, context: ContextDep) -> CalibrationResponse:
+async def read_calibration(
+    calibration_id: CalibrationIdPath, context: ContextDep
+) -> CalibrationResponse:
     """A stored profile (404 when unknown or expired)."""
     try:
         return _response(service.fetch(context, calibration_id))
@@ -56,7 +61,7 @@ async def read_calibration(calibration_id: str, context: ContextDep) -> Calibrat
 
 
 @router.delete("/{calibration_id}", status_code=204)
-async def delete_calibration(calibration_id: str, context: ContextDep) -> Response:
+async def delete_calibration(calibration_id: CalibrationIdPath, context: ContextDep) -> Response:
     """Remove a stored profile (404 when unknown or expired)."""
     try:
         service.delete(context, calibration_id)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 
 from app import services
 from app.api.errors import PROBLEM_JSON, PROBLEM_RESPONSES, problem_response
@@ -18,6 +18,11 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": Problem, "content": {PROBLEM_JSON: {}}, "description": "unknown name"},
     422: PROBLEM_RESPONSES[422],  # the path parameter's validation, as problem+json
 }
+
+ModelName = Annotated[
+    str, Path(description="a built-in model's Hugging Face id or alias (see GET /v1/models)")
+]
+DeviceName = Annotated[str, Path(description="a built-in device's name (see GET /v1/devices)")]
 
 
 def _not_found(request: Request, exc: UnknownNameError) -> Response:
@@ -39,7 +44,7 @@ async def devices() -> DeviceList:
 
 
 @router.get("/models/{name:path}", response_model=ModelInfo, responses=NOT_FOUND)
-async def model(name: str, request: Request) -> ModelInfo | Response:
+async def model(name: ModelName, request: Request) -> ModelInfo | Response:
     """One built-in model by Hugging Face id or alias (404 with the valid names otherwise)."""
     try:
         return await anyio.to_thread.run_sync(services.get_model_info, name)
@@ -48,7 +53,7 @@ async def model(name: str, request: Request) -> ModelInfo | Response:
 
 
 @router.get("/devices/{name}", response_model=DeviceInfo, responses=NOT_FOUND)
-async def device(name: str, request: Request) -> DeviceInfo | Response:
+async def device(name: DeviceName, request: Request) -> DeviceInfo | Response:
     """One built-in device (404 with the valid names otherwise)."""
     try:
         return await anyio.to_thread.run_sync(services.get_device_info, name)

@@ -63,8 +63,10 @@ class CalibrationRequest(BaseModel):
 class CalibrationResponse(BaseModel):
     """A stored calibration profile (apply it with ``calibration: "<id>"``)."""
 
-    id: str
-    expires_at_s: float = Field(description="Unix time after which the stored profile is gone")
+    id: str = Field(
+        description="the stored profile's id: cal- and 20 hex digits (give it as calibration)"
+    )
+    expires_at_s: float = Field(description="Unix time, s, after which the stored profile is gone")
     profile: dict[str, Any] = Field(
         description="the profile: parameters (fitted), defaults, fixed (left, and why), "
         "ranges, fit (in-sample and cross-validated median errors, convergence), residuals"

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from app.core import limits
 from app.core.workload.poisson import DEFAULT_POISSON_REQUESTS, DEFAULT_POISSON_SEED, MAX_SEED
+from app.models import texts
 from app.models.workload import DeploymentMixin, ParallelSize, WorkloadMixin
 
 #: Default headroom: plan for 1.25 x the target (replicas at most 80 % of their sustainable rate).
@@ -20,8 +21,8 @@ MAX_PRICE_PER_DEVICE_HOUR = 1e6
 class PlanRequest(DeploymentMixin, WorkloadMixin):
     """A replica layout, a target traffic and its SLA."""
 
-    tp_size: ParallelSize = 1
-    ep_size: ParallelSize = 1
+    tp_size: ParallelSize = Field(default=1, description=texts.TP_SIZE)
+    ep_size: ParallelSize = Field(default=1, description=texts.EP_SIZE)
     dp_size: ParallelSize = Field(
         default=1,
         description="data-parallel ranks of one replica (one load balancer spreads over them)",
@@ -51,7 +52,8 @@ class PlanRequest(DeploymentMixin, WorkloadMixin):
         default=DEFAULT_HEADROOM,
         ge=1,
         le=MAX_HEADROOM,
-        description="plan for headroom x the target (1.25: replicas run at most 80 % of their "
+        description="a multiplier: plan for headroom x the target (1.25: replicas run at most "
+        "80 % of their "
         "sustainable rate)",
     )
     price_per_device_hour: float | None = Field(
@@ -67,7 +69,13 @@ class PlanRequest(DeploymentMixin, WorkloadMixin):
         le=limits.MAX_POISSON_REQUESTS,
         description="requests of each Poisson probe of a replica",
     )
-    seed: int = Field(default=DEFAULT_POISSON_SEED, strict=True, ge=0, le=MAX_SEED)
+    seed: int = Field(
+        default=DEFAULT_POISSON_SEED,
+        strict=True,
+        ge=0,
+        le=MAX_SEED,
+        description="seed of the Poisson probes' arrival times (same seed, same result)",
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> PlanRequest:
@@ -79,10 +87,10 @@ class PlanRequest(DeploymentMixin, WorkloadMixin):
 
 
 class PlanResponse(BaseModel):
-    input: PlanRequest
+    input: PlanRequest = Field(description=texts.REQUEST_ECHO)
     engine: dict[str, Any] = Field(description="the engine profile used and its values")
     parallel: str = Field(description="one replica's layout")
-    devices_per_replica: int
+    devices_per_replica: int = Field(description="devices of one replica: tp_size x dp_size")
     target_request_rate: float = Field(description="requests/s, before the headroom")
     sustainable_request_rate: float = Field(
         description="requests/s one replica serves within the SLA (0: none)"
@@ -92,17 +100,22 @@ class PlanResponse(BaseModel):
     )
     replicas: int = Field(description="replicas needed (0: the SLA cannot be met)")
     devices: int = Field(description="replicas x devices per replica")
-    utilisation: float = Field(description="target / (replicas x sustainable rate)")
+    utilisation: float = Field(
+        description="fraction of the replicas' sustainable rate the target uses: target / "
+        "(replicas x sustainable rate)"
+    )
     ttft_ms: float | None = Field(
-        description="one replica at its sustainable rate: the SLA's statistic"
+        description="one replica at its sustainable rate: the SLA's statistic of TTFT, ms"
     )
     tpot_ms: float | None = Field(
-        description="one replica at its sustainable rate: the SLA's statistic"
+        description="one replica at its sustainable rate: the SLA's statistic of TPOT, ms"
     )
     statistic: str = Field(description="mean, or pNN")
-    cost_per_hour: float | None = Field(description="devices x price_per_device_hour")
+    cost_per_hour: float | None = Field(
+        description="devices x price_per_device_hour, in its currency per hour"
+    )
     cost_per_million_output_tokens: float | None = Field(
         description="cost_per_hour / output tokens per hour of the target x 1e6"
     )
-    feasible: bool
-    reason: str | None = None
+    feasible: bool = Field(description="whether a replica count meets the SLA (replicas > 0)")
+    reason: str | None = Field(default=None, description="why the SLA cannot be met")

@@ -44,8 +44,8 @@ class DeployRequest(StrictModel):
         description="data-parallel ranks: replicas, or one instance's DP-attention ranks when "
         "the MoE experts span them (ep > tp)",
     )
-    ep: ParallelSize = Field(default=1, description="expert parallel size (MoE)")
-    pp: ParallelSize = Field(default=1, description="pipeline parallel size")
+    ep: ParallelSize = Field(default=1, description="expert parallel size (MoE), devices")
+    pp: ParallelSize = Field(default=1, description="pipeline parallel stages")
     max_batched_tokens: int | None = Field(
         default=None,
         strict=True,
@@ -92,7 +92,7 @@ class DeployRequest(StrictModel):
         default=None, description="override values of the engine profile (as in optimize)"
     )
     port: int = Field(
-        default=DEFAULT_PORT, strict=True, ge=1, le=MAX_PORT, description="the server port"
+        default=DEFAULT_PORT, strict=True, ge=1, le=MAX_PORT, description="the server's TCP port"
     )
     image: Name | None = Field(
         default=None, description="container image (default: the engine's public image)"

@@ -15,6 +15,7 @@ from app.core.workload import (
     Window,
     Workload,
 )
+from app.models import texts
 from app.models.common import CacheCounters
 from app.models.workload import DeploymentMixin, ParallelSize, WorkloadMixin
 
@@ -36,9 +37,20 @@ __all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the 
 class OptimizeRequest(DeploymentMixin, WorkloadMixin):
     """Field names follow the CLI flags (``--ttft-limit`` -> ``ttft_limit_ms``)."""
 
-    num_devices: int = Field(strict=True, ge=1, le=limits.MAX_NUM_DEVICES, examples=[8])
-    ttft_limit_ms: float | None = Field(default=None, gt=0, examples=[None])
-    tpot_limit_ms: float | None = Field(default=None, gt=0, examples=[50.0])
+    num_devices: int = Field(
+        strict=True,
+        ge=1,
+        le=limits.MAX_NUM_DEVICES,
+        description="devices every searched layout uses (pd_ratio: the budget of all prefill "
+        "and decode instances)",
+        examples=[8],
+    )
+    ttft_limit_ms: float | None = Field(
+        default=None, gt=0, description=texts.TTFT_LIMIT, examples=[None]
+    )
+    tpot_limit_ms: float | None = Field(
+        default=None, gt=0, description=texts.TPOT_LIMIT, examples=[50.0]
+    )
     mode: Mode = Field(
         default=DEFAULT_MODE,
         description="agg: prefill and decode share instances; disagg_prefill / disagg_decode: "
@@ -52,19 +64,31 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         examples=[[1, 2, 4, 8]],
     )
     ep_sizes: list[ParallelSize] | None = Field(
-        default=None, min_length=1, max_length=limits.MAX_SEARCH_LIST, description="MoE EP sizes"
+        default=None,
+        min_length=1,
+        max_length=limits.MAX_SEARCH_LIST,
+        description="MoE expert-parallel sizes to search, each a device count dividing the "
+        "devices (default: 1 only)",
     )
     prefill_devices_per_instance: int | None = Field(
-        default=None, strict=True, ge=1, le=limits.MAX_NUM_DEVICES, description="pd_ratio only"
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_NUM_DEVICES,
+        description="pd_ratio only: devices of one prefill instance (default: num_devices // 2)",
     )
     decode_devices_per_instance: int | None = Field(
-        default=None, strict=True, ge=1, le=limits.MAX_NUM_DEVICES, description="pd_ratio only"
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_NUM_DEVICES,
+        description="pd_ratio only: devices of one decode instance (default: num_devices // 2)",
     )
     serving_overhead_ms: float = Field(
         default=0.0,
         ge=0.0,
         le=limits.MAX_SERVING_OVERHEAD_MS,
-        description="fixed TTFT overhead of prefill instances",
+        description="fixed TTFT overhead of prefill instances, ms",
     )
     workload: Workload | None = Field(
         default=None,
@@ -78,134 +102,177 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         strict=True,
         ge=1,
         le=limits.MAX_REQUESTS_PER_CLIENT,
-        description="closed_loop",
+        description=texts.REQUESTS_PER_CLIENT,
     )
     max_batch_size: int = Field(
         default=DEFAULT_MAX_BATCH_SIZE,
         strict=True,
         ge=1,
         le=limits.MAX_SEARCH_BATCH_SIZE,
-        description="largest per-replica batch size the concurrency search may probe",
+        description="largest per-replica batch size (requests) the concurrency search may probe",
     )
-    top_k: int = Field(default=DEFAULT_TOP_K, strict=True, ge=1, le=limits.MAX_TOP_K)
+    top_k: int = Field(
+        default=DEFAULT_TOP_K,
+        strict=True,
+        ge=1,
+        le=limits.MAX_TOP_K,
+        description="rows returned: the best layouts by throughput (pd_ratio: every row)",
+    )
     include_probes: bool = Field(default=True, description="return every probe (for plots)")
 
 
 class ResultRowOut(BaseModel):
     """A ranked configuration with every RFC field."""
 
-    role: Role
-    model: str
-    device: str
-    quantization: str
-    num_devices: int
-    input_length: int
-    output_length: int
-    effective_input_length: int
-    max_batched_tokens: int
-    prefill_num_chunks: int
-    concurrency: int
-    batch_size: int
-    ttft_ms: float | None
-    tpot_ms: float | None
-    throughput_tokens_s: float = Field(description="tokens/s of all replicas of the layout")
-    throughput_per_device: float = Field(description="token/s/device")
+    role: Role = Field(description=texts.ROLE)
+    model: str = Field(description=texts.MODEL_NAME)
+    device: str = Field(description=texts.DEVICE_NAME)
+    quantization: str = Field(
+        description="linear and attention quantization, e.g. 'linear=FP8 attention=DISABLED'"
+    )
+    num_devices: int = Field(description="devices of the layout: tp x dp x pp")
+    input_length: int = Field(description="prompt tokens per request")
+    output_length: int = Field(description="output tokens per request")
+    effective_input_length: int = Field(description=texts.EFFECTIVE_INPUT_LENGTH)
+    max_batched_tokens: int = Field(description="token budget of one engine step, tokens")
+    prefill_num_chunks: int = Field(description=texts.PREFILL_NUM_CHUNKS)
+    concurrency: int = Field(description=texts.CONCURRENCY)
+    batch_size: int = Field(description=texts.BATCH_SIZE)
+    ttft_ms: float | None = Field(description=texts.ROW_TTFT)
+    tpot_ms: float | None = Field(description=texts.ROW_TPOT)
+    throughput_tokens_s: float = Field(description=texts.THROUGHPUT_TOKENS_S)
+    throughput_per_device: float = Field(description=texts.THROUGHPUT_PER_DEVICE)
     throughput_kind: str = Field(description="output (agg, decode) or input (prefill) tokens")
     ttft_ms_interval: tuple[float, float] | None = Field(
-        default=None, description="TTFT's 80 % prediction interval [low, high] (docs/engine.md)"
+        default=None, description=texts.TTFT_INTERVAL
     )
     tpot_ms_interval: tuple[float, float] | None = Field(
-        default=None, description="TPOT's 80 % prediction interval [low, high]"
+        default=None, description=texts.TPOT_INTERVAL
     )
     throughput_interval: tuple[float, float] | None = Field(
-        default=None, description="throughput_tokens_s's 80 % prediction interval [low, high]"
+        default=None, description=texts.THROUGHPUT_INTERVAL
     )
-    request_throughput: float
-    parallel: str
-    tp: int
-    dp: int
-    ep: int
-    pp: int
-    memory_left_gb: float
-    memory_gb: dict[str, float]
-    method: str
+    request_throughput: float = Field(description=texts.REQUEST_THROUGHPUT)
+    parallel: str = Field(description=texts.PARALLEL)
+    tp: int = Field(description=texts.TP)
+    dp: int = Field(description=texts.DP)
+    ep: int = Field(description=texts.EP)
+    pp: int = Field(description=texts.PP)
+    memory_left_gb: float = Field(description=texts.MEMORY_LEFT)
+    memory_gb: dict[str, float] = Field(
+        description=f"{texts.MEMORY_PARTS}, at the row's batch size (the decode step; prefill "
+        "search: the largest prefill step); empty for pd_ratio's rows"
+    )
+    method: str = Field(description=texts.METHOD)
 
 
 class ProbeOut(BaseModel):
     """One evaluated (layout, batch size) point."""
 
-    role: Role
-    parallel: str
-    tp: int
-    dp: int
-    ep: int
-    pp: int
-    batch_size: int
-    concurrency: int
-    feasible: bool
-    reason: str | None
-    ttft_ms: float | None
-    tpot_ms: float | None
-    throughput_tokens_s: float
-    throughput_per_device: float
-    request_throughput: float
-    memory_left_gb: float
-    method: str
+    role: Role = Field(description=texts.ROLE)
+    parallel: str = Field(description=texts.PARALLEL)
+    tp: int = Field(description=texts.TP)
+    dp: int = Field(description=texts.DP)
+    ep: int = Field(description=texts.EP)
+    pp: int = Field(description=texts.PP)
+    batch_size: int = Field(description=texts.BATCH_SIZE)
+    concurrency: int = Field(description=texts.CONCURRENCY)
+    feasible: bool = Field(description=f"{texts.FEASIBLE} (closed_loop: and the running cap)")
+    reason: str | None = Field(
+        description="why it is infeasible (memory, a limit, the running cap); null when feasible"
+    )
+    ttft_ms: float | None = Field(description=texts.ROW_TTFT)
+    tpot_ms: float | None = Field(description=texts.ROW_TPOT)
+    throughput_tokens_s: float = Field(description=texts.THROUGHPUT_TOKENS_S)
+    throughput_per_device: float = Field(description=texts.THROUGHPUT_PER_DEVICE)
+    request_throughput: float = Field(description=texts.REQUEST_THROUGHPUT)
+    memory_left_gb: float = Field(description=texts.MEMORY_LEFT)
+    method: str = Field(description=texts.METHOD)
     ttft_ms_interval: tuple[float, float] | None = Field(
-        default=None, description="TTFT's 80 % prediction interval [low, high] (docs/engine.md)"
+        default=None, description=texts.TTFT_INTERVAL
     )
     tpot_ms_interval: tuple[float, float] | None = Field(
-        default=None, description="TPOT's 80 % prediction interval [low, high]"
+        default=None, description=texts.TPOT_INTERVAL
     )
     throughput_interval: tuple[float, float] | None = Field(
-        default=None, description="throughput_tokens_s's 80 % prediction interval [low, high]"
+        default=None, description=texts.THROUGHPUT_INTERVAL
     )
 
 
 class ParetoPointOut(BaseModel):
     """A probe on the Pareto front of tokens/s per device against tokens/s per user."""
 
-    role: Role
-    parallel: str
-    tp: int
-    dp: int
-    ep: int
-    pp: int
+    role: Role = Field(description=texts.ROLE)
+    parallel: str = Field(description=texts.PARALLEL)
+    tp: int = Field(description=texts.TP)
+    dp: int = Field(description=texts.DP)
+    ep: int = Field(description=texts.EP)
+    pp: int = Field(description=texts.PP)
     num_devices: int = Field(description="devices of the layout (all its replicas)")
-    batch_size: int = Field(description="requests per data-parallel rank")
+    batch_size: int = Field(description=texts.BATCH_SIZE)
     concurrency: int = Field(description="requests of the whole layout")
     user_tokens_s: float = Field(description="tokens/s each user receives: 1000 / TPOT")
-    throughput_per_device: float = Field(description="token/s/device")
-    throughput_tokens_s: float = Field(description="tokens/s of all replicas of the layout")
-    ttft_ms: float | None
+    throughput_per_device: float = Field(description=texts.THROUGHPUT_PER_DEVICE)
+    throughput_tokens_s: float = Field(description=texts.THROUGHPUT_TOKENS_S)
+    ttft_ms: float | None = Field(description=texts.ROW_TTFT)
     tpot_ms: float = Field(description="ms per output token")
     feasible: bool = Field(description="whether the point meets the TTFT/TPOT limits")
     reason: str | None = Field(description="the limit it misses, when not feasible")
 
 
 class InfeasibleLayout(BaseModel):
-    role: Role
-    parallel: str
-    reason: str
+    role: Role = Field(description=texts.ROLE)
+    parallel: str = Field(description=texts.PARALLEL)
+    reason: str = Field(
+        description="why no point of it is feasible (its first probe's reason), or why it "
+        "cannot run the model or gave a non-finite number"
+    )
 
 
 class InstanceSplitOut(BaseModel):
-    prefill_instances: int
-    decode_instances: int
-    devices_used: int
-    balanced_qps: float
+    prefill_instances: int = Field(description="prefill instances")
+    decode_instances: int = Field(description="decode instances (the fewest that keep up)")
+    devices_used: int = Field(description="devices of all instances (at most num_devices)")
+    balanced_qps: float = Field(
+        description="requests/s the split serves: min(prefill_instances x p_qps, "
+        "decode_instances x d_qps)"
+    )
+
+
+#: When a pd_ratio answer has no split: one side found no feasible point.
+_NO_SIDE = "null: a side has no feasible point"
 
 
 class PdRatioOut(BaseModel):
-    p_qps: float | None
-    d_qps: float | None
-    pd_ratio: float | None
-    split: InstanceSplitOut | None
-    prefill_row: ResultRowOut | None
-    decode_row: ResultRowOut | None
-    output_throughput: float
-    throughput_per_device: float
-    reason: str | None
+    p_qps: float | None = Field(
+        description="requests/s one prefill instance completes at its best feasible point: "
+        f"concurrency / TTFT x 1000 ({_NO_SIDE})"
+    )
+    d_qps: float | None = Field(
+        description="requests/s one decode instance completes at its best feasible point: "
+        f"concurrency / (TPOT x max(O - 1, 1)) x 1000 ({_NO_SIDE})"
+    )
+    pd_ratio: float | None = Field(
+        description="ratio d_qps / p_qps: prefill instances one decode instance keeps busy "
+        f"({_NO_SIDE})"
+    )
+    split: InstanceSplitOut | None = Field(
+        description="the instance counts within num_devices with the most balanced requests/s "
+        f"(ties: fewer devices); {_NO_SIDE}, or one instance of each does not fit"
+    )
+    prefill_row: ResultRowOut | None = Field(
+        description=f"the best prefill instance's row ({_NO_SIDE})"
+    )
+    decode_row: ResultRowOut | None = Field(
+        description=f"the best decode instance's row ({_NO_SIDE})"
+    )
+    output_throughput: float = Field(
+        description="output tokens/s of the split: balanced_qps x output_length (0: no split)"
+    )
+    throughput_per_device: float = Field(
+        description="output tokens/s per device used: output_throughput / devices_used"
+    )
+    reason: str | None = Field(description="why there is no split (null: there is one)")
     binding_pool: Literal["prefill", "decode"] | None = Field(
         default=None,
         description="the side whose instances cap the balanced QPS (the one to grow); best is "
@@ -217,27 +284,28 @@ class PdRatioOut(BaseModel):
 
 
 class RunStats(BaseModel):
-    elapsed_ms: float
+    elapsed_ms: float = Field(description="wall-clock time the service spent on the request, ms")
     forward_evaluations: int = Field(description="forwards computed (cache misses)")
     shapes: int = Field(description="distinct forward shapes the request needed")
-    layouts: int = 0
-    probes: int = 0
-    cache: CacheCounters
+    layouts: int = Field(default=0, description="parallel layouts evaluated")
+    probes: int = Field(default=0, description="(layout, batch size) points evaluated")
+    cache: CacheCounters = Field(description=texts.CACHE_USE)
 
 
 class OptimizeResponse(BaseModel):
-    input: OptimizeRequest
-    engine: dict[str, Any] = Field(
-        description="the engine profile used and every value it set (after engine_options)"
-    )
-    mode: Mode
+    input: OptimizeRequest = Field(description=texts.REQUEST_ECHO)
+    engine: dict[str, Any] = Field(description=texts.ENGINE_USED)
+    mode: Mode = Field(description="the mode searched")
     best: ResultRowOut | None = Field(
         description="highest throughput configuration (pd_ratio: the binding side's instance "
         "row); null with reason when nothing is feasible or, for the modes that size prefill "
         "instances, when ttft_limit_ms is not given"
     )
     rows: list[ResultRowOut] = Field(description="best row per layout, ranked, top_k")
-    probes: list[ProbeOut]
+    probes: list[ProbeOut] = Field(
+        description="every evaluated point of every layout, in evaluation order (empty "
+        "without include_probes)"
+    )
     pareto: list[ParetoPointOut] = Field(
         default_factory=list,
         description="the Pareto front of throughput_per_device against user_tokens_s (1000 / "
@@ -245,16 +313,19 @@ class OptimizeResponse(BaseModel):
         "points included (feasible says which meet the limits), by user_tokens_s ascending; "
         "empty for the prefill search",
     )
-    infeasible: list[InfeasibleLayout]
-    pd_ratio: PdRatioOut | None = None
+    infeasible: list[InfeasibleLayout] = Field(
+        description="layouts without a feasible point, and why"
+    )
+    pd_ratio: PdRatioOut | None = Field(
+        default=None, description="mode pd_ratio: the instance ratio and split (else null)"
+    )
     reason: str | None = Field(default=None, description="why nothing is feasible")
     suggestions: list[str] = Field(
         default_factory=list,
-        description="ways out of a memory-infeasible answer (quantization, devices, context)",
+        description=texts.SUGGESTIONS,
     )
     calibration: dict[str, Any] | None = Field(
         default=None,
-        description="the calibration applied: id, applicable (false: the estimate lies outside "
-        "what it was fitted on; reason says why and the intervals are widened), parameters",
+        description=texts.CALIBRATION_APPLIED,
     )
-    stats: RunStats
+    stats: RunStats = Field(description=texts.STATS)

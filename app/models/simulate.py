@@ -19,6 +19,7 @@ from app.core.workload import (
     Workload,
 )
 from app.core.workload.disagg_serving import FirstToken, Pool
+from app.models import texts
 from app.models.optimize import RunStats
 from app.models.workload import DeploymentMixin, WorkloadMixin
 
@@ -86,8 +87,12 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
         "mode disagg (required): closed-loop clients over the whole deployment",
         examples=[64],
     )
-    tp_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
-    ep_size: int = Field(default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)
+    tp_size: int = Field(
+        default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE, description=texts.TP_SIZE
+    )
+    ep_size: int = Field(
+        default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE, description=texts.EP_SIZE
+    )
     dp_size: int = Field(
         default=1,
         strict=True,
@@ -105,8 +110,8 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
         "dp_size = num_devices / tp_size",
         examples=[None],
     )
-    ttft_limit_ms: float | None = Field(default=None, gt=0)
-    tpot_limit_ms: float | None = Field(default=None, gt=0)
+    ttft_limit_ms: float | None = Field(default=None, gt=0, description=texts.TTFT_LIMIT)
+    tpot_limit_ms: float | None = Field(default=None, gt=0, description=texts.TPOT_LIMIT)
     include_timeline: bool = Field(default=False, description="return the step timeline")
     workload: Workload | None = Field(
         default=None,
@@ -124,7 +129,7 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
         strict=True,
         ge=1,
         le=limits.MAX_REQUESTS_PER_CLIENT,
-        description="closed_loop",
+        description=texts.REQUESTS_PER_CLIENT,
     )
     request_rate: float | None = Field(
         default=None,
@@ -164,25 +169,33 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
 
 
 class ForwardShapeOut(BaseModel):
-    concurrency: int
-    query_len: int
-    seq_len: int
+    concurrency: int = Field(description=texts.SHAPE_CONCURRENCY)
+    query_len: int = Field(description=texts.QUERY_LEN)
+    seq_len: int = Field(
+        description="tokens of context per request after the forward (prefill: where the chunk "
+        "ends, the cached prefix not counted; decode: input_length + output_length // 2 + "
+        "query_len, the mid-decode context)"
+    )
 
 
 class StepOut(BaseModel):
     """``repeat`` identical consecutive steps starting at ``start_ms``."""
 
-    start_ms: float
-    step_ms: float
-    repeat: int
-    p_step: int
-    prefill: ForwardShapeOut | None
-    prefill_ms: float
-    d_step: int
-    decode: ForwardShapeOut | None
-    decode_ms: float
-    first_tokens: int
-    finished: int
+    start_ms: float = Field(description="when the first of these steps starts, ms from t = 0")
+    step_ms: float = Field(description="duration of one of these steps, ms")
+    repeat: int = Field(description="identical consecutive steps the entry stands for")
+    p_step: int = Field(description="requests prefilling one chunk in each step")
+    prefill: ForwardShapeOut | None = Field(description="each step's prefill forward (null: none)")
+    prefill_ms: float = Field(description="each step's prefill forward time, ms (0: none)")
+    d_step: int = Field(description="requests decoding in each step")
+    decode: ForwardShapeOut | None = Field(description="each step's decode forward (null: none)")
+    decode_ms: float = Field(
+        description="each step's decode forward time, ms (0: none; with MTP, per emitted token)"
+    )
+    first_tokens: int = Field(
+        description="requests that emit their first token at the end of the entry's last step"
+    )
+    finished: int = Field(description="requests that complete at the end of the entry's last step")
     fused: bool = Field(
         default=False,
         description="mixed_latency 'fused': prefill and decode ran as one forward, so both "
@@ -193,7 +206,7 @@ class StepOut(BaseModel):
 class ReplicaShare(BaseModel):
     """``replicas`` data-parallel replicas that each get this share of the workload."""
 
-    replicas: int
+    replicas: int = Field(description="data-parallel replicas with this share")
     concurrency: int | None = Field(
         description="requests (burst), clients (closed_loop) or the max_concurrency share "
         "(poisson; null: no cap) of each"
@@ -203,13 +216,13 @@ class ReplicaShare(BaseModel):
 
 
 class SimulateResponse(BaseModel):
-    input: SimulateRequest
-    engine: dict[str, Any] = Field(
-        description="the engine profile used and every value it set (after engine_options)"
+    input: SimulateRequest = Field(
+        description=f"{texts.REQUEST_ECHO}, num_devices and dp_size included"
     )
-    method: str = Field(description="time_simulation or closed_form_waves")
-    parallel: str
-    num_devices: int
+    engine: dict[str, Any] = Field(description=texts.ENGINE_USED)
+    method: str = Field(description=texts.METHOD)
+    parallel: str = Field(description=texts.PARALLEL)
+    num_devices: int = Field(description="devices of the layout: tp_size x dp_size")
     batch_size: int | None = Field(
         description="concurrency on the busiest replica, ceil(concurrency / dp_size) (null "
         "for poisson without max_concurrency); the timeline shows that replica"
@@ -221,48 +234,76 @@ class SimulateResponse(BaseModel):
     replica_split: list[ReplicaShare] = Field(
         description="how the workload spreads over the replicas, larger shares first"
     )
-    effective_input_length: int
-    prefill_num_chunks: int
+    effective_input_length: int = Field(description=texts.EFFECTIVE_INPUT_LENGTH)
+    prefill_num_chunks: int = Field(description=texts.PREFILL_NUM_CHUNKS)
     max_batched_tokens: int = Field(
-        description="the token budget used (the engine default if omitted)"
+        description="the token budget used, tokens per step (the engine default if omitted)"
     )
     scheduler: dict[str, Any] = Field(description="the policy and its parameters")
-    ttft_ms: float = Field(description="mean over every request of every replica")
-    tpot_ms: float = Field(description="mean over every request of every replica")
-    makespan_ms: float = Field(description="the slowest replica's")
+    ttft_ms: float = Field(
+        description="mean time to first token, ms, over the measured requests of every replica "
+        "(the engine's front-end time included)"
+    )
+    tpot_ms: float = Field(
+        description="mean time per output token after the first, ms, over the measured requests "
+        "of every replica"
+    )
+    makespan_ms: float = Field(
+        description="the slowest replica's run, ms: from t = 0 to the last completion (closed_loop "
+        "and poisson: the measurement window's length)"
+    )
     output_throughput: float = Field(description="output tokens/s over all replicas")
     request_throughput: float = Field(description="requests/s over all replicas")
-    throughput_per_device: float
+    throughput_per_device: float = Field(
+        description="output tokens/s per device: output_throughput / num_devices"
+    )
     ttft_ms_interval: tuple[float, float] | None = Field(
-        default=None, description="TTFT's 80 % prediction interval [low, high] (docs/engine.md)"
+        default=None, description=texts.TTFT_INTERVAL
     )
     tpot_ms_interval: tuple[float, float] | None = Field(
-        default=None, description="TPOT's 80 % prediction interval [low, high]"
+        default=None, description=texts.TPOT_INTERVAL
     )
     output_throughput_interval: tuple[float, float] | None = Field(
-        default=None, description="output throughput's 80 % prediction interval [low, high]"
+        default=None,
+        description="output_throughput's 80 % prediction interval [low, high], tokens/s",
     )
     calibration: dict[str, Any] | None = Field(
         default=None,
-        description="the calibration applied: id, applicable (false: the estimate lies outside "
-        "what it was fitted on; reason says why and the intervals are widened), parameters",
+        description=texts.CALIBRATION_APPLIED,
     )
     steps: int = Field(description="engine steps, summed over the replicas")
-    workload: str = DEFAULT_WORKLOAD
+    workload: str = Field(
+        default=DEFAULT_WORKLOAD,
+        description="the workload simulated: burst, closed_loop or poisson",
+    )
     window: str | None = Field(default=None, description="closed_loop and poisson")
     num_requests: int | None = Field(
         default=None, description="closed_loop and poisson: requests sent"
     )
     request_rate: float | None = Field(default=None, description="poisson: requests/s in total")
-    max_concurrency: int | None = Field(default=None, description="poisson: the client-side cap")
+    max_concurrency: int | None = Field(
+        default=None, description="poisson: the client-side cap on requests in flight"
+    )
     seed: int | None = Field(default=None, description="poisson: seed of the arrival times")
-    measured_requests: int | None = None
-    e2e_ms: float | None = None
+    measured_requests: int | None = Field(
+        default=None,
+        description="closed_loop and poisson: requests the measurement window counts (the means "
+        "are over them)",
+    )
+    e2e_ms: float | None = Field(
+        default=None,
+        description="closed_loop and poisson: mean end-to-end latency of a measured request "
+        "(sent to last token), ms, front-end time included",
+    )
     total_throughput: float | None = Field(
         default=None,
         description="closed_loop and poisson: (input + output) tokens/s over all replicas",
     )
-    mean_running_batch: float | None = None
+    mean_running_batch: float | None = Field(
+        default=None,
+        description="closed_loop and poisson: requests per engine step (prefill + decode), the "
+        "mean over the window's steps",
+    )
     mean_prefill_tokens_per_step: float | None = Field(
         default=None, description="closed_loop and poisson: prefill tokens per engine step"
     )
@@ -270,32 +311,43 @@ class SimulateResponse(BaseModel):
         default=None, description="closed_loop and poisson: decode tokens per engine step"
     )
     max_running: int | None = Field(
-        default=None, description="closed_loop and poisson: KV / policy cap per replica"
+        default=None,
+        description="closed_loop and poisson: most requests one replica runs at once (the KV "
+        "pool's and the policy's cap)",
     )
-    memory_left_gb: float
-    memory_gb: dict[str, float]
-    feasible: bool
+    memory_left_gb: float = Field(description=texts.MEMORY_LEFT)
+    memory_gb: dict[str, float] = Field(
+        description=f"{texts.MEMORY_PARTS}, at the busiest replica's decode step"
+    )
+    feasible: bool = Field(description=texts.FEASIBLE)
     reason: str | None = Field(description="memory or limit violation, when infeasible")
     suggestions: list[str] = Field(
         default_factory=list,
-        description="ways out of a memory-infeasible answer (quantization, devices, context)",
+        description=texts.SUGGESTIONS,
     )
-    timeline: list[StepOut] | None = None
-    timeline_truncated: bool = False
-    stats: RunStats
+    timeline: list[StepOut] | None = Field(
+        default=None,
+        description="include_timeline: the busiest replica's engine steps in order, runs of "
+        f"identical steps as one entry, at most {limits.MAX_TIMELINE_ENTRIES} entries",
+    )
+    timeline_truncated: bool = Field(
+        default=False,
+        description=f"the timeline was cut to its first {limits.MAX_TIMELINE_ENTRIES} entries",
+    )
+    stats: RunStats = Field(description=texts.STATS)
 
 
 # -- mode disagg ---------------------------------------------------------------------------------
 class DisaggPoolOut(BaseModel):
     """One pool of a disaggregated deployment and how busy the closed loop kept it."""
 
-    workers: int
-    tp_size: int
+    workers: int = Field(description="engine instances of the pool")
+    tp_size: int = Field(description="tensor-parallel size of one worker (devices)")
     dp_size: int = Field(description="attention data-parallel ranks per worker")
-    ep_size: int
+    ep_size: int = Field(description="MoE expert-parallel size of one worker (devices)")
     parallel: str = Field(description="one worker's layout")
-    devices_per_worker: int = Field(description="tp_size x dp_size")
-    devices: int = Field(description="workers x devices_per_worker")
+    devices_per_worker: int = Field(description="devices of one worker: tp_size x dp_size")
+    devices: int = Field(description="devices of the pool: workers x devices_per_worker")
     units: int = Field(
         description="engine units of the pool: dp_size per worker whose ranks are independent, "
         "one per worker whose ranks are coupled (attention DP with expert-parallel MoE)"
@@ -310,10 +362,12 @@ class DisaggPoolOut(BaseModel):
         "first chunk, at most kv_requests); decode: running cap per rank (the engine's "
         "max_num_seqs and kv_requests)"
     )
-    utilisation: float = Field(description="busy share of the pool's units over the makespan")
+    utilisation: float = Field(
+        description="busy fraction in [0, 1] of the pool's units over the makespan"
+    )
     wait_ms: float = Field(
-        description="mean wait of a request: prefill, for a prefill unit; decode, for a decode "
-        "slot once its KV arrived"
+        description="mean wait of a request, ms: prefill, for a prefill unit; decode, for a "
+        "decode slot once its KV arrived"
     )
 
 
@@ -322,24 +376,27 @@ class KvTransferOut(BaseModel):
 
     tier: str = Field(description="the interconnect tier holding both pools (num_devices)")
     bandwidth_gb_s: float = Field(
-        description="one device's link of the tier, per direction, efficiency included"
+        description="one device's link of the tier, decimal GB/s per direction, efficiency included"
     )
     bytes_per_request: float = Field(
-        description="one prompt's KV on one prefill device (every device sends its own share)"
+        description="one prompt's KV on one prefill device, bytes (every device sends its own "
+        "share)"
     )
-    fixed_ms: float = Field(description="per-transfer latency besides the bytes")
+    fixed_ms: float = Field(description="per-transfer latency besides the bytes, ms")
     transfer_ms: float = Field(
-        description="mean transfer time of a request (the requests of one prefill job share "
-        "the link)"
+        description="mean transfer time of a request, ms (the requests of one prefill job "
+        "share the link)"
     )
 
 
 class DisaggSimulateResponse(BaseModel):
     """``mode: disagg``: a prefill pool and a decode pool under one closed loop of clients."""
 
-    input: SimulateRequest
+    input: SimulateRequest = Field(description=texts.REQUEST_ECHO)
     engine: dict[str, Any] = Field(description="the engine profile both pools run under")
-    mode: SimulateMode = "disagg"
+    mode: SimulateMode = Field(
+        default="disagg", description="disagg: a prefill pool and a decode pool"
+    )
     workload: str = Field(default="closed_loop", description="closed_loop (the only one)")
     window: str = Field(default="benchmark", description="every request counts, from t = 0")
     concurrency: int = Field(description="closed-loop clients over the whole deployment")
@@ -348,30 +405,39 @@ class DisaggSimulateResponse(BaseModel):
     pd_split: str = Field(
         description="prefill:decode workers and devices, e.g. '2P:1D (8:8 devices)'"
     )
-    prefill: DisaggPoolOut
-    decode: DisaggPoolOut
+    prefill: DisaggPoolOut = Field(description="the prefill pool")
+    decode: DisaggPoolOut = Field(description="the decode pool")
     binding_pool: Pool | None = Field(
         description="the pool requests queue for longer (a prefill unit vs a decode slot; "
         "without queueing, the busier one): the pool to grow; null when nothing ran"
     )
-    transfer: KvTransferOut
+    transfer: KvTransferOut = Field(description="the KV transfer from prefill to decode")
     first_token: FirstToken = Field(description="when the client gets its first token")
     first_token_rule: str = Field(description="what TTFT holds under that rule (per engine)")
-    max_batched_tokens: int = Field(description="the prefill workers' token budget")
-    effective_input_length: int
-    prefill_num_chunks: int
-    ttft_ms: float = Field(description="mean over every request")
-    tpot_ms: float = Field(description="mean over every request: first to last token / (O - 1)")
-    e2e_ms: float
-    makespan_ms: float
+    max_batched_tokens: int = Field(
+        description="the prefill workers' token budget, tokens per step"
+    )
+    effective_input_length: int = Field(description=texts.EFFECTIVE_INPUT_LENGTH)
+    prefill_num_chunks: int = Field(description=texts.PREFILL_NUM_CHUNKS)
+    ttft_ms: float = Field(
+        description="mean time to first token over every request, ms (front-end time included)"
+    )
+    tpot_ms: float = Field(description="mean over every request, ms: first to last token / (O - 1)")
+    e2e_ms: float = Field(
+        description="mean end-to-end latency of a request (sent to last token), ms, front-end "
+        "time included"
+    )
+    makespan_ms: float = Field(description="from t = 0 to the last completion, ms")
     output_throughput: float = Field(description="output tokens/s of the deployment")
     request_throughput: float = Field(description="requests/s of the deployment")
     throughput_per_device: float = Field(description="output tokens/s per device of both pools")
     prefill_jobs: int = Field(description="prefill jobs run (batches of prompts)")
     decode_runs: int = Field(description="runs of identical decode steps simulated")
-    feasible: bool
+    feasible: bool = Field(
+        description="whether every worker holds its KV and the TTFT/TPOT limits are met"
+    )
     reason: str | None = Field(
         description="memory (a worker cannot hold one prompt's or one request's KV) or a "
         "limit violation, when infeasible"
     )
-    stats: RunStats
+    stats: RunStats = Field(description=texts.STATS)

@@ -22,6 +22,7 @@ from app.core.scheduler import (
     MixedLatency,
     PrefillOrder,
 )
+from app.models import texts
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
@@ -53,8 +54,12 @@ class CustomDevice(BaseModel):
         },
     )
 
-    name: Name
-    base: Name | None = None
+    name: Name = Field(description="the device's name in results")
+    base: Name | None = Field(
+        default=None,
+        description="a built-in device (GET /v1/devices) whose numbers fill every field not "
+        "given (omitted: give them all)",
+    )
 
 
 ModelRef = Annotated[
@@ -107,14 +112,14 @@ class EngineOptions(StrictModel):
     memory_fraction: float | None = _bounded(
         "memory_fraction",
         float,
-        "vllm: gpu_memory_utilization (of total memory); sglang: "
+        "a fraction of device memory: vllm: gpu_memory_utilization (of total memory); sglang: "
         "mem_fraction_static; trtllm: free_gpu_memory_fraction (of the memory left)",
     )
     runtime_memory_gb: float | None = _bounded(
         "runtime_memory_gb",
         float,
-        "memory per device the engine process holds outside "
-        "weights, activations and KV blocks (CUDA context, workspaces, graphs)",
+        "memory per device the engine process holds outside weights, activations and KV "
+        f"blocks (CUDA context, workspaces, graphs), {texts.GB}",
     )
     cuda_graph_max_batch: int | None = _bounded(
         "cuda_graph_max_batch", int, "largest decode batch run as a captured graph (0: none)"
@@ -122,13 +127,13 @@ class EngineOptions(StrictModel):
     step_host_ms: float | None = _bounded(
         "step_host_ms",
         float,
-        "host time of one engine iteration (hidden behind the forward with overlap_scheduling)",
+        "host time of one engine iteration, ms (hidden behind the forward with overlap_scheduling)",
     )
     step_sync_ms: float | None = _bounded(
-        "step_sync_ms", float, "host time per iteration the GPU always waits for"
+        "step_sync_ms", float, "host time per iteration the GPU always waits for, ms"
     )
     request_frontend_ms: float | None = _bounded(
-        "request_frontend_ms", float, "time per request outside the engine, added to TTFT"
+        "request_frontend_ms", float, "time per request outside the engine, ms, added to TTFT"
     )
     kv_cache_dtype: KvCacheDtypeName | None = Field(
         default=None,
@@ -148,7 +153,11 @@ class SchedulerOptions(StrictModel):
     Options of another policy are rejected (422).
     """
 
-    name: SchedulerName = DEFAULT_SCHEDULER
+    name: SchedulerName = Field(
+        default=DEFAULT_SCHEDULER,
+        description=f"the step policy: {DEFAULT_SCHEDULER} (the RFC's) or an engine's "
+        f"({', '.join(n for n in SCHEDULERS if n != DEFAULT_SCHEDULER)})",
+    )
     slack_ratio: float | None = Field(
         default=None,
         ge=limits.MIN_SLACK_RATIO,
@@ -160,7 +169,14 @@ class SchedulerOptions(StrictModel):
         description="continue_first (default): a started prompt keeps prefilling (vLLM); "
         "fifo: chunk-major (msmodeling parity)",
     )
-    max_num_seqs: int | None = Field(default=None, strict=True, ge=1, le=MAX_NUM_SEQS_LIMIT)
+    max_num_seqs: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=MAX_NUM_SEQS_LIMIT,
+        description="the engine policies: requests one replica runs at once (omitted: no cap "
+        "of the policy's own)",
+    )
     mixed_latency: MixedLatency | None = Field(
         default=None,
         description="mixed prefill+decode step: overlapped (max, default), serial (sum) or one "
@@ -169,8 +185,20 @@ class SchedulerOptions(StrictModel):
 
 
 class LengthsMixin(StrictModel):
-    input_length: int = Field(strict=True, ge=1, le=limits.MAX_INPUT_LENGTH, examples=[3500])
-    prefix_cache_hit_rate: float = Field(default=0.0, ge=0.0, lt=1.0)
+    input_length: int = Field(
+        strict=True,
+        ge=1,
+        le=limits.MAX_INPUT_LENGTH,
+        description="prompt tokens per request",
+        examples=[3500],
+    )
+    prefix_cache_hit_rate: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="fraction in [0, 1) of each prompt already in the prefix cache: "
+        "floor(input_length x rate) tokens are not prefilled",
+    )
     max_batched_tokens: int = Field(
         strict=True,
         ge=1,
@@ -183,10 +211,25 @@ class LengthsMixin(StrictModel):
 class DeploymentMixin(StrictModel):
     model: ModelRef
     device: DeviceRef
-    quantize_linear_action: Name = Field(default="DISABLED", examples=["W8A8_DYNAMIC"])
-    quantize_attention_action: Name = Field(default="DISABLED", examples=["INT8"])
+    quantize_linear_action: Name = Field(
+        default="DISABLED",
+        description="linear-layer quantization, one of GET /v1/models' quantize_linear_actions "
+        "(DISABLED: 16-bit weights and GEMMs)",
+        examples=["W8A8_DYNAMIC"],
+    )
+    quantize_attention_action: Name = Field(
+        default="DISABLED",
+        description="KV-cache / attention quantization, one of GET /v1/models' "
+        "quantize_attention_actions (DISABLED: 16-bit); omitted: the engine profile's "
+        "kv_cache_dtype rule",
+        examples=["INT8"],
+    )
     reserved_memory_gb: float | None = Field(
-        default=None, ge=0.0, le=limits.MAX_RESERVED_MEMORY_GB, description="default: runner's"
+        default=None,
+        ge=0.0,
+        le=limits.MAX_RESERVED_MEMORY_GB,
+        description=f"memory held back per device (runtime, graphs, fragmentation), {texts.GB}; "
+        "default: the engine profile's reserve",
     )
 
 
@@ -208,10 +251,27 @@ class WorkloadMixin(LengthsMixin):
         "the A100, 2048 elsewhere)",
         examples=[8192],
     )
-    output_length: int = Field(strict=True, ge=1, le=limits.MAX_OUTPUT_LENGTH, examples=[1500])
-    num_mtp_tokens: int = Field(default=0, strict=True, ge=0, le=limits.MAX_MTP_TOKENS)
+    output_length: int = Field(
+        strict=True,
+        ge=1,
+        le=limits.MAX_OUTPUT_LENGTH,
+        description="output tokens per request",
+        examples=[1500],
+    )
+    num_mtp_tokens: int = Field(
+        default=0,
+        strict=True,
+        ge=0,
+        le=limits.MAX_MTP_TOKENS,
+        description="MTP (speculative) draft tokens per decode step: each request verifies "
+        "1 + n tokens a step (0: no MTP)",
+    )
     mtp_acceptance_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
-        default_factory=list, max_length=limits.MAX_MTP_TOKENS
+        default_factory=list,
+        max_length=limits.MAX_MTP_TOKENS,
+        description="per draft position, the fraction in [0, 1] of drafts accepted: a decode "
+        "step emits 1 + the sum of the first num_mtp_tokens on average (at least "
+        "num_mtp_tokens values)",
     )
     engine: EngineName | None = Field(
         default=None,
