@@ -539,9 +539,13 @@ def disagg_simulate_text(body: dict[str, Any]) -> str:
     binding = body["binding_pool"]
     pairs = [
         ("engine", body["engine"]["name"]),
-        ("mode", "disagg (closed_loop, benchmark window)"),
+        ("mode", f"disagg ({body['workload']}, benchmark window)"),
         ("pd_split", body["pd_split"]),
-        ("concurrency", str(body["concurrency"])),
+        *(
+            (("request_rate", fmt(body["request_rate"], 3).rstrip("0").rstrip(".")),)
+            if body["workload"] == "poisson"
+            else (("concurrency", str(body["concurrency"])),)
+        ),
         ("num_requests", str(body["num_requests"])),
         ("max_batched_tokens", str(body["max_batched_tokens"])),
         *((key, fmt(body[key], 3)) for key in DISAGG_KEYS),

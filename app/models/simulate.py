@@ -397,10 +397,21 @@ class DisaggSimulateResponse(BaseModel):
     mode: SimulateMode = Field(
         default="disagg", description="disagg: a prefill pool and a decode pool"
     )
-    workload: str = Field(default="closed_loop", description="closed_loop (the only one)")
+    workload: str = Field(
+        default="closed_loop",
+        description="closed_loop (concurrency clients) or poisson (request_rate arrivals)",
+    )
     window: str = Field(default="benchmark", description="every request counts, from t = 0")
-    concurrency: int = Field(description="closed-loop clients over the whole deployment")
-    num_requests: int = Field(description="requests sent: concurrency x requests_per_client")
+    concurrency: int | None = Field(
+        description="closed_loop: clients over the whole deployment; poisson: null"
+    )
+    request_rate: float | None = Field(
+        default=None, description="poisson: requests/s over the whole deployment; else null"
+    )
+    num_requests: int = Field(
+        description="requests sent: concurrency x requests_per_client (closed_loop) or "
+        "num_requests (poisson)"
+    )
     num_devices: int = Field(description="prefill devices + decode devices")
     pd_split: str = Field(
         description="prefill:decode workers and devices, e.g. '2P:1D (8:8 devices)'"

@@ -24,12 +24,13 @@ from app.core.errors import InfeasibleError, InvalidParameterError, UnsupportedE
 from app.core.optimizer.agg import limit_reason
 from app.core.parallel import ParallelLayout
 from app.core.spec import WorkloadSpec
-from app.core.workload import ranks_are_coupled
+from app.core.workload import DEFAULT_POISSON_REQUESTS, ranks_are_coupled
 from app.core.workload.disagg_serving import (
     DisaggServingResult,
     FirstToken,
     KvTransfer,
     Pool,
+    simulate_disagg_poisson,
     simulate_disagg_serving,
 )
 from app.core.workload.disagg_setup import (
@@ -40,12 +41,14 @@ from app.core.workload.disagg_setup import (
     disagg_pools,
     tier_kv_transfer,
 )
+from app.core.workload.poisson import poisson_arrivals_ms
 from app.models.optimize import RunStats
 from app.services.cost_model import CachedServingModel, ModelFactory
 from app.services.finite import finite_or_infeasible
 from app.services.resolve import resolve_deployment
 from app.services.sizing import (
     check_closed_loop_size,
+    check_poisson_size,
     check_simulation_size,
     with_engine_defaults,
     workload_spec,
@@ -64,14 +67,13 @@ _AGG_ONLY = (
     "tp_size",
     "dp_size",
     "ep_size",
-    "request_rate",
     "max_concurrency",
-    "num_requests",
-    "seed",
     "include_timeline",
     "force_simulation",
     "calibration",
 )
+#: The poisson options (a closed loop takes none of them).
+_POISSON_ONLY = ("request_rate", "num_requests", "seed")
 _AGG_ONLY_WHY = {
     "tp_size": "each pool has its own layout: prefill_tp_size / decode_tp_size",
     "dp_size": "each pool has its own layout: prefill_dp_size / decode_dp_size",
@@ -79,6 +81,7 @@ _AGG_ONLY_WHY = {
     "include_timeline": "the disaggregated simulation records no step timeline",
     "force_simulation": "the disaggregated simulation always runs in time",
     "calibration": "a calibration is fitted on aggregated runs",
+    "max_concurrency": "the open loop sends every request when it arrives",
 }
 
 
@@ -100,12 +103,12 @@ def _check_disagg_fields(request: SimulateRequest) -> None:
     """What a disaggregated request must give and must leave out."""
     from app.models.simulate import SimulateRequest
 
-    if request.workload not in (None, "closed_loop"):
+    if request.workload not in (None, "closed_loop", "poisson"):
         raise InvalidParameterError(
             "workload",
             request.workload,
-            "'closed_loop' (or omitted) for mode 'disagg' (concurrency clients over the "
-            "whole deployment)",
+            "'closed_loop' (or omitted: concurrency clients over the whole deployment) or "
+            "'poisson' (request_rate over the whole deployment) for mode 'disagg'",
         )
     defaults = SimulateRequest.model_fields
     for name in _AGG_ONLY:
@@ -113,6 +116,23 @@ def _check_disagg_fields(request: SimulateRequest) -> None:
         if name in request.model_fields_set and value != defaults[name].default:
             why = _AGG_ONLY_WHY.get(name, "an aggregated or poisson option")
             raise InvalidParameterError(name, value, f"omitted for mode 'disagg' ({why})")
+    if request.workload == "poisson":
+        from app.services.simulate import check_workload_fields
+
+        if request.concurrency is not None:
+            raise InvalidParameterError(
+                "concurrency",
+                request.concurrency,
+                "omitted for mode 'disagg' with workload 'poisson' (request_rate sets the load)",
+            )
+        check_workload_fields(request)  # request_rate given, requests_per_client omitted
+    else:
+        for name in _POISSON_ONLY:
+            value = getattr(request, name)
+            if name in request.model_fields_set and value != defaults[name].default:
+                raise InvalidParameterError(
+                    name, value, "omitted for mode 'disagg' with a closed loop (a poisson option)"
+                )
     if "scheduler" in request.model_fields_set:
         raise InvalidParameterError(
             "scheduler",
@@ -125,7 +145,7 @@ def _check_disagg_fields(request: SimulateRequest) -> None:
             raise InvalidParameterError(
                 f"{pool}_workers", None, f"given for mode 'disagg' ({pool} workers, >= 1)"
             )
-    if request.concurrency is None:
+    if request.workload != "poisson" and request.concurrency is None:
         raise InvalidParameterError(
             "concurrency", None, "given for mode 'disagg' (closed-loop clients in total)"
         )
@@ -136,9 +156,11 @@ def _check_disagg_fields(request: SimulateRequest) -> None:
 
 
 def _with_pool_defaults(request: SimulateRequest) -> SimulateRequest:
-    """The request with every pool layout value (default 1) and the closed loop filled in,
-    so the echo shows what ran."""
-    update: dict[str, object] = {"workload": "closed_loop"}
+    """The request with every pool layout value (default 1), the workload (closed loop unless
+    poisson) and a poisson run's request count filled in, so the echo shows what ran."""
+    update: dict[str, object] = {"workload": request.workload or "closed_loop"}
+    if request.workload == "poisson" and request.num_requests is None:
+        update["num_requests"] = DEFAULT_POISSON_REQUESTS
     for pool in POOLS:
         for name in _LAYOUT_FIELDS:
             if getattr(request, f"{pool}_{name}") is None:
@@ -262,11 +284,19 @@ def simulate_disagg(
         workers["decode"] * layouts["decode"].num_devices,
     )
     request = request.model_copy(update={"num_devices": num_devices})
-    assert request.concurrency is not None  # _check_disagg_fields
     deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
     data = workload_spec(request, num_devices, profile)
-    check_simulation_size(data, 1, "concurrency")  # the prefill chunk bound
-    check_closed_loop_size(data, request.concurrency, request.requests_per_client, "concurrency")
+    arrivals_ms: tuple[float, ...] | None = None
+    if request.workload == "poisson":
+        assert request.request_rate is not None and request.num_requests is not None
+        check_poisson_size(data, request.num_requests)
+        arrivals_ms = poisson_arrivals_ms(request.request_rate, request.num_requests, request.seed)
+    else:
+        assert request.concurrency is not None  # _check_disagg_fields
+        check_simulation_size(data, 1, "concurrency")  # the prefill chunk bound
+        check_closed_loop_size(
+            data, request.concurrency, request.requests_per_client, "concurrency"
+        )
     device = deployment.device
     tier = device.tier_for(num_devices)
     factory = ModelFactory(context, deployment)
@@ -294,15 +324,21 @@ def simulate_disagg(
         if prefill_pool.max_requests_per_rank is not None:
             job_max = min(job_max, prefill_pool.max_requests_per_rank)
         run_cap = decode_pool.max_running
-        result = simulate_disagg_serving(
-            data,
-            request.concurrency,
-            prefill_pool,
-            decode_pool,
-            transfer,
-            num_requests=request.concurrency * request.requests_per_client,
-            first_token=first_token,
-        )
+        if arrivals_ms is not None:
+            result = simulate_disagg_poisson(
+                data, arrivals_ms, prefill_pool, decode_pool, transfer, first_token=first_token
+            )
+        else:
+            assert request.concurrency is not None
+            result = simulate_disagg_serving(
+                data,
+                request.concurrency,
+                prefill_pool,
+                decode_pool,
+                transfer,
+                num_requests=request.concurrency * request.requests_per_client,
+                first_token=first_token,
+            )
     except InfeasibleError as exc:
         reason = f"memory: {exc}"
     factory.flush()  # the request's one pipelined cache write
@@ -353,8 +389,12 @@ def _response(
 ) -> DisaggSimulateResponse:
     from app.models.simulate import DisaggSimulateResponse, KvTransferOut
 
-    assert request.concurrency is not None
     r = result
+    sent = (
+        request.num_requests
+        if request.workload == "poisson"
+        else (request.concurrency or 0) * request.requests_per_client
+    )
     waits = {"prefill": r.prefill_queue_ms, "decode": r.decode_wait_ms} if r else {}
     busy = {"prefill": r.prefill_utilisation, "decode": r.decode_utilisation} if r else {}
     tier_name, kv_transfer = transfer
@@ -364,8 +404,10 @@ def _response(
         DisaggSimulateResponse(
             input=request,
             engine=dict(profile_dict),
+            workload=request.workload or "closed_loop",
             concurrency=request.concurrency,
-            num_requests=r.num_requests if r else request.concurrency * request.requests_per_client,
+            request_rate=request.request_rate,
+            num_requests=r.num_requests if r else sent or 0,
             num_devices=num_devices,
             pd_split=pd_split_text(
                 prefill.workers, decode.workers, prefill.devices, decode.devices

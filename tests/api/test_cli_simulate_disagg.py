@@ -93,3 +93,13 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_pool_flags_without_mode_disagg_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run([*BASE, "--concurrency", "4", "--prefill-workers", "2"], capsys)
     assert code == 2 and "prefill_workers=2" in err and "mode 'agg'" in err
+
+
+def test_poisson_arrivals(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*BASE[:-2], "--mode", "disagg", *POOLS, "--decode-tp", "4", "--workload", "poisson"]
+    code, out, err = run([*argv, "--request-rate", "0.5", "--num-requests", "50"], capsys)
+    assert code == 0, err
+    assert "disagg (poisson, benchmark window)" in out
+    assert "request_rate           0.5" in out and "num_requests           50" in out
+    code, _, err = run([*argv, "--request-rate", "0.5", "--concurrency", "4"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "concurrency=4" in err

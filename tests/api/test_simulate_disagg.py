@@ -111,6 +111,30 @@ def test_a_worker_without_room_for_one_requests_kv_is_infeasible_not_an_error(
     assert body["binding_pool"] is None and body["ttft_ms"] == 0.0
 
 
+POISSON = {"workload": "poisson", "concurrency": None, "requests_per_client": None}
+
+
+def test_poisson_arrivals_over_both_pools(client: TestClient) -> None:
+    """An open loop of request_rate arrivals: at a low rate nothing queues; past the prefill
+    pool's rate the prompts queue (TTFT grows) and the prefill pool binds."""
+    low = post(client, **POISSON, request_rate=0.2, num_requests=100, seed=1)
+    assert low.status_code == 200, low.text
+    quiet = low.json()
+    assert quiet["workload"] == "poisson" and quiet["concurrency"] is None
+    assert quiet["request_rate"] == 0.2 and quiet["num_requests"] == 100
+    assert quiet["input"]["seed"] == 1 and quiet["feasible"] is True
+    assert quiet["prefill"]["wait_ms"] < 1.0
+    busy = post(client, **POISSON, request_rate=200.0, num_requests=400).json()
+    assert busy["ttft_ms"] > 10 * quiet["ttft_ms"]
+    assert busy["binding_pool"] == "prefill" and busy["prefill"]["wait_ms"] > 1000
+    default = post(client, **POISSON, request_rate=1.0).json()
+    assert default["num_requests"] == default["input"]["num_requests"] == 1000
+    again = post(client, **POISSON, request_rate=0.2, num_requests=100, seed=1).json()
+    assert again["ttft_ms"] == quiet["ttft_ms"]
+    other_seed = post(client, **POISSON, request_rate=0.2, num_requests=100, seed=2).json()
+    assert other_seed["ttft_ms"] != quiet["ttft_ms"]
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
@@ -123,7 +147,14 @@ def test_a_worker_without_room_for_one_requests_kv_is_infeasible_not_an_error(
         ({"prefill_workers": 600, "prefill_tp_size": 2}, "prefill_workers"),
         ({"concurrency": None}, "concurrency"),
         ({"tp_size": 2}, "tp_size"),
-        ({"workload": "poisson", "concurrency": None, "request_rate": 1.0}, "workload"),
+        ({"workload": "poisson", "request_rate": 1.0}, "concurrency"),
+        ({"workload": "poisson", "concurrency": None}, "request_rate"),
+        (
+            {"workload": "poisson", "concurrency": None, "request_rate": 1.0, "max_concurrency": 4},
+            "max_concurrency",
+        ),
+        ({"request_rate": 1.0}, "request_rate"),
+        ({"num_requests": 50}, "num_requests"),
         ({"workload": "burst"}, "workload"),
         ({"window": "steady_state"}, "window"),
         ({"include_timeline": True}, "include_timeline"),

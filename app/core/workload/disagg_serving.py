@@ -1,8 +1,11 @@
-"""Disaggregated closed-loop serving: a prefill pool and a decode pool, one set of clients.
+"""Disaggregated serving: a prefill pool and a decode pool, one set of clients.
 
-``concurrency`` clients send a request, wait for its last token and send the next, until
-``num_requests`` were sent (the closed loop of :mod:`.closed_loop`, over the whole deployment).
-A request goes through four stages:
+Closed loop (:func:`simulate_disagg_serving`): ``concurrency`` clients send a request, wait
+for its last token and send the next, until ``num_requests`` were sent (the closed loop of
+:mod:`.closed_loop`, over the whole deployment). Open loop (:func:`simulate_disagg_poisson`):
+requests arrive at given times (a Poisson process's, :func:`~app.core.workload.poisson.
+poisson_arrivals_ms`) whatever the deployment answers, so queues grow without bound when the
+rate exceeds what a pool serves. A request goes through four stages:
 
 1. **Prefill queue.** It joins the queue of the least loaded prefill unit (fewest requests
    queued or in progress; ties to the lowest index).
@@ -236,6 +239,7 @@ class _Totals:
 
 _PREFILL_DONE = 0
 _DECODE_BOUNDARY = 1
+_ARRIVAL = 2
 
 
 def least_loaded_spread(count: int, loads: list[int]) -> Iterator[tuple[int, int]]:
@@ -272,9 +276,12 @@ class _Simulation:
         transfer: KvTransfer,
         num_requests: int,
         first_token: FirstToken,
+        arrivals_ms: tuple[float, ...] | None = None,
     ) -> None:
         self.spec = spec
         self.concurrency = concurrency
+        #: Open loop: the requests' arrival times (a finish sends nothing); None: closed loop.
+        self.arrivals_ms = arrivals_ms
         self.num_requests = num_requests
         self.transfer = transfer
         # prefill units: coupled workers step their ranks together, others are one rank each
@@ -349,6 +356,12 @@ class _Simulation:
             unit.queued += n
             if not unit.in_progress:
                 self.start_job(i, t_ms)
+
+    def resubmit(self, t_ms: float, count: int) -> None:
+        """``count`` requests finished at ``t_ms``: their clients send the next ones (closed
+        loop; an open loop's requests arrive on their own schedule)."""
+        if self.arrivals_ms is None:
+            self.submit(t_ms, count)
 
     def start_job(self, index: int, t_ms: float) -> None:
         unit = self.prefill_units[index]
@@ -428,7 +441,7 @@ class _Simulation:
             unit.running_count -= group.count
             finished += group.count
         if finished:
-            self.submit(t_ms, finished)
+            self.resubmit(t_ms, finished)
         admitted: list[_Group] = []
         while unit.waiting and unit.waiting[0][0] <= t_ms and unit.running_count < self.decode_cap:
             room = self.decode_cap - unit.running_count
@@ -449,7 +462,7 @@ class _Simulation:
             if self.decode_steps == 0:  # one output token, already out
                 self.finish(group, t_ms)
                 unit.running_count -= group.count
-                self.submit(t_ms, group.count)
+                self.resubmit(t_ms, group.count)
                 continue
             self.seq += 1
             end = unit.steps_done + self.decode_steps
@@ -484,14 +497,30 @@ class _Simulation:
         totals.makespan_ms = max(totals.makespan_ms, t_ms)
 
     def run(self) -> None:
-        self.submit(0.0, self.concurrency)
+        arrivals = self.arrivals_ms
+        if arrivals is None:
+            self.submit(0.0, self.concurrency)
+        else:  # requests arriving together travel as one group
+            for t_ms, count in _runs(arrivals):
+                self.push(t_ms, _ARRIVAL, count)
         units = self.decode_units
         while self.events:
             t_ms, _, kind, index, version = heapq.heappop(self.events)
             if kind == _PREFILL_DONE:
                 self.prefill_done(index, t_ms)
+            elif kind == _ARRIVAL:
+                self.submit(t_ms, index)
             elif version == units[index].version:
                 self.boundary(index, t_ms)
+
+
+def _runs(times_ms: tuple[float, ...]) -> Iterator[tuple[float, int]]:
+    """Equal consecutive times as (time, count) pairs."""
+    start = 0
+    for i in range(1, len(times_ms) + 1):
+        if i == len(times_ms) or times_ms[i] != times_ms[start]:
+            yield times_ms[start], i - start
+            start = i
 
 
 def simulate_disagg_serving(
@@ -507,13 +536,49 @@ def simulate_disagg_serving(
     """Closed-loop serving of ``concurrency`` clients over a prefill pool and a decode pool
     (see the module docstring); ``num_requests`` defaults to 10 per client, all counted."""
     require_int("concurrency", concurrency, 1, MAX_REQUESTS)
-    if first_token not in FIRST_TOKEN_RULES:
-        raise InvalidParameterError("first_token", first_token, f"one of {FIRST_TOKEN_RULES}")
+    _check_first_token(first_token)
     if num_requests is None:
         num_requests = default_num_requests(concurrency)
     require_int("num_requests", num_requests, concurrency, MAX_REQUESTS)
     sim = _Simulation(spec, concurrency, prefill, decode, transfer, num_requests, first_token)
     sim.run()
+    return _result(spec, sim)
+
+
+def simulate_disagg_poisson(
+    spec: WorkloadSpec,
+    arrivals_ms: tuple[float, ...],
+    prefill: PrefillPool,
+    decode: DecodePool,
+    transfer: KvTransfer,
+    *,
+    first_token: FirstToken = "decode_step",
+) -> DisaggServingResult:
+    """Open-loop serving of requests arriving at ``arrivals_ms`` (non-decreasing, from 0) over
+    a prefill pool and a decode pool; every request counts (see the module docstring)."""
+    require_int("num_requests", len(arrivals_ms), 1, MAX_REQUESTS)
+    if any(
+        not (math.isfinite(t) and t >= 0.0) or (i and t < arrivals_ms[i - 1])
+        for i, t in enumerate(arrivals_ms)
+    ):
+        raise InvalidParameterError(
+            "arrivals_ms", arrivals_ms[:8], "finite times >= 0 in non-decreasing order"
+        )
+    _check_first_token(first_token)
+    n = len(arrivals_ms)
+    sim = _Simulation(spec, n, prefill, decode, transfer, n, first_token, arrivals_ms)
+    sim.run()
+    return _result(spec, sim)
+
+
+def _check_first_token(first_token: str) -> None:
+    if first_token not in FIRST_TOKEN_RULES:
+        raise InvalidParameterError("first_token", first_token, f"one of {FIRST_TOKEN_RULES}")
+
+
+def _result(spec: WorkloadSpec, sim: _Simulation) -> DisaggServingResult:
+    """The finished run's means, utilisations and binding pool."""
+    num_requests = sim.num_requests
     t = sim.totals
     n = t.finished
     if n != num_requests:  # pragma: no cover - a broken invariant, not an input error

@@ -17,8 +17,10 @@ from app.core.workload.disagg_serving import (
     KvTransfer,
     PrefillPool,
     least_loaded_spread,
+    simulate_disagg_poisson,
     simulate_disagg_serving,
 )
+from app.core.workload.poisson import poisson_arrivals_ms
 from tests.unit.engine.fakes import ConstantLatency, LinearLatency
 
 #: A prefill that costs the tokens it computes, a decode step that costs its batch.
@@ -260,3 +262,78 @@ def test_one_output_token_needs_no_decode_step_unless_the_decoder_computes_it(
         assert result.e2e_ms > result.ttft_ms
     else:
         assert result.e2e_ms == pytest.approx(result.ttft_ms)
+
+
+def poisson(
+    rate: float,
+    num_requests: int = 200,
+    *,
+    isl: int = 1024,
+    osl: int = 64,
+    seed: int = 0,
+    first_token: FirstToken = "decode_step",
+) -> DisaggServingResult:
+    return simulate_disagg_poisson(
+        workload(isl, osl),
+        poisson_arrivals_ms(rate, num_requests, seed),
+        PrefillPool(workers=1, latency=LATENCY),
+        DecodePool(workers=1, latency=LATENCY, max_running=256),
+        transfer(isl),
+        first_token=first_token,
+    )
+
+
+@pytest.mark.parametrize("first_token", ["prefill", "admission", "decode_step"])
+def test_sparse_poisson_arrivals_meet_an_empty_deployment(first_token: FirstToken) -> None:
+    """Requests far apart find both pools idle: each sees what one closed-loop client sees."""
+    sparse = poisson(0.01, 20, first_token=first_token)  # 100 s apart, each done in < 1 s
+    alone = run(1, num_requests=20, first_token=first_token)
+    assert sparse.ttft_ms == pytest.approx(alone.ttft_ms)
+    assert sparse.tpot_ms == pytest.approx(alone.tpot_ms)
+    assert sparse.prefill_queue_ms == 0 and sparse.decode_wait_ms == 0
+    assert sparse.num_requests == 20
+
+
+def test_an_open_loop_over_the_prefill_capacity_queues_without_bound() -> None:
+    """A closed loop slows its clients down; an open loop keeps sending, so past the prefill
+    pool's rate the queue (and TTFT) grows with the run's length, and the prefill pool binds."""
+    prefill_ms = LATENCY._cost(1, 4096, 4096)  # one 4,096-token prompt alone
+    over = 3.0 * 1e3 / prefill_ms  # three times what one-at-a-time prefill serves
+    short, long = poisson(over, 100, isl=4096), poisson(over, 400, isl=4096)
+    assert long.prefill_queue_ms > 2 * short.prefill_queue_ms > 0
+    assert long.ttft_ms > short.ttft_ms
+    assert long.binding_pool == "prefill"
+    under = poisson(0.2 * 1e3 / prefill_ms, 400, isl=4096)
+    assert under.ttft_ms < short.ttft_ms
+    assert under.prefill_queue_ms < 0.5 * prefill_ms
+
+
+def test_poisson_arrivals_together_travel_as_one_group() -> None:
+    """Equal arrival times are one group: cost follows arrivals, and the run is repeatable."""
+    spec, pools = (
+        workload(),
+        (
+            PrefillPool(workers=1, latency=LATENCY),
+            DecodePool(workers=1, latency=LATENCY, max_running=256),
+        ),
+    )
+    together = simulate_disagg_poisson(spec, (0.0,) * 64 + (5000.0,) * 64, *pools, transfer())
+    again = simulate_disagg_poisson(spec, (0.0,) * 64 + (5000.0,) * 64, *pools, transfer())
+    assert together == again
+    assert together.num_requests == 128
+    assert together.prefill_jobs == 16  # 8 prompts of 1,024 tokens per 8,192-token job
+
+
+@pytest.mark.parametrize(
+    "arrivals", [(), (5.0, 1.0), (-1.0,), (math.nan,), (0.0, math.inf)], ids=str
+)
+def test_bad_arrivals_are_refused(arrivals: tuple[float, ...]) -> None:
+    with pytest.raises(InvalidParameterError) as raised:
+        simulate_disagg_poisson(
+            workload(),
+            arrivals,
+            PrefillPool(workers=1, latency=LATENCY),
+            DecodePool(workers=1, latency=LATENCY, max_running=8),
+            transfer(),
+        )
+    assert raised.value.field in ("num_requests", "arrivals_ms")
