@@ -81,6 +81,8 @@ VALID_NAMES_APP = create_app(
 valid_names = schemathesis.openapi.from_asgi("/openapi.json", VALID_NAMES_APP).include(
     method="POST"
 )
+# Schema-valid bodies only: the first pass sends the invalid ones; this one is for the engine.
+valid_names.config.generation.update(modes=["positive"])
 
 
 #: Quantization names the catalogs know (a generated one is replaced by the first).
@@ -88,10 +90,11 @@ LINEAR_ACTIONS = tuple(a.value for a in LinearQuantAction)
 ATTENTION_ACTIONS = tuple(a.value for a in AttentionQuantAction)
 
 
-def _repair(body: dict[str, Any]) -> None:
-    """Cross-field rules the schema cannot state, satisfied so the body reaches the engine:
-    names that exist, one target rate of a plan, max_num_seqs only with an engine scheduler,
-    a closed loop's clients. Numbers stay as generated (their bounds are the schema's)."""
+def _repair(path: str, body: dict[str, Any]) -> None:
+    """Cross-field rules the schema cannot state, satisfied so the body of ``path`` reaches the
+    engine: names that exist, a plan's one target rate and a limit, max_num_seqs only with an
+    engine scheduler, a simulation's requests or clients. Numbers stay as generated (their
+    bounds are the schema's)."""
     if isinstance(body.get("model"), str):
         body["model"] = "Qwen/Qwen3-0.6B"
     if isinstance(body.get("device"), str):
@@ -108,15 +111,20 @@ def _repair(body: dict[str, Any]) -> None:
         and scheduler.get("name", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
     ):
         scheduler.pop("max_num_seqs", None)
-    if "request_rate" in body and "output_token_rate" in body:  # a plan: exactly one target
-        if body["request_rate"] is not None:
-            body.pop("output_token_rate")
-        elif body["output_token_rate"] is not None:
-            body.pop("request_rate")
-        else:
+    if path == "/v1/plan":  # exactly one target rate, at least one limit
+        if body.get("request_rate") is not None:
+            body.pop("output_token_rate", None)
+        elif body.get("output_token_rate") is None:
+            body.pop("output_token_rate", None)
             body["request_rate"] = 1.0
-    if body.get("workload") in (None, "closed_loop") and body.get("concurrency", 0) is None:
-        body["concurrency"] = 4
+        if body.get("ttft_limit_ms") is None and body.get("tpot_limit_ms") is None:
+            body["tpot_limit_ms"] = 100.0
+    elif (
+        path == "/v1/simulate"
+        and body.get("workload") in (None, "closed_loop", "burst")
+        and body.get("concurrency") is None
+    ):
+        body["concurrency"] = 4  # a burst's requests, a closed loop's clients
 
 
 @valid_names.parametrize()
@@ -131,5 +139,5 @@ def test_every_computation_with_valid_names_conforms(case: schemathesis.Case[Any
     # Repaired here rather than in a map_body hook: hooks shape only the fuzzing phase's
     # bodies, not the coverage phase's (most of the cases).
     if isinstance(case.body, dict):
-        _repair(case.body)
+        _repair(case.path, case.body)
     _call(case)
