@@ -156,7 +156,7 @@ async def _domain(request: Request, exc: Exception) -> ProblemResponse:
             valid=exc.valid,
             errors=[
                 ProblemFieldError(
-                    loc=["body", exc.kind], msg=f"unknown {exc.kind} {exc.name!r}"
+                    loc=["body", exc.field], msg=f"unknown {exc.kind} {exc.name!r}"
                 ).model_dump()
             ],
         )

@@ -37,6 +37,7 @@ SIMULATE_OPTIONAL = (
     "decode_tp_size",
     "decode_dp_size",
     "decode_ep_size",
+    "decode_device",
 )
 
 
@@ -451,6 +452,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return run_service(call)
 
 
+def pool_link(args: argparse.Namespace) -> dict[str, Any]:
+    """``--pool-link-gb-s`` / ``--pool-link-ms`` as the request's ``pool_link`` (a latency
+    without a bandwidth is the request model's error: the link needs its bandwidth)."""
+    if args.pool_link_gb_s is None and args.pool_link_ms is None:
+        return {}
+    link: dict[str, Any] = {"bandwidth_gb_s": args.pool_link_gb_s}
+    if args.pool_link_ms is not None:
+        link["fixed_ms"] = args.pool_link_ms
+    return {"pool_link": link}
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from app import services
     from app.models.simulate import SimulateRequest
@@ -468,6 +480,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 "tpot_limit_ms": args.tpot_limit,
                 "include_timeline": args.timeline,
                 **given(args, SIMULATE_OPTIONAL),
+                **pool_link(args),
             }
         )
         body = services.simulate(context, request, allow_paths=True).model_dump(mode="json")

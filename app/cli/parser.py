@@ -439,6 +439,25 @@ def _add_disagg_pools(simulate: argparse.ArgumentParser) -> None:
             default=None,
             help=f"--mode disagg: MoE expert-parallel size of one {pool} worker (default 1)",
         )
+    simulate.add_argument(
+        "--decode-device",
+        default=None,
+        help="--mode disagg: the decode pool's device (default: --device, the prefill pool's); "
+        "another device needs --pool-link-gb-s",
+    )
+    simulate.add_argument(
+        "--pool-link-gb-s",
+        type=float,
+        default=None,
+        help="--mode disagg: the link between the pools, GB/s per device (required with a "
+        "--decode-device other than --device; else it replaces the interconnect tier)",
+    )
+    simulate.add_argument(
+        "--pool-link-ms",
+        type=float,
+        default=None,
+        help="--mode disagg: the link's per-transfer latency, ms (with --pool-link-gb-s)",
+    )
 
 
 def _add_plan(sub: Subparsers[argparse.ArgumentParser]) -> None:

@@ -517,7 +517,9 @@ DISAGG_KEYS = (
     "request_throughput",
     "makespan_ms",
 )
-POOL_HEADERS = ["pool", "workers", "layout", "devices", "units", "max_req", "util", "wait_ms"]
+POOL_HEADERS = [
+    "pool", "workers", "layout", "device", "devices", "units", "max_req", "util", "wait_ms"
+]  # fmt: skip
 
 
 def _pool_row(name: str, pool: dict[str, Any]) -> list[str]:
@@ -525,6 +527,7 @@ def _pool_row(name: str, pool: dict[str, Any]) -> list[str]:
         name,
         str(pool["workers"]),
         pool["parallel"],
+        pool["device"],
         str(pool["devices"]),
         str(pool["units"]),
         str(pool["max_requests"]),

@@ -57,9 +57,11 @@ class UnknownNameError(ChunkwiseError, LookupError):
 
     kind = "name"
 
-    def __init__(self, name: str, valid: Iterable[str]) -> None:
+    def __init__(self, name: str, valid: Iterable[str], *, field: str | None = None) -> None:
         self.name = name
         self.valid = sorted(valid)
+        #: The request field that named it (default: the kind, e.g. ``device``).
+        self.field = field or self.kind
         super().__init__(f"unknown {self.kind} {name!r}; valid: {', '.join(self.valid)}")
 
     def __str__(self) -> str:

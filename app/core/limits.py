@@ -88,3 +88,8 @@ MAX_INLINE_NODES = 200_000
 
 #: Largest per-request front-end time (TTFT overhead) an engine profile may set, ms.
 MAX_TTFT_OVERHEAD_MS = 60_000.0
+
+#: A stated link between the prefill and decode pools: bandwidth per device (GB/s) and the
+#: per-transfer latency (ms) a request may give (beyond any NIC or NVLink today).
+MAX_POOL_LINK_GB_S = 100_000.0
+MAX_POOL_LINK_FIXED_MS = 60_000.0

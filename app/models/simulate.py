@@ -19,9 +19,10 @@ from app.core.workload import (
     Workload,
 )
 from app.core.workload.disagg_serving import FirstToken, Pool
+from app.core.workload.disagg_setup import KV_TRANSFER_FIXED_MS
 from app.models import texts
 from app.models.optimize import RunStats
-from app.models.workload import DeploymentMixin, WorkloadMixin
+from app.models.workload import DeploymentMixin, DeviceRef, Name, StrictModel, WorkloadMixin
 
 
 def _is_none(value: object) -> bool:
@@ -51,11 +52,37 @@ def _pool_field(pool: str, what: str, *, default_one: bool = True) -> Any:
 
 
 #: The fields only ``mode: "disagg"`` takes (an aggregated request's echo leaves them out).
-DISAGG_FIELDS = tuple(
-    f"{pool}_{name}"
-    for pool in ("prefill", "decode")
-    for name in ("workers", "tp_size", "dp_size", "ep_size")
+DISAGG_FIELDS = (
+    *(
+        f"{pool}_{name}"
+        for pool in ("prefill", "decode")
+        for name in ("workers", "tp_size", "dp_size", "ep_size")
+    ),
+    "decode_device",
+    "pool_link",
 )
+
+
+class PoolLink(StrictModel):
+    """The link a prefill worker's KV cache crosses to a decode worker."""
+
+    bandwidth_gb_s: float = Field(
+        gt=0,
+        le=limits.MAX_POOL_LINK_GB_S,
+        allow_inf_nan=False,
+        description="effective bandwidth of one device's link between the pools, GB/s "
+        "(decimal GB per second; each prefill device sends its own share of the KV)",
+        examples=[50.0],
+    )
+    fixed_ms: float = Field(
+        default=KV_TRANSFER_FIXED_MS,
+        ge=0,
+        le=limits.MAX_POOL_LINK_FIXED_MS,
+        allow_inf_nan=False,
+        description="per-transfer latency besides the bytes (handshake, descriptors, "
+        f"completion), ms; default {KV_TRANSFER_FIXED_MS:g}",
+    )
+    name: Name = Field(default="pool_link", description="the link's name in the answer")
 
 
 class SimulateRequest(DeploymentMixin, WorkloadMixin):
@@ -75,6 +102,22 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     decode_tp_size: int | None = _pool_field("decode", "tensor-parallel size")
     decode_dp_size: int | None = _pool_field("decode", "attention data-parallel ranks")
     decode_ep_size: int | None = _pool_field("decode", "MoE expert-parallel size")
+    decode_device: DeviceRef | None = Field(
+        default=None,
+        exclude_if=_is_none,
+        description="mode disagg: the decode pool's device (catalog name or custom device); "
+        "omitted: device, both pools on one device. A decode pool on another device than the "
+        "prefill pool (device) needs pool_link",
+        examples=[None],
+    )
+    pool_link: PoolLink | None = Field(
+        default=None,
+        exclude_if=_is_none,
+        description="mode disagg: the interconnect between the pools; required when "
+        "decode_device differs from device; with one device it replaces the interconnect tier "
+        "the pools' devices would share",
+        examples=[None],
+    )
     concurrency: int | None = Field(
         default=None,
         strict=True,
@@ -342,6 +385,7 @@ class DisaggPoolOut(BaseModel):
     """One pool of a disaggregated deployment and how busy the closed loop kept it."""
 
     workers: int = Field(description="engine instances of the pool")
+    device: str = Field(description="the device the pool runs on (its catalog or custom name)")
     tp_size: int = Field(description="tensor-parallel size of one worker (devices)")
     dp_size: int = Field(description="attention data-parallel ranks per worker")
     ep_size: int = Field(description="MoE expert-parallel size of one worker (devices)")
@@ -374,7 +418,10 @@ class DisaggPoolOut(BaseModel):
 class KvTransferOut(BaseModel):
     """The KV transfer from a prefill worker to a decode worker."""
 
-    tier: str = Field(description="the interconnect tier holding both pools (num_devices)")
+    tier: str = Field(
+        description="the interconnect tier holding both pools (num_devices), or the request's "
+        "pool_link name"
+    )
     bandwidth_gb_s: float = Field(
         description="one device's link of the tier, decimal GB/s per direction, efficiency included"
     )

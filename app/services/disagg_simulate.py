@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.core import limits
-from app.core.errors import InfeasibleError, InvalidParameterError, UnsupportedError
+from app.core.errors import (
+    InfeasibleError,
+    InvalidParameterError,
+    UnknownDeviceError,
+    UnsupportedError,
+)
 from app.core.optimizer.agg import limit_reason
 from app.core.parallel import ParallelLayout
 from app.core.spec import WorkloadSpec
@@ -94,9 +99,9 @@ def check_agg_request(request: SimulateRequest) -> None:
 
 
 def _pool_field_names() -> tuple[str, ...]:
-    return tuple(
-        f"{pool}_{name}" for pool in POOLS for name in ("workers", "tp_size", "dp_size", "ep_size")
-    )
+    from app.models.simulate import DISAGG_FIELDS
+
+    return DISAGG_FIELDS
 
 
 def _check_disagg_fields(request: SimulateRequest) -> None:
@@ -177,12 +182,13 @@ class _Pool:
     layout: ParallelLayout
     model: CachedServingModel
     coupled: bool
+    device: str
 
     @property
     def devices(self) -> int:
         return self.workers * self.layout.num_devices
 
-    def worker(self, kv_requests: int, device_name: str) -> PoolWorker:
+    def worker(self, kv_requests: int) -> PoolWorker:
         """The core's view of one worker of this pool (``kv_requests``: KV room per rank)."""
         return PoolWorker(
             workers=self.workers,
@@ -190,7 +196,7 @@ class _Pool:
             coupled=self.coupled,
             latency=self.model,
             kv_requests=kv_requests,
-            label=f"{self.layout.label} of {device_name}",
+            label=f"{self.layout.label} of {self.device}",
         )
 
     @property
@@ -243,29 +249,71 @@ def _check_devices(request: SimulateRequest, prefill: int, decode: int) -> int:
 
 
 def _build_pools(
-    factory: ModelFactory,
+    factories: dict[Pool, ModelFactory],
     layouts: dict[Pool, ParallelLayout],
     workers: dict[Pool, int],
     is_moe: bool,
-) -> tuple[dict[Pool, _Pool], dict[ParallelLayout, CachedServingModel]]:
-    """Both pools, each with the cached serving model of its layout (one model when both
-    pools share a layout); a layout the runner refuses names its pool's field."""
-    models: dict[ParallelLayout, CachedServingModel] = {}
+) -> tuple[dict[Pool, _Pool], int]:
+    """Both pools, each with the cached serving model of its layout on its device (one model
+    when both pools share a layout and a device), and the count of distinct models; a layout
+    the runner refuses names its pool's field."""
+    models: dict[tuple[int, ParallelLayout], CachedServingModel] = {}
     pools: dict[Pool, _Pool] = {}
     for pool in POOLS:
-        layout = layouts[pool]
+        layout, factory = layouts[pool], factories[pool]
         with _pool_errors(pool):
             factory.serving(layout)  # the runner's checks (TP vs heads, EP vs experts, ...)
-        if layout not in models:
-            models[layout] = factory(layout)
+        key = (id(factory), layout)
+        if key not in models:
+            models[key] = factory(layout)
         pools[pool] = _Pool(
             name=pool,
             workers=workers[pool],
             layout=layout,
-            model=models[layout],
+            model=models[key],
             coupled=ranks_are_coupled(is_moe, layout),
+            device=factory.deployment.device.name,
         )
-    return pools, models
+    return pools, len(models)
+
+
+def _decode_factory(
+    context: ServiceContext,
+    request: SimulateRequest,
+    factory: ModelFactory,
+    *,
+    allow_paths: bool,
+) -> ModelFactory:
+    """The decode pool's model factory: the prefill pool's unless ``decode_device`` names
+    another device (then its own, counting into the same usage). Pools on two devices need
+    ``pool_link``, the interconnect between them."""
+    if request.decode_device is None:
+        return factory
+    try:
+        decode = resolve_deployment(
+            request.model_copy(update={"device": request.decode_device}),
+            allow_paths=allow_paths,
+            profile=factory.deployment.profile,
+        )
+    except UnknownDeviceError as exc:
+        raise UnknownDeviceError(exc.name, exc.valid, field="decode_device") from exc
+    except InvalidParameterError as exc:
+        if exc.field != "device":
+            raise
+        raise InvalidParameterError("decode_device", exc.value, exc.allowed) from exc
+    if decode.device == factory.deployment.device:
+        return factory
+    if request.pool_link is None:
+        raise InvalidParameterError(
+            "pool_link",
+            None,
+            f"given when the pools run on different devices ({factory.deployment.device.name} "
+            f"and {decode.device.name}): the interconnect between them (bandwidth_gb_s per "
+            "device, fixed_ms)",
+        )
+    decode_factory = ModelFactory(context, decode)
+    decode_factory.usage = factory.usage  # one request's counters
+    return decode_factory
 
 
 def simulate_disagg(
@@ -298,26 +346,39 @@ def simulate_disagg(
             data, request.concurrency, request.requests_per_client, "concurrency"
         )
     device = deployment.device
-    tier = device.tier_for(num_devices)
     factory = ModelFactory(context, deployment)
-    pools, models = _build_pools(factory, layouts, workers, deployment.model.is_moe)
+    decode_factory = _decode_factory(context, request, factory, allow_paths=allow_paths)
+    factories: dict[Pool, ModelFactory] = {"prefill": factory, "decode": decode_factory}
+    pools, distinct_models = _build_pools(factories, layouts, workers, deployment.model.is_moe)
     isl, osl = data.input_length, data.output_length
     budget = data.max_batched_tokens
     prefill, decode = pools["prefill"], pools["decode"]
     kv_prefill = prefill.model.kv_capacity_requests(isl, budget)
     kv_decode = decode.model.kv_capacity_requests(isl + osl, budget)
-    transfer = tier_kv_transfer(tier, factory.serving(prefill.layout).runner.kv_cache_bytes(1, isl))
+    kv_bytes = factory.serving(prefill.layout).runner.kv_cache_bytes(1, isl)
+    link = request.pool_link
+    if link is None:
+        tier = device.tier_for(num_devices)
+        link_name, transfer = tier.name, tier_kv_transfer(tier, kv_bytes)
+    else:
+        link_name = link.name
+        transfer = KvTransfer(
+            bytes_per_request=kv_bytes,
+            bandwidth_bytes_per_s=link.bandwidth_gb_s * BYTES_PER_GB,
+            fixed_ms=link.fixed_ms,
+        )
+    d_device = decode_factory.deployment.device
     first_token = FIRST_TOKEN_RULE.get(profile.name, "decode_step")
     result: DisaggServingResult | None = None
     reason: str | None = None
     job_max = run_cap = 0
     try:
         prefill_pool, decode_pool = disagg_pools(
-            prefill.worker(kv_prefill, device.name),
-            decode.worker(kv_decode, device.name),
+            prefill.worker(kv_prefill),
+            decode.worker(kv_decode),
             input_length=isl,
             output_length=osl,
-            running_cap=profile.running_cap(device.hbm_capacity_gb, device.name),
+            running_cap=profile.running_cap(d_device.hbm_capacity_gb, d_device.name),
         )
         first_chunk = data.get_prefill_chunk_plan()[0].query_len
         job_max = max(1, budget // first_chunk)
@@ -341,7 +402,9 @@ def simulate_disagg(
             )
     except InfeasibleError as exc:
         reason = f"memory: {exc}"
-    factory.flush()  # the request's one pipelined cache write
+    factory.flush()  # the request's one pipelined cache write (two with two devices)
+    if decode_factory is not factory:
+        decode_factory.flush()
     if result is not None:
         reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
     return _response(
@@ -352,15 +415,15 @@ def simulate_disagg(
         kv={"prefill": kv_prefill, "decode": kv_decode},
         caps={"prefill": job_max, "decode": run_cap},
         num_devices=num_devices,
-        transfer=(tier.name, transfer),
+        transfer=(link_name, transfer),
         first_token=first_token,
         result=result,
         reason=reason,
         stats=RunStats(
             elapsed_ms=(time.perf_counter() - started) * 1e3,
             forward_evaluations=factory.usage.computed,
-            shapes=factory.shapes,
-            layouts=len(models),
+            shapes=factory.shapes + (decode_factory.shapes if decode_factory is not factory else 0),
+            layouts=distinct_models,
             probes=1,
             cache=factory.counters(),
         ),
@@ -451,6 +514,7 @@ def _pool_out(
     layout = pool.layout
     return DisaggPoolOut(
         workers=pool.workers,
+        device=pool.device,
         tp_size=layout.tp,
         dp_size=layout.dp,
         ep_size=layout.ep,

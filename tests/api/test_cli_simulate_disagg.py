@@ -103,3 +103,14 @@ def test_poisson_arrivals(capsys: pytest.CaptureFixture[str]) -> None:
     assert "request_rate           0.5" in out and "num_requests           50" in out
     code, _, err = run([*argv, "--request-rate", "0.5", "--concurrency", "4"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "concurrency=4" in err
+
+
+def test_pools_on_two_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*DISAGG, "--decode-device", "NVIDIA_H200_SXM_141G"]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "pool_link" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run([*argv, "--pool-link-gb-s", "25", "--pool-link-ms", "3"], capsys)
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert "NVIDIA_H100_SXM_80G" in rows["prefill"] and "NVIDIA_H200_SXM_141G" in rows["decode"]
+    assert "over pool_link (25.0 GB/s per device, 3.0 ms fixed)" in out

@@ -111,6 +111,66 @@ def test_a_worker_without_room_for_one_requests_kv_is_infeasible_not_an_error(
     assert body["binding_pool"] is None and body["ttft_ms"] == 0.0
 
 
+H200 = "NVIDIA_H200_SXM_141G"
+
+
+def test_pools_on_two_devices_need_the_link_between_them(client: TestClient) -> None:
+    """A decode pool on H200s beside an H100 prefill pool: refused without pool_link (naming
+    it), answered with it: each pool on its device, the KV over the stated link."""
+    missing = post(client, decode_device=H200)
+    assert missing.status_code == 422, missing.text
+    assert [e["loc"][-1] for e in missing.json()["errors"]] == ["pool_link"]
+    link = {"bandwidth_gb_s": 25.0, "fixed_ms": 3.0, "name": "roce"}
+    body = post(client, decode_device=H200, pool_link=link).json()
+    assert body["feasible"] is True, body["reason"]
+    assert (body["prefill"]["device"], body["decode"]["device"]) == (H100, H200)
+    transfer = body["transfer"]
+    assert transfer["tier"] == "roce" and transfer["bandwidth_gb_s"] == 25.0
+    assert transfer["fixed_ms"] == 3.0
+    one_prompt_ms = 3.0 + transfer["bytes_per_request"] / 25e9 * 1e3
+    assert transfer["transfer_ms"] >= one_prompt_ms - 1e-9  # a job's prompts share the link
+    # The H200's HBM (4.8 against 3.35 TB/s) makes the same decode layout step faster.
+    same = post(client).json()
+    assert body["tpot_ms"] < same["tpot_ms"]
+    assert body["prefill"]["kv_requests"] == same["prefill"]["kv_requests"]
+    assert body["decode"]["kv_requests"] > same["decode"]["kv_requests"]  # 141 GB against 80
+
+
+def test_one_device_named_twice_needs_no_link_and_a_link_replaces_the_tier(
+    client: TestClient,
+) -> None:
+    same = post(client).json()
+    assert post(client, decode_device=H100).json()["ttft_ms"] == same["ttft_ms"]
+    slow = post(client, pool_link={"bandwidth_gb_s": 1.0}).json()
+    assert slow["transfer"]["tier"] == "pool_link" and slow["transfer"]["bandwidth_gb_s"] == 1.0
+    assert slow["transfer"]["transfer_ms"] > 10 * same["transfer"]["transfer_ms"]
+    assert slow["ttft_ms"] > same["ttft_ms"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"decode_device": "TPU9", "pool_link": {"bandwidth_gb_s": 25.0}}, "decode_device"),
+        ({"decode_device": H200, "pool_link": {"bandwidth_gb_s": 0}}, "bandwidth_gb_s"),
+        ({"pool_link": {"bandwidth_gb_s": 25.0, "fixed_ms": -1}}, "fixed_ms"),
+        ({"pool_link": {"fixed_ms": 1}}, "bandwidth_gb_s"),
+        ({"pool_link": {"bandwidth_gb_s": 25.0, "mtu": 9000}}, "mtu"),
+    ],
+)
+def test_bad_pool_devices_and_links_are_a_422_naming_the_field(
+    client: TestClient, changes: dict[str, Any], field: str
+) -> None:
+    response = post(client, **changes)
+    assert response.status_code == 422, response.text
+    assert [e["loc"][-1] for e in response.json()["errors"]] == [field]
+
+
+def test_an_aggregated_request_takes_no_pool_device() -> None:
+    from app.models.simulate import DISAGG_FIELDS
+
+    assert {"decode_device", "pool_link"} <= set(DISAGG_FIELDS)
+
+
 POISSON = {"workload": "poisson", "concurrency": None, "requests_per_client": None}
 
 
