@@ -677,6 +677,62 @@ export function drawParetoChart(canvas, response, { picked = null, onPick = () =
       },
     },
   });
-  note(canvas, front.length, "No point with a decode step to plot (the prefill search has none).");
+  note(canvas, front.length, "No point with a decode step to plot (the prefill search has none; the disaggregated search ranks whole deployments).");
   return { points: front.length };
+}
+
+// -- mode disagg: the searched deployments' probes ------------------------------------------
+/** Feasible probes of a disaggregated search, one series per deployment (split and layouts),
+ * tokens/s per device against `x` ("concurrency", "ttft_ms" or "tpot_ms"). */
+export function drawDisaggChart(canvas, response, x) {
+  const series = new Map();
+  for (const p of response.probes) {
+    if (!p.feasible) continue;
+    const label = `${p.pd_split} · P ${p.prefill_parallel} / D ${p.decode_parallel}`;
+    if (!series.has(label)) series.set(label, []);
+    series.get(label).push(p);
+  }
+  const datasets = [...series.entries()].map(([label, probes], i) => ({
+    label,
+    data: probes
+      .sort((a, b) => a[x] - b[x])
+      .map((p) => ({ x: p[x], y: p.throughput_per_device, probe: p })),
+    borderColor: PALETTE[i % PALETTE.length],
+    backgroundColor: PALETTE[i % PALETTE.length],
+    showLine: true,
+    pointRadius: 3,
+    borderWidth: 2,
+  }));
+  const names = { concurrency: "concurrency (clients over both pools, log scale)", ttft_ms: "TTFT (ms)", tpot_ms: "TPOT (ms)" };
+  draw(canvas, {
+    type: "scatter",
+    data: { datasets },
+    options: {
+      ...baseOptions(),
+      scales: {
+        x: x === "concurrency"
+          ? { type: "logarithmic", title: { display: true, text: names[x] }, ticks: { callback: logTick, autoSkip: false, maxRotation: 0 } }
+          : { title: { display: true, text: names[x] } },
+        y: { title: { display: true, text: "output tokens/s per device (both pools)" }, beginAtZero: true },
+      },
+      plugins: {
+        ...baseOptions().plugins,
+        tooltip: {
+          callbacks: {
+            label: (ctx) => {
+              const p = ctx.raw.probe;
+              return [
+                ctx.dataset.label,
+                `${fmt(p.concurrency)} clients · ${fmt(p.throughput_per_device, 1)} tokens/s/device`,
+                `TTFT ${fmtMs(p.ttft_ms)} · TPOT ${fmtMs(p.tpot_ms)}`,
+              ];
+            },
+          },
+        },
+      },
+    },
+  });
+  const points = datasets.reduce((n, d) => n + d.data.length, 0);
+  note(canvas, points, "No feasible probe to plot.");
+  return { points };
 }

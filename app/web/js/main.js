@@ -3,8 +3,10 @@
 import { ApiError, getJson, postJson } from "./api.js";
 import { activeCalibration, activeProfile, initCalibration, restore, setActive } from "./calibrate.js";
 import {
-  drawConcurrencyChart, drawLatencyChart, drawParetoChart, drawTimeline, renderChunkPlan, timelineSpan,
+  drawConcurrencyChart, drawDisaggChart, drawLatencyChart, drawParetoChart, drawTimeline, renderChunkPlan,
+  timelineSpan,
 } from "./charts.js";
+import { exportDisaggCsv, renderDisaggSummary, renderDisaggTable } from "./disagg.js";
 import { cliCommand, curlCommand } from "./commands.js";
 import {
   applyMode, applySchema, clearErrors, fieldOfLoc, formState, input, readForm, renderForm,
@@ -191,9 +193,38 @@ async function runOptimize(event) {
   }
 }
 
+/** mode disagg: the two pools, the split and the binding pool; charts of its probes. */
+function renderDisaggResults(response) {
+  $("latency-metric").disabled = false;
+  renderDisaggSummary($("summary"), response);
+  $("export-csv").disabled = !response.rows.length;
+  renderDisaggTable($("table"), response);
+  const infeasible = $("infeasible");
+  infeasible.hidden = !response.infeasible.length;
+  infeasible.querySelector("ul").replaceChildren(...response.infeasible.map((i) => h("li", {}, `${i.role} ${i.parallel}: ${i.reason}`)));
+  infeasible.querySelector("summary").textContent = `Infeasible layouts (${response.infeasible.length})`;
+  const s = response.stats;
+  $("stats").textContent = `${fmt(response.search.simulations)} simulations, ${fmt(s.forward_evaluations)} forwards computed, ${fmt(s.cache.hits)} cache hits${s.cache.response_cache_hit ? " (cached response)" : ""}, ${fmt(s.elapsed_ms, 0)} ms on the server`;
+  drawProbeCharts(response);
+  resetLaunch(response);
+  drawPareto(response);
+  $("launch-status").textContent = "A disaggregated deployment launches as two engine deployments (its pools): pick an aggregated result for a launch configuration.";
+  resetTimeline();
+  $("timeline-text").textContent = "The disaggregated search records no step timeline.";
+}
+
 function renderResults(response, plan) {
   $("placeholder").hidden = true;
   $("output").hidden = false;
+  if (plan instanceof Error) {
+    $("chunk-plan").replaceChildren(h("p", { class: "warn" }, `Chunk plan unavailable: ${plan.message}`));
+  } else {
+    renderChunkPlan($("chunk-plan"), plan);
+  }
+  if (response.mode === "disagg") {
+    renderDisaggResults(response);
+    return;
+  }
   renderSummary($("summary"), response);
   $("export-csv").disabled = !response.rows.length;
   const table = renderTable($("table"), response, simulateRow, (row) => pick(row, `rank ${row.rank}`));
@@ -209,11 +240,6 @@ function renderResults(response, plan) {
   drawProbeCharts(response);
   resetLaunch(response);
   drawPareto(response);
-  if (plan instanceof Error) {
-    $("chunk-plan").replaceChildren(h("p", { class: "warn" }, `Chunk plan unavailable: ${plan.message}`));
-  } else {
-    renderChunkPlan($("chunk-plan"), plan);
-  }
   resetTimeline();
   if (response.rows.length) table.select(1);
   if (window.innerWidth < 900) $("summary").scrollIntoView({ block: "start" });
@@ -223,6 +249,17 @@ function renderResults(response, plan) {
 function drawProbeCharts(response) {
   const metric = $("latency-metric").value;
   const source = intervalSource(response.calibration);
+  if (response.mode === "disagg") {
+    try {
+      drawDisaggChart($("chart-concurrency"), response, "concurrency");
+      drawDisaggChart($("chart-latency"), response, metric);
+    } catch (err) {
+      showBanner("The charts could not be drawn:", String(err.message || err));
+    }
+    $("chart-conc-caption").textContent = "Output tokens/s per device of both pools, one line per deployment (split and layouts).";
+    $("chart-lat-caption").textContent = "";
+    return;
+  }
   try {
     const conc = drawConcurrencyChart($("chart-concurrency"), response, { intervals: $("conc-intervals").checked });
     const lat = drawLatencyChart($("chart-latency"), response, metric, { intervals: $("lat-intervals").checked });
@@ -510,7 +547,10 @@ async function boot() {
     describeDevice();
     history.replaceState(null, "", window.location.pathname);
   });
-  $("export-csv").addEventListener("click", () => state.response && exportCsv(state.response));
+  $("export-csv").addEventListener("click", () => {
+    const response = state.response;
+    if (response) (response.mode === "disagg" ? exportDisaggCsv : exportCsv)(response);
+  });
   $("export-json").addEventListener("click", () => state.response && exportJson(state.response));
   $("timeline-zoom").addEventListener("change", zoomTimeline);
   $("timeline-start").addEventListener("input", zoomTimeline);
