@@ -391,6 +391,7 @@ FLAG_DEST = {
 NOT_A_FLAG = {
     "include_probes": "set from --format (probes only in the JSON document)",
     "mode": "set by --disagg / --enable-optimize-prefill-decode-ratio (msmodeling's flags)",
+    "pool_link": "an object: --pool-link-gb-s and --pool-link-ms (its name in the API only)",
 }
 #: Flags that are no request field.
 CLI_ONLY = {
@@ -412,6 +413,8 @@ CLI_ONLY = {
     "log_level",
     "emit",  # the best row's launch (POST /v1/deploy's service)
     "pareto",  # the response's Pareto front as a table after the ranked one
+    "pool_link_gb_s",  # pool_link.bandwidth_gb_s
+    "pool_link_ms",  # pool_link.fixed_ms
 }
 
 
