@@ -21,6 +21,7 @@ from app.api.compute import ComputeGate
 from app.api.errors import PROBLEM_JSON, install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from app.services import ServiceContext, create_context
+from app.services.processes import HeavyProcesses
 from app.settings import Settings, get_settings
 
 WEB_DIR = Path(__file__).with_name("web")  # the dashboard's static assets (package data)
@@ -101,16 +102,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sys.setswitchinterval(settings.gil_switch_interval_s)
         context = create_context(settings)
         app.state.context = context
+        processes = (
+            HeavyProcesses(settings, settings.heavy_processes) if settings.heavy_processes else None
+        )
         try:
             gate = ComputeGate.create(
                 settings.max_concurrent_computations,
                 settings.max_queued_computations,
                 settings.max_light_computations,
                 deadline_s=settings.request_deadline_s,
+                processes=processes,
             )
             yield {"context": context, "gate": gate}
         finally:
             app.state.context = None
+            if processes is not None:
+                await anyio.to_thread.run_sync(processes.close)
             await anyio.to_thread.run_sync(context.close)
 
     app = FastAPI(

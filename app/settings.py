@@ -6,7 +6,7 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     # a hung cache wait behind a whole computation (tests/integration/test_faults.py): 8 keeps
     # those overlapping; parallelism comes from worker processes.
     max_concurrent_computations: int = Field(default=8, ge=1, le=256)
+    # Heavy computations in this many child processes per worker (0: in the worker's threads).
+    # Children share nothing but the cache backend, so processes need APP_CACHE_BACKEND=redis;
+    # the worker's interpreter then serves the event loop and the light lane alone
+    # (app/services/processes.py, bench/deadline.py).
+    heavy_processes: int = Field(default=0, ge=0, le=64)
     # The light lane's slots (chunk plans, forwards, small simulations); 0: one lane for all.
     max_light_computations: int = Field(default=4, ge=0, le=256)
     # A request body that stops arriving for this long is answered 408 (slow or half-sent).
@@ -63,6 +68,15 @@ class Settings(BaseSettings):
     # Origins a browser page may call the API from (comma-separated, for example
     # "https://dash.example.com,http://localhost:3000"); empty: none (no CORS headers at all).
     cors_origins: str = ""
+
+    @model_validator(mode="after")
+    def _processes_share_a_cache(self) -> Settings:
+        if self.heavy_processes and self.cache_backend != "redis":
+            raise ValueError(
+                "heavy_processes needs cache_backend 'redis' (child processes share only the "
+                "cache backend; an in-process cache would be one per child)"
+            )
+        return self
 
     @field_validator("cors_origins")
     @classmethod

@@ -48,9 +48,14 @@ CHEAP: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def serve(redis_port: int, deadline_s: float, slots: int | None) -> Any:
-    """Two workers, Redis, the deadline, no response cache (every heavy request computes)."""
-    settings = {"APP_REQUEST_DEADLINE_S": str(deadline_s), "APP_RESPONSE_CACHE": "false"}
+def serve(redis_port: int, deadline_s: float, slots: int | None, processes: int = 0) -> Any:
+    """Two workers, Redis, the deadline, no response cache (every heavy request computes);
+    ``processes``: APP_HEAVY_PROCESSES (the heavy lane in child processes)."""
+    settings = {
+        "APP_REQUEST_DEADLINE_S": str(deadline_s),
+        "APP_RESPONSE_CACHE": "false",
+        "APP_HEAVY_PROCESSES": str(processes),
+    }
     if slots is not None:
         settings["APP_MAX_CONCURRENT_COMPUTATIONS"] = str(slots)
     return chunkwise_serve(2, redis_port, settings)
@@ -81,10 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--slots", type=int, default=None, help="APP_MAX_CONCURRENT_COMPUTATIONS (heavy lane)"
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="APP_HEAVY_PROCESSES (0: the heavy lane in threads)",
+    )
     args = parser.parse_args(argv)
     with (
         redis_server(args.redis_server) as redis_port,
-        serve(redis_port, args.deadline, args.slots) as port,
+        serve(redis_port, args.deadline, args.slots, args.processes) as port,
     ):
         for path, body in CHEAP:  # warm the cheap ones
             post(port, path, body)

@@ -18,12 +18,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import partial
+from typing import Any, TypeVar
 
 import anyio
 
 from app.core.errors import DeadlineExceededError
-from app.services.context import REQUEST_STARTED_S
+from app.services.context import REQUEST_STARTED_S, ServiceContext
+from app.services.processes import HeavyProcesses
 
 T = TypeVar("T")
 
@@ -40,6 +42,8 @@ class ComputeGate:
     #: The request deadline (s): it counts from the request's arrival, so a request still
     #: waiting for a slot when it passes answers 504 at once (None: no deadline).
     deadline_s: float | None = None
+    #: Child processes for the heavy lane (None: the heavy lane runs in threads).
+    processes: HeavyProcesses | None = None
 
     @classmethod
     def create(
@@ -48,9 +52,27 @@ class ComputeGate:
         max_waiting: int,
         max_light: int = 0,
         deadline_s: float | None = None,
+        processes: HeavyProcesses | None = None,
     ) -> ComputeGate:
         light = anyio.CapacityLimiter(max_light) if max_light > 0 else None
-        return cls(anyio.CapacityLimiter(max_concurrent), max_waiting, light, deadline_s)
+        return cls(anyio.CapacityLimiter(max_concurrent), max_waiting, light, deadline_s, processes)
+
+    async def run_service(
+        self,
+        name: str,
+        service: Callable[[ServiceContext, Any], T],
+        context: ServiceContext,
+        request: Any,
+        *,
+        light: bool = False,
+    ) -> T:
+        """``service(context, request)`` in its lane: the heavy lane's in a child process
+        when the gate has processes (``name`` selects it there), else in a worker thread."""
+        if self.processes is not None and not (light and self.light is not None):
+            call: Callable[[], T] = self.processes.submit(name, request, context)
+        else:
+            call = partial(service, context, request)
+        return await self.run(call, light=light)
 
     async def run(self, fn: Callable[[], T], *, light: bool = False) -> T:
         """Run ``fn`` in a worker thread in its lane (the light lane only if there is one)."""

@@ -37,7 +37,7 @@ async def simulate(
     An infeasible configuration (memory, limits) is a 200 with ``feasible: false``.
     """
     light = services.is_light_simulation(request)
-    return await gate.run(partial(services.simulate, context, request), light=light)
+    return await gate.run_service("simulate", services.simulate, context, request, light=light)
 
 
 @router.post("/optimize", response_model=OptimizeResponse)
@@ -48,7 +48,7 @@ async def optimize(
 
     Every feasible probe is returned for plots (``include_probes``). Bounds: see README.
     """
-    return await gate.run(partial(services.optimize, context, request))
+    return await gate.run_service("optimize", services.optimize, context, request)
 
 
 @router.post("/plan", response_model=PlanResponse)
@@ -58,4 +58,4 @@ async def capacity_plan(request: PlanRequest, context: ContextDep, gate: GateDep
     device-hour. A layout that cannot meet the SLA even idle is a 200 with the reason."""
     from app.services.capacity import plan
 
-    return await gate.run(partial(plan, context, request))
+    return await gate.run_service("plan", plan, context, request)

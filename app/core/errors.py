@@ -26,6 +26,21 @@ from collections.abc import Iterable
 class ChunkwiseError(Exception):
     """Base of every error the core raises on purpose."""
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle as the instance's class, message and attributes (subclasses take other
+        arguments than the message, so the default ``cls(*args)`` would not rebuild them):
+        an error raised in a child process reaches the worker as itself."""
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(
+    cls: type[ChunkwiseError], args: tuple[object, ...], state: dict[str, object]
+) -> ChunkwiseError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class InvalidParameterError(ChunkwiseError, ValueError):
     """A parameter is outside its allowed range."""

@@ -1,0 +1,89 @@
+"""Heavy computations in child processes (``APP_HEAVY_PROCESSES``), so they never hold the
+worker's interpreter lock while cheap requests wait for it.
+
+Threads of one worker process share one interpreter lock: while eight searches run in threads,
+a chunk plan waits for its turn behind them (``bench/deadline.py``). With ``heavy_processes``
+> 0 the worker hands every heavy computation (optimize, a heavy simulate, a capacity plan) to a
+pool of that many child processes started with ``spawn`` (no lock or thread is inherited from
+the worker); the worker process keeps only the event loop and the light lane.
+
+Each child builds its own :class:`ServiceContext` from the worker's settings: its own
+connection to the cache backend, its own runner memo. That is why processes need a shared
+cache backend (Redis): an in-process cache would be one per child, invisible to the worker and
+to the other children. The request's arrival time travels with it, so the deadline still counts
+from the arrival (the monotonic clock is the machine's). The answer, or the domain error, comes
+back pickled; counters a child records (forwards computed, response-cache hits) are its own.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from app.services.context import REQUEST_STARTED_S, ServiceContext, create_context
+from app.settings import Settings
+
+#: The child's context (built once, by the pool's initializer): ``{"context": ...}``.
+_CHILD: dict[str, ServiceContext] = {}
+
+
+def _init_child(settings_json: str) -> None:
+    _CHILD["context"] = create_context(Settings.model_validate_json(settings_json))
+
+
+def _services() -> dict[str, Callable[..., Any]]:
+    """The computations a child runs, by name (imported in the child)."""
+    from app import services
+    from app.services.capacity import plan
+
+    return {"optimize": services.optimize, "simulate": services.simulate, "plan": plan}
+
+
+def _run_in_child(name: str, request: Any, started_s: float | None) -> tuple[Any, dict[str, int]]:
+    """``name``'s service on ``request`` in the child, its deadline counting from
+    ``started_s`` (the request's arrival in the worker); with what it added to the child's
+    counters, which the worker's ``/metrics`` reports."""
+    context = _CHILD["context"]  # the pool's initializer built it
+    stats = context.stats
+    before = (stats.forward_evaluations, stats.response_cache_hits)
+    token = REQUEST_STARTED_S.set(started_s)
+    try:
+        result = _services()[name](context, request)
+    finally:
+        REQUEST_STARTED_S.reset(token)
+    counted = {
+        "forward_evaluations": stats.forward_evaluations - before[0],
+        "response_cache_hits": stats.response_cache_hits - before[1],
+    }
+    return result, counted
+
+
+class HeavyProcesses:
+    """A ``spawn`` pool of ``processes`` children running heavy service calls."""
+
+    def __init__(self, settings: Settings, processes: int) -> None:
+        self.processes = processes
+        self.pool = ProcessPoolExecutor(
+            max_workers=processes,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_child,
+            initargs=(settings.model_dump_json(),),
+        )
+
+    def submit(self, name: str, request: Any, context: ServiceContext) -> Callable[[], Any]:
+        """A blocking call running ``name`` on ``request`` in a child (for a worker thread);
+        what the child counted is added to ``context``'s counters."""
+        pool = self.pool
+
+        def call() -> Any:  # the gate's thread: its context carries the arrival time
+            started_s = REQUEST_STARTED_S.get()
+            result, counted = pool.submit(_run_in_child, name, request, started_s).result()
+            context.stats.add(**counted)
+            return result
+
+        return call
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
