@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from app import cli, services
-from app.core.limits import DEFAULT_TOP_K, MAX_MTP_TOKENS, MODES
+from app.core.limits import DASHBOARD_MODES, DEFAULT_TOP_K, MAX_MTP_TOKENS
 from app.core.optimizer.agg import SEARCHED_WORKLOADS
 from app.core.profiles import PROFILES
 from app.core.scheduler import MIXED_LATENCIES, SCHEDULERS
@@ -473,7 +473,7 @@ def test_choices_bounds_and_defaults_come_from_the_api(
         assert _choices(page, "scheduler_name") == ["", *SCHEDULERS]
         assert _choices(page, "engine") == ["", *PROFILES]
         assert _choices(page, "mixed_latency") == ["", *MIXED_LATENCIES]
-        assert _choices(page, "mode") == list(MODES)
+        assert _choices(page, "mode") == list(DASHBOARD_MODES)
         assert _choices(page, "workload") == ["", *SEARCHED_WORKLOADS]
         expect(page.locator("#f-top_k")).to_have_value(str(DEFAULT_TOP_K))
         expect(page.locator("#hint-num_mtp_tokens")).to_contain_text(f"≤ {MAX_MTP_TOKENS}")

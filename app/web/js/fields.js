@@ -58,7 +58,7 @@ export const FIELDS = [
     kind: "float", step: "0.05", cli: "--prefix-cache-hit-rate",
     hint: "Share of the prompt already cached, in [0, 1)" },
   // Mode and limits
-  { name: "mode", group: "mode", label: "Mode", kind: "select", cli: null },
+  { name: "mode", group: "mode", label: "Mode", kind: "select", cli: null, exclude: ["disagg"] },
   { name: "ttft_limit_ms", group: "mode", label: "TTFT limit", unit: "ms", kind: "float",
     cli: "--ttft-limit", when: (v) => v.mode !== "disagg_decode" },
   { name: "tpot_limit_ms", group: "mode", label: "TPOT limit", unit: "ms", kind: "float",

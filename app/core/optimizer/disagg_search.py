@@ -1,0 +1,559 @@
+"""Disaggregated optimize: worker layouts, worker counts and concurrency under a device budget.
+
+A configuration is a prefill worker layout ``Lp`` and a decode worker layout ``Ld`` (each a
+:class:`PoolOption`), ``N_p`` prefill and ``N_d`` decode workers with
+``N_p * size(Lp) + N_d * size(Ld) <= num_devices``, and ``C`` closed-loop clients over the whole
+deployment; it is priced by :func:`~app.core.workload.disagg_serving.simulate_disagg_serving`.
+A configuration's answer is its highest ``C`` whose mean TTFT and TPOT meet the limits; the
+configurations rank by output tokens/s per device.
+
+The search never walks the grid; its cost follows the configurations it has to simulate:
+
+- **Per layout, once.** Each pool option's capacity: a prefill unit's best rate (requests/ms)
+  at the largest job whose own duration meets the TTFT limit, a decode unit's at the largest
+  running batch whose step meets the TPOT limit (bisections over the batch, a handful of
+  forwards). A layout that cannot meet a limit even with one request is infeasible with the
+  reason, as is one whose worker cannot hold one prompt's or one request's KV.
+- **A bound per configuration.** ``osl * min(N_p * rate_p, N_d * rate_d) / devices``: no closed
+  loop of those pools emits more. For fixed layouts and ``N_p`` it rises with ``N_d`` up to the
+  balance ``N_d = N_p * rate_p / rate_d`` and falls after it, so configurations are taken
+  best-bound first from a heap seeded with the balance points and grown outwards one ``N_d``
+  at a time; the search stops when the next bound is no better than the best configuration
+  found (configurations a bound dominates are never simulated).
+- **Concurrency by galloping and bisection.** Feasibility falls and throughput rises with
+  ``C`` (more clients queue longer and run larger batches), so a configuration's search starts
+  at the clients that fill its pools at the limit-sized batches, gallops (doubling or
+  halving) to a feasible/infeasible bracket and bisects it to within
+  :data:`CONCURRENCY_TOLERANCE`. An infeasible probe whose throughput per device is no better
+  than the best found ends the configuration (every feasible ``C`` below it runs slower).
+  ``C`` never exceeds the clients both pools can hold at once (more only queue).
+- **Memoised forwards.** Each option's latency model is the caller's (one cached serving model
+  per layout, shared by every configuration and probe).
+
+The bound is the capacity at the limit-sized batches, an upper bound when a mean within the
+limit needs batches within it (mixtures of larger and smaller batches could beat it by a
+little; the search takes the bound as exact).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from app.core.chunking import require_int
+from app.core.cost import interrupt_of
+from app.core.engine import MS_PER_S
+from app.core.errors import InfeasibleError, InvalidParameterError
+from app.core.optimizer.agg import limit_reason
+from app.core.parallel import ParallelLayout
+from app.core.spec import WorkloadSpec
+from app.core.workload.disagg_serving import (
+    DecodePool,
+    DisaggServingResult,
+    FirstToken,
+    KvTransfer,
+    Pool,
+    PrefillPool,
+    decode_step_ms,
+    prefill_job_max,
+    prefill_job_ms,
+    simulate_disagg_serving,
+    unit_model,
+    units_per_worker,
+)
+from app.core.workload.disagg_setup import PoolWorker, disagg_pools
+from app.core.workload.metrics import MAX_REQUESTS
+
+#: A configuration's concurrency search stops when the feasible/infeasible bracket is within
+#: this share of its feasible end (or one client).
+CONCURRENCY_TOLERANCE = 1 / 32
+#: A configuration is simulated only when its estimate beats the best found: a pair of
+#: layouts' later configurations are estimated at their bound times the pair's measured
+#: efficiency (the best probe's throughput over its bound: k copies of a deployment serve k
+#: times the clients at the same throughput per device, and the pool balance is in the bound);
+#: a pair not simulated yet at its bound times the best efficiency measured so far, raised by
+#: this share (pairs differ in how close their closed loop comes to the bound).
+UNMEASURED_MARGIN = 0.05
+#: Default and largest workers per pool the search may place.
+DEFAULT_MAX_WORKERS = 16
+MAX_SEARCH_WORKERS = 64
+
+TransferFor = Callable[[ParallelLayout, int], KvTransfer]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolOption:
+    """One worker layout a pool may use: ``worker`` is the core's view of one worker of it
+    (its ``workers`` is ignored: the count is the search's)."""
+
+    layout: ParallelLayout
+    worker: PoolWorker
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisaggSearchSettings:
+    """What bounds the search: the device budget, the workers per pool, the clients, and the
+    engine's running cap and first-token rule; ``transfer(prefill layout, devices)`` is one KV
+    transfer from a prefill worker of that layout in a deployment of ``devices``."""
+
+    num_devices: int
+    transfer: TransferFor
+    max_workers: int = DEFAULT_MAX_WORKERS
+    max_concurrency: int = MAX_REQUESTS
+    requests_per_client: int = 10
+    running_cap: int | None = None
+    first_token: FirstToken = "decode_step"
+
+    def __post_init__(self) -> None:
+        require_int("num_devices", self.num_devices, 1, None)
+        require_int("max_workers", self.max_workers, 1, MAX_SEARCH_WORKERS)
+        require_int("max_concurrency", self.max_concurrency, 1, MAX_REQUESTS)
+        require_int("requests_per_client", self.requests_per_client, 1, None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisaggConfig:
+    """Layouts and worker counts of one deployment."""
+
+    prefill: ParallelLayout
+    decode: ParallelLayout
+    prefill_workers: int
+    decode_workers: int
+
+    @property
+    def prefill_devices(self) -> int:
+        return self.prefill_workers * self.prefill.num_devices
+
+    @property
+    def decode_devices(self) -> int:
+        return self.decode_workers * self.decode.num_devices
+
+    @property
+    def num_devices(self) -> int:
+        return self.prefill_devices + self.decode_devices
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisaggProbe:
+    """One simulated (configuration, concurrency) point."""
+
+    config: DisaggConfig
+    concurrency: int
+    feasible: bool
+    reason: str | None
+    result: DisaggServingResult
+
+    @property
+    def throughput_per_device(self) -> float:
+        return self.result.throughput_tokens_s / self.config.num_devices
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisaggRow:
+    """A configuration at its highest feasible concurrency (``result`` is that probe's)."""
+
+    config: DisaggConfig
+    concurrency: int
+    result: DisaggServingResult
+    #: The largest batch per unit the bound assumed: prefill job, decode running batch.
+    prefill_batch: int
+    decode_batch: int
+
+    @property
+    def throughput_per_device(self) -> float:
+        return self.result.throughput_tokens_s / self.config.num_devices
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisaggSearchResult:
+    """Ranked rows (best first), every probe, why layouts failed, and what the search cost."""
+
+    rows: tuple[DisaggRow, ...]
+    probes: tuple[DisaggProbe, ...]
+    #: ``(pool, layout label, reason)`` of every option no configuration can use.
+    infeasible: tuple[tuple[Pool, str, str], ...]
+    #: Configurations within the budget (counted, not walked) and those simulated.
+    configurations: int
+    evaluated: int
+    reason: str | None
+
+    @property
+    def best(self) -> DisaggRow | None:
+        return self.rows[0] if self.rows else None
+
+
+# -- per layout ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Side:
+    """One usable option with its capacity: ``rate`` requests/ms per worker at the batch
+    ``batch`` per unit (the largest within the side's limit), ``units`` engine units per
+    worker, ``slots`` requests one worker holds at once (every unit at its cap)."""
+
+    option: PoolOption
+    rate: float
+    batch: int
+    units: int
+    slots: int
+
+    @property
+    def size(self) -> int:
+        return self.option.layout.num_devices
+
+
+def _largest_within(cap: int, cost_ms: Callable[[int], float], limit_ms: float | None) -> int:
+    """The largest batch in ``[1, cap]`` whose cost is within ``limit_ms`` (costs rise with the
+    batch); 0 when one request exceeds it."""
+    if limit_ms is None or cost_ms(cap) <= limit_ms:
+        return cap
+    if cost_ms(1) > limit_ms:
+        return 0
+    lo, hi = 1, cap  # cost(lo) within, cost(hi) over
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if cost_ms(mid) <= limit_ms:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _prefill_side(spec: WorkloadSpec, option: PoolOption) -> _Side | str:
+    pool, _ = _pools(spec, option, None, 1, 1, running_cap=None)
+    model = unit_model(pool)
+    job_max = prefill_job_max(spec, pool)
+    limit = spec.ttft_limit_ms
+
+    def job_ms(requests: int) -> float:
+        return spec.reported_ttft_ms(prefill_job_ms(spec, model, requests))
+
+    batch = _largest_within(job_max, job_ms, limit)
+    if batch == 0:
+        return (
+            f"ttft_limit: one prompt's prefill takes {job_ms(1):.2f} ms > {limit:g} ms"
+            if limit is not None
+            else "no prefill batch"
+        )
+    units = units_per_worker(pool)
+    return _Side(
+        option=option,
+        rate=units * batch / prefill_job_ms(spec, model, batch),
+        batch=batch,
+        units=units,
+        slots=units * job_max,
+    )
+
+
+def _decode_side(spec: WorkloadSpec, option: PoolOption, running_cap: int | None) -> _Side | str:
+    _, pool = _pools(spec, None, option, 1, 1, running_cap=running_cap)
+    model = unit_model(pool)
+    cap = pool.max_running * (pool.ranks // units_per_worker(pool))
+    limit = spec.tpot_limit_ms if spec.output_length > 1 else None
+
+    def step_ms(running: int) -> float:
+        return decode_step_ms(spec, model, running)
+
+    batch = _largest_within(cap, step_ms, limit)
+    if batch == 0:
+        return f"tpot_limit: one request's decode step takes {step_ms(1):.3f} ms > {limit:g} ms"
+    units = units_per_worker(pool)
+    return _Side(
+        option=option,
+        rate=units * batch / (step_ms(batch) * max(spec.output_length - 1, 1)),
+        batch=batch,
+        units=units,
+        slots=units * cap,
+    )
+
+
+def _pools(
+    spec: WorkloadSpec,
+    prefill: PoolOption | None,
+    decode: PoolOption | None,
+    prefill_workers: int,
+    decode_workers: int,
+    *,
+    running_cap: int | None,
+) -> tuple[PrefillPool, DecodePool]:
+    """The simulation's pools of the options (a missing side borrows the other's worker with
+    room for one request, so only the given side's checks apply)."""
+    given = prefill or decode
+    assert given is not None
+    stand_in = replace(given.worker, kv_requests=max(1, given.worker.kv_requests))
+    p_worker = prefill.worker if prefill is not None else stand_in
+    d_worker = decode.worker if decode is not None else stand_in
+    return disagg_pools(
+        replace(p_worker, workers=prefill_workers),
+        replace(d_worker, workers=decode_workers),
+        input_length=spec.input_length,
+        output_length=spec.output_length,
+        running_cap=running_cap,
+    )
+
+
+def _sides(
+    spec: WorkloadSpec,
+    pool: Pool,
+    options: Sequence[PoolOption],
+    running_cap: int | None,
+    infeasible: list[tuple[Pool, str, str]],
+) -> list[_Side]:
+    """The pool's usable options with their capacities; the others go to ``infeasible``."""
+    sides: list[_Side] = []
+    for option in options:
+        try:
+            side = (
+                _prefill_side(spec, option)
+                if pool == "prefill"
+                else _decode_side(spec, option, running_cap)
+            )
+        except InfeasibleError as exc:
+            side = f"memory: {exc}"
+        if isinstance(side, str):
+            infeasible.append((pool, option.layout.label, side))
+        else:
+            sides.append(side)
+    return sides
+
+
+# -- the search ----------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Run:
+    spec: WorkloadSpec
+    settings: DisaggSearchSettings
+    check: Callable[[], None] | None
+    probes: list[DisaggProbe]
+    best_per_device: float = 0.0
+    hopeless: bool = False
+
+    def simulate(self, p: _Side, d: _Side, config: DisaggConfig, clients: int) -> DisaggProbe:
+        if self.check is not None:
+            self.check()
+        settings = self.settings
+        prefill, decode = _pools(
+            self.spec,
+            p.option,
+            d.option,
+            config.prefill_workers,
+            config.decode_workers,
+            running_cap=settings.running_cap,
+        )
+        result = simulate_disagg_serving(
+            self.spec,
+            clients,
+            prefill,
+            decode,
+            settings.transfer(config.prefill, config.num_devices),
+            num_requests=clients * settings.requests_per_client,
+            first_token=settings.first_token,
+        )
+        reason = limit_reason(self.spec, result.ttft_ms, result.tpot_ms)
+        probe = DisaggProbe(
+            config=config,
+            concurrency=clients,
+            feasible=reason is None,
+            reason=reason,
+            result=result,
+        )
+        self.probes.append(probe)
+        return probe
+
+    def evaluate(self, p: _Side, d: _Side, config: DisaggConfig) -> DisaggRow | None:
+        """The configuration at its highest feasible concurrency (``None``: none is, or none
+        can beat the best found; :attr:`hopeless` tells the first: one client is over a
+        limit)."""
+        self.hopeless = False
+        most = min(
+            self.settings.max_concurrency,
+            config.prefill_workers * p.slots + config.decode_workers * d.slots,
+        )
+        # start where both pools just fill up at their limit-sized batches
+        start = config.prefill_workers * p.units * p.batch + config.decode_workers * d.units * (
+            d.batch
+        )
+        clients = max(1, min(most, start))
+        feasible: DisaggProbe | None = None
+        infeasible: DisaggProbe | None = None
+        while True:  # gallop to a bracket
+            probe = self.simulate(p, d, config, clients)
+            if probe.feasible:
+                feasible = probe
+                if clients >= most or (infeasible is not None):
+                    break
+                clients = min(most, clients * 2)
+            else:
+                infeasible = probe
+                if self._cannot_win(probe) or clients == 1 or feasible is not None:
+                    break
+                clients = max(1, clients // 2)
+        while (
+            feasible is not None
+            and infeasible is not None
+            and infeasible.concurrency - feasible.concurrency
+            > max(1.0, feasible.concurrency * CONCURRENCY_TOLERANCE)
+            and not self._cannot_win(infeasible)
+        ):  # bisect the bracket
+            probe = self.simulate(
+                p, d, config, (feasible.concurrency + infeasible.concurrency) // 2
+            )
+            if probe.feasible:
+                feasible = probe
+            else:
+                infeasible = probe
+        if feasible is None:
+            self.hopeless = infeasible is not None and infeasible.concurrency == 1
+            return None
+        row = DisaggRow(
+            config=config,
+            concurrency=feasible.concurrency,
+            result=feasible.result,
+            prefill_batch=p.batch,
+            decode_batch=d.batch,
+        )
+        self.best_per_device = max(self.best_per_device, row.throughput_per_device)
+        return row
+
+    def _cannot_win(self, probe: DisaggProbe) -> bool:
+        """An infeasible probe no better than the best found: every feasible concurrency below
+        it is slower still."""
+        return not probe.feasible and probe.throughput_per_device <= self.best_per_device
+
+
+def _bound(spec: WorkloadSpec, p: _Side, d: _Side, n_p: int, n_d: int) -> float:
+    """Output tokens/s per device no closed loop of these pools exceeds."""
+    rate = min(n_p * p.rate, n_d * d.rate)  # requests per ms
+    return rate * MS_PER_S * spec.output_length / (n_p * p.size + n_d * d.size)
+
+
+def _decode_counts(budget: int, most: int, p: _Side, d: _Side, n_p: int) -> int:
+    """Decode workers that fit beside ``n_p`` prefill workers."""
+    return min(most, (budget - n_p * p.size) // d.size)
+
+
+def _count_configurations(budget: int, most: int, ps: Sequence[_Side], ds: Sequence[_Side]) -> int:
+    total = 0
+    for p in ps:
+        for d in ds:
+            for n_p in range(1, min(most, (budget - d.size) // p.size) + 1):
+                total += max(0, _decode_counts(budget, most, p, d, n_p))
+    return total
+
+
+def optimize_disagg(
+    spec: WorkloadSpec,
+    prefill_options: Sequence[PoolOption],
+    decode_options: Sequence[PoolOption],
+    settings: DisaggSearchSettings,
+) -> DisaggSearchResult:
+    """The best disaggregated deployments of the options within the budget (see the module
+    docstring); infeasible options are reported with the reason, never raised."""
+    if not prefill_options or not decode_options:
+        raise InvalidParameterError(
+            "prefill_options" if not prefill_options else "decode_options", [], "at least one"
+        )
+    infeasible: list[tuple[Pool, str, str]] = []
+    ps = _sides(spec, "prefill", prefill_options, settings.running_cap, infeasible)
+    ds = _sides(spec, "decode", decode_options, settings.running_cap, infeasible)
+    budget, most = settings.num_devices, settings.max_workers
+    check = interrupt_of(prefill_options[0].worker.latency)
+    run = _Run(spec=spec, settings=settings, check=check, probes=[])
+    heap: list[tuple[float, int, int, int, int, int, int]] = []
+    seq = 0
+
+    def push(pi: int, di: int, n_p: int, n_d: int, step: int) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (-_bound(spec, ps[pi], ds[di], n_p, n_d), seq, pi, di, n_p, n_d, step))
+
+    for pi, p in enumerate(ps):
+        for di, d in enumerate(ds):
+            for n_p in range(1, min(most, (budget - d.size) // p.size) + 1):
+                top = _decode_counts(budget, most, p, d, n_p)
+                if top < 1:
+                    continue
+                balance = n_p * p.rate / d.rate
+                low = min(top, max(1, math.floor(balance)))
+                high = min(top, max(1, math.ceil(balance)))
+                if low == high:
+                    push(pi, di, n_p, low, 0)
+                else:
+                    push(pi, di, n_p, low, -1)
+                    push(pi, di, n_p, high, 1)
+    rows: list[DisaggRow] = []
+    evaluated = 0
+    # (layouts, transfer) pairs where one client misses a limit: so does every count of them
+    # with that transfer (one client meets one prefill and one decode worker)
+    hopeless: set[tuple[int, int, KvTransfer]] = set()
+    efficiency: dict[tuple[int, int], float] = {}  # per pair of layouts, see ESTIMATE_MARGIN
+    while heap:
+        negative, _, pi, di, n_p, n_d, step = heapq.heappop(heap)
+        if rows and -negative <= run.best_per_device:
+            break  # no configuration left can beat the best
+        p, d = ps[pi], ds[di]
+        top = _decode_counts(budget, most, p, d, n_p)
+        for nxt in (n_d - 1, n_d + 1) if step == 0 else (n_d + step,):
+            if 1 <= nxt <= top:
+                push(pi, di, n_p, nxt, nxt - n_d)
+        config = DisaggConfig(
+            prefill=p.option.layout,
+            decode=d.option.layout,
+            prefill_workers=n_p,
+            decode_workers=n_d,
+        )
+        key = (pi, di, settings.transfer(config.prefill, config.num_devices))
+        if key in hopeless:
+            continue
+        measured = efficiency.get((pi, di))
+        estimate = (
+            measured
+            if measured is not None
+            else max(efficiency.values(), default=math.inf) * (1 + UNMEASURED_MARGIN)
+        )
+        if -negative * estimate <= run.best_per_device:
+            continue
+        evaluated += 1
+        first = len(run.probes)
+        row = run.evaluate(p, d, config)
+        reached = max(probe.throughput_per_device for probe in run.probes[first:])
+        efficiency[(pi, di)] = max(measured or 0.0, reached / -negative)
+        if row is not None:
+            rows.append(row)
+        elif run.hopeless:
+            hopeless.add(key)
+    rows.sort(key=lambda r: (-r.throughput_per_device, r.config.num_devices, r.concurrency))
+    reason = None if rows else _why_nothing(infeasible, run.probes, ps, ds)
+    return DisaggSearchResult(
+        rows=tuple(rows),
+        probes=tuple(run.probes),
+        infeasible=tuple(infeasible),
+        configurations=_count_configurations(budget, most, ps, ds),
+        evaluated=evaluated,
+        reason=reason,
+    )
+
+
+def _why_nothing(
+    infeasible: Sequence[tuple[Pool, str, str]],
+    probes: Sequence[DisaggProbe],
+    ps: Sequence[_Side],
+    ds: Sequence[_Side],
+) -> str:
+    """Why no configuration is feasible: every option of a pool failed, no pair fits the
+    budget, or every simulated configuration missed a limit (the closest one's reason)."""
+    if not ps or not ds:
+        pool = "prefill" if not ps else "decode"
+        found = "; ".join(f"{label}: {why}" for side, label, why in infeasible if side == pool)
+        return f"no feasible {pool} worker layout: {found}"
+    if not probes:
+        return (
+            "no configuration fits num_devices: the smallest prefill worker and the smallest "
+            "decode worker together need more devices"
+        )
+    closest = max(probes, key=lambda probe: probe.throughput_per_device)
+    config = closest.config
+    return (
+        f"no configuration meets the limits; e.g. {config.prefill_workers} x {config.prefill.label}"
+        f" prefill + {config.decode_workers} x {config.decode.label} decode at "
+        f"{closest.concurrency} clients: {closest.reason}"
+    )
