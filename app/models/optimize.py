@@ -9,16 +9,23 @@ from pydantic import BaseModel, Field
 from app.core import limits
 from app.core.limits import DEFAULT_MODE, DEFAULT_TOP_K, Mode, Role
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
+from app.core.optimizer.disagg_search import DEFAULT_MAX_WORKERS, MAX_SEARCH_WORKERS
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     DEFAULT_WINDOW,
     Window,
     Workload,
 )
+from app.core.workload.disagg_serving import FirstToken, Pool
 from app.models.common import CacheCounters
 from app.models.workload import DeploymentMixin, ParallelSize, WorkloadMixin
 
 __all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the wire schemas
+    "DisaggOptimizeResponse",
+    "DisaggProbeOut",
+    "DisaggRowOut",
+    "DisaggSearchOut",
+    "DisaggWorkersOut",
     "InfeasibleLayout",
     "InstanceSplitOut",
     "Mode",
@@ -31,6 +38,10 @@ __all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the 
     "Role",
     "RunStats",
 ]
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 class OptimizeRequest(DeploymentMixin, WorkloadMixin):
@@ -55,10 +66,20 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         default=None, min_length=1, max_length=limits.MAX_SEARCH_LIST, description="MoE EP sizes"
     )
     prefill_devices_per_instance: int | None = Field(
-        default=None, strict=True, ge=1, le=limits.MAX_NUM_DEVICES, description="pd_ratio only"
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_NUM_DEVICES,
+        description="pd_ratio: devices of one prefill instance; disagg: the fixed size of a "
+        "prefill worker (default: every power of two that leaves room for a decode worker)",
     )
     decode_devices_per_instance: int | None = Field(
-        default=None, strict=True, ge=1, le=limits.MAX_NUM_DEVICES, description="pd_ratio only"
+        default=None,
+        strict=True,
+        ge=1,
+        le=limits.MAX_NUM_DEVICES,
+        description="pd_ratio: devices of one decode instance; disagg: the fixed size of a "
+        "decode worker",
     )
     serving_overhead_ms: float = Field(
         default=0.0,
@@ -89,6 +110,16 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
     )
     top_k: int = Field(default=DEFAULT_TOP_K, strict=True, ge=1, le=limits.MAX_TOP_K)
     include_probes: bool = Field(default=True, description="return every probe (for plots)")
+    max_workers: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=MAX_SEARCH_WORKERS,
+        exclude_if=_is_none,  # the other modes' echo reads as before
+        description=f"mode disagg: most workers per pool the search places (default "
+        f"{DEFAULT_MAX_WORKERS}); omitted for the other modes",
+        examples=[None],
+    )
 
 
 class ResultRowOut(BaseModel):
@@ -229,4 +260,106 @@ class OptimizeResponse(BaseModel):
         description="the calibration applied: id, applicable (false: the estimate lies outside "
         "what it was fitted on; reason says why and the intervals are widened), parameters",
     )
+    stats: RunStats
+
+
+# -- mode disagg ---------------------------------------------------------------------------------
+class DisaggWorkersOut(BaseModel):
+    """One pool of a searched deployment: its workers, one worker's layout, how busy it ran."""
+
+    workers: int
+    tp_size: int
+    dp_size: int = Field(description="attention data-parallel ranks per worker")
+    ep_size: int
+    parallel: str = Field(description="one worker's layout")
+    devices_per_worker: int
+    devices: int = Field(description="workers x devices_per_worker")
+    utilisation: float = Field(description="busy share of the pool's units over the makespan")
+    wait_ms: float = Field(
+        description="mean wait of a request: prefill, for a prefill unit; decode, for a decode "
+        "slot once its KV arrived"
+    )
+
+
+class DisaggRowOut(BaseModel):
+    """A deployment at its highest closed-loop concurrency within the limits."""
+
+    prefill: DisaggWorkersOut
+    decode: DisaggWorkersOut
+    num_devices: int = Field(description="prefill devices + decode devices")
+    pd_split: str = Field(description="prefill:decode workers and devices, '2P:1D (8:8 devices)'")
+    binding_pool: Pool = Field(
+        description="the pool requests queue for longer (without queueing, the busier one)"
+    )
+    concurrency: int = Field(description="closed-loop clients over the whole deployment")
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    transfer_ms: float = Field(description="mean KV transfer time of a request")
+    output_throughput: float = Field(description="output tokens/s of the deployment")
+    throughput_per_device: float = Field(description="output tokens/s per device of both pools")
+    request_throughput: float
+    copies: int = Field(
+        description="1: this deployment was simulated whole; k > 1: it is k copies of the "
+        "simulated one (k times its clients and throughput, the same TTFT, TPOT and tokens/s "
+        "per device)"
+    )
+
+
+class DisaggProbeOut(BaseModel):
+    """One simulated (deployment, concurrency) point of the search."""
+
+    pd_split: str
+    prefill_parallel: str
+    decode_parallel: str
+    concurrency: int
+    feasible: bool
+    reason: str | None
+    ttft_ms: float
+    tpot_ms: float
+    output_throughput: float
+    throughput_per_device: float
+
+
+class DisaggSearchOut(BaseModel):
+    """What the search looked at and what it simulated."""
+
+    prefill_layouts: int = Field(description="prefill worker layouts the model supports")
+    decode_layouts: int
+    configurations: int = Field(
+        description="layout pairs x worker counts within num_devices (counted, not walked)"
+    )
+    evaluated: int = Field(description="configurations simulated")
+    simulations: int = Field(description="closed-loop simulations run (probes)")
+
+
+class DisaggOptimizeResponse(BaseModel):
+    """``mode: disagg``: the best prefill and decode worker layouts, counts and concurrency."""
+
+    input: OptimizeRequest
+    engine: dict[str, Any] = Field(description="the engine profile both pools run under")
+    mode: Mode = "disagg"
+    best: DisaggRowOut | None = Field(
+        description="the highest output tokens/s per device within the limits; null with "
+        "reason when nothing is feasible"
+    )
+    rows: list[DisaggRowOut] = Field(
+        description="the configurations the search simulated, ranked by tokens/s per device (top_k)"
+    )
+    probes: list[DisaggProbeOut]
+    infeasible: list[InfeasibleLayout] = Field(
+        description="worker layouts no configuration can use, and why"
+    )
+    reason: str | None = Field(default=None, description="why nothing is feasible")
+    ttft_limit_given: bool = Field(
+        description="false: no TTFT limit, so concurrency grows until the pools are full"
+    )
+    notice: str | None = Field(
+        default=None, description="what the answer cannot promise (a missing TTFT limit)"
+    )
+    first_token: FirstToken = Field(description="when the client gets its first token")
+    max_batched_tokens: int
+    effective_input_length: int
+    prefill_num_chunks: int
+    search: DisaggSearchOut
     stats: RunStats

@@ -30,6 +30,7 @@ from app.core.spec import WorkloadSpec
 from app.core.workload import ranks_are_coupled
 from app.models.common import CacheCounters
 from app.models.optimize import (
+    DisaggOptimizeResponse,
     InfeasibleLayout,
     InstanceSplitOut,
     OptimizeRequest,
@@ -49,6 +50,7 @@ from app.services.calibration import (
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
+from app.services.disagg_optimize import optimize_disagg_deployment
 from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths, reason_for
 from app.services.resolve import ResolvedDeployment, request_scheduler, resolve_deployment
@@ -547,12 +549,21 @@ def optimize(
     *,
     allow_paths: bool = False,
     progress: Callable[[str], None] | None = None,
-) -> OptimizeResponse:
+) -> OptimizeResponse | DisaggOptimizeResponse:
     """The throughput search; identical requests are answered from the response cache.
 
     One :class:`WorkloadSpec` is built for the request (the searched instance's devices) and
-    passed whole to the optimizer, so the chunk plan is derived once.
+    passed whole to the optimizer, so the chunk plan is derived once. Mode disagg searches
+    whole disaggregated deployments (:mod:`app.services.disagg_optimize`).
     """
+    if request.mode == "disagg":
+        return optimize_disagg_deployment(
+            context, request, allow_paths=allow_paths, progress=progress
+        )
+    if request.max_workers is not None:
+        raise InvalidParameterError(
+            "max_workers", request.max_workers, f"omitted for mode {request.mode!r} (mode disagg)"
+        )
     started = time.perf_counter()
     request, profile = with_engine_defaults(request)
     calibration = resolve_calibration(context, request.calibration)

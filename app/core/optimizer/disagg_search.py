@@ -68,7 +68,7 @@ from app.core.workload.metrics import MAX_REQUESTS
 
 #: A configuration's concurrency search stops when the feasible/infeasible bracket is within
 #: this share of its feasible end (or one client).
-CONCURRENCY_TOLERANCE = 1 / 32
+CONCURRENCY_TOLERANCE = 1 / 8
 #: A configuration is simulated only when its estimate beats the best found: a pair of
 #: layouts' later configurations are estimated at their bound times the pair's measured
 #: efficiency (the best probe's throughput over its bound: k copies of a deployment serve k
@@ -76,6 +76,17 @@ CONCURRENCY_TOLERANCE = 1 / 32
 #: a pair not simulated yet at its bound times the best efficiency measured so far, raised by
 #: this share (pairs differ in how close their closed loop comes to the bound).
 UNMEASURED_MARGIN = 0.05
+#: Workers per pool of the configurations the search simulates; a deployment of more is
+#: copies of one of them (k copies of a deployment serve k times its clients at the same
+#: TTFT, TPOT and throughput per device).
+SEARCH_WORKERS = 4
+#: A configuration's concurrency search starts at this share of Little's law's clients (the
+#: closed loop reaches the bound's rate only in part), and gallops by GALLOP_FACTOR.
+START_SHARE = 0.75
+GALLOP_FACTOR = 1.5
+#: Gains below this share of the best found are not chased (a configuration whose infeasible
+#: probe beats the best by less ends its search).
+NEAR_TIE = 0.01
 #: Default and largest workers per pool the search may place.
 DEFAULT_MAX_WORKERS = 16
 MAX_SEARCH_WORKERS = 64
@@ -137,9 +148,11 @@ class DisaggConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DisaggProbe:
-    """One simulated (configuration, concurrency) point."""
+    """One simulated (deployment, concurrency) point: the deployment ``config`` with
+    ``concurrency`` clients is ``copies`` copies of the simulated one (``result``)."""
 
     config: DisaggConfig
+    copies: int
     concurrency: int
     feasible: bool
     reason: str | None
@@ -147,23 +160,38 @@ class DisaggProbe:
 
     @property
     def throughput_per_device(self) -> float:
-        return self.result.throughput_tokens_s / self.config.num_devices
+        return self.result.throughput_tokens_s * self.copies / self.config.num_devices
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DisaggRow:
-    """A configuration at its highest feasible concurrency (``result`` is that probe's)."""
+    """A deployment at its highest feasible concurrency: ``copies`` copies of the simulated
+    configuration (``result`` is one copy's best probe; 1: the deployment itself ran)."""
 
     config: DisaggConfig
+    copies: int
     concurrency: int
     result: DisaggServingResult
-    #: The largest batch per unit the bound assumed: prefill job, decode running batch.
-    prefill_batch: int
-    decode_batch: int
+
+    @property
+    def throughput_tokens_s(self) -> float:
+        return self.result.throughput_tokens_s * self.copies
+
+    @property
+    def request_throughput_s(self) -> float:
+        return self.result.request_throughput_s * self.copies
 
     @property
     def throughput_per_device(self) -> float:
-        return self.result.throughput_tokens_s / self.config.num_devices
+        return self.throughput_tokens_s / self.config.num_devices
+
+
+def _scaled(config: DisaggConfig, copies: int) -> DisaggConfig:
+    return replace(
+        config,
+        prefill_workers=config.prefill_workers * copies,
+        decode_workers=config.decode_workers * copies,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,12 +222,68 @@ class _Side:
     option: PoolOption
     rate: float
     batch: int
+    batch_ms: float
     units: int
     slots: int
+
+    def signature(self, workers: int) -> tuple[float, int, int, int, int]:
+        """What a pool of ``workers`` of this option looks like to the simulation: units of
+        the same rate, batch and cap, and their number and devices (two workers of one
+        independent rank each are one worker of two ranks)."""
+        return (
+            self.rate / self.units,
+            self.batch,
+            self.slots // self.units,
+            workers * self.units,
+            workers * self.size,
+        )
 
     @property
     def size(self) -> int:
         return self.option.layout.num_devices
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Atoms:
+    """A deployment as ``copies`` copies of its smallest equal part: ``prefill_atoms`` of
+    ``prefill`` and ``decode_atoms`` of ``decode``, where an atom is one rank of a worker
+    whose ranks are independent (each is its own engine unit), else one worker."""
+
+    deployment: DisaggConfig
+    copies: int
+    prefill: PoolOption
+    decode: PoolOption
+    prefill_atoms: int
+    decode_atoms: int
+    transfer: KvTransfer
+    #: One copy's request rate bound (requests/ms) and the clients its units hold at once.
+    rate: float
+    slots: int
+
+
+def _atom(side: _Side) -> PoolOption:
+    if side.units == 1:
+        return side.option
+    worker = replace(side.option.worker, ranks=1, coupled=False)
+    return replace(side.option, worker=worker)
+
+
+def _atoms(p: _Side, d: _Side, deployment: DisaggConfig, transfer: KvTransfer) -> _Atoms:
+    units_p = deployment.prefill_workers * p.units
+    units_d = deployment.decode_workers * d.units
+    copies = math.gcd(units_p, units_d)
+    a_p, a_d = units_p // copies, units_d // copies
+    return _Atoms(
+        deployment=deployment,
+        copies=copies,
+        prefill=_atom(p),
+        decode=_atom(d),
+        prefill_atoms=a_p,
+        decode_atoms=a_d,
+        transfer=transfer,
+        rate=min(a_p * p.rate / p.units, a_d * d.rate / d.units),
+        slots=a_p * p.slots // p.units + a_d * d.slots // d.units,
+    )
 
 
 def _largest_within(cap: int, cost_ms: Callable[[int], float], limit_ms: float | None) -> int:
@@ -236,10 +320,12 @@ def _prefill_side(spec: WorkloadSpec, option: PoolOption) -> _Side | str:
             else "no prefill batch"
         )
     units = units_per_worker(pool)
+    duration = prefill_job_ms(spec, model, batch)
     return _Side(
         option=option,
-        rate=units * batch / prefill_job_ms(spec, model, batch),
+        rate=units * batch / duration,
         batch=batch,
+        batch_ms=duration,
         units=units,
         slots=units * job_max,
     )
@@ -258,10 +344,12 @@ def _decode_side(spec: WorkloadSpec, option: PoolOption, running_cap: int | None
     if batch == 0:
         return f"tpot_limit: one request's decode step takes {step_ms(1):.3f} ms > {limit:g} ms"
     units = units_per_worker(pool)
+    duration = step_ms(batch)
     return _Side(
         option=option,
-        rate=units * batch / (step_ms(batch) * max(spec.output_length - 1, 1)),
+        rate=units * batch / (duration * max(spec.output_length - 1, 1)),
         batch=batch,
+        batch_ms=duration,
         units=units,
         slots=units * cap,
     )
@@ -327,16 +415,17 @@ class _Run:
     best_per_device: float = 0.0
     hopeless: bool = False
 
-    def simulate(self, p: _Side, d: _Side, config: DisaggConfig, clients: int) -> DisaggProbe:
+    def simulate(self, atoms: _Atoms, clients: int) -> DisaggProbe:
+        """One closed loop of ``clients`` over one copy of ``atoms``."""
         if self.check is not None:
             self.check()
         settings = self.settings
         prefill, decode = _pools(
             self.spec,
-            p.option,
-            d.option,
-            config.prefill_workers,
-            config.decode_workers,
+            atoms.prefill,
+            atoms.decode,
+            atoms.prefill_atoms,
+            atoms.decode_atoms,
             running_cap=settings.running_cap,
         )
         result = simulate_disagg_serving(
@@ -344,14 +433,15 @@ class _Run:
             clients,
             prefill,
             decode,
-            settings.transfer(config.prefill, config.num_devices),
+            atoms.transfer,
             num_requests=clients * settings.requests_per_client,
             first_token=settings.first_token,
         )
         reason = limit_reason(self.spec, result.ttft_ms, result.tpot_ms)
         probe = DisaggProbe(
-            config=config,
-            concurrency=clients,
+            config=atoms.deployment,
+            copies=atoms.copies,
+            concurrency=clients * atoms.copies,
             feasible=reason is None,
             reason=reason,
             result=result,
@@ -359,65 +449,81 @@ class _Run:
         self.probes.append(probe)
         return probe
 
-    def evaluate(self, p: _Side, d: _Side, config: DisaggConfig) -> DisaggRow | None:
-        """The configuration at its highest feasible concurrency (``None``: none is, or none
-        can beat the best found; :attr:`hopeless` tells the first: one client is over a
-        limit)."""
+    def evaluate(self, p: _Side, d: _Side, deployment: DisaggConfig) -> DisaggRow | None:
+        """The deployment at its highest feasible concurrency (``None``: none is, or none can
+        beat the best found; :attr:`hopeless` tells the first: one client is over a limit)."""
         self.hopeless = False
-        most = min(
-            self.settings.max_concurrency,
-            config.prefill_workers * p.slots + config.decode_workers * d.slots,
+        atoms = _atoms(
+            p, d, deployment, self.settings.transfer(deployment.prefill, deployment.num_devices)
         )
-        # start where both pools just fill up at their limit-sized batches
-        start = config.prefill_workers * p.units * p.batch + config.decode_workers * d.units * (
-            d.batch
-        )
-        clients = max(1, min(most, start))
+        most = min(self.settings.max_concurrency // atoms.copies, atoms.slots)
+        # start at Little's law: the bound's request rate times a request's time at the
+        # limit-sized batches (the TTFT limit, or the prefill job, then the decode steps)
+        ttft_ms = self.spec.ttft_limit_ms or p.batch_ms
+        e2e_ms = ttft_ms + d.batch_ms * max(self.spec.output_length - 1, 1)
+        clients = max(1, min(most, round(atoms.rate * e2e_ms * START_SHARE)))
         feasible: DisaggProbe | None = None
         infeasible: DisaggProbe | None = None
         while True:  # gallop to a bracket
-            probe = self.simulate(p, d, config, clients)
+            probe = self.simulate(atoms, clients)
             if probe.feasible:
                 feasible = probe
-                if clients >= most or (infeasible is not None):
+                if clients >= most or infeasible is not None:
                     break
-                clients = min(most, clients * 2)
+                clients = min(most, math.ceil(clients * GALLOP_FACTOR))
             else:
                 infeasible = probe
                 if self._cannot_win(probe) or clients == 1 or feasible is not None:
                     break
-                clients = max(1, clients // 2)
+                clients = max(1, math.floor(clients / GALLOP_FACTOR))
         while (
             feasible is not None
             and infeasible is not None
             and infeasible.concurrency - feasible.concurrency
-            > max(1.0, feasible.concurrency * CONCURRENCY_TOLERANCE)
+            > max(atoms.copies, feasible.concurrency * CONCURRENCY_TOLERANCE)
             and not self._cannot_win(infeasible)
         ):  # bisect the bracket
+            low, high = feasible.concurrency // atoms.copies, infeasible.concurrency // atoms.copies
+            share = _crossing(self.spec, feasible.result, infeasible.result)
             probe = self.simulate(
-                p, d, config, (feasible.concurrency + infeasible.concurrency) // 2
+                atoms, min(high - 1, max(low + 1, low + round(share * (high - low))))
             )
             if probe.feasible:
                 feasible = probe
             else:
                 infeasible = probe
         if feasible is None:
-            self.hopeless = infeasible is not None and infeasible.concurrency == 1
+            self.hopeless = infeasible is not None and infeasible.concurrency == atoms.copies
             return None
         row = DisaggRow(
-            config=config,
+            config=deployment,
+            copies=atoms.copies,
             concurrency=feasible.concurrency,
             result=feasible.result,
-            prefill_batch=p.batch,
-            decode_batch=d.batch,
         )
         self.best_per_device = max(self.best_per_device, row.throughput_per_device)
         return row
 
     def _cannot_win(self, probe: DisaggProbe) -> bool:
-        """An infeasible probe no better than the best found: every feasible concurrency below
-        it is slower still."""
-        return not probe.feasible and probe.throughput_per_device <= self.best_per_device
+        """An infeasible probe no better than the best found (by more than
+        :data:`NEAR_TIE`): every feasible concurrency below it is slower still."""
+        return not probe.feasible and probe.throughput_per_device <= self.best_per_device * (
+            1 + NEAR_TIE
+        )
+
+
+def _crossing(spec: WorkloadSpec, low: DisaggServingResult, high: DisaggServingResult) -> float:
+    """Where between a feasible and an infeasible probe the limits are crossed, as a share of
+    the way (linear in TTFT and TPOT, the first limit crossed; kept within the middle 80 %
+    so the bracket always shrinks)."""
+    shares = [0.5]
+    for limit, a, b in (
+        (spec.ttft_limit_ms, low.ttft_ms, high.ttft_ms),
+        (spec.tpot_limit_ms, low.tpot_ms, high.tpot_ms),
+    ):
+        if limit is not None and b > limit >= a and b > a:
+            shares.append((limit - a) / (b - a))
+    return min(max(min(shares[1:] or shares), 0.1), 0.9)
 
 
 def _bound(spec: WorkloadSpec, p: _Side, d: _Side, n_p: int, n_d: int) -> float:
@@ -456,6 +562,7 @@ def optimize_disagg(
     ps = _sides(spec, "prefill", prefill_options, settings.running_cap, infeasible)
     ds = _sides(spec, "decode", decode_options, settings.running_cap, infeasible)
     budget, most = settings.num_devices, settings.max_workers
+    small = min(most, SEARCH_WORKERS)
     check = interrupt_of(prefill_options[0].worker.latency)
     run = _Run(spec=spec, settings=settings, check=check, probes=[])
     heap: list[tuple[float, int, int, int, int, int, int]] = []
@@ -468,8 +575,8 @@ def optimize_disagg(
 
     for pi, p in enumerate(ps):
         for di, d in enumerate(ds):
-            for n_p in range(1, min(most, (budget - d.size) // p.size) + 1):
-                top = _decode_counts(budget, most, p, d, n_p)
+            for n_p in range(1, min(small, (budget - d.size) // p.size) + 1):
+                top = _decode_counts(budget, small, p, d, n_p)
                 if top < 1:
                     continue
                 balance = n_p * p.rate / d.rate
@@ -485,13 +592,14 @@ def optimize_disagg(
     # (layouts, transfer) pairs where one client misses a limit: so does every count of them
     # with that transfer (one client meets one prefill and one decode worker)
     hopeless: set[tuple[int, int, KvTransfer]] = set()
-    efficiency: dict[tuple[int, int], float] = {}  # per pair of layouts, see ESTIMATE_MARGIN
+    efficiency: dict[tuple[int, int], float] = {}  # per pair of layouts, see UNMEASURED_MARGIN
+    seen: set[tuple[object, ...]] = set()
     while heap:
         negative, _, pi, di, n_p, n_d, step = heapq.heappop(heap)
         if rows and -negative <= run.best_per_device:
             break  # no configuration left can beat the best
         p, d = ps[pi], ds[di]
-        top = _decode_counts(budget, most, p, d, n_p)
+        top = _decode_counts(budget, small, p, d, n_p)
         for nxt in (n_d - 1, n_d + 1) if step == 0 else (n_d + step,):
             if 1 <= nxt <= top:
                 push(pi, di, n_p, nxt, nxt - n_d)
@@ -501,6 +609,8 @@ def optimize_disagg(
             prefill_workers=n_p,
             decode_workers=n_d,
         )
+        copies = min(most // max(n_p, n_d), budget // config.num_devices)
+        config = _scaled(config, copies)
         key = (pi, di, settings.transfer(config.prefill, config.num_devices))
         if key in hopeless:
             continue
@@ -512,16 +622,23 @@ def optimize_disagg(
         )
         if -negative * estimate <= run.best_per_device:
             continue
+        signature = (
+            p.signature(config.prefill_workers),
+            d.signature(config.decode_workers),
+            key[2],
+        )
+        if signature in seen:
+            continue  # the same pools under other layout names
+        seen.add(signature)
         evaluated += 1
-        first = len(run.probes)
         row = run.evaluate(p, d, config)
-        reached = max(probe.throughput_per_device for probe in run.probes[first:])
+        reached = 0.0 if row is None else row.throughput_per_device
         efficiency[(pi, di)] = max(measured or 0.0, reached / -negative)
         if row is not None:
             rows.append(row)
         elif run.hopeless:
             hopeless.add(key)
-    rows.sort(key=lambda r: (-r.throughput_per_device, r.config.num_devices, r.concurrency))
+    rows.sort(key=lambda r: (-r.throughput_per_device, -r.config.num_devices, r.concurrency))
     reason = None if rows else _why_nothing(infeasible, run.probes, ps, ds)
     return DisaggSearchResult(
         rows=tuple(rows),
