@@ -89,9 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     for name, case in CASES.items():
-        print(
-            f"8 x 8 layouts, <= 16 workers per pool, {name}: {time_case({**COMMON, **case}, args.repeat)}"
-        )
+        figures = time_case({**COMMON, **case}, args.repeat)
+        print(f"8 x 8 layouts, <= 16 workers per pool, {name}: {figures}")
     return 0
 
 
