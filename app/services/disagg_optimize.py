@@ -91,7 +91,12 @@ def _worker_sizes(request: OptimizeRequest, pool: Pool) -> list[int]:
     every power of two that does."""
     fixed = getattr(request, f"{pool}_devices_per_instance")
     other = "decode" if pool == "prefill" else "prefill"
-    other_size = getattr(request, f"{other}_devices_per_instance") or 1
+    other_fixed = getattr(request, f"{other}_devices_per_instance")
+    # a fixed prefill size leaves room for one decode device, a decode size for the prefill
+    # worker (so two fixed sizes over the budget name the decode one); free sizes for the
+    # other pool's fixed worker
+    checked = pool == "decode" or fixed is None
+    other_size = (other_fixed or 1) if checked else 1
     room = request.num_devices - other_size
     if fixed is not None:
         if fixed > room:

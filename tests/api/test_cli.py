@@ -390,7 +390,6 @@ FLAG_DEST = {
 #: Request fields with no flag of their own, and why.
 NOT_A_FLAG = {
     "include_probes": "set from --format (probes only in the JSON document)",
-    "mode": "set by --disagg / --enable-optimize-prefill-decode-ratio (msmodeling's flags)",
 }
 #: Flags that are no request field.
 CLI_ONLY = {
@@ -448,8 +447,9 @@ def test_every_request_field_is_a_flag_with_the_models_choices_and_default(
 ) -> None:
     actions = {a.dest: a for a in _subcommand(command)._actions}
     fields = _fields(model)
-    # simulate's mode is a flag of its own (--mode disagg); optimize's comes from msmodeling's
-    not_a_flag = set(NOT_A_FLAG) - ({"mode"} if command == "simulate" else set())
+    # mode is a flag of its own (--mode disagg); optimize's also comes from msmodeling's
+    # --disagg / --enable-optimize-prefill-decode-ratio
+    not_a_flag = set(NOT_A_FLAG)
     expected = {FLAG_DEST.get(f, f.removeprefix("scheduler.")) for f in fields} - not_a_flag
     assert set(actions) - CLI_ONLY == expected, "a request field without a flag, or vice versa"
     for field, info in fields.items():
