@@ -207,12 +207,7 @@ def optimize_text(body: dict[str, Any]) -> str:
                 else ""
             )
         )
-    lines.extend(
-        f"infeasible {item['role']} {item['parallel']}: {item['reason']}"
-        for item in body["infeasible"]
-    )
-    if body.get("reason"):
-        lines.append(f"note: {body['reason']}")
+    lines.extend(_refusal_lines(body))
     best = body.get("best")
     if best and best.get("ttft_ms_interval") and best.get("tpot_ms_interval"):
         ttft, tpot = best["ttft_ms_interval"], best["tpot_ms_interval"]
@@ -228,6 +223,17 @@ def optimize_text(body: dict[str, Any]) -> str:
         f"{stats['cache']['hits']} cache hits, {stats['elapsed_ms']:.0f} ms"
     )
     return "\n".join(lines)
+
+
+def _refusal_lines(body: dict[str, Any]) -> list[str]:
+    """Every infeasible layout with its reason, then why nothing is feasible (if so)."""
+    lines = [
+        f"infeasible {item['role']} {item['parallel']}: {item['reason']}"
+        for item in body["infeasible"]
+    ]
+    if body.get("reason"):
+        lines.append(f"note: {body['reason']}")
+    return lines
 
 
 def print_optimize(bodies: list[dict[str, Any]], fmt_name: str, *, probes: bool = False) -> None:
@@ -577,12 +583,7 @@ def disagg_optimize_text(body: dict[str, Any], *, probes: bool = False) -> str:
             f"{best['decode']['parallel']}, {best['concurrency']} clients, binding pool "
             f"{best['binding_pool']}"
         )
-    lines.extend(
-        f"infeasible {item['role']} {item['parallel']}: {item['reason']}"
-        for item in body["infeasible"]
-    )
-    if body.get("reason"):
-        lines.append(f"note: {body['reason']}")
+    lines.extend(_refusal_lines(body))
     if body.get("notice"):
         lines.append(f"note: {body['notice']}")
     if probes:

@@ -264,6 +264,14 @@ class OptimizeResponse(BaseModel):
 
 
 # -- mode disagg ---------------------------------------------------------------------------------
+#: What the closed loop measured of a pool (the disaggregated simulate's pools say the same).
+POOL_UTILISATION = "busy share of the pool's units over the makespan"
+POOL_WAIT = (
+    "mean wait of a request: prefill, for a prefill unit; decode, for a decode slot once its "
+    "KV arrived"
+)
+
+
 class DisaggWorkersOut(BaseModel):
     """One pool of a searched deployment: its workers, one worker's layout, how busy it ran."""
 
@@ -274,11 +282,8 @@ class DisaggWorkersOut(BaseModel):
     parallel: str = Field(description="one worker's layout")
     devices_per_worker: int
     devices: int = Field(description="workers x devices_per_worker")
-    utilisation: float = Field(description="busy share of the pool's units over the makespan")
-    wait_ms: float = Field(
-        description="mean wait of a request: prefill, for a prefill unit; decode, for a decode "
-        "slot once its KV arrived"
-    )
+    utilisation: float = Field(description=POOL_UTILISATION)
+    wait_ms: float = Field(description=POOL_WAIT)
 
 
 class DisaggRowOut(BaseModel):

@@ -19,7 +19,7 @@ from app.core.workload import (
     Workload,
 )
 from app.core.workload.disagg_serving import FirstToken, Pool
-from app.models.optimize import RunStats
+from app.models.optimize import POOL_UTILISATION, POOL_WAIT, RunStats
 from app.models.workload import DeploymentMixin, WorkloadMixin
 
 
@@ -310,11 +310,8 @@ class DisaggPoolOut(BaseModel):
         "first chunk, at most kv_requests); decode: running cap per rank (the engine's "
         "max_num_seqs and kv_requests)"
     )
-    utilisation: float = Field(description="busy share of the pool's units over the makespan")
-    wait_ms: float = Field(
-        description="mean wait of a request: prefill, for a prefill unit; decode, for a decode "
-        "slot once its KV arrived"
-    )
+    utilisation: float = Field(description=POOL_UTILISATION)
+    wait_ms: float = Field(description=POOL_WAIT)
 
 
 class KvTransferOut(BaseModel):

@@ -16,11 +16,12 @@ import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from app.cli import build_parser, main
+from app.cli import build_parser
 from app.models.forward import ForwardRequest
 from app.models.optimize import OptimizeRequest
 from app.models.simulate import SimulateRequest
 from app.models.workload import SchedulerOptions
+from tests.api.helpers import run
 
 #: The RFC examples' deployment, under the RFC's semantics (``--engine msmodeling``: burst,
 #: decode-first); the default engine profile has tests of its own.
@@ -43,15 +44,6 @@ JSON_8192 = ["--max-batched-tokens", "8192", "--format", "json"]
 @pytest.fixture(autouse=True)
 def memory_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APP_CACHE_BACKEND", "memory")
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_optimize_table(capsys: pytest.CaptureFixture[str]) -> None:

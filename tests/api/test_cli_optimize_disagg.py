@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from app.cli import main
+from tests.api.helpers import run
 
 DISAGG = [
     "optimize",
@@ -39,15 +39,6 @@ DISAGG = [
     "--mode",
     "disagg",
 ]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_the_table_ranks_deployments_and_names_the_best(
