@@ -45,6 +45,7 @@ from app.services.cost_model import ModelFactory
 from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths
 from app.services.resolve import resolve_deployment
+from app.services.response_cache import cached_response, optimize_key
 from app.services.sizing import (
     check_closed_loop_size,
     check_simulation_size,
@@ -179,7 +180,6 @@ def optimize_disagg_deployment(
     request, profile = with_engine_defaults(request)
     p_layouts = _pool_layouts(request, "prefill")
     d_layouts = _pool_layouts(request, "decode")
-    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
     data = workload_spec(request, request.num_devices, profile)
     check_simulation_size(data, 1, "max_batch_size")  # the prefill chunk bound
     per_client = request.requests_per_client * data.prefill_num_chunks
@@ -189,6 +189,13 @@ def optimize_disagg_deployment(
             data, request.max_batch_size, request.requests_per_client, "max_batch_size"
         )
         max_clients = request.max_batch_size
+    key = optimize_key(request) if context.settings.response_cache and not allow_paths else None
+    if key is not None:
+        (stored,) = context.cache.get_many([key])
+        hit = cached_response(context, key, stored, request, started, DisaggOptimizeResponse)
+        if hit is not None:
+            return hit
+    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
     factory = ModelFactory(context, deployment)
     usable_p, rejected_p = _usable(factory, "prefill", p_layouts)
     usable_d, rejected_d = _usable(factory, "decode", d_layouts)
@@ -251,7 +258,7 @@ def optimize_disagg_deployment(
     reason = None if best is not None else (result.reason or "no feasible configuration")
     if progress is not None:
         progress(f"done: {result.evaluated} configurations, {len(result.probes)} simulations")
-    return DisaggOptimizeResponse(
+    response = DisaggOptimizeResponse(
         input=request,
         engine=deployment.profile.to_dict(),
         best=best,
@@ -281,6 +288,9 @@ def optimize_disagg_deployment(
             cache=factory.counters(),
         ),
     )
+    if key is not None:
+        context.cache.set_many({key: response.model_dump(mode="json")})
+    return response
 
 
 def _ttft_notice(best: DisaggRowOut | None) -> str:

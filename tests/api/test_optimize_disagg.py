@@ -177,3 +177,14 @@ def test_the_schema_offers_the_disagg_answer(client: TestClient) -> None:
     names = client.get("/openapi.json").json()["components"]["schemas"]
     assert {"DisaggOptimizeResponse", "DisaggRowOut"} <= set(names)
     assert "disagg" in names["OptimizeRequest"]["properties"]["mode"]["enum"]
+
+
+def test_an_identical_request_is_answered_from_the_response_cache(client: TestClient) -> None:
+    first = answer(client, max_workers=3)
+    second = answer(client, max_workers=3)
+    assert not first["stats"]["cache"]["response_cache_hit"]
+    assert second["stats"]["cache"]["response_cache_hit"]
+    assert {k: v for k, v in second.items() if k != "stats"} == {
+        k: v for k, v in first.items() if k != "stats"
+    }
+    assert not answer(client, max_workers=2)["stats"]["cache"]["response_cache_hit"]
