@@ -7,32 +7,41 @@ deployment; it is priced by :func:`~app.core.workload.disagg_serving.simulate_di
 A configuration's answer is its highest ``C`` whose mean TTFT and TPOT meet the limits; the
 configurations rank by output tokens/s per device.
 
-The search never walks the grid; its cost follows the configurations it has to simulate:
+The search never walks the grid; its cost follows the configurations it has to simulate
+(docs/engine.md, "Disaggregated optimize"):
 
-- **Per layout, once.** Each pool option's capacity: a prefill unit's best rate (requests/ms)
-  at the largest job whose own duration meets the TTFT limit, a decode unit's at the largest
+- **Per layout, once.** Each pool option's capacity: a prefill unit's rate (requests/ms) at
+  the largest job whose own duration meets the TTFT limit, a decode unit's at the largest
   running batch whose step meets the TPOT limit (bisections over the batch, a handful of
   forwards). A layout that cannot meet a limit even with one request is infeasible with the
   reason, as is one whose worker cannot hold one prompt's or one request's KV.
-- **A bound per configuration.** ``osl * min(N_p * rate_p, N_d * rate_d) / devices``: no closed
-  loop of those pools emits more. For fixed layouts and ``N_p`` it rises with ``N_d`` up to the
-  balance ``N_d = N_p * rate_p / rate_d`` and falls after it, so configurations are taken
-  best-bound first from a heap seeded with the balance points and grown outwards one ``N_d``
-  at a time; the search stops when the next bound is no better than the best configuration
-  found (configurations a bound dominates are never simulated).
-- **Concurrency by galloping and bisection.** Feasibility falls and throughput rises with
+- **A bound per configuration.** ``osl * min(N_p * rate_p, N_d * rate_d) / devices``. For
+  fixed layouts and ``N_p`` it rises with ``N_d`` up to the balance
+  ``N_d = N_p * rate_p / rate_d`` and falls after it, so configurations are taken best-bound
+  first from a heap seeded with the balance points and grown outwards one ``N_d`` at a time;
+  the search stops when the next bound is no better than the best configuration found.
+- **Estimates.** A configuration is simulated only when its bound times its pair's measured
+  efficiency (:data:`UNMEASURED_MARGIN`) beats the best found; a pair that misses a limit with
+  one client is dropped for that transfer; pools that are the same units under other layout
+  names are simulated once.
+- **Copies.** Configurations have at most :data:`SEARCH_WORKERS` workers per pool; the
+  deployment is as many copies of one as the budget and ``max_workers`` allow, and each is
+  simulated as its smallest equal part (:class:`_Atoms`): k copies serve k times the clients
+  at the same TTFT, TPOT and throughput per device.
+- **Concurrency by galloping and interpolation.** Feasibility falls and throughput rises with
   ``C`` (more clients queue longer and run larger batches), so a configuration's search starts
-  at the clients that fill its pools at the limit-sized batches, gallops (doubling or
-  halving) to a feasible/infeasible bracket and bisects it to within
-  :data:`CONCURRENCY_TOLERANCE`. An infeasible probe whose throughput per device is no better
-  than the best found ends the configuration (every feasible ``C`` below it runs slower).
-  ``C`` never exceeds the clients both pools can hold at once (more only queue).
+  at Little's law's clients (:data:`START_SHARE`), gallops by :data:`GALLOP_FACTOR` to a
+  feasible/infeasible bracket and narrows it where the limits are crossed to within
+  :data:`CONCURRENCY_TOLERANCE`. An infeasible probe whose throughput per device beats the
+  best found by less than :data:`NEAR_TIE` ends the configuration (every feasible ``C`` below
+  it runs slower). ``C`` never exceeds the clients both pools can hold at once (more only
+  queue).
 - **Memoised forwards.** Each option's latency model is the caller's (one cached serving model
   per layout, shared by every configuration and probe).
 
-The bound is the capacity at the limit-sized batches, an upper bound when a mean within the
-limit needs batches within it (mixtures of larger and smaller batches could beat it by a
-little; the search takes the bound as exact).
+The bound and the estimates are the capacity at the limit-sized batches, an upper bound when a
+mean within the limit needs batches within it (mixtures of larger and smaller batches could
+beat it by a little; the search takes them as exact).
 """
 
 from __future__ import annotations
@@ -313,12 +322,8 @@ def _prefill_side(spec: WorkloadSpec, option: PoolOption) -> _Side | str:
         return spec.reported_ttft_ms(prefill_job_ms(spec, model, requests))
 
     batch = _largest_within(job_max, job_ms, limit)
-    if batch == 0:
-        return (
-            f"ttft_limit: one prompt's prefill takes {job_ms(1):.2f} ms > {limit:g} ms"
-            if limit is not None
-            else "no prefill batch"
-        )
+    if batch == 0:  # only under a limit (without one the cap is within)
+        return f"ttft_limit: one prompt's prefill takes {job_ms(1):.2f} ms > {limit:g} ms"
     units = units_per_worker(pool)
     duration = prefill_job_ms(spec, model, batch)
     return _Side(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -100,8 +101,8 @@ def simulate(
     """One closed loop (3 requests per client), its transfer over the tier of ``devices``
     (default: its own)."""
     prefill, decode = disagg_pools(
-        PoolWorker(**{**_fields(p.worker), "workers": n_p}),
-        PoolWorker(**{**_fields(d.worker), "workers": n_d}),
+        replace(p.worker, workers=n_p),
+        replace(d.worker, workers=n_d),
         input_length=ISL,
         output_length=OSL,
         running_cap=None,
@@ -110,10 +111,6 @@ def simulate(
     return simulate_disagg_serving(
         data, c, prefill, decode, transfer(p.layout, devices), num_requests=3 * c
     )
-
-
-def _fields(worker: PoolWorker) -> dict[str, object]:
-    return {name: getattr(worker, name) for name in worker.__slots__}  # type: ignore[attr-defined]
 
 
 def test_every_row_is_within_the_budget_and_the_limits_and_best_leads_the_ranking() -> None:
