@@ -85,6 +85,9 @@ CONCURRENCY_TOLERANCE = 1 / 8
 #: a pair not simulated yet at its bound times the best efficiency measured so far, raised by
 #: this share (pairs differ in how close their closed loop comes to the bound).
 UNMEASURED_MARGIN = 0.05
+#: The same for a pair already simulated: its efficiency changes a little with the counts
+#: (the pools' interplay is not in the bound).
+MEASURED_MARGIN = 0.1
 #: Workers per pool of the configurations the search simulates; a deployment of more is
 #: copies of one of them (k copies of a deployment serve k times its clients at the same
 #: TTFT, TPOT and throughput per device).
@@ -96,11 +99,16 @@ GALLOP_FACTOR = 1.5
 #: Gains below this share of the best found are not chased (a configuration whose infeasible
 #: probe beats the best by less ends its search).
 NEAR_TIE = 0.01
+#: Under a TTFT limit each prefill option's rate is measured (:func:`_measured_prefill`) with
+#: a decode pool of this many times its rate.
+PREFILL_PROBE_DECODE_HEADROOM = 2.0
+PREFILL_PROBE_TOLERANCE = 1 / 4
 #: Default and largest workers per pool the search may place.
 DEFAULT_MAX_WORKERS = 16
 MAX_SEARCH_WORKERS = 64
 
 TransferFor = Callable[[ParallelLayout, int], KvTransfer]
+_CLIMB = 2  # a heap entry's step: a neighbour of its pair's best configuration
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,6 +242,8 @@ class _Side:
     batch_ms: float
     units: int
     slots: int
+    #: decode: one unit's step at a running batch (the start of a concurrency search)
+    step_ms: Callable[[int], float] | None = None
 
     def signature(self, workers: int) -> tuple[float, int, int, int, int]:
         """What a pool of ``workers`` of this option looks like to the simulation: units of
@@ -357,6 +367,7 @@ def _decode_side(spec: WorkloadSpec, option: PoolOption, running_cap: int | None
         batch_ms=duration,
         units=units,
         slots=units * cap,
+        step_ms=step_ms,
     )
 
 
@@ -419,6 +430,7 @@ class _Run:
     probes: list[DisaggProbe]
     best_per_device: float = 0.0
     hopeless: bool = False
+    tolerance: float = CONCURRENCY_TOLERANCE
 
     def simulate(self, atoms: _Atoms, clients: int) -> DisaggProbe:
         """One closed loop of ``clients`` over one copy of ``atoms``."""
@@ -462,11 +474,7 @@ class _Run:
             p, d, deployment, self.settings.transfer(deployment.prefill, deployment.num_devices)
         )
         most = min(self.settings.max_concurrency // atoms.copies, atoms.slots)
-        # start at Little's law: the bound's request rate times a request's time at the
-        # limit-sized batches (the TTFT limit, or the prefill job, then the decode steps)
-        ttft_ms = self.spec.ttft_limit_ms or p.batch_ms
-        e2e_ms = ttft_ms + d.batch_ms * max(self.spec.output_length - 1, 1)
-        clients = max(1, min(most, round(atoms.rate * e2e_ms * START_SHARE)))
+        clients = max(1, min(most, round(_little_clients(self.spec, p, d, atoms) * START_SHARE)))
         feasible: DisaggProbe | None = None
         infeasible: DisaggProbe | None = None
         while True:  # gallop to a bracket
@@ -481,18 +489,24 @@ class _Run:
                 if self._cannot_win(probe) or clients == 1 or feasible is not None:
                     break
                 clients = max(1, math.floor(clients / GALLOP_FACTOR))
+        moved: bool | None = None  # the side the last narrowing moved (True: feasible)
+        repeated = False
         while (
             feasible is not None
             and infeasible is not None
             and infeasible.concurrency - feasible.concurrency
-            > max(atoms.copies, feasible.concurrency * CONCURRENCY_TOLERANCE)
+            > max(atoms.copies, feasible.concurrency * self.tolerance)
             and not self._cannot_win(infeasible)
-        ):  # bisect the bracket
+        ):  # narrow the bracket where the limits are crossed (a halving after a repeat)
             low, high = feasible.concurrency // atoms.copies, infeasible.concurrency // atoms.copies
-            share = _crossing(self.spec, feasible.result, infeasible.result)
+            share = 0.5 if repeated else _crossing(self.spec, feasible.result, infeasible.result)
             probe = self.simulate(
                 atoms, min(high - 1, max(low + 1, low + round(share * (high - low))))
             )
+            # the limits bend up with the clients, so a straight line keeps landing on the same
+            # side: after two in a row, halve
+            repeated = probe.feasible == moved
+            moved = probe.feasible
             if probe.feasible:
                 feasible = probe
             else:
@@ -517,6 +531,27 @@ class _Run:
         )
 
 
+def _little_clients(spec: WorkloadSpec, p: _Side, d: _Side, atoms: _Atoms) -> float:
+    """Little's law: the bound's request rate times a request's time, the TTFT limit (or the
+    limit-sized prefill job) and the decode steps at the running batch that rate keeps on a
+    decode unit: the fixed point ``running = rate x steps x step_ms(running) / units``
+    (bisected: the step grows more slowly than the batch), at most the limit-sized batch."""
+    ttft_ms = spec.ttft_limit_ms or p.batch_ms
+    steps = max(spec.output_length - 1, 1)
+    per_unit = atoms.rate * steps / atoms.decode_atoms
+    step_ms = d.step_ms
+    if step_ms is None or d.batch <= per_unit * step_ms(d.batch):
+        return atoms.rate * (ttft_ms + steps * d.batch_ms)
+    lo, hi = 0, d.batch  # running below / at or above its fixed point
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mid < per_unit * step_ms(mid):
+            lo = mid
+        else:
+            hi = mid
+    return atoms.rate * (ttft_ms + steps * step_ms(hi))
+
+
 def _crossing(spec: WorkloadSpec, low: DisaggServingResult, high: DisaggServingResult) -> float:
     """Where between a feasible and an infeasible probe the limits are crossed, as a share of
     the way (linear in TTFT and TPOT, the first limit crossed; kept within the middle 80 %
@@ -529,6 +564,43 @@ def _crossing(spec: WorkloadSpec, low: DisaggServingResult, high: DisaggServingR
         if limit is not None and b > limit >= a and b > a:
             shares.append((limit - a) / (b - a))
     return min(max(min(shares[1:] or shares), 0.1), 0.9)
+
+
+def _measured_prefill(
+    spec: WorkloadSpec,
+    settings: DisaggSearchSettings,
+    check: Callable[[], None] | None,
+    p: _Side,
+    ds: Sequence[_Side],
+) -> _Side | str:
+    """The prefill option with the rate one engine unit of it reaches within the TTFT limit
+    (times the worker's units) in a closed loop whose decode pool has twice its capacity (the
+    fastest decode option per device): the TTFT limit holds the prefill pool below the
+    capacity of its limit-sized jobs by its queueing, which only a simulation tells (one unit
+    queues more than several sharing the load: the estimate errs low, and each pair's best
+    has its neighbours simulated). Its rate may only fall."""
+    d = max(ds, key=lambda side: (side.rate / side.size, -side.size))
+    unit = replace(  # one engine unit of the worker
+        p, option=_atom(p), rate=p.rate / p.units, units=1, slots=p.slots // p.units
+    )
+    decode_workers = max(1, math.ceil(PREFILL_PROBE_DECODE_HEADROOM * unit.rate / d.rate))
+    probe = DisaggConfig(
+        prefill=p.option.layout,
+        decode=d.option.layout,
+        prefill_workers=1,
+        decode_workers=decode_workers,
+    )
+    run = _Run(
+        spec=spec, settings=settings, check=check, probes=[], tolerance=PREFILL_PROBE_TOLERANCE
+    )
+    row = run.evaluate(unit, d, probe)
+    if row is None:  # one client misses the TTFT limit beside an idle decode pool
+        one = run.probes[-1].result
+        return (
+            f"ttft_limit: one client's TTFT is {one.ttft_ms:.2f} ms > {spec.ttft_limit_ms:g} ms "
+            f"(with {decode_workers} x {d.option.layout.label} decode workers)"
+        )
+    return replace(p, rate=min(p.rate, p.units * row.request_throughput_s / MS_PER_S))
 
 
 def _bound(spec: WorkloadSpec, p: _Side, d: _Side, n_p: int, n_d: int) -> float:
@@ -569,12 +641,34 @@ def optimize_disagg(
     budget, most = settings.num_devices, settings.max_workers
     small = min(most, SEARCH_WORKERS)
     check = interrupt_of(prefill_options[0].worker.latency)
+    # the heap's order and the stopping rule take the capacities at the limit-sized batches;
+    # the estimates (and each concurrency search's start) the measured prefill rates
+    # (measured when first needed: a layout whose bound never beats the best is not)
+    measured_ps: dict[int, _Side | None] = {}
+
+    def measured_prefill(pi: int) -> _Side | None:
+        if pi not in measured_ps:
+            side: _Side | str = ps[pi]
+            if spec.ttft_limit_ms is not None:
+                side = _measured_prefill(spec, settings, check, ps[pi], ds)
+            if isinstance(side, str):
+                infeasible.append(("prefill", ps[pi].option.layout.label, side))
+            measured_ps[pi] = None if isinstance(side, str) else side
+        return measured_ps[pi]
+
     run = _Run(spec=spec, settings=settings, check=check, probes=[])
     heap: list[tuple[float, int, int, int, int, int, int]] = []
     seq = 0
+    queued: set[tuple[int, int, int, int]] = set()
 
     def push(pi: int, di: int, n_p: int, n_d: int, step: int) -> None:
+        """Queue a configuration (``step``: -1 / 1 grow it outwards in ``N_d`` when taken,
+        0 both ways, :data:`_CLIMB` a neighbour of a pair's best: simulated whatever its
+        estimate)."""
         nonlocal seq
+        if (pi, di, n_p, n_d) in queued:
+            return
+        queued.add((pi, di, n_p, n_d))
         seq += 1
         heapq.heappush(heap, (-_bound(spec, ps[pi], ds[di], n_p, n_d), seq, pi, di, n_p, n_d, step))
 
@@ -599,13 +693,17 @@ def optimize_disagg(
     hopeless: set[tuple[int, int, KvTransfer]] = set()
     efficiency: dict[tuple[int, int], float] = {}  # per pair of layouts, see UNMEASURED_MARGIN
     seen: set[tuple[object, ...]] = set()
+    pair_best: dict[tuple[int, int], float] = {}
     while heap:
         negative, _, pi, di, n_p, n_d, step = heapq.heappop(heap)
         if rows and -negative <= run.best_per_device:
             break  # no configuration left can beat the best
-        p, d = ps[pi], ds[di]
+        found = measured_prefill(pi)
+        if found is None:
+            continue  # one client misses the TTFT limit with this prefill layout
+        p, d = found, ds[di]
         top = _decode_counts(budget, small, p, d, n_p)
-        for nxt in (n_d - 1, n_d + 1) if step == 0 else (n_d + step,):
+        for nxt in () if step == _CLIMB else (n_d - 1, n_d + 1) if step == 0 else (n_d + step,):
             if 1 <= nxt <= top:
                 push(pi, di, n_p, nxt, nxt - n_d)
         config = DisaggConfig(
@@ -621,11 +719,12 @@ def optimize_disagg(
             continue
         measured = efficiency.get((pi, di))
         estimate = (
-            measured
+            measured * (1 + MEASURED_MARGIN)
             if measured is not None
             else max(efficiency.values(), default=math.inf) * (1 + UNMEASURED_MARGIN)
         )
-        if -negative * estimate <= run.best_per_device:
+        bound = _bound(spec, p, d, n_p, n_d)
+        if step != _CLIMB and bound * estimate <= run.best_per_device:
             continue
         signature = (
             p.signature(config.prefill_workers),
@@ -638,9 +737,16 @@ def optimize_disagg(
         evaluated += 1
         row = run.evaluate(p, d, config)
         reached = 0.0 if row is None else row.throughput_per_device
-        efficiency[(pi, di)] = max(measured or 0.0, reached / -negative)
+        efficiency[(pi, di)] = max(measured or 0.0, reached / bound if bound > 0 else 0.0)
         if row is not None:
             rows.append(row)
+            if row.throughput_per_device > pair_best.get((pi, di), 0.0):
+                # the pools' interplay (a decode pool's waits count in TTFT) is not in the
+                # bound: a pair's best so far has its neighbours simulated
+                pair_best[(pi, di)] = row.throughput_per_device
+                for q, e in ((n_p - 1, n_d), (n_p + 1, n_d), (n_p, n_d - 1), (n_p, n_d + 1)):
+                    if 1 <= q <= small and 1 <= e <= _decode_counts(budget, small, p, d, q):
+                        push(pi, di, q, e, _CLIMB)
         elif run.hopeless:
             hopeless.add(key)
     rows.sort(key=lambda r: (-r.throughput_per_device, -r.config.num_devices, r.concurrency))
