@@ -20,28 +20,32 @@ The search never walks the grid; its cost follows the configurations it has to s
   ``N_d = N_p * rate_p / rate_d`` and falls after it, so configurations are taken best-bound
   first from a heap seeded with the balance points and grown outwards one ``N_d`` at a time;
   the search stops when the next bound is no better than the best configuration found.
+- **Measured prefill rates.** Under a TTFT limit the prefill pool runs well below its
+  limit-sized jobs' capacity (queueing, and the decode side's waits count in TTFT), so each
+  prefill layout's rate is measured when first needed (:func:`_measured_prefill`).
 - **Estimates.** A configuration is simulated only when its bound times its pair's measured
-  efficiency (:data:`UNMEASURED_MARGIN`) beats the best found; a pair that misses a limit with
-  one client is dropped for that transfer; pools that are the same units under other layout
-  names are simulated once.
+  efficiency (:data:`MEASURED_MARGIN`, :data:`UNMEASURED_MARGIN`) beats the best found; a pair
+  that misses a limit with one client is dropped for that transfer; pools that are the same
+  units under other layout names are simulated once.
+- **Climbing.** A pair's best configuration so far has its four neighbours in the worker
+  counts simulated whatever their estimate (the pools' interplay is not in the bound).
 - **Copies.** Configurations have at most :data:`SEARCH_WORKERS` workers per pool; the
   deployment is as many copies of one as the budget and ``max_workers`` allow, and each is
   simulated as its smallest equal part (:class:`_Atoms`): k copies serve k times the clients
   at the same TTFT, TPOT and throughput per device.
 - **Concurrency by galloping and interpolation.** Feasibility falls and throughput rises with
   ``C`` (more clients queue longer and run larger batches), so a configuration's search starts
-  at Little's law's clients (:data:`START_SHARE`), gallops by :data:`GALLOP_FACTOR` to a
-  feasible/infeasible bracket and narrows it where the limits are crossed to within
-  :data:`CONCURRENCY_TOLERANCE`. An infeasible probe whose throughput per device beats the
+  at Little's law's clients (:func:`_little_clients`, :data:`START_SHARE`), gallops by
+  :data:`GALLOP_FACTOR` to a feasible/infeasible bracket and narrows it where the limits are
+  crossed to within :data:`CONCURRENCY_TOLERANCE`. An infeasible probe whose throughput per device beats the
   best found by less than :data:`NEAR_TIE` ends the configuration (every feasible ``C`` below
   it runs slower). ``C`` never exceeds the clients both pools can hold at once (more only
   queue).
 - **Memoised forwards.** Each option's latency model is the caller's (one cached serving model
   per layout, shared by every configuration and probe).
 
-The bound and the estimates are the capacity at the limit-sized batches, an upper bound when a
-mean within the limit needs batches within it (mixtures of larger and smaller batches could
-beat it by a little; the search takes them as exact).
+The bound, the measured rates and the estimates are heuristics, not proofs; the search takes
+them as exact (docs/engine.md compares it with an exhaustive walk).
 """
 
 from __future__ import annotations
