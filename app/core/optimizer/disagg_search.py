@@ -37,10 +37,10 @@ The search never walks the grid; its cost follows the configurations it has to s
   ``C`` (more clients queue longer and run larger batches), so a configuration's search starts
   at Little's law's clients (:func:`_little_clients`, :data:`START_SHARE`), gallops by
   :data:`GALLOP_FACTOR` to a feasible/infeasible bracket and narrows it where the limits are
-  crossed to within :data:`CONCURRENCY_TOLERANCE`. An infeasible probe whose throughput per device beats the
-  best found by less than :data:`NEAR_TIE` ends the configuration (every feasible ``C`` below
-  it runs slower). ``C`` never exceeds the clients both pools can hold at once (more only
-  queue).
+  crossed to within :data:`CONCURRENCY_TOLERANCE`. An infeasible probe whose throughput per
+  device beats the best found by less than :data:`NEAR_TIE` ends the configuration (every
+  feasible ``C`` below it runs slower). ``C`` never exceeds the clients both pools can hold at
+  once (more only queue).
 - **Memoised forwards.** Each option's latency model is the caller's (one cached serving model
   per layout, shared by every configuration and probe).
 
