@@ -27,8 +27,8 @@ The search never walks the grid; its cost follows the configurations it has to s
   efficiency (:data:`MEASURED_MARGIN`, :data:`UNMEASURED_MARGIN`) beats the best found; a pair
   that misses a limit with one client is dropped for that transfer; pools that are the same
   units under other layout names are simulated once.
-- **Climbing.** A pair's best configuration so far has its four neighbours in the worker
-  counts simulated whatever their estimate (the pools' interplay is not in the bound).
+- **Climbing.** The best configuration so far has its four neighbours in the worker counts
+  simulated whatever their estimate (the pools' interplay is not in the bound).
 - **Copies.** Configurations have at most :data:`SEARCH_WORKERS` workers per pool; the
   deployment is as many copies of one as the budget and ``max_workers`` allow, and each is
   simulated as its smallest equal part (:class:`_Atoms`): k copies serve k times the clients
@@ -112,7 +112,7 @@ DEFAULT_MAX_WORKERS = 16
 MAX_SEARCH_WORKERS = 64
 
 TransferFor = Callable[[ParallelLayout, int], KvTransfer]
-_CLIMB = 2  # a heap entry's step: a neighbour of its pair's best configuration
+_CLIMB = 2  # a heap entry's step: a neighbour of the best configuration so far
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -581,7 +581,7 @@ def _measured_prefill(
     (times the worker's units) in a closed loop whose decode pool has twice its capacity (the
     fastest decode option per device): the TTFT limit holds the prefill pool below the
     capacity of its limit-sized jobs by its queueing, which only a simulation tells (one unit
-    queues more than several sharing the load: the estimate errs low, and each pair's best
+    queues more than several sharing the load: the estimate errs low, and the best so far
     has its neighbours simulated). Its rate may only fall."""
     d = max(ds, key=lambda side: (side.rate / side.size, -side.size))
     unit = replace(  # one engine unit of the worker
@@ -667,7 +667,7 @@ def optimize_disagg(
 
     def push(pi: int, di: int, n_p: int, n_d: int, step: int) -> None:
         """Queue a configuration (``step``: -1 / 1 grow it outwards in ``N_d`` when taken,
-        0 both ways, :data:`_CLIMB` a neighbour of a pair's best: simulated whatever its
+        0 both ways, :data:`_CLIMB` a neighbour of the best so far: simulated whatever its
         estimate)."""
         nonlocal seq
         if (pi, di, n_p, n_d) in queued:
@@ -697,7 +697,6 @@ def optimize_disagg(
     hopeless: set[tuple[int, int, KvTransfer]] = set()
     efficiency: dict[tuple[int, int], float] = {}  # per pair of layouts, see UNMEASURED_MARGIN
     seen: set[tuple[object, ...]] = set()
-    pair_best: dict[tuple[int, int], float] = {}
     while heap:
         negative, _, pi, di, n_p, n_d, step = heapq.heappop(heap)
         if rows and -negative <= run.best_per_device:
@@ -744,10 +743,9 @@ def optimize_disagg(
         efficiency[(pi, di)] = max(measured or 0.0, reached / bound if bound > 0 else 0.0)
         if row is not None:
             rows.append(row)
-            if row.throughput_per_device > pair_best.get((pi, di), 0.0):
+            if row.throughput_per_device >= run.best_per_device:
                 # the pools' interplay (a decode pool's waits count in TTFT) is not in the
-                # bound: a pair's best so far has its neighbours simulated
-                pair_best[(pi, di)] = row.throughput_per_device
+                # bound: the best configuration so far has its neighbours simulated
                 for q, e in ((n_p - 1, n_d), (n_p + 1, n_d), (n_p, n_d - 1), (n_p, n_d + 1)):
                     if 1 <= q <= small and 1 <= e <= _decode_counts(budget, small, p, d, q):
                         push(pi, di, q, e, _CLIMB)
