@@ -79,6 +79,12 @@ def _check_fields(request: OptimizeRequest) -> None:
         raise InvalidParameterError(
             "window", request.window, "'benchmark' for mode 'disagg' (every request counts)"
         )
+    if request.num_devices < 2:
+        raise InvalidParameterError(
+            "num_devices",
+            request.num_devices,
+            ">= 2 for mode 'disagg' (a prefill worker and a decode worker)",
+        )
     defaults = OptimizeRequest.model_fields
     for name, why in _OTHER_MODES_ONLY.items():
         value = getattr(request, name)
@@ -147,11 +153,9 @@ def _usable(
     """The layouts the model divides; none at all is a 422 naming the size list to change."""
     usable, rejected = factory.usable_layouts(layouts)
     if not usable:
-        field = (
-            "ep_sizes"
-            if any("ep" in why.split("=")[0] for why in rejected.values())
-            else ("tp_sizes")
-        )
+        # the runner names the size it refuses first (``ep=3 is invalid: ...``)
+        refused_ep = any(why.split("=")[0].endswith("ep") for why in rejected.values())
+        field = "ep_sizes" if refused_ep else "tp_sizes"
         raise InvalidParameterError(
             field,
             [layout.label for layout in layouts],

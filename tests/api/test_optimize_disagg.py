@@ -147,6 +147,7 @@ def test_the_other_modes_echo_no_disagg_field(client: TestClient) -> None:
         ({"max_workers": 0}, "max_workers"),
         ({"max_workers": 65}, "max_workers"),
         ({"num_devices": 0}, "num_devices"),
+        ({"num_devices": 1}, "num_devices"),
         ({"workload": "burst"}, "workload"),
         ({"window": "steady_state"}, "window"),
         ({"scheduler": {"name": "vllm"}}, "scheduler"),
