@@ -9,36 +9,10 @@ import json
 import pytest
 
 from tests.api.helpers import run
+from tests.golden.cases import CLI_CASES
 
-DISAGG = [
-    "optimize",
-    "Qwen/Qwen3-32B",
-    "--device",
-    "NVIDIA_H100_SXM_80G",
-    "--engine",
-    "trtllm",
-    "--quantize-linear-action",
-    "FP8",
-    "--num-devices",
-    "12",
-    "--input-length",
-    "2048",
-    "--output-length",
-    "128",
-    "--ttft-limit",
-    "800",
-    "--tpot-limit",
-    "30",
-    "--tp-sizes",
-    "1",
-    "2",
-    "--max-workers",
-    "4",
-    "--requests-per-client",
-    "3",
-    "--mode",
-    "disagg",
-]
+#: the golden corpus's table run (tests/golden/cases.py): 12 H100s, TP 1, 2, 4 workers a pool
+DISAGG = list(next(case.argv for case in CLI_CASES if case.name == "cli_optimize_disagg_table"))
 
 
 def test_the_table_ranks_deployments_and_names_the_best(

@@ -9,24 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.helpers import assert_names_field
+from tests.golden.cases import DISAGG_OPT
 
-QWEN32 = "Qwen/Qwen3-32B"
-H100 = "NVIDIA_H100_SXM_80G"
-BODY: dict[str, Any] = {
-    "mode": "disagg",
-    "engine": "trtllm",
-    "model": QWEN32,
-    "device": H100,
-    "quantize_linear_action": "FP8",
-    "num_devices": 12,
-    "input_length": 2048,
-    "output_length": 128,
-    "ttft_limit_ms": 800.0,
-    "tpot_limit_ms": 30.0,
-    "tp_sizes": [1, 2],
-    "max_workers": 4,
-    "requests_per_client": 3,
-}
+#: mode disagg within 12 H100s: the golden corpus's request (tests/golden/cases.py)
+BODY: dict[str, Any] = DISAGG_OPT
 
 
 def post(client: TestClient, **changes: Any) -> Any:
