@@ -99,7 +99,7 @@ SEARCH_WORKERS = 4
 #: A configuration's concurrency search starts at this share of Little's law's clients (the
 #: closed loop reaches the bound's rate only in part), and gallops by GALLOP_FACTOR.
 START_SHARE = 0.75
-GALLOP_FACTOR = 1.5
+GALLOP_FACTOR = 1.25
 #: Gains below this share of the best found are not chased (a configuration whose infeasible
 #: probe beats the best by less ends its search).
 NEAR_TIE = 0.01
