@@ -16,7 +16,7 @@ from typing import Any
 
 from app import services
 from app.core.profiles import PROFILES
-from app.models.optimize import OptimizeRequest
+from app.models.optimize import OptimizeRequest, OptimizeResponse
 from app.settings import Settings
 
 CASE: dict[str, Any] = {
@@ -46,6 +46,7 @@ def time_search(engine: str, repeat: int) -> dict[str, Any]:
         services.optimize(context, request)
         warm.append(time.perf_counter() - started)
         probes = response.stats.probes
+        assert isinstance(response, OptimizeResponse)  # an aggregated search
         if response.best is not None:
             best = f"{response.best.parallel} x {response.best.concurrency}"
     return {

@@ -13,7 +13,7 @@ from app import services
 from app.api.deps import ContextDep, GateDep
 from app.api.errors import PROBLEM_RESPONSES
 from app.models.capacity import PlanRequest, PlanResponse
-from app.models.optimize import OptimizeRequest, OptimizeResponse
+from app.models.optimize import DisaggOptimizeResponse, OptimizeRequest, OptimizeResponse
 from app.models.plan import ChunkPlanRequest, ChunkPlanResponse
 from app.models.simulate import DisaggSimulateResponse, SimulateRequest, SimulateResponse
 
@@ -40,11 +40,12 @@ async def simulate(
     return await gate.run_service("simulate", services.simulate, context, request, light=light)
 
 
-@router.post("/optimize", response_model=OptimizeResponse)
+@router.post("/optimize", response_model=OptimizeResponse | DisaggOptimizeResponse)
 async def optimize(
     request: OptimizeRequest, context: ContextDep, gate: GateDep
-) -> OptimizeResponse:
-    """The throughput optimizer: best concurrency per parallel layout, ranked.
+) -> OptimizeResponse | DisaggOptimizeResponse:
+    """The throughput optimizer: best concurrency per parallel layout, ranked (``mode:
+    "disagg"``: the best prefill and decode worker layouts, counts and concurrency).
 
     Every feasible probe is returned for plots (``include_probes``). Bounds: see README.
     """

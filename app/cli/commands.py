@@ -311,6 +311,8 @@ def common_fields(args: argparse.Namespace) -> dict[str, Any]:
 def optimize_modes(args: argparse.Namespace) -> list[str]:
     """msmodeling's flags to modes: --disagg sizes prefill instances by the TTFT limit and
     decode instances by the TPOT limit (both sides when neither limit is given)."""
+    if args.mode is not None:
+        return [args.mode]
     if args.enable_optimize_prefill_decode_ratio:
         return ["pd_ratio"]
     if args.disagg:
@@ -349,10 +351,16 @@ def msmodeling_flags(args: argparse.Namespace) -> str | None:
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     from app import services
-    from app.models.optimize import OptimizeRequest
+    from app.models.optimize import OptimizeRequest, OptimizeResponse
 
     if args.disagg and args.enable_optimize_prefill_decode_ratio:
         return fail("--disagg and --enable-optimize-prefill-decode-ratio are exclusive")
+    if args.mode is not None and (args.disagg or args.enable_optimize_prefill_decode_ratio):
+        return fail(
+            "--mode names the search: drop --disagg / --enable-optimize-prefill-decode-ratio"
+        )
+    if args.mode == "disagg" and args.emit is not None:
+        return fail("--emit launches one row of an aggregated or disagg_* search, not mode disagg")
     refused = msmodeling_flags(args)
     if refused is not None:
         return fail(refused)
@@ -382,6 +390,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 "prefill_devices_per_instance": args.prefill_devices_per_instance,
                 "decode_devices_per_instance": args.decode_devices_per_instance,
                 "top_k": args.top_k,
+                **given(args, ("max_workers",)),
                 "include_probes": args.format == "json" or args.dump_original_results,
                 # Given only when set: the default shrinks to the search bounds, a given one not.
                 **given(args, ("max_batch_size",)),
@@ -398,7 +407,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 context, optimize_request, allow_paths=True, progress=progress
             )
             body = response.model_dump(mode="json")
-            if args.emit is not None:
+            if args.emit is not None and isinstance(response, OptimizeResponse):
                 body[emit.DEPLOY_KEY] = emit.launch_for_best(args.emit, optimize_request, response)
             bodies.append(body)
         render.print_optimize(

@@ -22,8 +22,9 @@ from app.cli.commands import (
 from app.cli.emit import add_emit_flag
 from app.cli.serve import cmd_serve
 from app.core.calibration.parameters import PARAMETER_NAMES
-from app.core.limits import DEFAULT_SIMULATE_MODE, DEFAULT_TOP_K, SIMULATE_MODES
+from app.core.limits import DEFAULT_SIMULATE_MODE, DEFAULT_TOP_K, MODES, SIMULATE_MODES
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
+from app.core.optimizer.disagg_search import DEFAULT_MAX_WORKERS
 from app.core.profiles import DEFAULT_ENGINE, OVERRIDABLE, PROFILES, RFC_ENGINE
 from app.core.scheduler import DEFAULT_SCHEDULER, MIXED_LATENCIES, PREFILL_ORDERS, SCHEDULERS
 from app.core.workload import (
@@ -292,6 +293,20 @@ def _add_optimize(sub: Subparsers[argparse.ArgumentParser]) -> None:
         "--disagg", action="store_true", help="PD-separated: prefill (TTFT) / decode (TPOT) side"
     )
     optimize.add_argument("--enable-optimize-prefill-decode-ratio", action="store_true")
+    optimize.add_argument(
+        "--mode",
+        choices=MODES,
+        default=None,
+        help="the search (default agg, or what --disagg / --enable-optimize-prefill-decode-ratio "
+        "name); disagg: prefill and decode worker layouts, counts and concurrency of a whole "
+        "deployment within --num-devices",
+    )
+    optimize.add_argument(
+        "--max-workers",
+        type=int,
+        default=None,
+        help=f"--mode disagg: most workers per pool (default {DEFAULT_MAX_WORKERS})",
+    )
     optimize.add_argument("--prefill-devices-per-instance", type=int, default=None)
     optimize.add_argument("--decode-devices-per-instance", type=int, default=None)
     optimize.add_argument("--tp-sizes", type=_sizes, nargs="+", default=None)

@@ -223,12 +223,7 @@ def optimize_text(body: dict[str, Any]) -> str:
                 else ""
             )
         )
-    lines.extend(
-        f"infeasible {item['role']} {item['parallel']}: {item['reason']}"
-        for item in body["infeasible"]
-    )
-    if body.get("reason"):
-        lines.append(f"note: {body['reason']}")
+    lines.extend(_refusal_lines(body))
     best = body.get("best")
     if best and best.get("ttft_ms_interval") and best.get("tpot_ms_interval"):
         ttft, tpot = best["ttft_ms_interval"], best["tpot_ms_interval"]
@@ -246,13 +241,26 @@ def optimize_text(body: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _refusal_lines(body: dict[str, Any]) -> list[str]:
+    """Every infeasible layout with its reason, then why nothing is feasible (if so)."""
+    lines = [
+        f"infeasible {item['role']} {item['parallel']}: {item['reason']}"
+        for item in body["infeasible"]
+    ]
+    if body.get("reason"):
+        lines.append(f"note: {body['reason']}")
+    return lines
+
+
 def print_optimize(
     bodies: list[dict[str, Any]], fmt_name: str, *, probes: bool = False, pareto: bool = False
 ) -> None:
     """Every mode's response: several JSON documents as one list, several CSVs as one table;
     ``probes`` (``--dump-original-results``) adds every probe after a table, ``pareto``
     (``--pareto``) the Pareto front."""
-    if fmt_name == "json" and len(bodies) > 1:
+    if len(bodies) == 1 and bodies[0]["mode"] == "disagg":
+        print_disagg_optimize(bodies[0], fmt_name, probes=probes)
+    elif fmt_name == "json" and len(bodies) > 1:
         dump(bodies)
     elif fmt_name == "csv" and len(bodies) > 1:  # one table: rows carry their role
         print(to_csv([row for body in bodies for row in body["rows"]]), end="")
@@ -579,3 +587,87 @@ def disagg_simulate_csv(body: dict[str, Any]) -> str:
         row.update({f"{pool}_{k}": v for k, v in body[pool].items()})
     row.update({f"transfer_{k}": v for k, v in body["transfer"].items()})
     return to_csv([row])
+
+
+# -- optimize --mode disagg --------------------------------------------------------------------
+DISAGG_ROW_HEADERS = [
+    "pd_split",
+    "prefill",
+    "decode",
+    "concurrency",
+    "ttft_ms",
+    "tpot_ms",
+    "tokens/s",
+    "tokens/s/device",
+    "binding",
+]
+
+
+def _disagg_row(row: dict[str, Any]) -> list[str]:
+    return [
+        row["pd_split"],
+        row["prefill"]["parallel"],
+        row["decode"]["parallel"],
+        str(row["concurrency"]),
+        fmt(row["ttft_ms"], 1),
+        fmt(row["tpot_ms"], 2),
+        fmt(row["output_throughput"], 1),
+        fmt(row["throughput_per_device"], 1),
+        row["binding_pool"],
+    ]
+
+
+def _disagg_csv_row(row: dict[str, Any]) -> dict[str, Any]:
+    flat = {k: v for k, v in row.items() if k not in ("prefill", "decode")}
+    for pool in ("prefill", "decode"):
+        flat.update({f"{pool}_{k}": v for k, v in row[pool].items()})
+    return flat
+
+
+def disagg_optimize_text(body: dict[str, Any], *, probes: bool = False) -> str:
+    """A disaggregated optimize: the header, the ranked deployments, the best, the notes."""
+    first = body["input"]
+    search = body["search"]
+    lines = [
+        f"{first['model']} on <= {first['num_devices']} x {first['device']}  mode=disagg"
+        f"  input={first['input_length']} output={first['output_length']}"
+        f"  max_batched_tokens={body['max_batched_tokens']}  first_token={body['first_token']}"
+    ]
+    rows = [_disagg_row(r) for r in body["rows"]]
+    lines.append(table(DISAGG_ROW_HEADERS, rows) if rows else "no feasible configuration")
+    best = body.get("best")
+    if best:
+        lines.append(
+            f"best: {best['pd_split']}, prefill {best['prefill']['workers']} x "
+            f"{best['prefill']['parallel']}, decode {best['decode']['workers']} x "
+            f"{best['decode']['parallel']}, {best['concurrency']} clients, binding pool "
+            f"{best['binding_pool']}"
+        )
+    lines.extend(_refusal_lines(body))
+    if body.get("notice"):
+        lines.append(f"note: {body['notice']}")
+    if probes:
+        lines.append(f"probes ({len(body['probes'])})")
+        lines.extend(
+            f"  {p['pd_split']} {p['prefill_parallel']} : {p['decode_parallel']} "
+            f"clients={p['concurrency']} ttft_ms={p['ttft_ms']:.1f} tpot_ms={p['tpot_ms']:.2f} "
+            f"tokens/s/device={p['throughput_per_device']:.1f} "
+            + ("ok" if p["feasible"] else f"infeasible: {p['reason']}")
+            for p in body["probes"]
+        )
+    stats = body["stats"]
+    lines.append(
+        f"{search['evaluated']} of {search['configurations']} configurations simulated, "
+        f"{search['simulations']} simulations, {stats['forward_evaluations']} forwards computed, "
+        f"{stats['elapsed_ms']:.0f} ms"
+    )
+    return "\n".join(lines)
+
+
+def print_disagg_optimize(body: dict[str, Any], fmt_name: str, *, probes: bool = False) -> None:
+    if fmt_name == "json":
+        dump(body)
+    elif fmt_name == "csv":
+        print(to_csv([_disagg_csv_row(r) for r in body["rows"]]), end="")
+    else:
+        print(disagg_optimize_text(body, probes=probes))

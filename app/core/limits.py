@@ -13,9 +13,11 @@ from typing import Literal
 
 # -- the optimize vocabulary (no core package names these) --------------------------------------
 #: agg: prefill and decode share instances; disagg_prefill / disagg_decode: one side of a
-#: PD-separated deployment; pd_ratio: both sides and their instance split.
-Mode = Literal["agg", "disagg_prefill", "disagg_decode", "pd_ratio"]
-MODES: tuple[Mode, ...] = ("agg", "disagg_prefill", "disagg_decode", "pd_ratio")
+#: PD-separated deployment; pd_ratio: both sides and their instance split (the RFC's formulas);
+#: disagg: worker layouts, worker counts and concurrency of a whole disaggregated deployment,
+#: each priced by the disaggregated closed loop.
+Mode = Literal["agg", "disagg_prefill", "disagg_decode", "pd_ratio", "disagg"]
+MODES: tuple[Mode, ...] = ("agg", "disagg_prefill", "disagg_decode", "pd_ratio", "disagg")
 DEFAULT_MODE: Mode = "agg"
 #: POST /v1/simulate: agg (one layout, prefill and decode share replicas) or disagg (a prefill
 #: pool and a decode pool, each with its own layout, under one closed loop of clients).

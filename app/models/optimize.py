@@ -9,17 +9,24 @@ from pydantic import BaseModel, Field
 from app.core import limits
 from app.core.limits import DEFAULT_MODE, DEFAULT_TOP_K, Mode, Role
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
+from app.core.optimizer.disagg_search import DEFAULT_MAX_WORKERS, MAX_SEARCH_WORKERS
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     DEFAULT_WINDOW,
     Window,
     Workload,
 )
+from app.core.workload.disagg_serving import FirstToken, Pool
 from app.models import texts
 from app.models.common import CacheCounters
 from app.models.workload import DeploymentMixin, ParallelSize, WorkloadMixin
 
 __all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the wire schemas
+    "DisaggOptimizeResponse",
+    "DisaggProbeOut",
+    "DisaggRowOut",
+    "DisaggSearchOut",
+    "DisaggWorkersOut",
     "InfeasibleLayout",
     "InstanceSplitOut",
     "Mode",
@@ -32,6 +39,10 @@ __all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the 
     "Role",
     "RunStats",
 ]
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 class OptimizeRequest(DeploymentMixin, WorkloadMixin):
@@ -75,14 +86,17 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         strict=True,
         ge=1,
         le=limits.MAX_NUM_DEVICES,
-        description="pd_ratio only: devices of one prefill instance (default: num_devices // 2)",
+        description="pd_ratio: devices of one prefill instance (default: num_devices // 2); "
+        "disagg: the fixed size of a prefill worker (default: every power of two that leaves "
+        "room for a decode worker)",
     )
     decode_devices_per_instance: int | None = Field(
         default=None,
         strict=True,
         ge=1,
         le=limits.MAX_NUM_DEVICES,
-        description="pd_ratio only: devices of one decode instance (default: num_devices // 2)",
+        description="pd_ratio: devices of one decode instance (default: num_devices // 2); "
+        "disagg: the fixed size of a decode worker",
     )
     serving_overhead_ms: float = Field(
         default=0.0,
@@ -119,6 +133,16 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         description="rows returned: the best layouts by throughput (pd_ratio: every row)",
     )
     include_probes: bool = Field(default=True, description="return every probe (for plots)")
+    max_workers: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=MAX_SEARCH_WORKERS,
+        exclude_if=_is_none,  # the other modes' echo reads as before
+        description=f"mode disagg: most workers per pool the search places (default "
+        f"{DEFAULT_MAX_WORKERS}); omitted for the other modes",
+        examples=[None],
+    )
 
 
 class ResultRowOut(BaseModel):
@@ -328,4 +352,116 @@ class OptimizeResponse(BaseModel):
         default=None,
         description=texts.CALIBRATION_APPLIED,
     )
+    stats: RunStats = Field(description=texts.STATS)
+
+
+# -- mode disagg ---------------------------------------------------------------------------------
+#: What the closed loop measured of a pool (the disaggregated simulate's pools say the same).
+POOL_UTILISATION = "busy fraction in [0, 1] of the pool's units over the makespan"
+POOL_WAIT = (
+    "mean wait of a request, ms: prefill, for a prefill unit; decode, for a decode slot once "
+    "its KV arrived"
+)
+
+
+class DisaggWorkersOut(BaseModel):
+    """One pool of a searched deployment: its workers, one worker's layout, how busy it ran."""
+
+    workers: int = Field(description="workers (engine instances) of the pool")
+    tp_size: int = Field(description="tensor-parallel size of one worker (devices)")
+    dp_size: int = Field(description="attention data-parallel ranks per worker")
+    ep_size: int = Field(description="MoE expert-parallel size of one worker (devices)")
+    parallel: str = Field(description="one worker's layout")
+    devices_per_worker: int = Field(description="devices of one worker: tp_size x dp_size")
+    devices: int = Field(description="devices of the pool: workers x devices_per_worker")
+    utilisation: float = Field(description=POOL_UTILISATION)
+    wait_ms: float = Field(description=POOL_WAIT)
+
+
+#: The closed loop's means of a searched deployment.
+_DISAGG_TTFT = "mean time to first token, ms (the engine's first-token rule: first_token)"
+_DISAGG_TPOT = "mean time per output token after the first, ms"
+
+
+class DisaggRowOut(BaseModel):
+    """A deployment at its highest closed-loop concurrency within the limits."""
+
+    prefill: DisaggWorkersOut = Field(description="the prefill pool")
+    decode: DisaggWorkersOut = Field(description="the decode pool")
+    num_devices: int = Field(description="prefill devices + decode devices")
+    pd_split: str = Field(description="prefill:decode workers and devices, '2P:1D (8:8 devices)'")
+    binding_pool: Pool = Field(
+        description="the pool requests queue for longer (without queueing, the busier one)"
+    )
+    concurrency: int = Field(description="closed-loop clients over the whole deployment")
+    ttft_ms: float = Field(description=_DISAGG_TTFT)
+    tpot_ms: float = Field(description=_DISAGG_TPOT)
+    e2e_ms: float = Field(description="mean end-to-end time of a request, ms")
+    transfer_ms: float = Field(description="mean KV transfer time of a request, ms")
+    output_throughput: float = Field(description="output tokens/s of the deployment")
+    throughput_per_device: float = Field(description="output tokens/s per device of both pools")
+    request_throughput: float = Field(description="requests/s the deployment completes")
+    copies: int = Field(
+        description="1: this deployment was simulated whole; k > 1: it is k copies of the "
+        "simulated one (k times its clients and throughput, the same TTFT, TPOT and tokens/s "
+        "per device)"
+    )
+
+
+class DisaggProbeOut(BaseModel):
+    """One simulated (deployment, concurrency) point of the search."""
+
+    pd_split: str = Field(description="prefill:decode workers and devices of the deployment")
+    prefill_parallel: str = Field(description="one prefill worker's layout")
+    decode_parallel: str = Field(description="one decode worker's layout")
+    concurrency: int = Field(description="closed-loop clients over the whole deployment")
+    feasible: bool = Field(description="whether the point meets the TTFT/TPOT limits")
+    reason: str | None = Field(description="the limit it misses, when not feasible")
+    ttft_ms: float = Field(description=_DISAGG_TTFT)
+    tpot_ms: float = Field(description=_DISAGG_TPOT)
+    output_throughput: float = Field(description="output tokens/s of the deployment")
+    throughput_per_device: float = Field(description="output tokens/s per device of both pools")
+
+
+class DisaggSearchOut(BaseModel):
+    """What the search looked at and what it simulated."""
+
+    prefill_layouts: int = Field(description="count of prefill worker layouts the model supports")
+    decode_layouts: int = Field(description="count of decode worker layouts the model supports")
+    configurations: int = Field(
+        description="count of layout pairs x worker counts within num_devices (counted, not walked)"
+    )
+    evaluated: int = Field(description="count of configurations simulated")
+    simulations: int = Field(description="count of closed-loop simulations run (probes)")
+
+
+class DisaggOptimizeResponse(BaseModel):
+    """``mode: disagg``: the best prefill and decode worker layouts, counts and concurrency."""
+
+    input: OptimizeRequest = Field(description=texts.REQUEST_ECHO)
+    engine: dict[str, Any] = Field(description="the engine profile both pools run under")
+    mode: Mode = Field(default="disagg", description="disagg")
+    best: DisaggRowOut | None = Field(
+        description="the highest output tokens/s per device within the limits; null with "
+        "reason when nothing is feasible"
+    )
+    rows: list[DisaggRowOut] = Field(
+        description="the configurations the search simulated, ranked by tokens/s per device (top_k)"
+    )
+    probes: list[DisaggProbeOut] = Field(description="every simulation of the search")
+    infeasible: list[InfeasibleLayout] = Field(
+        description="worker layouts no configuration can use, and why"
+    )
+    reason: str | None = Field(default=None, description="why nothing is feasible")
+    ttft_limit_given: bool = Field(
+        description="false: no TTFT limit, so concurrency grows until the pools are full"
+    )
+    notice: str | None = Field(
+        default=None, description="what the answer cannot promise (a missing TTFT limit)"
+    )
+    first_token: FirstToken = Field(description="when the client gets its first token")
+    max_batched_tokens: int = Field(description="the token budget of one step, tokens")
+    effective_input_length: int = Field(description=texts.EFFECTIVE_INPUT_LENGTH)
+    prefill_num_chunks: int = Field(description=texts.PREFILL_NUM_CHUNKS)
+    search: DisaggSearchOut = Field(description="what the search looked at and simulated")
     stats: RunStats = Field(description=texts.STATS)

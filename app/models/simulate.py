@@ -21,7 +21,7 @@ from app.core.workload import (
 from app.core.workload.disagg_serving import FirstToken, Pool
 from app.core.workload.disagg_setup import KV_TRANSFER_FIXED_MS
 from app.models import texts
-from app.models.optimize import RunStats
+from app.models.optimize import POOL_UTILISATION, POOL_WAIT, RunStats
 from app.models.workload import DeploymentMixin, DeviceRef, Name, StrictModel, WorkloadMixin
 
 
@@ -406,13 +406,8 @@ class DisaggPoolOut(BaseModel):
         "first chunk, at most kv_requests); decode: running cap per rank (the engine's "
         "max_num_seqs and kv_requests)"
     )
-    utilisation: float = Field(
-        description="busy fraction in [0, 1] of the pool's units over the makespan"
-    )
-    wait_ms: float = Field(
-        description="mean wait of a request, ms: prefill, for a prefill unit; decode, for a "
-        "decode slot once its KV arrived"
-    )
+    utilisation: float = Field(description=POOL_UTILISATION)
+    wait_ms: float = Field(description=POOL_WAIT)
 
 
 class KvTransferOut(BaseModel):

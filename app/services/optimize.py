@@ -6,9 +6,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
-from app.cache import JSONValue, all_finite, response_key
+from app.cache import response_key
 from app.core import limits
 from app.core.errors import InvalidParameterError, SearchLimitError
 from app.core.optimizer import (
@@ -29,8 +27,8 @@ from app.core.runner import RUNNER_MODEL_VERSION
 from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload import ranks_are_coupled
-from app.models.common import CacheCounters
 from app.models.optimize import (
+    DisaggOptimizeResponse,
     InfeasibleLayout,
     InstanceSplitOut,
     OptimizeRequest,
@@ -51,9 +49,11 @@ from app.services.calibration import (
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
+from app.services.disagg_optimize import optimize_disagg_deployment
 from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths, reason_for
 from app.services.resolve import ResolvedDeployment, request_scheduler, resolve_deployment
+from app.services.response_cache import cached_response, optimize_key
 from app.services.sizing import search_cap, with_engine_defaults, workload_spec
 
 
@@ -282,35 +282,6 @@ def _check_search(request: OptimizeRequest, spec: WorkloadSpec) -> int:
             "workload", request.workload, f"'burst' for mode {request.mode!r} (closed_loop: agg)"
         )
     return max_batch
-
-
-def _cached_response(
-    context: ServiceContext,
-    key: str,
-    cached: JSONValue | None,
-    request: OptimizeRequest,
-    started: float,
-) -> OptimizeResponse | None:
-    """A response-cache hit, re-stamped with this request's timing and cache counters.
-
-    Checked like any cached value: the response schema, only finite numbers, and the echo of
-    exactly this request (a body stored under another request's key is not its answer);
-    anything else is rejected (counted, logged once) and the search runs and overwrites it."""
-    if cached is None:
-        return None
-    try:
-        response = OptimizeResponse.model_validate(cached) if all_finite(cached) else None
-    except ValidationError:
-        response = None
-    if response is None or response.input != request:
-        context.cache.stats.reject(key, "not this request's optimize response")
-        return None
-    context.stats.add(response_cache_hits=1)
-    response.stats.elapsed_ms = (time.perf_counter() - started) * 1e3
-    response.stats.cache = CacheCounters(
-        backend=context.cache.backend, round_trips=1, response_cache_hit=True
-    )
-    return response
 
 
 def _report_layouts(factory: ModelFactory, progress: Callable[[str], None] | None) -> None:
@@ -576,12 +547,21 @@ def optimize(
     *,
     allow_paths: bool = False,
     progress: Callable[[str], None] | None = None,
-) -> OptimizeResponse:
+) -> OptimizeResponse | DisaggOptimizeResponse:
     """The throughput search; identical requests are answered from the response cache.
 
     One :class:`WorkloadSpec` is built for the request (the searched instance's devices) and
-    passed whole to the optimizer, so the chunk plan is derived once.
+    passed whole to the optimizer, so the chunk plan is derived once. Mode disagg searches
+    whole disaggregated deployments (:mod:`app.services.disagg_optimize`).
     """
+    if request.mode == "disagg":
+        return optimize_disagg_deployment(
+            context, request, allow_paths=allow_paths, progress=progress
+        )
+    if request.max_workers is not None:
+        raise InvalidParameterError(
+            "max_workers", request.max_workers, f"omitted for mode {request.mode!r} (mode disagg)"
+        )
     started = time.perf_counter()
     request, profile = with_engine_defaults(request)
     calibration = resolve_calibration(context, request.calibration)
@@ -591,18 +571,14 @@ def optimize(
     use_response_cache = context.settings.response_cache and not allow_paths
     # response_key folds in the application version, this the runner's: an upgrade never
     # serves an older answer.
-    key = (
-        response_key("optimize", f"{RUNNER_MODEL_VERSION}|{request.model_dump_json()}")
-        if use_response_cache
-        else None
-    )
+    key = optimize_key(request) if use_response_cache else None
     # The search's manifest: every forward key an identical search (top_k and include_probes
     # aside) used, so a warm search reads all of them in one MGET.
     search = request.model_dump_json(exclude={"top_k", "include_probes"})
     manifest_key = response_key("manifest", f"{RUNNER_MODEL_VERSION}|{search}")
     first_read = context.cache.get_many([manifest_key] if key is None else [manifest_key, key])
     if key is not None:
-        hit = _cached_response(context, key, first_read[1], request, started)
+        hit = cached_response(context, key, first_read[1], request, started, OptimizeResponse)
         if hit is not None:
             return hit
 

@@ -16,11 +16,12 @@ import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from app.cli import build_parser, main
+from app.cli import build_parser
 from app.models.forward import ForwardRequest
 from app.models.optimize import OptimizeRequest
 from app.models.simulate import SimulateRequest
 from app.models.workload import SchedulerOptions
+from tests.api.helpers import run
 
 #: The RFC examples' deployment, under the RFC's semantics (``--engine msmodeling``: burst,
 #: decode-first); the default engine profile has tests of its own.
@@ -43,15 +44,6 @@ JSON_8192 = ["--max-batched-tokens", "8192", "--format", "json"]
 @pytest.fixture(autouse=True)
 def memory_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APP_CACHE_BACKEND", "memory")
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_optimize_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -390,7 +382,6 @@ FLAG_DEST = {
 #: Request fields with no flag of their own, and why.
 NOT_A_FLAG = {
     "include_probes": "set from --format (probes only in the JSON document)",
-    "mode": "set by --disagg / --enable-optimize-prefill-decode-ratio (msmodeling's flags)",
     "pool_link": "an object: --pool-link-gb-s and --pool-link-ms (its name in the API only)",
 }
 #: Flags that are no request field.
@@ -452,8 +443,9 @@ def test_every_request_field_is_a_flag_with_the_models_choices_and_default(
 ) -> None:
     actions = {a.dest: a for a in _subcommand(command)._actions}
     fields = _fields(model)
-    # simulate's mode is a flag of its own (--mode disagg); optimize's comes from msmodeling's
-    not_a_flag = set(NOT_A_FLAG) - ({"mode"} if command == "simulate" else set())
+    # mode is a flag of its own (--mode disagg); optimize's also comes from msmodeling's
+    # --disagg / --enable-optimize-prefill-decode-ratio
+    not_a_flag = set(NOT_A_FLAG)
     expected = {FLAG_DEST.get(f, f.removeprefix("scheduler.")) for f in fields} - not_a_flag
     assert set(actions) - CLI_ONLY == expected, "a request field without a flag, or vice versa"
     for field, info in fields.items():

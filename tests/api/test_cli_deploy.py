@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from app.core.deploy import ENGINE_CLIS, TRTLLM_EXTRA_OPTIONS_FILE
-from tests.api.test_cli import OPTIMIZE, run
+from tests.api.helpers import run
+from tests.api.test_cli import OPTIMIZE
 from tests.unit.deploy.cli_parsing import parse_emitted
 
 FAST = [*OPTIMIZE, "--max-batched-tokens", "8192", "--tp-sizes", "4", "8"]

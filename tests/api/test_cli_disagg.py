@@ -9,19 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
 from app.core.validation.case_file import OUT_COLUMNS
+from tests.api.helpers import run
 
 SAMPLE = Path(__file__).parents[1] / "unit" / "validation" / "disagg_sample.csv"
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_validate_cases_replays_a_disaggregated_file(

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from app.cli import main
+from tests.api.helpers import run
 
 BASE = [
     "simulate",
@@ -24,15 +24,6 @@ BASE = [
 ]
 POOLS = ["--prefill-workers", "2", "--prefill-tp", "2", "--decode-workers", "1"]
 DISAGG = [*BASE, "--mode", "disagg", *POOLS, "--decode-tp", "4", "--concurrency", "32"]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_the_table_names_both_pools_the_split_and_the_binding_pool(

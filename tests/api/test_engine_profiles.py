@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.core.profiles import PROFILES
-from tests.api.test_cli import run
+from tests.api.helpers import run
 from tests.api.test_endpoints import problem
 
 H100 = "NVIDIA_H100_SXM_80G"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.test_cli import run
+from tests.api.helpers import run
 
 #: The RFC's own example (msmodeling quantizes to W8A8 by default; Chunkwise keeps 16 bits).
 RFC_EXAMPLE = {

@@ -196,3 +196,48 @@ def test_pd_ratio_card_table_axes_and_csv_agree(page: Page, artifacts: Path) -> 
     assert [r["in_split"] for r in table[:3]] == ["true", "true", "false"]
     assert {r["pd_split"] for r in table} == {pd["pd_split"]}
     assert {r["binding_pool"] for r in table} == {pd["binding_pool"]}
+
+
+def test_a_disaggregated_search_shows_both_pools_the_split_and_the_binding_pool(
+    page: Page,
+) -> None:
+    """mode disagg: the summary names both pools, the split and the binding pool as the API's
+    best row does; the table ranks the deployments; the CSV carries the split and each pool."""
+    load(page)
+    fill(
+        page,
+        model="Qwen/Qwen3-32B",
+        device="NVIDIA_H100_SXM_80G",
+        num_devices="8",
+        input_length="2048",
+        output_length="256",
+        ttft_limit_ms="2000",
+        tpot_limit_ms="50",
+        engine="vllm",
+        mode="disagg",
+        max_workers="4",
+    )
+    run_optimize(page)
+    response = page.evaluate("window.chunkwise.response")
+    assert response["mode"] == "disagg"
+    best = response["best"]
+    summary = page.locator("#summary")
+    expect(summary).to_contain_text(f"Best split: {best['pd_split']}")
+    pools = page.locator("#disagg-pools")
+    expect(pools).to_contain_text(f"{best['prefill']['workers']} × {best['prefill']['parallel']}")
+    expect(pools).to_contain_text(f"{best['decode']['workers']} × {best['decode']['parallel']}")
+    expect(pools).to_contain_text(best["binding_pool"])
+    rows = page.locator("#results-table tbody tr")
+    assert rows.count() == len(response["rows"]) >= 1
+    expect(rows.first.locator("th")).to_have_text(best["pd_split"])
+    expect(rows.first.locator("td[data-key=binding_pool]")).to_have_text(best["binding_pool"])
+    assert page.evaluate("Chart.getChart('chart-concurrency').data.datasets.length") >= 1
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="Export CSV").click()
+    text = Path(download_info.value.path()).read_text(encoding="utf-8")
+    table = list(csv.DictReader(io.StringIO(text)))
+    assert len(table) == len(response["rows"])
+    assert table[0]["pd_split"] == best["pd_split"]
+    assert table[0]["binding_pool"] == best["binding_pool"]
+    assert table[0]["prefill_parallel"] == best["prefill"]["parallel"]
+    assert table[0]["decode_workers"] == str(best["decode"]["workers"])

@@ -63,6 +63,22 @@ OPT: dict[str, Any] = {
     "tpot_limit_ms": 50,
     "tp_sizes": [1, 2, 4, 8],
 }
+#: mode disagg: both pools' layouts, counts and clients within 12 H100s (TensorRT-LLM, FP8).
+DISAGG_OPT: dict[str, Any] = {
+    "mode": "disagg",
+    "engine": "trtllm",
+    "model": QWEN32,
+    "device": H100,
+    "quantize_linear_action": "FP8",
+    "num_devices": 12,
+    "input_length": 2048,
+    "output_length": 128,
+    "ttft_limit_ms": 800.0,
+    "tpot_limit_ms": 30.0,
+    "tp_sizes": [1, 2],
+    "max_workers": 4,
+    "requests_per_client": 3,
+}
 FWD: dict[str, Any] = {
     "model": QWEN32,
     "device": A2,
@@ -378,6 +394,22 @@ API_CASES: list[ApiCase] = [
     ),
     # --- errors (messages are part of what the product prints)
     _sim("err_sim_unknown_model", model="gpt-9"),
+    ApiCase("opt_disagg", "POST", "/v1/optimize", DISAGG_OPT),
+    ApiCase(
+        "opt_disagg_fixed_sizes",
+        "POST",
+        "/v1/optimize",
+        {**DISAGG_OPT, "prefill_devices_per_instance": 2, "decode_devices_per_instance": 1},
+    ),
+    ApiCase(
+        "opt_disagg_no_ttft_limit", "POST", "/v1/optimize", {**DISAGG_OPT, "ttft_limit_ms": None}
+    ),
+    ApiCase(
+        "err_opt_disagg_size_over_budget",
+        "POST",
+        "/v1/optimize",
+        {**DISAGG_OPT, "prefill_devices_per_instance": 12},
+    ),
     _opt("err_opt_bad_tp", tp_sizes=[3]),
     _sim("err_sim_poisson_without_rate", workload="poisson", concurrency=None),
 ]
@@ -385,6 +417,39 @@ API_CASES: list[ApiCase] = [
 _BASE = ("Qwen/Qwen3-32B", "--device", A2, "--input-length", "3500", "--output-length", "1500")
 
 CLI_CASES: list[CliCase] = [
+    CliCase(
+        "cli_optimize_disagg_table",
+        (
+            "optimize",
+            "--mode",
+            "disagg",
+            "--engine",
+            "trtllm",
+            "Qwen/Qwen3-32B",
+            "--device",
+            H100,
+            "--quantize-linear-action",
+            "FP8",
+            "--num-devices",
+            "12",
+            "--input-length",
+            "2048",
+            "--output-length",
+            "128",
+            "--ttft-limit",
+            "800",
+            "--tpot-limit",
+            "30",
+            "--tp-sizes",
+            "1",
+            "2",
+            "--max-workers",
+            "4",
+            "--requests-per-client",
+            "3",
+        ),
+        drop_containing=("forwards computed",),
+    ),
     CliCase(
         "cli_optimize_table",
         (

@@ -178,6 +178,44 @@ def binding_pool(prefill_wait_ms: float, decode_wait_ms: float, pu: float, du: f
     return "prefill" if pu >= du else "decode"
 
 
+# -- units and prices (shared with the disaggregated search) --------------------------------
+def units_per_worker(pool: PrefillPool | DecodePool) -> int:
+    """Engine units of one worker: one of all its ranks when they are coupled, else one per
+    rank."""
+    return 1 if pool.coupled else pool.ranks
+
+
+def unit_model(pool: PrefillPool | DecodePool) -> LatencyModel:
+    """One unit's step model: the busiest rank's share when a unit has several ranks."""
+    ranks = pool.ranks // units_per_worker(pool)
+    return BusiestRank(pool.latency, ranks) if ranks > 1 else pool.latency
+
+
+def prefill_job_max(spec: WorkloadSpec, prefill: PrefillPool) -> int:
+    """Requests one prefill job of a unit holds: the token budget over the first chunk per
+    rank (at most ``max_requests_per_rank``), times the unit's ranks."""
+    per_rank = max(1, spec.max_batched_tokens // spec.get_prefill_chunk_plan()[0].query_len)
+    if prefill.max_requests_per_rank is not None:
+        per_rank = min(per_rank, prefill.max_requests_per_rank)
+    return per_rank * (prefill.ranks // units_per_worker(prefill))
+
+
+def prefill_job_ms(spec: WorkloadSpec, model: LatencyModel, requests: int) -> float:
+    """One prefill job of ``requests`` prompts: the sum of its chunks' forwards."""
+    shapes = [
+        prefill_shape(requests, chunk.query_len, chunk.seq_len)
+        for chunk in spec.get_prefill_chunk_plan()
+    ]
+    latencies = evaluate_shapes(shapes, model)
+    return math.fsum(latencies[s] for s in shapes)
+
+
+def decode_step_ms(spec: WorkloadSpec, model: LatencyModel, running: int) -> float:
+    """One decode step of ``running`` requests at the spec's representative context."""
+    shape = spec.decode_shape(running)
+    return evaluate_shapes((shape,), model)[shape]
+
+
 # -- the simulation --------------------------------------------------------------------------
 @dataclass(slots=True)
 class _Group:
@@ -245,6 +283,9 @@ _ARRIVAL = 2
 def least_loaded_spread(count: int, loads: list[int]) -> Iterator[tuple[int, int]]:
     """``count`` requests given one by one to the least loaded unit (ties: lowest index), as
     ``(unit, requests)`` pairs: water-filling over the sorted loads."""
+    if count == 1:  # the common case: the least loaded unit, the lowest index among equals
+        yield min(range(len(loads)), key=loads.__getitem__), 1
+        return
     order = sorted(range(len(loads)), key=lambda i: (loads[i], i))
     level = loads[order[0]]
     filled = 1
@@ -285,27 +326,17 @@ class _Simulation:
         self.num_requests = num_requests
         self.transfer = transfer
         # prefill units: coupled workers step their ranks together, others are one rank each
-        p_ranks = prefill.ranks if prefill.coupled else 1
         self.prefill_units = [
-            _PrefillUnit() for _ in range(prefill.workers * (prefill.ranks // p_ranks))
+            _PrefillUnit() for _ in range(prefill.workers * units_per_worker(prefill))
         ]
-        self.prefill_model: LatencyModel = (
-            BusiestRank(prefill.latency, p_ranks) if p_ranks > 1 else prefill.latency
-        )
-        plan = spec.get_prefill_chunk_plan()
-        per_rank = max(1, spec.max_batched_tokens // plan[0].query_len)
-        if prefill.max_requests_per_rank is not None:
-            per_rank = min(per_rank, prefill.max_requests_per_rank)
-        self.job_max = per_rank * p_ranks
+        self.prefill_model = unit_model(prefill)
+        self.job_max = prefill_job_max(spec, prefill)
         self.job_prices: dict[int, float] = {}
-        d_ranks = decode.ranks if decode.coupled else 1
         self.decode_units = [
-            _DecodeUnit() for _ in range(decode.workers * (decode.ranks // d_ranks))
+            _DecodeUnit() for _ in range(decode.workers * units_per_worker(decode))
         ]
-        self.decode_model: LatencyModel = (
-            BusiestRank(decode.latency, d_ranks) if d_ranks > 1 else decode.latency
-        )
-        self.decode_cap = decode.max_running * d_ranks
+        self.decode_model = unit_model(decode)
+        self.decode_cap = decode.max_running * (decode.ranks // units_per_worker(decode))
         self.step_prices: dict[int, float] = {}
         output = spec.output_length
         self.first_token = first_token
@@ -323,19 +354,17 @@ class _Simulation:
     def job_ms(self, requests: int) -> float:
         found = self.job_prices.get(requests)
         if found is None:
-            shapes = [
-                prefill_shape(requests, chunk.query_len, chunk.seq_len)
-                for chunk in self.spec.get_prefill_chunk_plan()
-            ]
-            latencies = evaluate_shapes(shapes, self.prefill_model)
-            found = self.job_prices[requests] = math.fsum(latencies[s] for s in shapes)
+            found = self.job_prices[requests] = prefill_job_ms(
+                self.spec, self.prefill_model, requests
+            )
         return found
 
     def step_ms(self, running: int) -> float:
         found = self.step_prices.get(running)
         if found is None:
-            shape = self.spec.decode_shape(running)
-            found = self.step_prices[running] = evaluate_shapes((shape,), self.decode_model)[shape]
+            found = self.step_prices[running] = decode_step_ms(
+                self.spec, self.decode_model, running
+            )
         return found
 
     # -- events ------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ export function cliCommand(body) {
     }
   } else if (mode === "pd_ratio") {
     lines.push(["--enable-optimize-prefill-decode-ratio"]);
+  } else if (mode === "disagg") {
+    lines.push(["--mode", "disagg"]);
   }
   for (const f of FIELDS) {
     if (!f.cli) continue;

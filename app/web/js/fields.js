@@ -13,6 +13,7 @@ const CHOICE_LABELS = {
     disagg_prefill: "Disaggregated prefill (TTFT)",
     disagg_decode: "Disaggregated decode (TPOT)",
     pd_ratio: "PD ratio (instance split)",
+    disagg: "Disaggregated deployment (both pools)",
   },
   scheduler_name: {
     decode_first_with_slack: "decode first with slack (RFC)",
@@ -65,10 +66,14 @@ export const FIELDS = [
     cli: "--tpot-limit", value: 50, when: (v) => v.mode !== "disagg_prefill" },
   { name: "prefill_devices_per_instance", group: "mode", label: "Prefill devices / instance",
     kind: "int", cli: "--prefill-devices-per-instance",
-    when: (v) => v.mode === "pd_ratio", hint: "Default: half the devices" },
+    when: (v) => v.mode === "pd_ratio" || v.mode === "disagg",
+    hint: "pd_ratio default: half the devices; disagg: a fixed prefill worker size (default: searched)" },
   { name: "decode_devices_per_instance", group: "mode", label: "Decode devices / instance",
     kind: "int", cli: "--decode-devices-per-instance",
-    when: (v) => v.mode === "pd_ratio", hint: "Default: half the devices" },
+    when: (v) => v.mode === "pd_ratio" || v.mode === "disagg",
+    hint: "pd_ratio default: half the devices; disagg: a fixed decode worker size (default: searched)" },
+  { name: "max_workers", group: "mode", label: "Max workers per pool", kind: "int",
+    cli: "--max-workers", when: (v) => v.mode === "disagg", hint: "Default: 16" },
   // MTP
   { name: "num_mtp_tokens", group: "mtp", label: "MTP draft tokens", kind: "int",
     cli: "--num-mtp-tokens", hint: "Multi-token prediction, 0 = off" },
@@ -94,7 +99,7 @@ export const FIELDS = [
   // Blank: the engine profile's policy (the API's own default applies only when it is sent).
   { name: "scheduler_name", key: "name", parent: "scheduler", group: "scheduler",
     label: "Scheduler policy", kind: "select", cli: "--scheduler", optional: true, value: "",
-    blank: "engine default" },
+    blank: "engine default", when: (v) => v.mode !== "disagg" },
   { name: "slack_ratio", parent: "scheduler", group: "scheduler", label: "Slack ratio",
     kind: "float", cli: "--slack-ratio",
     when: (v) => v.scheduler_name === "decode_first_with_slack",
@@ -118,7 +123,8 @@ export const FIELDS = [
   { name: "requests_per_client", group: "scheduler", label: "Requests per client", kind: "int",
     cli: "--requests-per-client", when: (v) => v.mode === "agg" && closedLoop(v) },
   { name: "force_simulation", group: "scheduler", label: "Force the time simulation",
-    kind: "bool", cli: "--force-simulation", hint: "Also when the prompt fits in one chunk" },
+    kind: "bool", cli: "--force-simulation", hint: "Also when the prompt fits in one chunk",
+    when: (v) => v.mode !== "disagg" },
 ];
 
 /** Whether the form's workload is a closed loop (blank: the engine profile's default). */

@@ -150,9 +150,13 @@ const checks: { [Id in OperationId]: () => Promise<void> } = {
   },
   async optimize() {
     const body = { ...WORKLOAD, num_devices: 1, tpot_limit_ms: 100 };
-    const searched = ok(await client.POST("/v1/optimize", { body }));
+    const answer = ok(await client.POST("/v1/optimize", { body }));
+    // The answer is a union: the disaggregated search's has no Pareto front.
+    check("pareto" in answer, "an aggregated search answered as a disaggregated one");
+    const searched = answer;
     check(searched.mode === "agg" && searched.rows.length > 0, `optimize: ${searched.reason}`);
     check(searched.best, `optimize: no best row (${searched.reason})`);
+    check((searched.pareto ?? []).length > 0, "optimize: an empty Pareto front");
     const { throughput_tokens_s: throughput, tpot_ms: tpot, ...row } = searched.best;
     check(throughput > 0 && tpot !== null && tpot <= 100, "optimize: best row");
     const { num_devices, tp, dp, ep, pp, max_batched_tokens, batch_size } = row;
