@@ -82,7 +82,7 @@ valid_names = schemathesis.openapi.from_asgi("/openapi.json", VALID_NAMES_APP).i
     method="POST"
 )
 # Schema-valid bodies only: the first pass sends the invalid ones; this one is for the engine.
-valid_names.config.generation.update(modes=["positive"])
+valid_names.config.generation.update(modes=[schemathesis.GenerationMode.POSITIVE])
 
 
 #: Quantization names the catalogs know (a generated one is replaced by the first).
