@@ -94,6 +94,18 @@ function bestDataset(response, x) {
   ];
 }
 
+/** A dashed vertical line at pixel x across the plot area; leaves the label font set. */
+function dashedVertical(ctx, x, area, color) {
+  ctx.strokeStyle = color;
+  ctx.setLineDash([5, 4]);
+  ctx.beginPath();
+  ctx.moveTo(x, area.top);
+  ctx.lineTo(x, area.bottom);
+  ctx.stroke();
+  ctx.setLineDash([]);
+  ctx.font = "12px system-ui, sans-serif";
+}
+
 /** A dashed vertical line at a limit (TTFT / TPOT), drawn by a tiny inline plugin. */
 const limitLine = {
   id: "limitLine",
@@ -103,14 +115,7 @@ const limitLine = {
     const x = scales.x.getPixelForValue(options.value);
     if (x < area.left - 1 || x > area.right + 1) return;
     ctx.save();
-    ctx.strokeStyle = "#6b7280";
-    ctx.setLineDash([5, 4]);
-    ctx.beginPath();
-    ctx.moveTo(x, area.top);
-    ctx.lineTo(x, area.bottom);
-    ctx.stroke();
-    ctx.setLineDash([]);
-    ctx.font = "12px system-ui, sans-serif";
+    dashedVertical(ctx, x, area, "#6b7280");
     ctx.textAlign = x - area.left > ctx.measureText(options.label).width + 8 ? "right" : "left";
     ctx.fillStyle = "#374151";
     ctx.fillText(options.label, ctx.textAlign === "right" ? x + 2 : x - 2, area.top - 12);
@@ -571,14 +576,7 @@ const slaRegion = {
     ctx.save();
     ctx.fillStyle = "rgba(5, 150, 105, 0.09)";
     ctx.fillRect(x, area.top, area.right - x, area.bottom - area.top);
-    ctx.strokeStyle = "#059669";
-    ctx.setLineDash([5, 4]);
-    ctx.beginPath();
-    ctx.moveTo(x, area.top);
-    ctx.lineTo(x, area.bottom);
-    ctx.stroke();
-    ctx.setLineDash([]);
-    ctx.font = "12px system-ui, sans-serif";
+    dashedVertical(ctx, x, area, "#059669");
     ctx.fillStyle = "#065f46";
     ctx.textAlign = area.right - x > ctx.measureText(options.label).width + 8 ? "left" : "right";
     ctx.fillText(options.label, ctx.textAlign === "left" ? x + 4 : x - 4, area.top + 14);
