@@ -283,10 +283,14 @@ _ARRIVAL = 2
 def least_loaded_spread(count: int, loads: list[int]) -> Iterator[tuple[int, int]]:
     """``count`` requests given one by one to the least loaded unit (ties: lowest index), as
     ``(unit, requests)`` pairs: water-filling over the sorted loads."""
+    if len(loads) == 1:  # one unit takes them all
+        if count:
+            yield 0, count
+        return
     if count == 1:  # the common case: the least loaded unit, the lowest index among equals
         yield min(range(len(loads)), key=loads.__getitem__), 1
         return
-    order = sorted(range(len(loads)), key=lambda i: (loads[i], i))
+    order = sorted(range(len(loads)), key=loads.__getitem__)  # stable: ties by index
     level = loads[order[0]]
     filled = 1
     left = count
