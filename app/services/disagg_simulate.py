@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.core import limits
+from app.core.catalog.hardware import InterconnectTier
 from app.core.errors import (
     InfeasibleError,
     InvalidParameterError,
@@ -316,6 +317,34 @@ def _decode_factory(
     return decode_factory
 
 
+def _arrivals(request: SimulateRequest, data: WorkloadSpec) -> tuple[float, ...] | None:
+    """A poisson run's arrival times (None: the closed loop), after the run's size checks."""
+    if request.workload == "poisson":
+        assert request.request_rate is not None and request.num_requests is not None
+        check_poisson_size(data, request.num_requests)
+        return poisson_arrivals_ms(request.request_rate, request.num_requests, request.seed)
+    assert request.concurrency is not None  # _check_disagg_fields
+    check_simulation_size(data, 1, "concurrency")  # the prefill chunk bound
+    check_closed_loop_size(data, request.concurrency, request.requests_per_client, "concurrency")
+    return None
+
+
+def _kv_transfer(
+    request: SimulateRequest, tier: InterconnectTier, kv_bytes: float
+) -> tuple[str, KvTransfer]:
+    """The KV transfer's link and time: the request's ``pool_link`` when given, else the
+    interconnect ``tier`` holding both pools."""
+    link = request.pool_link
+    if link is None:
+        return tier.name, tier_kv_transfer(tier, kv_bytes)
+    transfer = KvTransfer(
+        bytes_per_request=kv_bytes,
+        bandwidth_bytes_per_s=link.bandwidth_gb_s * BYTES_PER_GB,
+        fixed_ms=link.fixed_ms,
+    )
+    return link.name, transfer
+
+
 def simulate_disagg(
     context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
 ) -> DisaggSimulateResponse:
@@ -334,21 +363,11 @@ def simulate_disagg(
     request = request.model_copy(update={"num_devices": num_devices})
     deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
     data = workload_spec(request, num_devices, profile)
-    arrivals_ms: tuple[float, ...] | None = None
-    if request.workload == "poisson":
-        assert request.request_rate is not None and request.num_requests is not None
-        check_poisson_size(data, request.num_requests)
-        arrivals_ms = poisson_arrivals_ms(request.request_rate, request.num_requests, request.seed)
-    else:
-        assert request.concurrency is not None  # _check_disagg_fields
-        check_simulation_size(data, 1, "concurrency")  # the prefill chunk bound
-        check_closed_loop_size(
-            data, request.concurrency, request.requests_per_client, "concurrency"
-        )
-    device = deployment.device
+    arrivals_ms = _arrivals(request, data)
     factory = ModelFactory(context, deployment)
     decode_factory = _decode_factory(context, request, factory, allow_paths=allow_paths)
     factories: dict[Pool, ModelFactory] = {"prefill": factory, "decode": decode_factory}
+    distinct = [factory] if decode_factory is factory else [factory, decode_factory]
     pools, distinct_models = _build_pools(factories, layouts, workers, deployment.model.is_moe)
     isl, osl = data.input_length, data.output_length
     budget = data.max_batched_tokens
@@ -356,17 +375,7 @@ def simulate_disagg(
     kv_prefill = prefill.model.kv_capacity_requests(isl, budget)
     kv_decode = decode.model.kv_capacity_requests(isl + osl, budget)
     kv_bytes = factory.serving(prefill.layout).runner.kv_cache_bytes(1, isl)
-    link = request.pool_link
-    if link is None:
-        tier = device.tier_for(num_devices)
-        link_name, transfer = tier.name, tier_kv_transfer(tier, kv_bytes)
-    else:
-        link_name = link.name
-        transfer = KvTransfer(
-            bytes_per_request=kv_bytes,
-            bandwidth_bytes_per_s=link.bandwidth_gb_s * BYTES_PER_GB,
-            fixed_ms=link.fixed_ms,
-        )
+    link_name, transfer = _kv_transfer(request, deployment.device.tier_for(num_devices), kv_bytes)
     d_device = decode_factory.deployment.device
     first_token = FIRST_TOKEN_RULE.get(profile.name, "decode_step")
     result: DisaggServingResult | None = None
@@ -402,9 +411,8 @@ def simulate_disagg(
             )
     except InfeasibleError as exc:
         reason = f"memory: {exc}"
-    factory.flush()  # the request's one pipelined cache write (two with two devices)
-    if decode_factory is not factory:
-        decode_factory.flush()
+    for each in distinct:  # the request's one pipelined cache write per device
+        each.flush()
     if result is not None:
         reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
     return _response(
@@ -422,7 +430,7 @@ def simulate_disagg(
         stats=RunStats(
             elapsed_ms=(time.perf_counter() - started) * 1e3,
             forward_evaluations=factory.usage.computed,
-            shapes=factory.shapes + (decode_factory.shapes if decode_factory is not factory else 0),
+            shapes=sum(each.shapes for each in distinct),
             layouts=distinct_models,
             probes=1,
             cache=factory.counters(),

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections import deque
 from collections.abc import Iterator
@@ -549,11 +550,8 @@ class _Simulation:
 
 def _runs(times_ms: tuple[float, ...]) -> Iterator[tuple[float, int]]:
     """Equal consecutive times as (time, count) pairs."""
-    start = 0
-    for i in range(1, len(times_ms) + 1):
-        if i == len(times_ms) or times_ms[i] != times_ms[start]:
-            yield times_ms[start], i - start
-            start = i
+    for t_ms, equal in itertools.groupby(times_ms):
+        yield t_ms, sum(1 for _ in equal)
 
 
 def simulate_disagg_serving(

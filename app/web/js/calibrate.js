@@ -2,7 +2,7 @@
 // the fit (parameters next to the catalog's, errors in and out of sample, ranges); "Apply" makes
 // the form's requests carry `calibration: <id>` until it is cleared.
 import { ApiError, getJson, postJson } from "./api.js";
-import { fmt, h } from "./util.js";
+import { fmt, h, stat } from "./util.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -55,10 +55,6 @@ function problemText(err) {
 const pct = (v) => (v === null || v === undefined ? "–" : `${fmt(v, 1)} %`);
 const value = (v) => (typeof v === "number" ? fmt(v, Math.abs(v) >= 100 ? 1 : 3) : String(v ?? "–"));
 const range = (r, unit = "") => (r ? `${fmt(r[0])} – ${fmt(r[1])}${unit}` : "–");
-
-function stat(label, text, title) {
-  return h("div", { class: "stat" }, h("dt", {}, label), h("dd", { title: title || null }, text));
-}
 
 /** The parameters: fitted ones next to the catalog value, the others with why they were kept. */
 function parameterTable(profile) {

@@ -1,10 +1,6 @@
 // mode disagg of /v1/optimize: the best deployment's two pools, the split and the binding
 // pool; the ranked deployments; their CSV (each pool's figures as prefill_* / decode_*).
-import { download, fmt, fmtMs, h, timestamp } from "./util.js";
-
-function stat(label, value, hint) {
-  return h("div", { class: "stat" }, h("dt", {}, label), h("dd", { title: hint || null }, value));
-}
+import { csvCell, download, fmt, fmtMs, h, stat, timestamp } from "./util.js";
 
 const pool = (p) => `${fmt(p.workers)} × ${p.parallel} (${fmt(p.devices)} devices)`;
 const busy = (p) => `${fmt(p.utilisation * 100, 0)} % busy · waits ${fmtMs(p.wait_ms)}`;
@@ -95,12 +91,6 @@ export function renderDisaggTable(container, response) {
     h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Disaggregated deployments" }, table),
   );
 }
-
-const csvCell = (value) => {
-  if (value === null || value === undefined) return "";
-  const text = String(value);
-  return /[",\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
-};
 
 /** One line per deployment: its figures, each pool's as prefill_* / decode_* columns. */
 export function disaggCsv(response) {

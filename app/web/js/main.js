@@ -193,16 +193,21 @@ async function runOptimize(event) {
   }
 }
 
+/** The layouts no configuration could use, and why (every mode lists them). */
+function renderInfeasible(response) {
+  const infeasible = $("infeasible");
+  infeasible.hidden = !response.infeasible.length;
+  infeasible.querySelector("ul").replaceChildren(...response.infeasible.map((i) => h("li", {}, `${i.role} ${i.parallel}: ${i.reason}`)));
+  infeasible.querySelector("summary").textContent = `Infeasible layouts (${response.infeasible.length})`;
+}
+
 /** mode disagg: the two pools, the split and the binding pool; charts of its probes. */
 function renderDisaggResults(response) {
   $("latency-metric").disabled = false;
   renderDisaggSummary($("summary"), response);
   $("export-csv").disabled = !response.rows.length;
   renderDisaggTable($("table"), response);
-  const infeasible = $("infeasible");
-  infeasible.hidden = !response.infeasible.length;
-  infeasible.querySelector("ul").replaceChildren(...response.infeasible.map((i) => h("li", {}, `${i.role} ${i.parallel}: ${i.reason}`)));
-  infeasible.querySelector("summary").textContent = `Infeasible layouts (${response.infeasible.length})`;
+  renderInfeasible(response);
   const s = response.stats;
   $("stats").textContent = `${fmt(response.search.simulations)} simulations, ${fmt(s.forward_evaluations)} forwards computed, ${fmt(s.cache.hits)} cache hits${s.cache.response_cache_hit ? " (cached response)" : ""}, ${fmt(s.elapsed_ms, 0)} ms on the server`;
   drawProbeCharts(response);
@@ -228,10 +233,7 @@ function renderResults(response, plan) {
   renderSummary($("summary"), response);
   $("export-csv").disabled = !response.rows.length;
   const table = renderTable($("table"), response, simulateRow, (row) => pick(row, `rank ${row.rank}`));
-  const infeasible = $("infeasible");
-  infeasible.hidden = !response.infeasible.length;
-  infeasible.querySelector("ul").replaceChildren(...response.infeasible.map((i) => h("li", {}, `${i.role} ${i.parallel}: ${i.reason}`)));
-  infeasible.querySelector("summary").textContent = `Infeasible layouts (${response.infeasible.length})`;
+  renderInfeasible(response);
   const s = response.stats;
   $("stats").textContent = `${fmt(s.layouts)} layouts, ${fmt(s.probes)} probes, ${fmt(s.forward_evaluations)} forwards computed, ${fmt(s.cache.hits)} cache hits${s.cache.response_cache_hit ? " (cached response)" : ""}, ${fmt(s.elapsed_ms, 0)} ms on the server`;
   const metric = $("latency-metric");

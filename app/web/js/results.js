@@ -1,5 +1,5 @@
 // The best configuration, the ranked table (sortable, selectable) and the exports.
-import { download, fmt, fmtMs, gib, h, timestamp } from "./util.js";
+import { csvCell, download, fmt, fmtMs, gib, h, stat, timestamp } from "./util.js";
 
 /** Columns of the ranked table: [key, header, digits | formatter, title]. */
 export const COLUMNS = [
@@ -162,10 +162,6 @@ export function renderTable(container, response, onSelect, onLaunch = () => {}) 
 }
 
 // -- summary card ------------------------------------------------------------------------
-function stat(label, value, hint) {
-  return h("div", { class: "stat" }, h("dt", {}, label), h("dd", { title: hint || null }, value));
-}
-
 export function renderSummary(container, response) {
   const input = response.input;
   const engine = response.engine?.name ? ` · engine ${response.engine.name}` : "";
@@ -262,12 +258,6 @@ export function intervalSource(note) {
 }
 
 // -- exports -------------------------------------------------------------------------------
-const csvCell = (value) => {
-  if (value === null || value === undefined) return "";
-  const text = typeof value === "object" ? JSON.stringify(value) : String(value);
-  return /[",\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
-};
-
 /** The CSV name of an interval's bounds: ttft_ms_interval -> ttft_ms_lo, ttft_ms_hi. */
 const INTERVAL_OF = { throughput_interval: "throughput_tokens_s" };
 const intervalBase = (key) => INTERVAL_OF[key] ?? key.replace(/_interval$/, "");

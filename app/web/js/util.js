@@ -56,6 +56,18 @@ export function shellQuote(word) {
   return `'${text.replace(/'/g, `'\\''`)}'`;
 }
 
+/** A summary card's figure: its label and value (``hint``: the value's tooltip). */
+export function stat(label, value, hint) {
+  return h("div", { class: "stat" }, h("dt", {}, label), h("dd", { title: hint || null }, value));
+}
+
+/** One CSV cell: empty for null, an object as its JSON, quoted when it must be. */
+export function csvCell(value) {
+  if (value === null || value === undefined) return "";
+  const text = typeof value === "object" ? JSON.stringify(value) : String(value);
+  return /[",\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
 /** Offer text as a file download. */
 export function download(filename, text, type) {
   const url = URL.createObjectURL(new Blob([text], { type }));
