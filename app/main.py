@@ -103,7 +103,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         context = create_context(settings)
         app.state.context = context
         processes = (
-            HeavyProcesses(settings, settings.heavy_processes) if settings.heavy_processes else None
+            HeavyProcesses(settings, settings.heavy_process_count)
+            if settings.heavy_process_count
+            else None
         )
         try:
             gate = ComputeGate.create(

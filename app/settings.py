@@ -41,17 +41,19 @@ class Settings(BaseSettings):
     # Identical optimize requests are answered from the cache backend (whole response).
     response_cache: bool = True
     # CPU-bound computations per worker process: running at once, and waiting before a 503.
-    # Threads share the GIL, so fewer slots let the light lane through faster (bench/deadline.py
-    # while 16 heavy requests ran: cheap p99 53-118 ms at 1 slot, 98-112 ms at 2, 434 ms at 8),
-    # but then a cheap request of the heavy lane (a response-cache hit) and a request waiting on
-    # a hung cache wait behind a whole computation (tests/integration/test_faults.py): 8 keeps
-    # those overlapping; parallelism comes from worker processes.
+    # In threads (heavy_processes 0) they share the GIL, so fewer slots let the light lane
+    # through faster (bench/deadline.py while 16 heavy requests ran: cheap p99 53-118 ms at 1
+    # slot, 98-112 ms at 2, 434 ms at 8), but then a request waiting on a hung cache waits
+    # behind a whole computation (tests/integration/test_faults.py): 8 keeps those overlapping;
+    # parallelism comes from worker processes.
     max_concurrent_computations: int = Field(default=8, ge=1, le=256)
-    # Heavy computations in this many child processes per worker (0: in the worker's threads).
-    # Children share nothing but the cache backend, so processes need APP_CACHE_BACKEND=redis;
-    # the worker's interpreter then serves the event loop and the light lane alone
-    # (app/services/processes.py, bench/deadline.py).
-    heavy_processes: int = Field(default=0, ge=0, le=64)
+    # Heavy computations in this many child processes per worker (0: in the worker's threads;
+    # unset: one child with Redis, threads with the in-process cache). Children share nothing
+    # but the cache backend, so processes need APP_CACHE_BACKEND=redis; the worker's
+    # interpreter then serves the event loop and the light lane alone, and a cheap request
+    # never waits for the lock a search holds (bench/deadline.py: cheap p99 344 ms in threads,
+    # 20 ms with one child per worker; app/services/processes.py).
+    heavy_processes: int | None = Field(default=None, ge=0, le=64)
     # The light lane's slots (chunk plans, forwards, small simulations); 0: one lane for all.
     max_light_computations: int = Field(default=4, ge=0, le=256)
     # A request body that stops arriving for this long is answered 408 (slow or half-sent).
@@ -68,6 +70,13 @@ class Settings(BaseSettings):
     # Origins a browser page may call the API from (comma-separated, for example
     # "https://dash.example.com,http://localhost:3000"); empty: none (no CORS headers at all).
     cors_origins: str = ""
+
+    @property
+    def heavy_process_count(self) -> int:
+        """Child processes for the heavy lane (``heavy_processes``, or its default)."""
+        if self.heavy_processes is None:
+            return 1 if self.cache_backend == "redis" else 0
+        return self.heavy_processes
 
     @model_validator(mode="after")
     def _processes_share_a_cache(self) -> Settings:

@@ -48,14 +48,14 @@ CHEAP: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def serve(redis_port: int, deadline_s: float, slots: int | None, processes: int = 0) -> Any:
+def serve(
+    redis_port: int, deadline_s: float, slots: int | None, processes: int | None = None
+) -> Any:
     """Two workers, Redis, the deadline, no response cache (every heavy request computes);
-    ``processes``: APP_HEAVY_PROCESSES (the heavy lane in child processes)."""
-    settings = {
-        "APP_REQUEST_DEADLINE_S": str(deadline_s),
-        "APP_RESPONSE_CACHE": "false",
-        "APP_HEAVY_PROCESSES": str(processes),
-    }
+    ``processes``: APP_HEAVY_PROCESSES (None: the default, one child per worker)."""
+    settings = {"APP_REQUEST_DEADLINE_S": str(deadline_s), "APP_RESPONSE_CACHE": "false"}
+    if processes is not None:
+        settings["APP_HEAVY_PROCESSES"] = str(processes)
     if slots is not None:
         settings["APP_MAX_CONCURRENT_COMPUTATIONS"] = str(slots)
     return chunkwise_serve(2, redis_port, settings)
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--processes",
         type=int,
-        default=0,
-        help="APP_HEAVY_PROCESSES (0: the heavy lane in threads)",
+        default=None,
+        help="APP_HEAVY_PROCESSES (0: the heavy lane in threads; default: one child per worker)",
     )
     args = parser.parse_args(argv)
     with (

@@ -13,6 +13,7 @@ SimulationError                    422     the configuration cannot make progres
 InfeasibleError                    422     cannot run at all (results say why otherwise)
 DeadlineExceededError              504     ``Retry-After``
 OverloadedError (api.compute)      503     every computation slot and queue place taken
+ChildProcessLostError              503     a heavy-lane child died (pool restarted)
 other ChunkwiseError               400
 HTTPException                      its own status (404 unknown route, 405, ...)
 anything else                      500     logged with the request id; a bug
@@ -44,6 +45,7 @@ from app.core.errors import (
     UnsupportedError,
 )
 from app.models.common import Problem, ProblemFieldError, problem_dict
+from app.services.processes import ChildProcessLostError
 
 logger = logging.getLogger("chunkwise.api")
 
@@ -230,5 +232,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(ChunkwiseError, _domain)
     app.add_exception_handler(OverloadedError, _overloaded)
+    app.add_exception_handler(ChildProcessLostError, _overloaded)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(Exception, _unhandled)

@@ -49,6 +49,10 @@ async def optimize(
 
     Every feasible probe is returned for plots (``include_probes``). Bounds: see README.
     """
+    if gate.processes is not None:  # a response-cache hit never queues for the child
+        hit = await gate.run(partial(services.cached_optimize, context, request), light=True)
+        if hit is not None:
+            return hit
     return await gate.run_service("optimize", services.optimize, context, request)
 
 

@@ -23,7 +23,7 @@ from app.services.chunk_plan import chunk_plan
 from app.services.context import ServiceContext, ServiceStats, create_context
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
 from app.services.forward import ForwardPlan, ForwardRun, forward, plan_forward, run_forward
-from app.services.optimize import optimize
+from app.services.optimize import cached_optimize, optimize
 from app.services.resolve import ResolvedDeployment, resolve_profile
 from app.services.simulate import simulate
 from app.services.sizing import is_light_simulation, workload_spec
@@ -38,6 +38,7 @@ __all__ = [
     "ResolvedDeployment",
     "ServiceContext",
     "ServiceStats",
+    "cached_optimize",
     "chunk_plan",
     "create_context",
     "forward",

@@ -165,6 +165,17 @@ def _usable(
     return usable, rejected
 
 
+def searched_request(request: OptimizeRequest) -> OptimizeRequest:
+    """The request a disaggregated search runs (and keys its response by): closed loop, the
+    default worker bound filled in."""
+    return request.model_copy(
+        update={
+            "workload": "closed_loop",
+            "max_workers": request.max_workers or DEFAULT_MAX_WORKERS,
+        }
+    )
+
+
 def optimize_disagg_deployment(
     context: ServiceContext,
     request: OptimizeRequest,
@@ -175,13 +186,7 @@ def optimize_disagg_deployment(
     """The disaggregated search (see the module docstring)."""
     started = time.perf_counter()
     _check_fields(request)
-    request = request.model_copy(
-        update={
-            "workload": "closed_loop",
-            "max_workers": request.max_workers or DEFAULT_MAX_WORKERS,
-        }
-    )
-    request, profile = with_engine_defaults(request)
+    request, profile = with_engine_defaults(searched_request(request))
     p_layouts = _pool_layouts(request, "prefill")
     d_layouts = _pool_layouts(request, "decode")
     data = workload_spec(request, request.num_devices, profile)

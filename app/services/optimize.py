@@ -49,7 +49,7 @@ from app.services.calibration import (
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
-from app.services.disagg_optimize import optimize_disagg_deployment
+from app.services.disagg_optimize import optimize_disagg_deployment, searched_request
 from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths, reason_for
 from app.services.resolve import ResolvedDeployment, request_scheduler, resolve_deployment
@@ -539,6 +539,24 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
             cache=factory.counters(),
         ),
     )
+
+
+def cached_optimize(
+    context: ServiceContext, request: OptimizeRequest
+) -> OptimizeResponse | DisaggOptimizeResponse | None:
+    """The response cache's answer to ``request`` alone, no search (``None``: not cached, or
+    the cache is off). A worker whose searches run in a child process asks it first, so a
+    repeated search never queues behind another one's computation (app/api/planning.py)."""
+    if not context.settings.response_cache:
+        return None
+    started = time.perf_counter()
+    disagg = request.mode == "disagg"
+    keyed, _ = with_engine_defaults(searched_request(request) if disagg else request)
+    key = optimize_key(keyed)
+    (stored,) = context.cache.get_many([key])
+    if disagg:
+        return cached_response(context, key, stored, keyed, started, DisaggOptimizeResponse)
+    return cached_response(context, key, stored, keyed, started, OptimizeResponse)
 
 
 def optimize(

@@ -17,13 +17,18 @@ back pickled; counters a child records (forwards computed, response-cache hits) 
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from app.services.context import REQUEST_STARTED_S, ServiceContext, create_context
 from app.settings import Settings
+
+logger = logging.getLogger("chunkwise.processes")
 
 #: The child's context (built once, by the pool's initializer): ``{"context": ...}``.
 _CHILD: dict[str, ServiceContext] = {}
@@ -60,26 +65,62 @@ def _run_in_child(name: str, request: Any, started_s: float | None) -> tuple[Any
     return result, counted
 
 
+def _started() -> None:
+    """Nothing: submitted once per child so the pool starts its children at once."""
+
+
+class ChildProcessLostError(Exception):
+    """A child process died under a computation (killed, out of memory): the pool was
+    restarted and the request may be retried (503 with ``Retry-After``)."""
+
+
 class HeavyProcesses:
-    """A ``spawn`` pool of ``processes`` children running heavy service calls."""
+    """A ``spawn`` pool of ``processes`` children running heavy service calls; a pool whose
+    child died is replaced by a new one (the computations it held answer 503)."""
 
     def __init__(self, settings: Settings, processes: int) -> None:
         self.processes = processes
-        self.pool = ProcessPoolExecutor(
-            max_workers=processes,
+        self._settings_json = settings.model_dump_json()
+        self._lock = threading.Lock()
+        self.restarts = 0
+        self.pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        """A pool whose children start now (they import the engine and build their context
+        before the first heavy request, not during its deadline)."""
+        pool = ProcessPoolExecutor(
+            max_workers=self.processes,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_child,
-            initargs=(settings.model_dump_json(),),
+            initargs=(self._settings_json,),
         )
+        for _ in range(self.processes):
+            pool.submit(_started)
+        return pool
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        """A new pool instead of ``broken`` (once, whichever request noticed first)."""
+        with self._lock:
+            if self.pool is broken:
+                broken.shutdown(wait=False, cancel_futures=True)
+                self.pool = self._new_pool()
+                self.restarts += 1
+                logger.error("a heavy-lane child process died; its pool was restarted")
 
     def submit(self, name: str, request: Any, context: ServiceContext) -> Callable[[], Any]:
         """A blocking call running ``name`` on ``request`` in a child (for a worker thread);
         what the child counted is added to ``context``'s counters."""
-        pool = self.pool
 
         def call() -> Any:  # the gate's thread: its context carries the arrival time
             started_s = REQUEST_STARTED_S.get()
-            result, counted = pool.submit(_run_in_child, name, request, started_s).result()
+            pool = self.pool
+            try:
+                result, counted = pool.submit(_run_in_child, name, request, started_s).result()
+            except BrokenProcessPool as exc:
+                self._replace(pool)
+                raise ChildProcessLostError(
+                    "the process computing this request stopped (restarted); retry shortly"
+                ) from exc
             context.stats.add(**counted)
             return result
 

@@ -4,6 +4,9 @@ counters come back from the child; a cheap request is served by the worker alone
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +59,17 @@ def server(redis_server: RedisServer, tmp_path: Path) -> Iterator[Uvicorn]:
         process.stop()
 
 
+@pytest.fixture
+def cached_server(redis_server: RedisServer, tmp_path: Path) -> Iterator[Uvicorn]:
+    """One worker, its heavy lane in one child (the default with Redis), the response cache."""
+    env = redis_env(redis_server, request_deadline_s="3")
+    process = start_server(Uvicorn(env, workers=1), tmp_path / "uvicorn.log", timeout_s=60)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
 def _counted(base_url: str) -> float:
     text = httpx.get(f"{base_url}/metrics", timeout=10).text
     line = next(x for x in text.splitlines() if x.startswith("chunkwise_forward_evaluations"))
@@ -92,6 +106,73 @@ def test_domain_errors_and_the_deadline_come_back_from_the_child(server: Uvicorn
     assert plan.status_code == 200 and plan.json()["prefill_num_chunks"] == 2
 
 
+def test_a_response_cache_hit_never_queues_behind_the_childs_search(
+    cached_server: Uvicorn,
+) -> None:
+    url = cached_server.base_url
+    first = httpx.post(f"{url}/v1/optimize", json=OPTIMIZE, timeout=60)
+    assert first.status_code == 200 and not first.json()["stats"]["cache"]["response_cache_hit"]
+    busy = threading.Thread(target=lambda: httpx.post(f"{url}/v1/optimize", json=HEAVY, timeout=60))
+    busy.start()  # the child is computing a search for about the 3 s deadline
+    time.sleep(0.5)
+    started = time.monotonic()
+    again = httpx.post(f"{url}/v1/optimize", json=OPTIMIZE, timeout=60)
+    elapsed = time.monotonic() - started
+    busy.join(30)
+    assert again.status_code == 200
+    assert again.json()["stats"]["cache"]["response_cache_hit"]
+    assert again.json()["rows"] == first.json()["rows"]
+    assert elapsed < 1.0, elapsed  # not behind the search (which runs until its deadline)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (any of its threads may have started one)."""
+    found = [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+    return found + [grand for child in found for grand in _descendants(child)]
+
+
+def _pool_children(server: Uvicorn) -> list[int]:
+    """The heavy lane's children (``spawn``ed: ``multiprocessing.spawn`` in their command)."""
+    assert server.process is not None
+    pids = []
+    for pid in _descendants(server.process.pid):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        if b"spawn_main" in cmdline:
+            pids.append(pid)
+    return pids
+
+
+def test_a_dead_child_is_replaced_and_its_request_answers_503(server: Uvicorn) -> None:
+    url = server.base_url
+    for _ in range(5):  # cold, the 1 s deadline may pass: a retry resumes from the forwards
+        if httpx.post(f"{url}/v1/optimize", json=OPTIMIZE, timeout=60).status_code == 200:
+            break
+    else:
+        pytest.fail("the optimize never answered 200")
+    children = _pool_children(server)
+    assert len(children) == 1, children
+    os.kill(children[0], signal.SIGKILL)  # killed, as the kernel's OOM killer would
+    time.sleep(0.5)
+    lost = httpx.post(f"{url}/v1/optimize", json=OPTIMIZE, timeout=60)
+    assert lost.status_code == 503, lost.text
+    assert lost.headers["content-type"] == "application/problem+json"
+    assert lost.headers["retry-after"] == "1"
+    again = httpx.post(f"{url}/v1/optimize", json=OPTIMIZE, timeout=60)
+    assert again.status_code == 200, again.text
+    assert _pool_children(server) and children[0] not in _pool_children(server)
+
+
 def test_processes_need_a_shared_cache_backend() -> None:
     with pytest.raises(ValidationError, match="heavy_processes needs cache_backend 'redis'"):
         Settings(heavy_processes=1, cache_backend="memory")
+
+
+def test_by_default_redis_workers_compute_in_one_child_and_memory_workers_in_threads() -> None:
+    assert Settings(cache_backend="redis").heavy_process_count == 1
+    assert Settings(cache_backend="memory").heavy_process_count == 0
+    assert Settings(cache_backend="redis", heavy_processes=0).heavy_process_count == 0
+    assert Settings(cache_backend="redis", heavy_processes=3).heavy_process_count == 3
