@@ -58,6 +58,17 @@ class ArrivalSource:
         """Nothing runs and ``left`` requests are not done: when the engine wakes up."""
         raise SimulationError(f"{left} requests neither ran nor were left to arrive")
 
+    #: Clients whose requests re-submit (the loop may skip whole cycles, :mod:`.cycles`);
+    #: 0: the arrivals do not repeat.
+    cycle_clients: int = 0
+    #: Requests submitted so far (closed loops count them).
+    submitted: int = 0
+
+    def skip_cycles(self, cycles: int, submitted_per_cycle: int, runs_per_cycle: int) -> None:
+        """The loop skipped ``cycles`` cycles of ``runs_per_cycle`` runs, each submitting
+        ``submitted_per_cycle`` requests."""
+        raise SimulationError("these arrivals do not repeat in cycles")
+
     @property
     def sent_ms(self) -> tuple[float, ...] | None:
         """When each arrival was sent to the engine (timed arrivals only)."""
@@ -72,6 +83,13 @@ class ClosedLoop(ArrivalSource):
         self.clients = clients
         self.num_requests = num_requests
         self.submitted = clients
+        # Cycles repeat only while finishes re-submit, and over a few rounds of requests.
+        self.cycle_clients = clients if num_requests >= 3 * clients else 0
+
+    def skip_cycles(self, cycles: int, submitted_per_cycle: int, runs_per_cycle: int) -> None:
+        self.submitted += cycles * submitted_per_cycle
+        if self.last_arrival_run >= 0:
+            self.last_arrival_run += cycles * runs_per_cycle
 
     def start(self, waiting: Waiting) -> None:
         waiting.append([self.clients, -1])

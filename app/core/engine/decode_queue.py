@@ -71,6 +71,29 @@ class DecodeQueue:
         self.tiebreak = 0
         self.shift = 0
         self.ready = 0
+        self.finished_in_queue = 0  # finished groups advance_all left in ``groups``
+        # Over live groups: sum of count x rem_base and of count x first_run (a closed loop's
+        # cycle signature, :mod:`app.core.engine.cycles`).
+        self.rem_moment = 0
+        self.first_moment = 0
+
+    def _moments(self) -> None:
+        live = self._live()
+        self.rem_moment = sum(g.count * g.rem_base for g in live)
+        self.first_moment = sum(g.count * g.first_run for g in live)
+
+    def _leave(self, group: DecodeGroup) -> None:
+        """``group`` finished."""
+        group.alive = False
+        self.ready -= group.count
+        self.rem_moment -= group.count * group.rem_base
+        self.first_moment -= group.count * group.first_run
+
+    def shift_first_runs(self, runs: int) -> None:
+        """Every live group got its first token ``runs`` runs later (a skip of cycles)."""
+        for group in self._live():
+            group.first_run += runs
+        self._moments()
 
     def _live(self) -> list[DecodeGroup]:
         return [g for g in self.groups if g.alive]
@@ -101,6 +124,8 @@ class DecodeQueue:
             self.tiebreak += 1
             heapq.heappush(self.heap, (group.rem_base, self.tiebreak, group))
         self.ready += count
+        self.rem_moment += count * group.rem_base
+        self.first_moment += count * first_run
 
     def advance_all(self, steps: int) -> list[Finished]:
         """Every request emits ``steps`` tokens; returns who finished (at the last step)."""
@@ -108,9 +133,14 @@ class DecodeQueue:
         finished: list[Finished] = []
         while self.min_remaining() == 0:
             _, _, group = heapq.heappop(self.heap)
-            group.alive = False
+            self._leave(group)
             finished.append((group.count, group.first_run))
-            self.ready -= group.count
+        self.finished_in_queue += len(finished)
+        if self.finished_in_queue > len(self.groups) // 2:
+            # Finished groups are skipped wherever the queue is read: forget them once they
+            # are half of it (the live groups keep their order).
+            self.groups = deque(self._live())
+            self.finished_in_queue = 0
         return finished
 
     def take(self, d_step: int) -> list[DecodeGroup]:
@@ -127,6 +157,7 @@ class DecodeQueue:
                 group = DecodeGroup(need, group.rem_base, group.first_run)
             need -= group.count
             group.rem_base -= 1
+            self.rem_moment -= group.count
             selected.append(group)
         self.heap_fresh = False
         return selected
@@ -136,9 +167,8 @@ class DecodeQueue:
         finished: list[Finished] = []
         for group in selected:
             if group.rem_base == self.shift:
-                group.alive = False
+                self._leave(group)
                 finished.append((group.count, group.first_run))
-                self.ready -= group.count
             else:
                 self.groups.append(group)
         return finished
@@ -182,6 +212,8 @@ class DecodeQueue:
             if ready == 0 or not keep_going:
                 break
         self.groups = deque(self._after_sweeps(live, rem, sweeps, previous * d_step))
+        self.finished_in_queue = 0
+        self._moments()
         self.ready = ready
         self.heap_fresh = False
         return runs

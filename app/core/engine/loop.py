@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from app.core.chunking import PrefillChunk
 from app.core.engine.arrivals import ArrivalSource, Finished, Waiting, steps_until
+from app.core.engine.cycles import CycleFinder
 from app.core.engine.decode_queue import DecodeQueue
 from app.core.engine.plan import RequestRecords, StepRun
 from app.core.errors import SimulationError
@@ -104,6 +105,7 @@ class Engine:
         "arrivals",
         "budget",
         "continue_first",
+        "cycles",
         "decode",
         "decode_tokens",
         "done",
@@ -158,17 +160,24 @@ class Engine:
         self.t_ms = 0.0  # with a clock: the end of the last run
         self.starts_ms: list[float] = []
         self.ends_ms: list[float] = []
+        # A closed loop's cycles repeat exactly when decisions depend on the state alone.
+        repeats = arrivals.cycle_clients and self.stateless and arrivals.clock is None
+        self.cycles = CycleFinder(arrivals.cycle_clients) if repeats else None
 
     def run(self) -> tuple[tuple[StepRun, ...], RequestRecords]:
         """The loop: admit arrivals, ask the scheduler, price the step, advance the groups."""
         arrivals, decode, pending = self.arrivals, self.decode, self.pending
         num_requests, timed = arrivals.num_requests, arrivals.clock is not None
         arrivals.start(self.waiting)
-        interrupt, iterations = self.interrupt, 0
+        interrupt, iterations, cycles = self.interrupt, 0, self.cycles
         while self.done < num_requests:
             iterations += 1
             if interrupt is not None and not iterations % INTERRUPT_EVERY:
                 interrupt()  # the caller's deadline: raises once it passed
+            if cycles is not None:
+                cycles.observe(self)  # may skip whole cycles of a closed loop
+                if cycles.finished:
+                    cycles = None
             arrivals.arrive(self.t_ms, self.waiting)
             self._admit()
             if not pending and not decode.ready:
@@ -188,6 +197,95 @@ class Engine:
                 repeat = self._price(decision, repeat)
             self._advance(decision, repeat, all_advance)
         return tuple(self.runs), self._records()
+
+    # ----------------------------------------------------------------------------------------
+    # skip whole cycles (closed loops, :mod:`app.core.engine.cycles`)
+
+    def cycle_signature(self) -> tuple[int, ...]:
+        """Cheap figures of the state: equal whenever the states are (not conversely)."""
+        pending, decode = self.pending, self.decode
+        return (
+            decode.ready,
+            self.pending_total,
+            len(pending),
+            len(self.waiting),
+            pending[0].done if pending else -1,
+            # The decode groups' tokens left and ages, summed over their requests.
+            decode.rem_moment - decode.shift * decode.ready,
+            len(self.runs) * decode.ready - decode.first_moment,
+        )
+
+    def cycle_state_is(self, state: tuple[object, ...]) -> bool:
+        """Whether :meth:`cycle_state` would equal ``state``, stopping at the first
+        difference (most candidates differ in their first decode groups: no state is built)."""
+        pending, decode, waiting = state
+        assert isinstance(decode, tuple)
+        run, shift, i = len(self.runs), self.decode.shift, 0
+        for g in self.decode.groups:
+            if g.alive:
+                here = (g.rem_base - shift, g.count, run - g.first_run)
+                if i == len(decode) or decode[i] != here:
+                    return False
+                i += 1
+        if i != len(decode):
+            return False
+        current = self.cycle_state()  # the rest is short: pending segments, waiting parts
+        return current[0] == pending and current[2] == waiting
+
+    def cycle_state(self) -> tuple[object, ...]:
+        """Everything the next runs depend on, with each arrival and first token as an age
+        (runs ago): equal states are followed by the same runs, shifted."""
+        run, shift = len(self.runs), self.decode.shift
+        return (
+            tuple((s.done, s.count, tuple((c, run - a) for c, a in s.parts)) for s in self.pending),
+            tuple(
+                (g.rem_base - shift, g.count, run - g.first_run)
+                for g in self.decode.groups
+                if g.alive
+            ),
+            tuple((c, run - a) for c, a in self.waiting),
+        )
+
+    def cycle_mark(self) -> tuple[int, ...]:
+        """The counters a cycle is measured by: runs, records, done, submitted."""
+        return (
+            len(self.runs),
+            len(self.first_records),
+            len(self.finish_records),
+            self.done,
+            self.arrivals.submitted,
+        )
+
+    def skip_cycles(self, mark: tuple[int, ...]) -> bool:
+        """The state is the one at ``mark``: append the runs and records since then as many
+        more times as the submissions left allow, shifted, and move the state's ages along.
+        Returns whether anything was skipped."""
+        start, first0, finish0, done0, submitted0 = mark
+        arrivals = self.arrivals
+        period = len(self.runs) - start
+        per_cycle = arrivals.submitted - submitted0
+        if period <= 0 or per_cycle <= 0:
+            return False
+        cycles = (arrivals.num_requests - arrivals.submitted) // per_cycle
+        if cycles <= 0:
+            return False
+        block = self.runs[start:]
+        firsts, finishes = self.first_records[first0:], self.finish_records[finish0:]
+        for m in range(1, cycles + 1):
+            off = m * period
+            self.runs.extend(block)
+            self.first_records.extend([(c, a + off, f + off) for c, a, f in firsts])
+            self.finish_records.extend([(c, f + off, e + off) for c, f, e in finishes])
+        off = cycles * period
+        self.done += cycles * (self.done - done0)
+        arrivals.skip_cycles(cycles, per_cycle, period)
+        for segment in self.pending:
+            for part in segment.parts:
+                part[1] += off
+        for part in self.waiting:
+            part[1] += off
+        self.decode.shift_first_runs(off)
+        return True
 
     # ----------------------------------------------------------------------------------------
     # admit arrivals

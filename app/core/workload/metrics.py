@@ -185,23 +185,28 @@ def replay_serving(
     """The metrics of a planned serving run from the latencies of its shapes."""
     scheduler = scheduler or default_scheduler()
     ends, timeline = _run_ends(plan, latencies, scheduler, record_steps)
-
-    def at(run: int) -> float:
-        return ends[run] if run >= 0 else 0.0
-
+    # The end of every run, and of run -1 (t = 0) at index -1.
+    at = [*ends, 0.0]
     sent_ms = plan.records.sent_ms
-    arrived = at if sent_ms is None else sent_ms.__getitem__
+    arrived = at if sent_ms is None else sent_ms
     start_ms, end_ms, first, finish = measured_records(plan, ends)
     decode_tokens = plan.engine.output_length - 1
-    measured_first = sum(r[0] for r in first)
-    measured_finish = sum(r[0] for r in finish)
-    ttft_ms = sum(c * (at(f) - arrived(a)) for c, a, f in first) / measured_first
-    decode_ms = sum(c * (at(e) - at(f)) for c, f, e in finish) / measured_finish
+    counts_first = [r[0] for r in first]
+    counts_finish = [r[0] for r in finish]
+    measured_first = sum(counts_first)
+    measured_finish = sum(counts_finish)
+    ttfts = [at[f] - arrived[a] for _, a, f in first]
+    decodes = [at[e] - at[f] for _, f, e in finish]
+    ttft_ms = sum([c * v for c, v in zip(counts_first, ttfts, strict=True)]) / measured_first
+    decode_ms = sum([c * v for c, v in zip(counts_finish, decodes, strict=True)]) / measured_finish
     tpot_ms = decode_ms / decode_tokens if decode_tokens else 0.0
 
-    ttft_groups = _distribution((at(f) - arrived(a), c) for c, a, f in first)
+    ttft_groups = _distribution(zip(ttfts, counts_first, strict=True))
     tpot_groups = _distribution(
-        ((at(e) - at(f)) / decode_tokens if decode_tokens else 0.0, c) for c, f, e in finish
+        (
+            (v / decode_tokens if decode_tokens else 0.0, c)
+            for v, c in zip(decodes, counts_finish, strict=True)
+        )
     )
     duration_ms = end_ms - start_ms
     totals = _WindowTotals.over(plan, ends, start_ms, end_ms)

@@ -1,0 +1,84 @@
+"""A closed loop's repeating cycles are skipped exactly: the plan is the loop's, step by step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.engine import ClosedLoop
+from app.core.engine.arrivals import Burst
+from app.core.engine.loop import Engine
+from app.core.engine.plan import RequestRecords, StepRun
+from app.core.scheduler import make_scheduler
+from app.core.scheduler.factory import SCHEDULERS
+
+from .fakes import spec
+
+cases = st.fixed_dictionaries(
+    {
+        "effective": st.integers(1, 300),
+        "budget": st.integers(1, 256),
+        "output": st.integers(1, 60),
+        "clients": st.integers(1, 40),
+        "per_client": st.integers(3, 12),
+        "cap": st.one_of(st.none(), st.integers(1, 40)),
+        "scheduler": st.sampled_from(sorted(SCHEDULERS)),
+    }
+)
+
+
+def _run(s: dict[str, Any], *, skip: bool) -> tuple[Engine, tuple[StepRun, ...], RequestRecords]:
+    data = spec(s["effective"], s["budget"], s["output"])
+    arrivals = ClosedLoop(s["clients"], s["clients"] * s["per_client"])
+    engine = Engine(
+        data.get_prefill_chunk_plan(),
+        data.output_length,
+        data.max_batched_tokens,
+        make_scheduler(s["scheduler"]),
+        arrivals,
+        max_running=s["cap"],
+    )
+    if not skip:
+        engine.cycles = None
+    runs, records = engine.run()
+    return engine, runs, records
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases)
+def test_skipping_cycles_gives_the_step_by_step_plan(s: dict[str, Any]) -> None:
+    _, runs, records = _run(s, skip=True)
+    _, want_runs, want_records = _run(s, skip=False)
+    assert runs == want_runs
+    assert records == want_records
+
+
+def test_a_long_closed_loop_skips_most_of_its_rounds() -> None:
+    """The default search's shape (prompts of one chunk, long outputs, ten rounds): the loop
+    steps through about three rounds and skips the rest."""
+    s = {
+        "effective": 4096,
+        "budget": 8192,
+        "output": 256,
+        "clients": 64,
+        "per_client": 10,
+        "cap": None,
+        "scheduler": "vllm",
+    }
+    engine, runs, records = _run(s, skip=True)
+    assert engine.cycles is not None and engine.cycles.skipped
+    stepped, want_runs, want_records = _run(s, skip=False)
+    assert (runs, records) == (want_runs, want_records)
+    assert engine.arrivals.submitted == stepped.arrivals.submitted == 640
+    assert engine.arrivals.last_arrival_run == stepped.arrivals.last_arrival_run
+
+
+def test_bursts_and_short_loops_do_not_look_for_cycles() -> None:
+    data = spec(100, 64, 8)
+    make = make_scheduler("vllm")
+    plan, budget = data.get_prefill_chunk_plan(), data.max_batched_tokens
+    assert Engine(plan, 8, budget, make, Burst(16)).cycles is None
+    assert Engine(plan, 8, budget, make, ClosedLoop(16, 32)).cycles is None
+    assert Engine(plan, 8, budget, make, ClosedLoop(16, 48)).cycles is not None
