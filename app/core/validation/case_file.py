@@ -282,10 +282,27 @@ def _share(value: float | None) -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------
+def csv_lines(text: str) -> io.StringIO:
+    """``text`` as the csv module reads a file: newlines kept (a file saved with CR or CRLF
+    line ends parses; a newline inside a quoted field stays in it)."""
+    return io.StringIO(text, newline="")
+
+
 def read_case_rows(text: str, columns: Sequence[str] = CASE_COLUMNS) -> list[dict[str, str]]:
     """The rows of a measurement file with exactly ``columns``, after checking its header and
-    size (domain errors that name the problem)."""
-    reader = csv.DictReader(io.StringIO(text))
+    size (domain errors that name the problem, a malformed CSV included)."""
+    try:
+        return _read_rows(csv.DictReader(csv_lines(text)), columns)
+    except csv.Error as exc:
+        raise malformed_csv(exc) from None
+
+
+def malformed_csv(exc: csv.Error) -> InvalidParameterError:
+    """The 422 of a file the csv module cannot read (a stray quote, a field too large)."""
+    return InvalidParameterError("csv", str(exc), "a well-formed CSV file")
+
+
+def _read_rows(reader: csv.DictReader[str], columns: Sequence[str]) -> list[dict[str, str]]:
     header = tuple(reader.fieldnames or ())
     missing = [c for c in columns if c not in header]
     unknown = [c for c in header if c not in columns]

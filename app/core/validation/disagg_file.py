@@ -37,7 +37,6 @@ link of the innermost interconnect tier that holds the whole deployment (NVLink 
 from __future__ import annotations
 
 import csv
-import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -53,7 +52,9 @@ from app.core.spec import WorkloadSpec
 from app.core.validation.case_file import (
     CaseFileReport,
     case_file_report,
+    csv_lines,
     int_column,
+    malformed_csv,
     measured_value,
     parallel_size,
     read_case_rows,
@@ -121,7 +122,10 @@ _DISAGG_MARKERS = frozenset({"prefill_workers", "decode_workers"})
 
 def is_disagg_header(text: str) -> bool:
     """Whether a measurement file's header names the disaggregated columns."""
-    first = next(csv.reader(io.StringIO(text)), [])
+    try:
+        first = next(csv.reader(csv_lines(text)), [])
+    except csv.Error as exc:
+        raise malformed_csv(exc) from None
     return bool(_DISAGG_MARKERS & {c.strip() for c in first})
 
 
