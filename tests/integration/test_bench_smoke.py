@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import bench_closed_loop, bench_costs, load
+from bench import ascend_eagle3, bench_closed_loop, bench_costs, load
 
 pytestmark = [pytest.mark.integration]
 
@@ -34,3 +34,10 @@ def test_closed_loop_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench_closed_loop.main(["--repeat", "1", "--engine", "vllm"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("vllm") and "'workload': 'closed_loop'" in line
+
+
+def test_ascend_eagle3_replay_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ascend_eagle3.main([]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == [p.name for p in ascend_eagle3.POINTS]
+    assert lines[-1].startswith("TPOT within 15 %:")
