@@ -109,33 +109,6 @@ class _RunClock:
             )
         return t_ms + step_ms * run.repeat
 
-    def addend(self, run: StepRun) -> float | None:
-        """The ``d`` of a run that :meth:`advance` ends at ``start + d`` without a timeline:
-        a decode run, a one-step prefill, a pure scheduler's walk once its duration is
-        memoised; ``None`` otherwise (the walk's steps add one by one)."""
-        if run.p_step and run.repeat != 1 and not self.scheduler.stateless:
-            return None
-        plan = self.plan
-        fused = plan.is_fused(run)
-        d_ms = 0.0
-        if not fused:
-            known = self.decode_ms.get(run.d_step)
-            if known is None:
-                known = self.decode_ms[run.d_step] = self.latencies[plan.decode_shape(run.d_step)]
-            d_ms = known
-        if not run.p_step:
-            return self.scheduler.step_latency(0.0, d_ms) * run.repeat
-        if self.scheduler.stateless:  # advance adds the walk's memoised duration, once known
-            walk = (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat, run.d_step)
-            return self.walk_ms.get(walk)
-        key = (run.p_step, run.prefill_tokens, run.prefill_seq_len(0))
-        if fused:
-            return self._mixed(key, run.d_step)
-        p_ms = self.prefill_ms.get(key, -1.0)
-        if p_ms < 0.0:
-            p_ms = self.prefill_ms[key] = self.latencies[prefill_shape(*key)]
-        return self.scheduler.step_latency(p_ms, d_ms)
-
     def _decode_shape(self, run: StepRun) -> ForwardShape | None:
         return self.plan.decode_shape(run.d_step) if run.d_step else None
 
@@ -205,38 +178,12 @@ def run_clock(
     clock = _RunClock(plan, latencies, scheduler, record_steps)
     t_ms = 0.0
     ends: list[float] = []
-    if starts_ms is None and not record_steps:
-        return _back_to_back_ends(plan.runs, clock), None
     for index, run in enumerate(plan.runs):
         if starts_ms is not None:
             t_ms = starts_ms[index]
         t_ms = clock.advance(run, t_ms)
         ends.append(t_ms)
     return ends, tuple(clock.timeline) if record_steps else None
-
-
-def _back_to_back_ends(runs: Sequence[StepRun], clock: _RunClock) -> list[float]:
-    """Run ends without a timeline: a run whose end is ``start + d`` for a ``d`` of its own
-    (a decode run, a one-step prefill) adds the same ``d`` wherever it recurs, so ``d`` is
-    computed once per run object (a closed loop's skipped cycles repeat the same objects);
-    the same additions in the same order as :meth:`_RunClock.advance`, so the ends are equal."""
-    addends: dict[int, float] = {}
-    t_ms = 0.0
-    ends: list[float] = []
-    append = ends.append
-    for run in runs:
-        addend = addends.get(id(run))
-        if addend is not None:
-            t_ms = t_ms + addend
-        else:
-            addend = clock.addend(run)
-            if addend is None:
-                t_ms = clock.advance(run, t_ms)
-            else:
-                addends[id(run)] = addend
-                t_ms = t_ms + addend
-        append(t_ms)
-    return ends
 
 
 def replay_time_simulation(
