@@ -82,7 +82,6 @@ class HeavyProcesses:
         self.processes = processes
         self._settings_json = settings.model_dump_json()
         self._lock = threading.Lock()
-        self.restarts = 0
         self.pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:
@@ -104,7 +103,6 @@ class HeavyProcesses:
             if self.pool is broken:
                 broken.shutdown(wait=False, cancel_futures=True)
                 self.pool = self._new_pool()
-                self.restarts += 1
                 logger.error("a heavy-lane child process died; its pool was restarted")
 
     def submit(self, name: str, request: Any, context: ServiceContext) -> Callable[[], Any]:

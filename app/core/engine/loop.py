@@ -21,7 +21,7 @@ from collections.abc import Callable
 from app.core.chunking import PrefillChunk
 from app.core.engine.arrivals import ArrivalSource, Finished, Waiting, steps_until
 from app.core.engine.cycles import CycleFinder
-from app.core.engine.decode_queue import DecodeQueue
+from app.core.engine.decode_queue import DecodeGroup, DecodeQueue
 from app.core.engine.plan import RequestRecords, StepRun
 from app.core.errors import SimulationError
 from app.core.scheduler import Scheduler, SchedulerState, StepDecision
@@ -55,6 +55,11 @@ def checked_decision(scheduler: Scheduler, state: SchedulerState) -> StepDecisio
             f"it must be an integer in [1, {upper}]"
         )
     return decision
+
+
+def _decode_item(group: DecodeGroup, run: int, shift: int) -> tuple[int, int, int]:
+    """A live decode group in a cycle state: tokens left, requests, runs since its first token."""
+    return (group.rem_base - shift, group.count, run - group.first_run)
 
 
 class _Segment:
@@ -223,28 +228,30 @@ class Engine:
         run, shift, i = len(self.runs), self.decode.shift, 0
         for g in self.decode.groups:
             if g.alive:
-                here = (g.rem_base - shift, g.count, run - g.first_run)
-                if i == len(decode) or decode[i] != here:
+                if i == len(decode) or decode[i] != _decode_item(g, run, shift):
                     return False
                 i += 1
         if i != len(decode):
             return False
-        current = self.cycle_state()  # the rest is short: pending segments, waiting parts
-        return current[0] == pending and current[2] == waiting
+        return self._pending_state(run) == pending and self._waiting_state(run) == waiting
 
     def cycle_state(self) -> tuple[object, ...]:
         """Everything the next runs depend on, with each arrival and first token as an age
         (runs ago): equal states are followed by the same runs, shifted."""
         run, shift = len(self.runs), self.decode.shift
         return (
-            tuple((s.done, s.count, tuple((c, run - a) for c, a in s.parts)) for s in self.pending),
-            tuple(
-                (g.rem_base - shift, g.count, run - g.first_run)
-                for g in self.decode.groups
-                if g.alive
-            ),
-            tuple((c, run - a) for c, a in self.waiting),
+            self._pending_state(run),
+            tuple(_decode_item(g, run, shift) for g in self.decode.groups if g.alive),
+            self._waiting_state(run),
         )
+
+    def _pending_state(self, run: int) -> tuple[object, ...]:
+        return tuple(
+            (s.done, s.count, tuple((c, run - a) for c, a in s.parts)) for s in self.pending
+        )
+
+    def _waiting_state(self, run: int) -> tuple[object, ...]:
+        return tuple((c, run - a) for c, a in self.waiting)
 
     def cycle_mark(self) -> tuple[int, ...]:
         """The counters a cycle is measured by: runs, records, done, submitted."""
