@@ -44,6 +44,14 @@ INDEXER_KEY_BYTES = 1.0  # float8_e4m3fn
 INDEXER_SCALE_BYTES = 4.0  # float32 scale
 INDEXER_SCALE_BLOCK = 128  # key elements per scale (the reference's block_size)
 INDEXER_K_NORM_TENSORS = 2  # k_norm is a LayerNorm: weight and bias of index_head_dim each
+#: Parts of a decoder a quantized checkpoint may keep in 16 bits beside its quantized experts
+#: (its ``modules_to_not_convert`` / ``ignore`` list): the softmax-attention projections, the
+#: shared experts and the dense MLPs. The router, embeddings and LM head are 16-bit in the
+#: runner whatever the checkpoint.
+SIXTEEN_BIT_ATTENTION = "attention"
+SIXTEEN_BIT_SHARED_EXPERTS = "shared_experts"
+SIXTEEN_BIT_DENSE_MLP = "dense_mlp"
+SIXTEEN_BIT_PARTS = (SIXTEEN_BIT_ATTENTION, SIXTEEN_BIT_SHARED_EXPERTS, SIXTEEN_BIT_DENSE_MLP)
 
 
 class AttentionKind(enum.StrEnum):
@@ -239,7 +247,16 @@ class LayerGroup:
 #: Fields added after the architecture document was first published: left out of
 #: :meth:`ModelArchitecture.to_dict` while at their default, so the document and the runner
 #: identity (the latency-cache key, which hashes it) of every older architecture stay the same.
-_NEW_FIELDS_AT_DEFAULT = frozenset({"attn_output_gate", "linear_attention", "sparse_indexer"})
+_NEW_FIELDS_AT_DEFAULT = frozenset(
+    {
+        "attn_output_gate",
+        "linear_attention",
+        "sparse_indexer",
+        "native_linear",
+        "sixteen_bit_parts",
+        "unmodelled_sixteen_bit",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -269,6 +286,12 @@ class ModelArchitecture:
     layer_groups: tuple[LayerGroup, ...] = ()
     num_mtp_layers: int = 0
     native_quantization: str | None = None
+    #: The linear action (``LinearQuantAction`` value) the checkpoint's quantization is, when
+    #: the runner has it; with that action the checkpoint's :data:`SIXTEEN_BIT_PARTS` stay 16-bit.
+    native_linear: str | None = None
+    sixteen_bit_parts: frozenset[str] = frozenset()
+    #: Entries of the checkpoint's 16-bit list the runner has no part for (said in the notes).
+    unmodelled_sixteen_bit: tuple[str, ...] = ()
     # Qwen3-Next / Qwen3.5 full attention: q_proj also emits a per-head sigmoid gate on the
     # attention output (2 x num_heads x head_dim outputs).
     attn_output_gate: bool = False
@@ -287,6 +310,11 @@ class ModelArchitecture:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidParameterError(field, value, "an integer >= 1")
+        unknown_parts = sorted(self.sixteen_bit_parts - set(SIXTEEN_BIT_PARTS))
+        if unknown_parts:
+            raise InvalidParameterError(
+                "sixteen_bit_parts", unknown_parts[0], f"one of {', '.join(SIXTEEN_BIT_PARTS)}"
+            )
         if self.num_heads % self.num_kv_heads:
             raise InvalidParameterError(
                 "num_key_value_heads", self.num_kv_heads, f"a divisor of {self.num_heads}"
@@ -492,6 +520,8 @@ class ModelArchitecture:
                 value = dataclasses.asdict(value)
             elif isinstance(value, enum.Enum):
                 value = value.value
+            elif isinstance(value, frozenset):
+                value = sorted(value)
             out[f.name] = value
         out["num_params"] = self.num_params
         out["num_active_params"] = self.num_active_params

@@ -23,6 +23,7 @@ model without MLA, and indexers shared across layers (``indexer_types`` /
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +31,9 @@ from typing import Any
 from app.core.catalog.architecture import (
     DEFAULT_FFN_MULTIPLIER,
     FP32_BYTES,
+    SIXTEEN_BIT_ATTENTION,
+    SIXTEEN_BIT_DENSE_MLP,
+    SIXTEEN_BIT_SHARED_EXPERTS,
     AttentionKind,
     FfnKind,
     LayerAttention,
@@ -88,6 +92,69 @@ def _native_quantization(config: Mapping[str, Any]) -> str | None:
         method = quant.get("quant_method")
         return str(method) if method else None
     return None
+
+
+def _native_linear(quant: Mapping[str, Any]) -> str | None:
+    """The linear action a ``quantization_config`` describes: ``mxfp4`` (gpt-oss), ``fp8``
+    (DeepSeek-style block FP8), or compressed-tensors groups of 4-bit integer weights with
+    16-bit activations (Kimi-K2.5's ``pack-quantized`` experts: W4A16); None otherwise."""
+    method = quant.get("quant_method")
+    if method in ("mxfp4", "fp8"):
+        return str(method).upper()
+    groups = quant.get("config_groups")
+    if method != "compressed-tensors" or not isinstance(groups, Mapping) or not groups:
+        return None
+    for group in groups.values():
+        weights = group.get("weights") if isinstance(group, Mapping) else None
+        if not isinstance(weights, Mapping) or group.get("input_activations") is not None:
+            return None
+        if weights.get("num_bits") != 4 or weights.get("type") != "int":
+            return None
+    return "W4A16"
+
+
+#: What a checkpoint's 16-bit list (``modules_to_not_convert``, compressed-tensors ``ignore``)
+#: names, read from each entry with regex escapes undone: the parts the runner can keep in 16
+#: bits, and the modules it keeps in 16 bits anyway (router and its bias, embeddings, LM head;
+#: DeepSeek-style configs call the router ``gate``).
+_SIXTEEN_BIT_PATTERNS: tuple[tuple[str, str | None], ...] = (
+    (r"self_attn", SIXTEEN_BIT_ATTENTION),
+    (r"shared_expert", SIXTEEN_BIT_SHARED_EXPERTS),
+    (r"mlp\.\(?(gate|up|down|gate_up)(_proj|\|)", SIXTEEN_BIT_DENSE_MLP),
+    (r"router|embed_tokens|lm_head|e_score_correction_bias|(^|\.)gate$", None),
+)
+
+
+def _sixteen_bit(quant: Mapping[str, Any]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The :data:`SIXTEEN_BIT_PARTS` a checkpoint keeps in 16 bits, and the entries of its
+    list the runner has no part for."""
+    entries = quant.get("modules_to_not_convert") or quant.get("ignore") or ()
+    parts: set[str] = set()
+    unmodelled: list[str] = []
+    for entry in entries if isinstance(entries, list) else ():
+        name = str(entry).removeprefix("re:").replace("\\.", ".")
+        if "experts." in name and "shared_expert" not in name:
+            unmodelled.append(str(entry))  # some routed experts: no part for them
+            continue
+        found = next((part for regex, part in _SIXTEEN_BIT_PATTERNS if re.search(regex, name)), "")
+        if found:
+            parts.add(found)
+        elif found == "":
+            unmodelled.append(str(entry))
+    return frozenset(parts), tuple(unmodelled)
+
+
+def _quantization_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    quant = config.get("quantization_config")
+    if not isinstance(quant, Mapping):
+        return {"native_quantization": None}
+    parts, unmodelled = _sixteen_bit(quant)
+    return {
+        "native_quantization": _native_quantization(config),
+        "native_linear": _native_linear(quant),
+        "sixteen_bit_parts": parts,
+        "unmodelled_sixteen_bit": unmodelled,
+    }
 
 
 #: ``layer_types`` entries the runner models (anything else is refused); linear attention only
@@ -241,7 +308,7 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
         "attention_bias": _bool(config, "attention_bias", model_type == "qwen2"),
         "mlp_bias": _bool(config, "mlp_bias", False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe") or _bool(config, "use_qk_norm", False),
-        "native_quantization": _native_quantization(config),
+        **_quantization_fields(config),
     }
     windows = _windows(config, layers, model_type)
     if model_type in _DENSE_TYPES:

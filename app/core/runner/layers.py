@@ -19,6 +19,9 @@ from app.core.catalog.architecture import (
     GDN_QK,
     KV_TENSORS,
     MTP_EH_INPUTS,
+    SIXTEEN_BIT_ATTENTION,
+    SIXTEEN_BIT_DENSE_MLP,
+    SIXTEEN_BIT_SHARED_EXPERTS,
     FfnKind,
     LayerAttention,
     LayerGroup,
@@ -121,7 +124,7 @@ class ForwardBuilder:
     the graph cost whenever ``graph_mode`` is on.
     """
 
-    __slots__ = ("batches", "draft_launch_s", "launch_s", "ops", "plan")
+    __slots__ = ("batches", "draft_launch_s", "launch_s", "ops", "plan", "sixteen_bit")
 
     def __init__(self, plan: ShardPlan, batches: Sequence[ForwardShape], graph_mode: bool) -> None:
         if not batches:
@@ -132,6 +135,7 @@ class ForwardBuilder:
         self.launch_s = plan.graph_launch_s if graph_mode and decode_only else plan.eager_launch_s
         self.draft_launch_s = plan.graph_launch_s if graph_mode else plan.eager_launch_s
         self.ops: list[OpCost] = []
+        self.sixteen_bit = False  # the part being built is one the checkpoint keeps 16-bit
 
     @property
     def tokens(self) -> int:
@@ -165,6 +169,7 @@ class ForwardBuilder:
         the GEMM efficiency ramp ``m / (m + gemm_half_efficiency_tokens)``.
         """
         p = self.plan
+        quantized = quantized and not self.sixteen_bit
         wbytes = p.weight_bytes_per_param if quantized else BYTES_16BIT
         in_bytes = p.gemm_input_bytes if quantized else ACTIVATION_BYTES
         rows = m if rows_per_weight is None else rows_per_weight
@@ -255,10 +260,13 @@ class ForwardBuilder:
         )
         if group.attention is LayerAttention.LINEAR:
             self._linear_attention(scope, count, tokens, attention)
-        elif m.mla is not None:
-            self._mla_attention(group, scope, count, tokens, attention)
         else:
-            self._gqa_attention(group, scope, count, tokens, attention)
+            self.sixteen_bit = SIXTEEN_BIT_ATTENTION in p.sixteen_bit_parts
+            if m.mla is not None:
+                self._mla_attention(group, scope, count, tokens, attention)
+            else:
+                self._gqa_attention(group, scope, count, tokens, attention)
+            self.sixteen_bit = False
         if not m.parallel_attention:
             self.collective(
                 "attn_all_reduce",
@@ -279,7 +287,9 @@ class ForwardBuilder:
         if group.ffn is FfnKind.MOE:
             self._moe(scope, count, tokens)
         else:
+            self.sixteen_bit = SIXTEEN_BIT_DENSE_MLP in p.sixteen_bit_parts
             self._mlp("mlp", scope, count, tokens, m.intermediate_size / p.tp)
+            self.sixteen_bit = False
             self.collective(
                 "mlp_all_reduce",
                 scope,
@@ -719,7 +729,9 @@ class ForwardBuilder:
             rows_per_weight=routes / touched if touched > 0 else routes,
         )
         if moe.shared_intermediate_size:
+            self.sixteen_bit = SIXTEEN_BIT_SHARED_EXPERTS in p.sixteen_bit_parts
             self._mlp("shared_expert", scope, count, tokens, moe.shared_intermediate_size / p.tp)
+            self.sixteen_bit = False
         if p.ep > 1:
             self.collective(
                 "moe_combine",

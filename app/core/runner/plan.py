@@ -14,6 +14,9 @@ from app.core.catalog.architecture import (
     GDN_PARAMS_PER_VALUE_HEAD,
     KV_TENSORS,
     MTP_EH_INPUTS,
+    SIXTEEN_BIT_ATTENTION,
+    SIXTEEN_BIT_DENSE_MLP,
+    SIXTEEN_BIT_SHARED_EXPERTS,
     AttentionKind,
     FfnKind,
     LayerAttention,
@@ -83,6 +86,9 @@ class ShardPlan:
     linear_key_heads_local: int = 0
     linear_value_heads_local: int = 0
     state_bytes_per_request: float = 0.0
+    #: The checkpoint's parts that stay 16-bit beside its quantized GEMMs (run at its native
+    #: quantization; :data:`~app.core.catalog.architecture.SIXTEEN_BIT_PARTS`).
+    sixteen_bit_parts: frozenset[str] = frozenset()
 
     @property
     def tokens_scale(self) -> float:
@@ -231,6 +237,28 @@ EAGLE3_FC_INPUTS = 3
 EAGLE3_DRAFT_VOCAB = 32000
 
 
+def _sixteen_bit_parts(
+    model: ModelArchitecture, quantization: Quantization, notes: list[str]
+) -> frozenset[str]:
+    """The parts the checkpoint keeps in 16 bits, when the run uses its own quantization (another
+    action is another checkpoint, quantized throughout)."""
+    if quantization.linear.value != model.native_linear:
+        return frozenset()
+    if model.unmodelled_sixteen_bit:
+        notes.append(
+            "the checkpoint keeps "
+            + ", ".join(model.unmodelled_sixteen_bit)
+            + f" in 16 bits: modelled at {quantization.linear.value}"
+        )
+    if model.sixteen_bit_parts:
+        notes.append(
+            f"{quantization.linear.value} checkpoint: "
+            + ", ".join(sorted(model.sixteen_bit_parts))
+            + " stay 16-bit (its quantization_config)"
+        )
+    return model.sixteen_bit_parts
+
+
 def build_plan(
     model: ModelArchitecture,
     device: Device,
@@ -238,6 +266,7 @@ def build_plan(
     quantization: Quantization,
 ) -> ShardPlan:
     notes: list[str] = []
+    sixteen_bit = _sixteen_bit_parts(model, quantization, notes)
     tp, pp = parallel.tp, parallel.pp
     kv_local = _kv_heads_local(model, tp, pp)
     linear_k_local, linear_v_local = _linear_heads_local(model, tp)
@@ -254,6 +283,7 @@ def build_plan(
         moe_tp=moe_tp,
         kv_local=kv_local,
         wbytes=fmt.weight_bytes_per_param,
+        sixteen_bit=sixteen_bit,
     )
     kv_el = quantization.kv_bytes_per_element
     per_layer_kv, kv_full, kv_sliding = _kv_bytes_per_token(model, kv_local, pp, kv_el)
@@ -294,6 +324,7 @@ def build_plan(
         linear_key_heads_local=linear_k_local,
         linear_value_heads_local=linear_v_local,
         state_bytes_per_request=_state_bytes_per_request(model, tp, pp),
+        sixteen_bit_parts=sixteen_bit,
     )
 
 
@@ -306,10 +337,18 @@ def _weights_bytes(
     moe_tp: int,
     kv_local: int,
     wbytes: float,
+    sixteen_bit: frozenset[str] = frozenset(),
 ) -> tuple[float, float]:
-    """Weight bytes on the busiest device, and of the MTP modules (if used)."""
+    """Weight bytes on the busiest device, and of the MTP modules (if used); ``sixteen_bit``:
+    the parts held in 16 bits whatever ``wbytes``."""
     h = model.hidden_size
     half = BYTES_16BIT
+    expert_bytes = wbytes
+
+    def part_bytes(part: str) -> float:
+        return half if part in sixteen_bit else expert_bytes
+
+    wbytes = part_bytes(SIXTEEN_BIT_ATTENTION)  # attention (and a sparse indexer's projections)
     if model.mla is not None:
         m = model.mla
         heads = model.num_heads // tp
@@ -332,16 +371,20 @@ def _weights_bytes(
         kv_out = KV_TENSORS * kv_local * model.head_dim
         gate_out = q_out if model.attn_output_gate else 0
         attn = (h * (q_out + gate_out + kv_out) + q_out * h) * wbytes
-    linear_attn = _linear_attention_weights_bytes(model, tp, wbytes)
+    linear_attn = _linear_attention_weights_bytes(model, tp, expert_bytes)
     norms = model.norm_params_per_layer * half
-    dense = model.dense_mlp_params_per_layer / tp * wbytes
+    dense = model.dense_mlp_params_per_layer / tp * part_bytes(SIXTEEN_BIT_DENSE_MLP)
     moe_layer = 0.0
     if model.moe is not None:
         mo = model.moe
         per_expert = model.mlp_matrices * h * mo.expert_intermediate_size
         moe_layer = (
-            mo.num_experts / ep * per_expert / moe_tp * wbytes
-            + model.mlp_matrices * h * mo.shared_intermediate_size / tp * wbytes
+            mo.num_experts / ep * per_expert / moe_tp * expert_bytes
+            + model.mlp_matrices
+            * h
+            * mo.shared_intermediate_size
+            / tp
+            * part_bytes(SIXTEEN_BIT_SHARED_EXPERTS)
             + h * mo.num_experts * half
         )
     layers = 0.0
@@ -354,7 +397,9 @@ def _weights_bytes(
     mtp = 0.0
     if model.num_mtp_layers:
         ffn = moe_layer if model.moe is not None else dense
-        mtp = model.num_mtp_layers * (MTP_EH_INPUTS * h * h / tp * wbytes + attn + norms + ffn)
+        mtp = model.num_mtp_layers * (
+            MTP_EH_INPUTS * h * h / tp * expert_bytes + attn + norms + ffn
+        )
     else:
         mtp = _eagle3_weights_bytes(model, tp, attn / wbytes * half)
     return layers + vocab + h * half, mtp
