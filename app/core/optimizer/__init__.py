@@ -10,6 +10,7 @@ from app.core.optimizer.common import (
     ResultRow,
     ServingFactory,
     enumerate_layouts,
+    limit_margin,
     search_batch_sizes,
 )
 from app.core.optimizer.disagg import (
@@ -42,6 +43,7 @@ __all__ = [
     "ServingFactory",
     "decode_qps",
     "enumerate_layouts",
+    "limit_margin",
     "optimize_agg",
     "optimize_disagg_decode",
     "optimize_disagg_prefill",

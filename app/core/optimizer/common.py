@@ -245,11 +245,48 @@ def out_of_memory_probe(layout: ParallelLayout, batch_size: int, left_gb: float)
     return refused_probe(layout, batch_size, f"memory: {left_gb:.2f} GB left per device", left_gb)
 
 
-def search_batch_sizes(evaluate: Callable[[int], Probe], max_batch_size: int) -> list[Probe]:
-    """Probe 1, 2, 4, ... until infeasible (or the cap), then binary-search the boundary.
+#: How far a probe is past its limits: ``max(value / limit) - 1`` over the limits it has
+#: (<= 0 within them), or None when it has no such figure (refused for memory or a cap).
+ProbeMargin = Callable[["Probe"], float | None]
+
+
+def limit_margin(data: WorkloadSpec) -> ProbeMargin:
+    """The :data:`ProbeMargin` of ``data``'s TTFT and TPOT limits."""
+    limits_ms = ((data.ttft_limit_ms, "ttft_ms"), (data.tpot_limit_ms, "tpot_ms"))
+
+    def margin(probe: Probe) -> float | None:
+        ratios = [
+            value / limit - 1.0
+            for limit, name in limits_ms
+            if limit is not None and (value := getattr(probe, name)) is not None
+        ]
+        return max(ratios) if ratios else None
+
+    return margin
+
+
+def _interpolated(lo: Probe, hi: Probe, margin: ProbeMargin) -> int | None:
+    """The last batch size before the limits are crossed, read off the straight line between a
+    feasible and an infeasible probe's margins (None when either has none)."""
+    g_lo, g_hi = margin(lo), margin(hi)
+    if g_lo is None or g_hi is None or not g_lo <= 0.0 < g_hi:
+        return None
+    crossing = lo.batch_size + (hi.batch_size - lo.batch_size) * -g_lo / (g_hi - g_lo)
+    return min(max(int(crossing), lo.batch_size + 1), hi.batch_size - 1)
+
+
+def search_batch_sizes(
+    evaluate: Callable[[int], Probe], max_batch_size: int, margin: ProbeMargin | None = None
+) -> list[Probe]:
+    """Probe 1, 2, 4, ... until infeasible (or the cap), then search the boundary.
 
     Every probe is memoised and returned in the order evaluated. Feasibility is assumed
-    monotone in the batch size (more requests never make a probe feasible again).
+    monotone in the batch size (more requests never make a probe feasible again). Without
+    ``margin`` the boundary is bisected. With it, the next size is where the margin's straight
+    line between the bracket's ends crosses zero, and its neighbour on the far side is probed
+    next (a near-linear TTFT or TPOT closes the bracket in two probes); a pair of probes that
+    does not halve the bracket is followed by a bisection, so the search never takes more than
+    about twice bisection's probes.
     """
     probes: dict[int, Probe] = {}
 
@@ -269,13 +306,22 @@ def search_batch_sizes(evaluate: Callable[[int], Probe], max_batch_size: int) ->
         else:
             hi = batch_size
             break
-    if lo and hi is not None:
-        while hi - lo > 1:
+    if not lo or hi is None:
+        return list(probes.values())
+    interpolate = margin is not None
+    while hi - lo > 1:
+        width = hi - lo
+        guess = _interpolated(probes[lo], probes[hi], margin) if margin and interpolate else None
+        if guess is None:
             mid = (lo + hi) // 2
-            if probe(mid).feasible:
-                lo = mid
-            else:
-                hi = mid
+            lo, hi = (mid, hi) if probe(mid).feasible else (lo, mid)
+            interpolate = margin is not None
+            continue
+        lo, hi = (guess, hi) if probe(guess).feasible else (lo, guess)
+        neighbour = guess + 1 if lo == guess else guess - 1
+        if lo < neighbour < hi:
+            lo, hi = (neighbour, hi) if probe(neighbour).feasible else (lo, neighbour)
+        interpolate = 2 * (hi - lo) <= width
     return list(probes.values())
 
 
@@ -364,7 +410,7 @@ def run_layout_searches(
     for layout in layouts:
         memo = MemoLatency(serving_for(layout))
         evaluate, memory_shape = evaluate_for(layout, memo)
-        probes = search_batch_sizes(evaluate, max_batch_size)
+        probes = search_batch_sizes(evaluate, max_batch_size, limit_margin(data))
         all_probes.extend(probes)
         evaluations += memo.evaluations
         best = best_probe(probes)

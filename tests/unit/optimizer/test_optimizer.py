@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from app.core.optimizer import (
     Probe,
     decode_qps,
     enumerate_layouts,
+    limit_margin,
     optimize_agg,
     optimize_disagg_decode,
     optimize_disagg_prefill,
@@ -80,6 +83,54 @@ def test_search_finds_the_boundary_with_few_probes(boundary: int, cap: int) -> N
     assert max(feasible, default=0) == min(boundary, cap)
     assert len({p.batch_size for p in probes}) == len(probes)  # memoised: each size once
     assert len(probes) <= 2 * cap.bit_length() + 2
+
+
+def _tpot_probe(batch_size: int, tpot_ms: float | None, limit_ms: float) -> Probe:
+    feasible = tpot_ms is not None and tpot_ms <= limit_ms
+    return dataclasses.replace(_probe(batch_size, feasible), tpot_ms=tpot_ms)
+
+
+@given(
+    boundary=st.integers(1, 5000),
+    cap=st.integers(1, 4096),
+    power=st.floats(0.2, 4.0),
+    refused_above=st.none() | st.integers(1, 5000),
+)
+def test_interpolating_search_finds_the_same_boundary(
+    boundary: int, cap: int, power: float, refused_above: int | None
+) -> None:
+    """With a margin, the search lands on bisection's boundary for any increasing metric (TPOT
+    ~ batch ** power crossing the limit just after ``boundary``), memoised, in at most about
+    twice bisection's probes; probes without a figure (refused for memory above
+    ``refused_above``) fall back to bisection."""
+    limit_ms = 10.0
+
+    def evaluate(batch_size: int) -> Probe:
+        if refused_above is not None and batch_size > refused_above:
+            return _tpot_probe(batch_size, None, limit_ms)
+        tpot_ms = limit_ms * (batch_size / (boundary + 0.5)) ** power
+        return _tpot_probe(batch_size, tpot_ms, limit_ms)
+
+    margin = limit_margin(
+        WorkloadSpec(input_length=8, output_length=8, max_batched_tokens=8, tpot_limit_ms=limit_ms)
+    )
+    probes = search_batch_sizes(evaluate, cap, margin)
+    bisected = search_batch_sizes(evaluate, cap)
+    best = max((p.batch_size for p in probes if p.feasible), default=0)
+    assert best == max((p.batch_size for p in bisected if p.feasible), default=0)
+    expected = min(boundary, cap, refused_above if refused_above is not None else cap)
+    assert best == expected
+    assert len({p.batch_size for p in probes}) == len(probes)
+    assert len(probes) <= 3 * cap.bit_length() + 2
+
+
+def test_interpolation_closes_a_linear_bracket_in_two_probes() -> None:
+    """TPOT linear in the batch: after the doubling (1 .. 512), two probes find 470."""
+    margin = limit_margin(
+        WorkloadSpec(input_length=8, output_length=8, max_batched_tokens=8, tpot_limit_ms=47.05)
+    )
+    probes = search_batch_sizes(lambda b: _tpot_probe(b, b / 10.0, 47.05), 4096, margin)
+    assert [p.batch_size for p in probes] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 470, 471]
 
 
 def test_agg_optimizer_ranks_layouts_and_respects_limits() -> None:
