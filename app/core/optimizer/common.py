@@ -265,6 +265,11 @@ def limit_margin(data: WorkloadSpec) -> ProbeMargin:
     return margin
 
 
+#: Interpolated probe pairs in a row that may leave more than half the bracket before a
+#: bisection step (a curved margin moves an end a little at a time; two pairs usually close it).
+MAX_SLOW_INTERPOLATIONS = 2
+
+
 def _interpolated(lo: Probe, hi: Probe, margin: ProbeMargin) -> int | None:
     """The last batch size before the limits are crossed, read off the straight line between a
     feasible and an infeasible probe's margins (None when either has none)."""
@@ -284,9 +289,9 @@ def search_batch_sizes(
     monotone in the batch size (more requests never make a probe feasible again). Without
     ``margin`` the boundary is bisected. With it, the next size is where the margin's straight
     line between the bracket's ends crosses zero, and its neighbour on the far side is probed
-    next (a near-linear TTFT or TPOT closes the bracket in two probes); a pair of probes that
-    does not halve the bracket is followed by a bisection, so the search never takes more than
-    about twice bisection's probes.
+    next (a near-linear TTFT or TPOT closes the bracket in two probes); after
+    :data:`MAX_SLOW_INTERPOLATIONS` pairs in a row that do not halve the bracket comes a
+    bisection step: at most five probes per halving of the bracket, two on a near-linear one.
     """
     probes: dict[int, Probe] = {}
 
@@ -308,20 +313,22 @@ def search_batch_sizes(
             break
     if not lo or hi is None:
         return list(probes.values())
-    interpolate = margin is not None
+    slow = 0  # interpolated pairs in a row that did not halve the bracket
     while hi - lo > 1:
         width = hi - lo
-        guess = _interpolated(probes[lo], probes[hi], margin) if margin and interpolate else None
+        guess = None
+        if margin is not None and slow < MAX_SLOW_INTERPOLATIONS:
+            guess = _interpolated(probes[lo], probes[hi], margin)
         if guess is None:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if probe(mid).feasible else (lo, mid)
-            interpolate = margin is not None
+            slow = 0
             continue
         lo, hi = (guess, hi) if probe(guess).feasible else (lo, guess)
         neighbour = guess + 1 if lo == guess else guess - 1
         if lo < neighbour < hi:
             lo, hi = (neighbour, hi) if probe(neighbour).feasible else (lo, neighbour)
-        interpolate = 2 * (hi - lo) <= width
+        slow = 0 if 2 * (hi - lo) <= width else slow + 1
     return list(probes.values())
 
 
