@@ -30,6 +30,10 @@ class Settings(BaseSettings):
     cache_max_entries: int = Field(default=200_000, ge=1)
     cache_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)  # in-process backend only
     cache_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+    # Closed-loop plans (scheduling decisions, no latency) a process keeps: runs plus request
+    # records, ~93 bytes each (500,000: ~47 MB; one 4-layout closed-loop search of 8 GPUs plans
+    # ~165,000); 0 keeps none (every search and simulation plans afresh).
+    plan_cache_items: int = Field(default=500_000, ge=0)
     # Stored calibration profiles (POST /v1/calibrations) expire after this long.
     calibration_ttl_s: int = Field(default=30 * 24 * 3600, ge=1)
     # Short socket timeouts: a sick Redis must cost milliseconds, not the request.

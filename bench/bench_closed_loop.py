@@ -1,6 +1,7 @@
 """The default search's cost (prints it; not a pass/fail test): a closed-loop ``optimize`` under
-an engine profile, cold (every forward computed) and warm (forwards cached, response cache
-off), in-process with the memory cache, best of ``--repeat`` runs.
+an engine profile, cold (every forward computed), warm (forwards and plans cached, response
+cache off: the same context again) and warm without plans (forwards cached, every plan made
+again: a fresh plan cache), in-process with the memory cache, best of ``--repeat`` runs.
 
 Issue 12's case: Qwen3-32B FP8 on 8 x H200, 4096/1024 tokens, TTFT <= 2 s, TPOT <= 50 ms, TP
 1/2/4/8 (four layouts).
@@ -11,11 +12,13 @@ Issue 12's case: Qwen3-32B FP8 on 8 x H200, 4096/1024 tokens, TTFT <= 2 s, TPOT 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from typing import Any
 
 from app import services
 from app.core.profiles import PROFILES
+from app.core.workload import PlanCache
 from app.models.optimize import OptimizeRequest, OptimizeResponse
 from app.settings import Settings
 
@@ -34,7 +37,7 @@ CASE: dict[str, Any] = {
 
 def time_search(engine: str, repeat: int) -> dict[str, Any]:
     request = OptimizeRequest.model_validate({**CASE, "engine": engine})
-    cold, warm, probes, best = [], [], 0, ""
+    cold, warm, unplanned, probes, best = [], [], [], 0, ""
     for _ in range(repeat):
         context = services.create_context(
             Settings(cache_backend="memory", response_cache=False, log_level="warning")
@@ -45,6 +48,10 @@ def time_search(engine: str, repeat: int) -> dict[str, Any]:
         started = time.perf_counter()
         services.optimize(context, request)
         warm.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        fresh = PlanCache(context.settings.plan_cache_items)
+        services.optimize(dataclasses.replace(context, plans=fresh), request)
+        unplanned.append(time.perf_counter() - started)
         probes = response.stats.probes
         assert isinstance(response, OptimizeResponse)  # an aggregated search
         if response.best is not None:
@@ -52,6 +59,7 @@ def time_search(engine: str, repeat: int) -> dict[str, Any]:
     return {
         "cold_s": round(min(cold), 3),
         "warm_s": round(min(warm), 3),
+        "warm_unplanned_s": round(min(unplanned), 3),
         "probes": probes,
         "best": best,
         "workload": request.workload or PROFILES[engine].workload,

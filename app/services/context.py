@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from app.cache import LatencyCache, create_cache
 from app.core.runner import RunnerServingModel
+from app.core.workload import PlanCache
 from app.settings import Settings
 
 
@@ -64,13 +65,22 @@ class ServiceContext:
     cache: LatencyCache
     stats: ServiceStats = field(default_factory=ServiceStats)
     runners: RunnerMemo = field(default_factory=RunnerMemo)
+    #: Closed-loop plans of this process (scheduling decisions, no latency): a search or a
+    #: simulation repeated with other limits, or after its forwards were cached, replays them.
+    plans: PlanCache = field(
+        default_factory=lambda: PlanCache(Settings.model_fields["plan_cache_items"].default)
+    )
 
     def close(self) -> None:
         self.cache.close()
 
 
 def create_context(settings: Settings) -> ServiceContext:
-    return ServiceContext(settings=settings, cache=create_cache(settings))
+    return ServiceContext(
+        settings=settings,
+        cache=create_cache(settings),
+        plans=PlanCache(max_items=settings.plan_cache_items),
+    )
 
 
 #: When the current request arrived (``time.monotonic()``), set by the API's compute gate before

@@ -438,6 +438,7 @@ def _run_single(run: _Search, scheduler: Scheduler) -> None:
                 window=request.window,
                 requests_per_client=request.requests_per_client,
                 coupled=lambda layout: ranks_are_coupled(factory.deployment.model.is_moe, layout),
+                plans=factory.context.plans,
             ),
             mode,
         )

@@ -364,6 +364,7 @@ def _simulate_closed_loop(
             max_num_seqs=run.max_num_seqs,
             record_steps=request.include_timeline,
             coupled=run.coupled,
+            plans=run.factory.context.plans,
         )
     except InfeasibleError as exc:
         reason = f"memory: {exc}"

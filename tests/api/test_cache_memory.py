@@ -131,3 +131,36 @@ def test_one_request_writes_at_most_the_per_request_cap(
     again = services.simulate(context, request)  # the ten are hits, the rest computed again
     assert again.stats.cache.hits == 10
     assert again.stats.forward_evaluations == uncapped.stats.forward_evaluations - 10
+
+
+def test_a_search_with_other_limits_replays_the_plans_with_the_same_rows() -> None:
+    """The process's plan cache: the second search plans nothing new (its limits do not plan)
+    and answers as a context without the cache does; ``APP_PLAN_CACHE_ITEMS=0`` keeps none."""
+    from app import services
+    from app.models.optimize import OptimizeRequest, OptimizeResponse
+
+    body = {
+        "model": "Qwen/Qwen3-32B",
+        "device": "NVIDIA_H200_SXM_141G",
+        "quantize_linear_action": "FP8",
+        "num_devices": 2,
+        "input_length": 2048,
+        "output_length": 256,
+        "ttft_limit_ms": 2000,
+        "tpot_limit_ms": 40,
+        "tp_sizes": [2],
+    }
+    settings = Settings(cache_backend="memory", response_cache=False)
+    context = services.create_context(settings)
+    services.optimize(context, OptimizeRequest.model_validate(body))
+    planned = len(context.plans)
+    assert planned > 0
+    other = OptimizeRequest.model_validate({**body, "tpot_limit_ms": 30, "ttft_limit_ms": 900})
+    reused = services.optimize(context, other)
+    fresh = services.optimize(
+        services.create_context(settings.model_copy(update={"plan_cache_items": 0})), other
+    )
+    assert isinstance(reused, OptimizeResponse) and isinstance(fresh, OptimizeResponse)
+    assert reused.rows == fresh.rows and reused.best == fresh.best
+    # Only the sizes the first search never probed were planned.
+    assert len(context.plans) - planned < reused.stats.probes

@@ -25,6 +25,7 @@ from app.core.spec import WorkloadSpec
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     WORKLOADS,
+    PlanMemo,
     ServingResult,
     Window,
     Workload,
@@ -110,6 +111,7 @@ def optimize_agg(
     window: Window = "benchmark",
     requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
     coupled: Callable[[ParallelLayout], bool] | None = None,
+    plans: PlanMemo | None = None,
 ) -> OptimizeResult:
     """Best concurrency per layout under memory, TTFT and TPOT limits, ranked by throughput.
 
@@ -122,7 +124,8 @@ def optimize_agg(
     requests beyond the KV cache queue (their wait counts in TTFT), so memory limits a probe
     only when not even one request fits. ``coupled(layout)``: the layout's replicas step
     together (:mod:`app.core.workload.coupled`), so a closed-loop probe simulates all of them
-    as one engine.
+    as one engine. ``plans``: where closed-loop plans are memoised across searches (they need
+    no latency or limit: a search repeated with other limits or cached forwards replays them).
     """
     policy = scheduler or default_scheduler()
     check_searched_workload(workload)
@@ -137,6 +140,7 @@ def optimize_agg(
             window,
             requests_per_client,
             coupled or _independent,
+            plans,
         )
     return _optimize_burst(
         data, layouts, serving_for, deployment, policy, max_batch_size, force_simulation
@@ -199,6 +203,7 @@ def _optimize_closed_loop(
     window: Window,
     requests_per_client: int,
     coupled: Callable[[ParallelLayout], bool],
+    plans: PlanMemo | None,
 ) -> OptimizeResult:
     """The aggregated search with each probe a closed loop of ``batch_size`` clients per
     replica (coupled replicas: one engine of ``batch_size x dp`` clients)."""
@@ -239,6 +244,7 @@ def _optimize_closed_loop(
                     window=window,
                     max_num_seqs=max_running,
                     coupled=True,
+                    plans=plans,
                 )
                 return simulated_probe(data, layout, batch_size, left_gb, together, replicas=1)
             result = simulate_closed_loop(
@@ -249,6 +255,7 @@ def _optimize_closed_loop(
                 num_requests=batch_size * requests_per_client,
                 window=window,
                 max_running=max_running,
+                plans=plans,
             )
             return simulated_probe(data, layout, batch_size, left_gb, result)
 

@@ -11,6 +11,8 @@
 from app.core.workload.admission import kv_capacity, running_cap
 from app.core.workload.closed_loop import (
     DEFAULT_REQUESTS_PER_CLIENT,
+    PlanCache,
+    PlanMemo,
     plan_closed_loop,
     simulate_closed_loop,
     simulate_serving,
@@ -50,6 +52,8 @@ __all__ = [
     "WINDOWS",
     "WORKLOADS",
     "BusiestRank",
+    "PlanCache",
+    "PlanMemo",
     "ServingPlan",
     "ServingResult",
     "StepPrices",

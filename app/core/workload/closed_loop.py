@@ -11,7 +11,10 @@ engine loop, schedulers and latency models serve both workloads (the arrival sou
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
+from typing import Protocol
 
 from app.core.chunking import require_int
 from app.core.cost import LatencyModel, interrupt_of
@@ -40,19 +43,74 @@ def default_num_requests(clients: int) -> int:
     return min(DEFAULT_REQUESTS_PER_CLIENT * clients, MAX_REQUESTS)
 
 
-#: Plans memoised across simulations that differ only in their latencies (a calibration fit
-#: evaluates the same points under many parameter sets; the plan needs no latency).
-PlanMemo = dict[tuple[object, ...], ServingPlan]
+PlanKey = tuple[object, ...]
+
+
+class PlanMemo(Protocol):
+    """Where plans are memoised across simulations that differ only in their latencies or
+    limits (a calibration fit evaluates the same points under many parameter sets; a search
+    repeated with other limits plans the same probes): a ``dict``, or a :class:`PlanCache`."""
+
+    def get(self, key: PlanKey, /) -> ServingPlan | None: ...
+
+    def __setitem__(self, key: PlanKey, plan: ServingPlan, /) -> None: ...
+
+
+#: Plans a :class:`PlanCache` keeps at most (its item bound is the process's setting,
+#: ``APP_PLAN_CACHE_ITEMS``; a 512-client closed loop holds ~6,000 runs and ~10,000 records).
+PLAN_CACHE_MAX_PLANS = 512
+
+
+class PlanCache:
+    """A thread-safe LRU of plans for a process: at most ``max_plans`` plans and ``max_items``
+    runs plus records in all (0: none kept). It holds scheduling decisions only, never a
+    latency."""
+
+    __slots__ = ("_entries", "_items", "_lock", "max_items", "max_plans")
+
+    def __init__(self, max_items: int, max_plans: int = PLAN_CACHE_MAX_PLANS) -> None:
+        require_int("max_plans", max_plans, 1, None)
+        require_int("max_items", max_items, 0, None)
+        self.max_plans, self.max_items = max_plans, max_items
+        self._entries: OrderedDict[PlanKey, tuple[ServingPlan, int]] = OrderedDict()
+        self._items = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: PlanKey, /) -> ServingPlan | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def __setitem__(self, key: PlanKey, plan: ServingPlan, /) -> None:
+        records = plan.records
+        items = len(plan.engine.runs) + len(records.first) + len(records.finish)
+        if items > self.max_items:
+            return  # larger than the whole cache: not kept
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._items -= old[1]
+            self._entries[key] = (plan, items)
+            self._items += items
+            while len(self._entries) > self.max_plans or self._items > self.max_items:
+                self._items -= self._entries.popitem(last=False)[1][1]
 
 
 def _memo_plan(
-    plans: PlanMemo | None, key: tuple[object, ...], make: Callable[[], ServingPlan]
+    plans: PlanMemo | None, key: PlanKey, make: Callable[[], ServingPlan]
 ) -> ServingPlan:
     if plans is None:
         return make()
     found = plans.get(key)
     if found is None:
-        found = plans[key] = make()
+        found = make()
+        plans[key] = found
     return found
 
 
@@ -64,10 +122,15 @@ def _plan_key(
     window: Window,
     max_running: int | None,
     budget_replicas: int,
-) -> tuple[object, ...]:
+) -> PlanKey:
     policy = tuple(sorted((k, repr(v)) for k, v in scheduler.describe().items()))
-    # The per-request front-end time only shifts the reported TTFT: it does not plan.
-    planned = dataclasses.replace(spec, ttft_overhead_ms=0.0) if spec.ttft_overhead_ms else spec
+    # The limits and the per-request front-end time only judge or shift the reported metrics:
+    # they do not plan.
+    planned = dataclasses.replace(
+        spec, ttft_overhead_ms=0.0, ttft_limit_ms=None, tpot_limit_ms=None
+    )
+    if num_requests is None:
+        num_requests = default_num_requests(clients)
     return (planned, clients, policy, num_requests, window, max_running, budget_replicas)
 
 
