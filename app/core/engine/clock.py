@@ -109,6 +109,19 @@ class _RunClock:
             )
         return t_ms + step_ms * run.repeat
 
+    def increment(self, run: StepRun) -> float | None:
+        """What :meth:`advance` adds to the clock for ``run`` whatever its start, once it has
+        advanced over it: a decode-only run's steps, a pure scheduler's known prefill walk;
+        None where it sums step by step (or records the timeline)."""
+        if self.record_steps:
+            return None
+        if not run.p_step:
+            return self.scheduler.step_latency(0.0, self.decode_ms[run.d_step]) * run.repeat
+        if not self.scheduler.stateless:
+            return None
+        walk = (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat, run.d_step)
+        return self.walk_ms.get(walk)
+
     def _decode_shape(self, run: StepRun) -> ForwardShape | None:
         return self.plan.decode_shape(run.d_step) if run.d_step else None
 
@@ -178,10 +191,20 @@ def run_clock(
     clock = _RunClock(plan, latencies, scheduler, record_steps)
     t_ms = 0.0
     ends: list[float] = []
+    # A closed loop's skipped cycles repeat the same run objects: each one's increment is
+    # looked up by identity after its first advance (the same sum advance would make).
+    increments: dict[int, float] = {}
     for index, run in enumerate(plan.runs):
         if starts_ms is not None:
             t_ms = starts_ms[index]
-        t_ms = clock.advance(run, t_ms)
+        known = increments.get(id(run))
+        if known is not None:
+            t_ms += known
+        else:
+            t_ms = clock.advance(run, t_ms)
+            increment = clock.increment(run)
+            if increment is not None:
+                increments[id(run)] = increment
         ends.append(t_ms)
     return ends, tuple(clock.timeline) if record_steps else None
 

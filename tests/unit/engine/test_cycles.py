@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import given, settings
@@ -9,12 +10,13 @@ from hypothesis import strategies as st
 
 from app.core.engine import ClosedLoop
 from app.core.engine.arrivals import Burst
+from app.core.engine.clock import evaluate_shapes, run_clock
 from app.core.engine.loop import Engine
-from app.core.engine.plan import RequestRecords, StepRun
+from app.core.engine.plan import RequestRecords, SimulationPlan, StepRun
 from app.core.scheduler import make_scheduler
 from app.core.scheduler.factory import SCHEDULERS
 
-from .fakes import spec
+from .fakes import LinearLatency, spec
 
 cases = st.fixed_dictionaries(
     {
@@ -53,6 +55,25 @@ def test_skipping_cycles_gives_the_step_by_step_plan(s: dict[str, Any]) -> None:
     _, want_runs, want_records = _run(s, skip=False)
     assert runs == want_runs
     assert records == want_records
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases)
+def test_the_clock_over_skipped_cycles_is_the_step_by_step_clock(s: dict[str, Any]) -> None:
+    """The skipped cycles repeat the same run objects, whose increments the clock reuses by
+    identity: every run end equals the clock over distinct objects, to the last bit."""
+    data = spec(s["effective"], s["budget"], s["output"])
+    scheduler = make_scheduler(s["scheduler"])
+    _, runs, _ = _run(s, skip=True)
+    copies = tuple(dataclasses.replace(run) for run in runs)
+    shared = SimulationPlan.of_runs(runs, data, s["clients"], scheduler)
+    distinct = SimulationPlan.of_runs(copies, data, s["clients"], scheduler)
+    latencies = evaluate_shapes(shared.shapes, LinearLatency(per_context_ms=0.00037))
+    ends, want = (
+        run_clock(shared, latencies, scheduler)[0],
+        run_clock(distinct, latencies, scheduler)[0],
+    )
+    assert ends == want
 
 
 def test_a_long_closed_loop_skips_most_of_its_rounds() -> None:
