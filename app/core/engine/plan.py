@@ -7,13 +7,16 @@ shapes they run (:attr:`SimulationPlan.shapes`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
 
 from app.core.chunking import PrefillChunk
 from app.core.cost import AnyShape, ForwardShape, MixedShape, shape_order
 from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
+
+_T = TypeVar("_T")
 
 Method = Literal["time_simulation", "closed_form_waves"]
 TIME_SIMULATION: Method = "time_simulation"
@@ -70,6 +73,8 @@ class SimulationPlan:
     runs: tuple[StepRun, ...]
     #: Mixed steps are one fused forward (:class:`MixedShape`), not two combined forwards.
     fused_mixed: bool = False
+    #: Figures derived from the runs alone, computed once (a cached plan is replayed often).
+    _derived: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of_runs(
@@ -108,9 +113,19 @@ class SimulationPlan:
         """Whether ``run``'s steps are fused mixed forwards (one :class:`MixedShape` each)."""
         return self.fused_mixed and run.p_step > 0 and run.d_step > 0
 
+    def derived(self, name: str, compute: Callable[[], _T]) -> _T:
+        """``compute()``, a figure of the runs alone, computed once per plan under ``name``."""
+        found = self._derived.get(name)
+        if found is None:
+            found = self._derived[name] = compute()
+        return found  # type: ignore[return-value]  # stored by this method under its name
+
     @property
     def shapes(self) -> tuple[AnyShape, ...]:
         """Every distinct shape the plan needs, sorted (:func:`shape_order`)."""
+        return self.derived("shapes", self._shapes)
+
+    def _shapes(self) -> tuple[AnyShape, ...]:
         decode_steps = {run.d_step for run in self.runs if run.d_step and not self.is_fused(run)}
         # Many requests walk through the same chunks: expand each distinct walk once
         # (with the decode batch it is fused with, if any).
@@ -141,7 +156,7 @@ class SimulationPlan:
 
     @property
     def steps(self) -> int:
-        return sum(run.repeat for run in self.runs)
+        return self.derived("steps", lambda: sum(run.repeat for run in self.runs))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

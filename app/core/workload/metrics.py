@@ -7,6 +7,7 @@ walks the clock (or reads the clock kept while planning), picks the measurement 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -16,6 +17,7 @@ from app.core.engine import (
     RequestRecords,
     SimulationPlan,
     StepRecord,
+    StepRun,
     per_s,
     replica_total,
     run_clock,
@@ -157,11 +159,20 @@ class _WindowTotals:
     def over(
         cls, plan: ServingPlan, ends: Sequence[float], start_ms: float, end_ms: float
     ) -> _WindowTotals:
+        runs = plan.engine.runs
+        if ends and start_ms < ends[0] and ends[-1] <= end_ms:
+            # Every run ends inside (the benchmark window): the plan's totals, summed once.
+            whole = plan.engine.derived(
+                "window_totals", lambda: dataclasses.astuple(cls._sum(runs, plan.input_length))
+            )
+            return cls(*whole)
+        inside = [run for run, t_ms in zip(runs, ends, strict=True) if start_ms < t_ms <= end_ms]
+        return cls._sum(inside, plan.input_length)
+
+    @classmethod
+    def _sum(cls, runs: Iterable[StepRun], input_length: int) -> _WindowTotals:
         totals = cls()
-        input_length = plan.input_length
-        for run, t_ms in zip(plan.engine.runs, ends, strict=True):
-            if not start_ms < t_ms <= end_ms:
-                continue
+        for run in runs:
             totals.steps += run.repeat
             totals.prefill_tokens += run.p_step * run.prefill_tokens * run.repeat
             totals.decode_step_tokens += run.d_step * run.repeat
