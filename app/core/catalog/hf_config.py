@@ -136,11 +136,11 @@ def _sixteen_bit(quant: Mapping[str, Any]) -> tuple[frozenset[str], tuple[str, .
         if "experts." in name and "shared_expert" not in name:
             unmodelled.append(str(entry))  # some routed experts: no part for them
             continue
-        found = next((part for regex, part in _SIXTEEN_BIT_PATTERNS if re.search(regex, name)), "")
-        if found:
-            parts.add(found)
-        elif found == "":
+        matched = [part for regex, part in _SIXTEEN_BIT_PATTERNS if re.search(regex, name)]
+        if not matched:
             unmodelled.append(str(entry))
+        elif matched[0] is not None:  # the first pattern that matches names the part
+            parts.add(matched[0])
     return frozenset(parts), tuple(unmodelled)
 
 
