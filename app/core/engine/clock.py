@@ -192,12 +192,18 @@ def run_clock(
     t_ms = 0.0
     ends: list[float] = []
     # A closed loop's skipped cycles repeat the same run objects: each one's increment is
-    # looked up by identity after its first advance (the same sum advance would make).
+    # looked up by identity after its first advance (the same sum advance would make). Without
+    # a timeline, a pure scheduler's known walk is added the way advance adds it.
     increments: dict[int, float] = {}
+    walks = clock.walk_ms if scheduler.stateless and not record_steps else None
     for index, run in enumerate(plan.runs):
         if starts_ms is not None:
             t_ms = starts_ms[index]
         known = increments.get(id(run))
+        if known is None and walks is not None and run.p_step:
+            known = walks.get(
+                (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat, run.d_step)
+            )
         if known is not None:
             t_ms += known
         else:
