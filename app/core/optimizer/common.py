@@ -265,8 +265,8 @@ def limit_margin(data: WorkloadSpec) -> ProbeMargin:
     return margin
 
 
-#: Interpolated probe pairs in a row that may leave more than half the bracket before a
-#: bisection step (a curved margin moves an end a little at a time; two pairs usually close it).
+#: Interpolated probes in a row that may leave more than half the bracket before a bisection
+#: step (a curved margin moves an end a little at a time, regula falsi's known stall).
 MAX_SLOW_INTERPOLATIONS = 2
 
 
@@ -288,10 +288,10 @@ def search_batch_sizes(
     Every probe is memoised and returned in the order evaluated. Feasibility is assumed
     monotone in the batch size (more requests never make a probe feasible again). Without
     ``margin`` the boundary is bisected. With it, the next size is where the margin's straight
-    line between the bracket's ends crosses zero, and its neighbour on the far side is probed
-    next (a near-linear TTFT or TPOT closes the bracket in two probes); after
-    :data:`MAX_SLOW_INTERPOLATIONS` pairs in a row that do not halve the bracket comes a
-    bisection step: at most five probes per halving of the bracket, two on a near-linear one.
+    line between the bracket's ends crosses zero (regula falsi, kept strictly inside the
+    bracket: a near-linear TTFT or TPOT closes it in two probes, the guess and its neighbour);
+    after :data:`MAX_SLOW_INTERPOLATIONS` probes in a row that do not halve the bracket comes a
+    bisection step, so at most three probes halve it.
     """
     probes: dict[int, Probe] = {}
 
@@ -313,7 +313,7 @@ def search_batch_sizes(
             break
     if not lo or hi is None:
         return list(probes.values())
-    slow = 0  # interpolated pairs in a row that did not halve the bracket
+    slow = 0  # interpolated probes in a row that did not halve the bracket
     while hi - lo > 1:
         width = hi - lo
         guess = None
@@ -325,9 +325,6 @@ def search_batch_sizes(
             slow = 0
             continue
         lo, hi = (guess, hi) if probe(guess).feasible else (lo, guess)
-        neighbour = guess + 1 if lo == guess else guess - 1
-        if lo < neighbour < hi:
-            lo, hi = (neighbour, hi) if probe(neighbour).feasible else (lo, neighbour)
         slow = 0 if 2 * (hi - lo) <= width else slow + 1
     return list(probes.values())
 

@@ -100,7 +100,7 @@ def test_interpolating_search_finds_the_same_boundary(
     boundary: int, cap: int, power: float, refused_above: int | None
 ) -> None:
     """With a margin, the search lands on bisection's boundary for any increasing metric (TPOT
-    ~ batch ** power crossing the limit just after ``boundary``), memoised, within five probes
+    ~ batch ** power crossing the limit just after ``boundary``), memoised, within three probes
     per halving; probes without a figure (refused for memory above
     ``refused_above``) fall back to bisection."""
     limit_ms = 10.0
@@ -121,7 +121,7 @@ def test_interpolating_search_finds_the_same_boundary(
     expected = min(boundary, cap, refused_above if refused_above is not None else cap)
     assert best == expected
     assert len({p.batch_size for p in probes}) == len(probes)
-    assert len(probes) <= 5 * cap.bit_length() + 2
+    assert len(probes) <= 4 * cap.bit_length() + 2  # doubling, then <= 3 per halving
 
 
 def test_interpolation_closes_a_linear_bracket_in_two_probes() -> None:
