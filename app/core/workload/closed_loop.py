@@ -103,14 +103,21 @@ class PlanCache:
 
 
 def _memo_plan(
-    plans: PlanMemo | None, key: PlanKey, make: Callable[[], ServingPlan]
+    plans: PlanMemo | None,
+    key: PlanKey,
+    make: Callable[[], ServingPlan],
+    max_running: int | None,
 ) -> ServingPlan:
+    """The plan under ``key``, made when missing; it reports the caller's ``max_running``
+    (a plan made under a cap that never bound is shared with other caps that do not)."""
     if plans is None:
         return make()
     found = plans.get(key)
     if found is None:
         found = make()
         plans[key] = found
+    if found.max_running != max_running:
+        found = dataclasses.replace(found, max_running=max_running)
     return found
 
 
@@ -131,7 +138,9 @@ def _plan_key(
     )
     if num_requests is None:
         num_requests = default_num_requests(clients)
-    return (planned, clients, policy, num_requests, window, max_running, budget_replicas)
+    # A cap of at least the clients never binds (no more requests exist): the same plan as none.
+    binding = max_running if max_running is not None and max_running < clients else None
+    return (planned, clients, policy, num_requests, window, binding, budget_replicas)
 
 
 def plan_closed_loop(
@@ -202,6 +211,7 @@ def simulate_closed_loop(
             max_running=max_running,
             interrupt=interrupt_of(latency),
         ),
+        max_running,
     )
     latencies = evaluate_shapes(plan.shapes, latency)
     return replay_serving(plan, latencies, scheduler, record_steps=record_steps)
@@ -257,6 +267,7 @@ def simulate_serving(
                 budget_replicas=dp,
                 interrupt=interrupt_of(latency),
             ),
+            cap,
         )
         latencies = evaluate_shapes(plan.shapes, BusiestRank(latency, dp))
         return replay_serving(plan, latencies, scheduler, record_steps=record_steps)

@@ -77,3 +77,19 @@ def test_the_cache_keeps_the_recently_used_within_its_bounds() -> None:
 def test_bounds_are_checked(field: str, value: int) -> None:
     with pytest.raises(InvalidParameterError, match=field):
         PlanCache(**{"max_items": 1, field: value})
+
+
+def test_caps_that_never_bind_share_a_plan_and_report_their_own() -> None:
+    """A cap of at least the clients admits everyone at once, as no cap does: one plan, each
+    result reporting its own cap; a cap below the clients is another plan."""
+    cache = PlanCache(max_items=100_000)
+    base, policy, latency = spec(1024, 512, 32), make_scheduler("vllm"), LinearLatency()
+    results = [
+        simulate_closed_loop(base, 8, latency, policy, max_running=cap, plans=cache)
+        for cap in (None, 8, 64)
+    ]
+    assert len(cache) == 1
+    assert [r.max_running for r in results] == [None, 8, 64]
+    assert {dataclasses.replace(r, max_running=None) for r in results} == {results[0]}
+    capped = simulate_closed_loop(base, 8, latency, policy, max_running=4, plans=cache)
+    assert len(cache) == 2 and capped.ttft_ms > results[0].ttft_ms
