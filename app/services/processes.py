@@ -35,6 +35,12 @@ _CHILD: dict[str, ServiceContext] = {}
 
 
 def _init_child(settings_json: str) -> None:
+    """Build the child's context and import what its computations need (the services and the
+    request models a pickled request unpickles into), before the first request arrives."""
+    import app.models.optimize
+    import app.models.simulate  # noqa: F401  # imported for their unpickling, not used here
+
+    _services()
     _CHILD["context"] = create_context(Settings.model_validate_json(settings_json))
 
 
