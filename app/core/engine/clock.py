@@ -57,6 +57,12 @@ def evaluate_shapes(shapes: Sequence[AnyShape], latency: LatencyModel) -> dict[A
     return values
 
 
+def walk_key(run: StepRun) -> tuple[int, int, int, int, int]:
+    """What a prefill walk's duration depends on (with a pure scheduler): its requests, chunk,
+    start, steps and the decode batch beside it."""
+    return (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat, run.d_step)
+
+
 class _RunClock:
     """Step latencies of a plan's runs, each looked up once, and the timeline when recorded."""
 
@@ -109,25 +115,17 @@ class _RunClock:
             )
         return t_ms + step_ms * run.repeat
 
-    def increment(self, run: StepRun) -> float | None:
-        """What :meth:`advance` adds to the clock for ``run`` whatever its start, once it has
-        advanced over it: a decode-only run's steps, a pure scheduler's known prefill walk;
-        None where it sums step by step (or records the timeline)."""
-        if self.record_steps:
-            return None
-        if not run.p_step:
-            return self.scheduler.step_latency(0.0, self.decode_ms[run.d_step]) * run.repeat
-        if not self.scheduler.stateless:
-            return None
-        walk = (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat, run.d_step)
-        return self.walk_ms.get(walk)
+    def decode_run_ms(self, run: StepRun) -> float:
+        """What :meth:`advance` adds to the clock for a decode-only ``run`` (whatever its
+        start), once it has advanced over one with the same decode batch."""
+        return self.scheduler.step_latency(0.0, self.decode_ms[run.d_step]) * run.repeat
 
     def _decode_shape(self, run: StepRun) -> ForwardShape | None:
         return self.plan.decode_shape(run.d_step) if run.d_step else None
 
     def _walk(self, run: StepRun, t_ms: float, d_ms: float, fused: bool) -> float:
         """A prefill walk: ``run.repeat`` steps, each one chunk further."""
-        walk = (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat, run.d_step)
+        walk = walk_key(run)
         if not self.record_steps and self.scheduler.stateless and walk in self.walk_ms:
             return t_ms + self.walk_ms[walk]
         walk_start_ms = t_ms
@@ -191,26 +189,26 @@ def run_clock(
     clock = _RunClock(plan, latencies, scheduler, record_steps)
     t_ms = 0.0
     ends: list[float] = []
-    # A closed loop's skipped cycles repeat the same run objects: each one's increment is
-    # looked up by identity after its first advance (the same sum advance would make). Without
-    # a timeline, a pure scheduler's known walk is added the way advance adds it.
-    increments: dict[int, float] = {}
-    walks = clock.walk_ms if scheduler.stateless and not record_steps else None
+    # Without a timeline, a run whose increment is known is added the way advance adds it: a
+    # decode-only run by its batch and steps, a pure scheduler's walk by its walk_key (a closed
+    # loop's skipped cycles repeat the same runs over and over).
+    decode_runs: dict[tuple[int, int], float] = {}
+    walks = clock.walk_ms if scheduler.stateless else None
     for index, run in enumerate(plan.runs):
         if starts_ms is not None:
             t_ms = starts_ms[index]
-        known = increments.get(id(run))
-        if known is None and walks is not None and run.p_step:
-            known = walks.get(
-                (run.p_step, run.prefill_tokens, run.prefill_start, run.repeat, run.d_step)
-            )
+        known = None
+        if not record_steps:
+            if not run.p_step:
+                known = decode_runs.get((run.d_step, run.repeat))
+            elif walks is not None:
+                known = walks.get(walk_key(run))
         if known is not None:
             t_ms += known
         else:
             t_ms = clock.advance(run, t_ms)
-            increment = clock.increment(run)
-            if increment is not None:
-                increments[id(run)] = increment
+            if not record_steps and not run.p_step:
+                decode_runs[(run.d_step, run.repeat)] = clock.decode_run_ms(run)
         ends.append(t_ms)
     return ends, tuple(clock.timeline) if record_steps else None
 

@@ -59,8 +59,8 @@ def test_skipping_cycles_gives_the_step_by_step_plan(s: dict[str, Any]) -> None:
 @settings(max_examples=150, deadline=None)
 @given(cases)
 def test_the_clock_over_skipped_cycles_is_the_step_by_step_clock(s: dict[str, Any]) -> None:
-    """The skipped cycles repeat the same run objects, whose increments the clock reuses by
-    identity, and a pure scheduler's known walks are added without a step: every run end
+    """The skipped cycles repeat the same runs, whose increments the clock reuses (a decode
+    run's by its batch and steps, a pure scheduler's walk by its walk key): every run end
     equals advancing over every run one by one, to the last bit."""
     data = spec(s["effective"], s["budget"], s["output"])
     scheduler = make_scheduler(s["scheduler"])
