@@ -86,12 +86,9 @@ def _bool(config: Mapping[str, Any], key: str, default: bool) -> bool:
     return default if value is None else bool(value)
 
 
-def _native_quantization(config: Mapping[str, Any]) -> str | None:
-    quant = config.get("quantization_config")
-    if isinstance(quant, Mapping):
-        method = quant.get("quant_method")
-        return str(method) if method else None
-    return None
+def _native_quantization(quant: Mapping[str, Any]) -> str | None:
+    method = quant.get("quant_method")
+    return str(method) if method else None
 
 
 def _native_linear(quant: Mapping[str, Any]) -> str | None:
@@ -150,7 +147,7 @@ def _quantization_fields(config: Mapping[str, Any]) -> dict[str, Any]:
         return {"native_quantization": None}
     parts, unmodelled = _sixteen_bit(quant)
     return {
-        "native_quantization": _native_quantization(config),
+        "native_quantization": _native_quantization(quant),
         "native_linear": _native_linear(quant),
         "sixteen_bit_parts": parts,
         "unmodelled_sixteen_bit": unmodelled,

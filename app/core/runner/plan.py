@@ -343,12 +343,11 @@ def _weights_bytes(
     the parts held in 16 bits whatever ``wbytes``."""
     h = model.hidden_size
     half = BYTES_16BIT
-    expert_bytes = wbytes
 
     def part_bytes(part: str) -> float:
-        return half if part in sixteen_bit else expert_bytes
+        return half if part in sixteen_bit else wbytes
 
-    wbytes = part_bytes(SIXTEEN_BIT_ATTENTION)  # attention (and a sparse indexer's projections)
+    attn_bytes = part_bytes(SIXTEEN_BIT_ATTENTION)  # with a sparse indexer's projections
     if model.mla is not None:
         m = model.mla
         heads = model.num_heads // tp
@@ -358,20 +357,20 @@ def _weights_bytes(
             + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
             + heads * m.v_head_dim * h
         )
-        attn = (replicated + split) * wbytes
+        attn = (replicated + split) * attn_bytes
         if model.sparse_indexer is not None:
             # Replicated on every TP rank (the engines' ReplicatedLinear): wq_b and wk follow
             # the checkpoint's quantization, weights_proj and k_norm stay 16-bit.
             ix = model.sparse_indexer
             ix_quantized = m.q_lora_rank * ix.n_heads * ix.head_dim + h * ix.head_dim
             ix_16bit = ix.params(h, m.q_lora_rank) - ix_quantized
-            attn += ix_quantized * wbytes + ix_16bit * half
+            attn += ix_quantized * attn_bytes + ix_16bit * half
     else:
         q_out = model.num_heads * model.head_dim // tp
         kv_out = KV_TENSORS * kv_local * model.head_dim
         gate_out = q_out if model.attn_output_gate else 0
-        attn = (h * (q_out + gate_out + kv_out) + q_out * h) * wbytes
-    linear_attn = _linear_attention_weights_bytes(model, tp, expert_bytes)
+        attn = (h * (q_out + gate_out + kv_out) + q_out * h) * attn_bytes
+    linear_attn = _linear_attention_weights_bytes(model, tp, wbytes)
     norms = model.norm_params_per_layer * half
     dense = model.dense_mlp_params_per_layer / tp * part_bytes(SIXTEEN_BIT_DENSE_MLP)
     moe_layer = 0.0
@@ -379,7 +378,7 @@ def _weights_bytes(
         mo = model.moe
         per_expert = model.mlp_matrices * h * mo.expert_intermediate_size
         moe_layer = (
-            mo.num_experts / ep * per_expert / moe_tp * expert_bytes
+            mo.num_experts / ep * per_expert / moe_tp * wbytes
             + model.mlp_matrices
             * h
             * mo.shared_intermediate_size
@@ -397,11 +396,9 @@ def _weights_bytes(
     mtp = 0.0
     if model.num_mtp_layers:
         ffn = moe_layer if model.moe is not None else dense
-        mtp = model.num_mtp_layers * (
-            MTP_EH_INPUTS * h * h / tp * expert_bytes + attn + norms + ffn
-        )
+        mtp = model.num_mtp_layers * (MTP_EH_INPUTS * h * h / tp * wbytes + attn + norms + ffn)
     else:
-        mtp = _eagle3_weights_bytes(model, tp, attn / wbytes * half)
+        mtp = _eagle3_weights_bytes(model, tp, attn / attn_bytes * half)
     return layers + vocab + h * half, mtp
 
 
