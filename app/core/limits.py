@@ -90,6 +90,9 @@ MAX_INLINE_NODES = 200_000
 
 #: Largest per-request front-end time (TTFT overhead) an engine profile may set, ms.
 MAX_TTFT_OVERHEAD_MS = 60_000.0
+#: Largest closed-loop arrival spread (share of a wave's re-submissions one step late): past
+#: half, the late part of a wave would be the larger one, which is the same split reversed.
+MAX_ARRIVAL_SPREAD = 0.5
 
 #: A stated link between the prefill and decode pools: bandwidth per device (GB/s) and the
 #: per-transfer latency (ms) a request may give (beyond any NIC or NVLink today).

@@ -40,6 +40,9 @@ class WorkloadSpec:
     #: profile's front-end time: HTTP, tokenization, detokenizing the first token); added to
     #: every TTFT a simulation or search reports.
     ttft_overhead_ms: float = 0.0
+    #: A closed loop's arrival spread (an engine profile's ``arrival_spread``): the share of
+    #: the requests finishing together whose successors reach the engine one step later.
+    arrival_spread: float = 0.0
     _plan: tuple[PrefillChunk, ...] = field(init=False, repr=False, compare=False)
     _decode_query_len: int = field(init=False, repr=False, compare=False)
     _decode_seq_len: int = field(init=False, repr=False, compare=False)
@@ -59,6 +62,13 @@ class WorkloadSpec:
         ):
             raise InvalidParameterError(
                 "ttft_overhead_ms", overhead, f"a number in [0, {limits.MAX_TTFT_OVERHEAD_MS:g}]"
+            )
+        spread = self.arrival_spread
+        if isinstance(spread, bool) or not (
+            isinstance(spread, int | float) and 0.0 <= spread <= limits.MAX_ARRIVAL_SPREAD
+        ):
+            raise InvalidParameterError(
+                "arrival_spread", spread, f"a number in [0, {limits.MAX_ARRIVAL_SPREAD:g}]"
             )
         rates = self.mtp_acceptance_rates
         if not isinstance(rates, tuple) or not all(

@@ -46,6 +46,17 @@ class ArrivalSource:
     def arrive(self, now_ms: float, waiting: Waiting) -> None:
         """Requests that arrived by ``now_ms`` join ``waiting`` (timed arrivals only)."""
 
+    def release(self, runs: int, waiting: Waiting) -> None:
+        """Re-submissions held back one step arrive once ``runs`` runs were taken (closed
+        loops with an arrival spread)."""
+
+    #: Requests held back to arrive after the next run (the loop takes it as one step).
+    held_total: int = 0
+
+    def held_state(self, run: int) -> tuple[tuple[int, int], ...]:
+        """The held requests and their ages at the top of ``run`` (part of a cycle's state)."""
+        return ()
+
     @property
     def horizon_ms(self) -> float | None:
         """When the next request arrives on its own (``None``: never, or not timed)."""
@@ -75,14 +86,38 @@ class ArrivalSource:
         return None
 
 
+def late_share(requests: int, spread: float) -> int:
+    """Of ``requests`` re-submissions made at one step's end, how many miss the next step
+    under an arrival spread of ``spread``: the nearest whole share, and never all of them (the
+    first of a group to re-submit makes the next step)."""
+    return min(requests - 1, math.floor(spread * requests + 0.5)) if requests > 1 else 0
+
+
+def _join(waiting: Waiting, count: int, arrival: int) -> None:
+    if waiting and waiting[-1][1] == arrival:
+        waiting[-1][0] += count
+    else:
+        waiting.append([count, arrival])
+
+
 class ClosedLoop(ArrivalSource):
     """``clients`` requests at ``t = 0``; each finished request is replaced by a new one that
-    arrives when it finishes, until ``num_requests`` were submitted."""
+    arrives when it finishes, until ``num_requests`` were submitted.
 
-    def __init__(self, clients: int, num_requests: int) -> None:
+    ``arrival_spread`` (in ``[0, 0.5]``): the share of the requests finishing at one step's end
+    whose successors reach the engine one step later (:func:`late_share`): a client's
+    turnaround (reading the last token, sending the next request, the server tokenizing it)
+    lands some re-submissions after the next step was scheduled, so a wave of requests that
+    finished together is prefilled in two steps and the clients drift apart round after round.
+    0 keeps every wave together (clients in lock step).
+    """
+
+    def __init__(self, clients: int, num_requests: int, arrival_spread: float = 0.0) -> None:
         self.clients = clients
         self.num_requests = num_requests
         self.submitted = clients
+        self.arrival_spread = arrival_spread
+        self.held: list[list[int]] = []  # [requests, arrival run], arriving after that run
         # Cycles repeat only while finishes re-submit, and over a few rounds of requests.
         self.cycle_clients = clients if num_requests >= 3 * clients else 0
 
@@ -90,20 +125,39 @@ class ClosedLoop(ArrivalSource):
         self.submitted += cycles * submitted_per_cycle
         if self.last_arrival_run >= 0:
             self.last_arrival_run += cycles * runs_per_cycle
+        for part in self.held:
+            part[1] += cycles * runs_per_cycle
 
     def start(self, waiting: Waiting) -> None:
         waiting.append([self.clients, -1])
 
     def finished(self, run: int, who: Sequence[Finished], now_ms: float, waiting: Waiting) -> None:
-        for count, _ in who:
-            more = min(count, self.num_requests - self.submitted)
-            if more > 0:
-                self.submitted += more
-                self.last_arrival_run = run
-                if waiting and waiting[-1][1] == run:
-                    waiting[-1][0] += more
-                else:
-                    waiting.append([more, run])
+        more = min(sum(count for count, _ in who), self.num_requests - self.submitted)
+        if more <= 0:
+            return
+        self.submitted += more
+        late = late_share(more, self.arrival_spread)
+        if late:
+            # They arrive at the end of the next run (taken as one step: see ``held_total``).
+            self.held.append([late, run + 1])
+            self.held_total += late
+        self.last_arrival_run = run + 1 if late else run
+        _join(waiting, more - late, run)
+
+    def release(self, runs: int, waiting: Waiting) -> None:
+        if not self.held:
+            return
+        keep = []
+        for part in self.held:
+            if part[1] < runs:
+                _join(waiting, part[0], part[1])
+                self.held_total -= part[0]
+            else:
+                keep.append(part)
+        self.held = keep
+
+    def held_state(self, run: int) -> tuple[tuple[int, int], ...]:
+        return tuple((count, run - arrival) for count, arrival in self.held)
 
 
 class Burst(ClosedLoop):

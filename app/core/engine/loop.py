@@ -184,6 +184,7 @@ class Engine:
                 if cycles.finished:
                     cycles = None
             arrivals.arrive(self.t_ms, self.waiting)
+            arrivals.release(len(self.runs), self.waiting)
             self._admit()
             if not pending and not decode.ready:
                 self.t_ms = arrivals.idle_until(self.t_ms, num_requests - self.done)
@@ -194,10 +195,14 @@ class Engine:
             ready = decode.ready
             decision = self._decide(ready, pend, remaining)
             all_advance = decision.d_step == ready
-            if self.stateless and decision.p_step == 0 and not all_advance:
+            # Requests held back arrive after the next step: it is taken alone.
+            one_step = arrivals.held_total > 0
+            if self.stateless and decision.p_step == 0 and not all_advance and not one_step:
                 self._round_robin(decision)
                 continue
-            repeat = self._repeat(decision, ready, pend, remaining) if all_advance else 1
+            repeat = 1
+            if all_advance and not one_step:
+                repeat = self._repeat(decision, ready, pend, remaining)
             if timed:
                 repeat = self._price(decision, repeat)
             self._advance(decision, repeat, all_advance)
@@ -218,12 +223,13 @@ class Engine:
             # The decode groups' tokens left and ages, summed over their requests.
             decode.rem_moment - decode.shift * decode.ready,
             len(self.runs) * decode.ready - decode.first_moment,
+            self.arrivals.held_total,
         )
 
     def cycle_state_is(self, state: tuple[object, ...]) -> bool:
         """Whether :meth:`cycle_state` would equal ``state``, stopping at the first
         difference (most candidates differ in their first decode groups: no state is built)."""
-        pending, decode, waiting = state
+        pending, decode, waiting, held = state
         assert isinstance(decode, tuple)
         run, shift, i = len(self.runs), self.decode.shift, 0
         for g in self.decode.groups:
@@ -233,7 +239,11 @@ class Engine:
                 i += 1
         if i != len(decode):
             return False
-        return self._pending_state(run) == pending and self._waiting_state(run) == waiting
+        return (
+            self._pending_state(run) == pending
+            and self._waiting_state(run) == waiting
+            and self.arrivals.held_state(run) == held
+        )
 
     def cycle_state(self) -> tuple[object, ...]:
         """Everything the next runs depend on, with each arrival and first token as an age
@@ -243,6 +253,7 @@ class Engine:
             self._pending_state(run),
             tuple(_decode_item(g, run, shift) for g in self.decode.groups if g.alive),
             self._waiting_state(run),
+            self.arrivals.held_state(run),
         )
 
     def _pending_state(self, run: int) -> tuple[object, ...]:
@@ -501,7 +512,7 @@ class Engine:
             self._finish(run_index, who)
             run_index += 1
             self._admit()
-            if ready_now == 0 and not self.pending:
+            if (ready_now == 0 and not self.pending) or self.arrivals.held_total:
                 return False
             return self._decide(ready_now, *self._front()) == decision
 

@@ -167,6 +167,7 @@ def reference_simulation(
     max_running: int | None = None,
     arrival_times: Sequence[float] | None = None,
     max_in_flight: int | None = None,
+    arrival_spread: float = 0.0,
 ) -> ReferenceResult:
     """The DIGEST's step loop, one request at a time, no groups, no fast-forward.
 
@@ -178,6 +179,8 @@ def reference_simulation(
     when one finishes (``arrival`` holds the send times). Arrivals are seen at the first step
     end at or after them (before that step's finishes free their slots); an idle engine waits
     for the next arrival. ``started`` holds when each request's first prefill step began.
+    ``arrival_spread``: of the requests finishing at one step's end, the nearest whole share
+    (never all) re-submit at the next step's end.
     """
     timed = arrival_times is not None
     total = (
@@ -194,6 +197,8 @@ def reference_simulation(
     backlog: deque[int] = deque()
     next_arrival = 0
     in_flight = 0
+    submitted = concurrency
+    held: list[int] = []  # closed loop: re-submitted one step late
 
     def send(rid: int, at_ms: float) -> None:
         nonlocal in_flight
@@ -286,16 +291,28 @@ def reference_simulation(
             else:
                 decode.append(req)
         arrive(t)
+        held_now: list[int] = []
         for rid in done_now:
             finish[rid] = t
             if timed:
                 in_flight -= 1
                 if backlog and (max_in_flight is None or in_flight < max_in_flight):
                     send(backlog.popleft(), t)
-            elif len(arrival) < total:
-                new = len(arrival)
-                arrival[new] = t
-                waiting.append(new)
+        if not timed:
+            count = min(len(done_now), total - submitted)
+            # Independent of the engine's rule: the nearest whole share, never all of them.
+            late = min(count - 1, math.floor(arrival_spread * count + 0.5)) if count > 1 else 0
+            for j in range(count):
+                if j < count - late:
+                    arrival[submitted] = t
+                    waiting.append(submitted)
+                else:
+                    held_now.append(submitted)
+                submitted += 1
+            for rid in held:  # late from the step before: they arrive now
+                arrival[rid] = t
+                waiting.append(rid)
+            held = held_now
     n = total
     ttft = sum(first[i] - arrival[i] for i in range(n)) / n
     tpot = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -96,6 +97,7 @@ closed_loop = st.fixed_dictionaries(
         "slack": st.sampled_from([1.15, 2.0, 4.0]),
         "cap": st.one_of(st.none(), st.integers(1, 8)),
         "per_token": st.sampled_from([0.0, 0.05]),
+        "spread": st.sampled_from([0.0, 0.0, 0.25, 0.4, 0.5]),
     }
 )
 
@@ -113,6 +115,7 @@ closed_loop = st.fixed_dictionaries(
         "slack": 2.0,
         "cap": 2,
         "per_token": 0.0,
+        "spread": 0.0,
     }
 )
 def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
@@ -121,7 +124,9 @@ def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
     latency = LinearLatency(base_ms=1.0, per_token_ms=s["per_token"])
     n = s["clients"] + s["extra"]
     got = simulate_closed_loop(
-        spec(s["effective"], s["budget"], s["output"]),
+        dataclasses.replace(
+            spec(s["effective"], s["budget"], s["output"]), arrival_spread=s["spread"]
+        ),
         s["clients"],
         latency,
         scheduler,
@@ -138,6 +143,7 @@ def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
         s["effective"],
         num_requests=n,
         max_running=s["cap"],
+        arrival_spread=s["spread"],
     )
     assert got.measured_requests == n
     assert got.ttft_ms == pytest.approx(want.ttft_ms, rel=1e-9, abs=1e-9)
@@ -171,6 +177,7 @@ policies = st.fixed_dictionaries(
         "output": st.integers(1, 8),
         "cap": st.one_of(st.none(), st.integers(1, 8)),
         "per_token": st.sampled_from([0.0, 0.05]),
+        "spread": st.sampled_from([0.0, 0.0, 0.25, 0.4, 0.5]),
     }
 )
 
@@ -185,7 +192,10 @@ def test_engine_policies_match_per_request_reference(s: dict[str, Any]) -> None:
     n = s["clients"] + s["extra"]
     got = simulate_serving(
         WorkloadSpec(
-            input_length=s["effective"], output_length=s["output"], max_batched_tokens=s["budget"]
+            input_length=s["effective"],
+            output_length=s["output"],
+            max_batched_tokens=s["budget"],
+            arrival_spread=s["spread"],
         ),
         s["clients"],
         latency,
@@ -202,6 +212,7 @@ def test_engine_policies_match_per_request_reference(s: dict[str, Any]) -> None:
         s["effective"],
         num_requests=n,
         max_running=s["cap"],
+        arrival_spread=s["spread"],
     )
     assert got.max_running == s["cap"]
     assert got.ttft_ms == pytest.approx(want.ttft_ms, rel=1e-9, abs=1e-9)
