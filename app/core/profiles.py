@@ -145,6 +145,10 @@ class EngineProfile:
     step_host_ms: float = 0.0
     step_sync_ms: float = 0.0
     request_frontend_ms: float = 0.0
+    #: Closed loops: the share of the requests finishing at one step's end whose successors
+    #: reach the engine a step later (:func:`app.core.engine.arrivals.late_share`); 0: the
+    #: clients stay in lock step.
+    arrival_spread: float = 0.0
     #: The linear layers' quantization when the request names none (None: the checkpoint's).
     linear_quantization: str | None = None
 
@@ -292,6 +296,7 @@ OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "step_host_ms": (0.0, 1000.0),
     "step_sync_ms": (0.0, 1000.0),
     "request_frontend_ms": (0.0, limits.MAX_TTFT_OVERHEAD_MS),
+    "arrival_spread": (0.0, limits.MAX_ARRIVAL_SPREAD),
 }
 #: Every value a request may override.
 OVERRIDABLE: tuple[str, ...] = (

@@ -135,6 +135,12 @@ class EngineOptions(StrictModel):
     request_frontend_ms: float | None = _bounded(
         "request_frontend_ms", float, "time per request outside the engine, ms, added to TTFT"
     )
+    arrival_spread: float | None = _bounded(
+        "arrival_spread",
+        float,
+        "closed loops: share of the requests finishing at one step's end whose next requests "
+        "reach the engine a step later (0: clients in lock step)",
+    )
     kv_cache_dtype: KvCacheDtypeName | None = Field(
         default=None,
         description="auto: the model's 16-bit KV cache; fp8: FP8 KV for FP8/FP4 "

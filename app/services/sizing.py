@@ -77,6 +77,7 @@ def workload_spec(request: WorkloadMixin, num_devices: int, profile: EngineProfi
         mtp_acceptance_rates=tuple(request.mtp_acceptance_rates),
         num_devices=num_devices,
         ttft_overhead_ms=profile.request_frontend_ms,
+        arrival_spread=profile.arrival_spread,
     )
 
 

@@ -18,7 +18,7 @@ evaluates the held-out points exactly at the fold's parameters.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.errors import InvalidParameterError
@@ -143,6 +143,9 @@ class _Problem:
     def values(self, x: Sequence[float]) -> dict[str, float]:
         return {p.name: p.to_value(xi) for p, xi in zip(self.free, x, strict=True)}
 
+    def internal(self, values: Mapping[str, float]) -> list[float]:
+        return [p.to_internal(values.get(p.name, p.start)) for p in self.free]
+
     def project(self, x: Sequence[float]) -> list[float]:
         out = []
         for p, xi in zip(self.free, x, strict=True):
@@ -220,12 +223,14 @@ def fit(
     scales: Sequence[float],
     *,
     max_iterations: int = MAX_ITERATIONS,
+    initial: Mapping[str, float] | None = None,
 ) -> FitResult:
     """Fit ``free`` to the measurements of ``points`` (see the module docstring); ``scales``:
     the expected size of each residual (a residual counts as ``r / scale``, so a kind of
-    measurement the model predicts less well weighs less)."""
+    measurement the model predicts less well weighs less). ``initial``: where the search
+    starts (default: each parameter's start, the catalog value the prior pulls towards)."""
     problem = _Problem(residuals, free, points, scales)
-    x = problem.project(problem.start)
+    x = problem.project(problem.start if initial is None else problem.internal(initial))
     r = problem.evaluate(x)
     cost = problem.cost(x, r)
     jac = problem.jacobian(x, r)  # no column per residual without a free parameter
@@ -269,6 +274,19 @@ def fit(
         evaluations=problem.evaluations,
         jacobian=tuple(tuple(row) for row in jac),
     )
+
+
+def cost_at(
+    residuals: Residuals,
+    free: Sequence[FreeParameter],
+    points: Sequence[int],
+    scales: Sequence[float],
+    values: Mapping[str, float],
+) -> float:
+    """The fit's objective at ``values`` (one model evaluation)."""
+    problem = _Problem(residuals, free, points, scales)
+    x = problem.project(problem.internal(values))
+    return problem.cost(x, problem.evaluate(x))
 
 
 def _broyden(

@@ -17,13 +17,17 @@ request_frontend_ms       per-request time outside the forwards        TTFT of s
 step_host_ms              per-iteration host time the accelerator      TPOT at small batches
                           waits for (scheduling, sampling, output)
 attention_efficiency      share of peak the attention kernels reach    TTFT of long prompts
+arrival_spread            share of a closed loop's re-submissions      TTFT across
+                          reaching the engine a step late              concurrencies
 ========================  ===========================================  =======================
 
 They are listed in the order a fit frees them (:data:`PARAMETERS`): the first two set the two
 levels every measurement pins (decode streaming and prefill compute), the next two the fixed
 costs that need the measurements to vary (prompt work, batch size), the last the context
-length dependence. Bounds keep every fit physical: efficiencies in ``(0, 1]`` (never above the
-peak), times non-negative and below what any engine spends.
+length dependence, and the arrival spread last (it needs the concurrency to vary, and it
+moves TTFT in whole requests: it is chosen from a grid, :attr:`ParameterSpec.grid`, with the
+others fitted at each value). Bounds keep every fit physical: efficiencies in ``(0, 1]``
+(never above the peak), times non-negative and below what any engine spends.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.core import limits
 from app.core.catalog.hardware import Device
 from app.core.errors import InvalidParameterError
 from app.core.profiles import EngineProfile
@@ -52,6 +57,9 @@ class ParameterSpec:
     #: and prior width are stated in it).
     step: float
     description: str
+    #: A parameter whose effect moves in whole requests (no slope to follow) is chosen from
+    #: these values, the others fitted at each; empty: fitted continuously.
+    grid: tuple[float, ...] = ()
 
 
 MEMORY_EFFICIENCY = "memory_efficiency"
@@ -59,6 +67,7 @@ GEMM_EFFICIENCY_SCALE = "gemm_efficiency_scale"
 REQUEST_FRONTEND_MS = "request_frontend_ms"
 STEP_HOST_MS = "step_host_ms"
 ATTENTION_EFFICIENCY = "attention_efficiency"
+ARRIVAL_SPREAD = "arrival_spread"
 
 #: The fittable parameters, in the order a fit frees them.
 PARAMETERS: tuple[ParameterSpec, ...] = (
@@ -108,6 +117,16 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         step=1.0,
         description="share of peak the attention kernels reach",
     ),
+    ParameterSpec(
+        name=ARRIVAL_SPREAD,
+        unit="",
+        low=0.0,
+        high=limits.MAX_ARRIVAL_SPREAD,
+        log_scale=False,
+        step=0.125,
+        description="share of a closed loop's re-submissions that reach the engine a step late",
+        grid=(0.0, 0.125, 0.25, 0.375, 0.5),
+    ),
 )
 PARAMETER_NAMES: tuple[str, ...] = tuple(p.name for p in PARAMETERS)
 SPECS: Mapping[str, ParameterSpec] = {p.name: p for p in PARAMETERS}
@@ -127,6 +146,7 @@ def defaults(device: Device, profile: EngineProfile) -> dict[str, float]:
         REQUEST_FRONTEND_MS: profile.request_frontend_ms,
         STEP_HOST_MS: exposed_step_host_ms(profile),
         ATTENTION_EFFICIENCY: device.attention_efficiency,
+        ARRIVAL_SPREAD: profile.arrival_spread,
     }
 
 
@@ -187,11 +207,14 @@ def apply_to_device(device: Device, values: Mapping[str, float]) -> Device:
 
 
 def apply_to_profile(profile: EngineProfile, values: Mapping[str, float]) -> EngineProfile:
-    """``profile`` with the fitted host and front-end times. A fitted ``step_host_ms`` is the
-    exposed time: it becomes the always-waited sync, and an unhidden host share is folded in."""
+    """``profile`` with the fitted host and front-end times and arrival spread. A fitted
+    ``step_host_ms`` is the exposed time: it becomes the always-waited sync, and an unhidden
+    host share is folded in."""
     changes: dict[str, object] = {}
     if REQUEST_FRONTEND_MS in values:
         changes["request_frontend_ms"] = values[REQUEST_FRONTEND_MS]
+    if ARRIVAL_SPREAD in values:
+        changes["arrival_spread"] = values[ARRIVAL_SPREAD]
     if STEP_HOST_MS in values:
         changes["step_sync_ms"] = values[STEP_HOST_MS]
         if not profile.overlap_scheduling:

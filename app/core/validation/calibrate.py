@@ -17,7 +17,14 @@ tell apart from the others:
   cost separates from a per-token one only when the prompt work varies);
 - ``step_host_ms``: at least two distinct concurrencies (a per-iteration cost separates from
   bandwidth only when the batch varies);
-- ``attention_efficiency``: sequence lengths (input + output) that vary by at least 2x.
+- ``attention_efficiency``: sequence lengths (input + output) that vary by at least 2x;
+- ``arrival_spread``: at least two distinct concurrencies, one of them at least 2 (lone
+  clients have no wave to split). It moves TTFT in whole requests (no slope to follow), so
+  it is chosen from its grid: the other parameters are fitted at the profile's value, the
+  objective is evaluated there at every grid value, and at the lowest one (when it is
+  another) they are fitted again from where they were (:data:`REFIT_ITERATIONS` steps). It
+  is then held fixed in the cross-validation: the held-out errors do not charge the choice
+  itself.
 
 A request naming its free parameters gets exactly those (422 when there are fewer points than
 they need). The result states every parameter left at the catalog value and why.
@@ -30,9 +37,17 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from app.core.calibration.fit import FreeParameter, cross_validate, fit, folds
+from app.core.calibration.fit import (
+    FreeParameter,
+    Residuals,
+    cost_at,
+    cross_validate,
+    fit,
+    folds,
+)
 from app.core.calibration.interval import Spread
 from app.core.calibration.parameters import (
+    ARRIVAL_SPREAD,
     ATTENTION_EFFICIENCY,
     PARAMETER_NAMES,
     REQUEST_FRONTEND_MS,
@@ -57,6 +72,9 @@ from app.core.workload.closed_loop import PlanMemo
 MIN_POINTS = 2
 #: Most points one fit takes (a replay of each point per model evaluation).
 MAX_POINTS = 500
+#: Iterations of the refit at a grid value other than the profile's (it starts from the first
+#: fit: a few steps settle what the new spread moved).
+REFIT_ITERATIONS = 4
 #: Sequence lengths must vary by this factor to free the attention efficiency.
 ATTENTION_SPAN = 2.0
 PERCENT = 100.0
@@ -143,6 +161,10 @@ def choose_free(points: Sequence[Point], requested: Sequence[str] | None = None)
             max(lengths) >= ATTENTION_SPAN * min(lengths),
             f"needs sequence lengths varying by {ATTENTION_SPAN:g}x",
         ),
+        ARRIVAL_SPREAD: (
+            len(concurrencies) >= 2 and max(concurrencies) >= 2,
+            "needs two distinct concurrencies, one of them at least 2",
+        ),
     }
     out: dict[str, str] = {}
     budget = n - 1
@@ -193,8 +215,9 @@ def fit_calibration(
             step=SPECS[name].step,
         )
         for name in PARAMETER_NAMES
-        if selection[name] == ""
+        if selection[name] == "" and not SPECS[name].grid
     ]
+    gridded = [name for name in PARAMETER_NAMES if selection[name] == "" and SPECS[name].grid]
     # Every point must be predictable at all (memory and layout do not depend on the fit).
     plans: PlanMemo = {}  # the points' plans, shared by every evaluation (they need no latency)
     base = ServingReplay(None, plans)
@@ -204,14 +227,39 @@ def fit_calibration(
         except ChunkwiseError as err:
             raise _row_error(p.case.name, err) from None
 
-    def residuals(values: dict[str, float], which: Sequence[int]) -> list[float]:
-        return _log_errors(ServingReplay(values, plans), points, which)
+    def residuals_at(chosen: dict[str, float]) -> Residuals:
+        def residuals(values: dict[str, float], which: Sequence[int]) -> list[float]:
+            return _log_errors(ServingReplay({**values, **chosen}, plans), points, which)
+
+        return residuals
 
     indices = list(range(len(points)))
     scales = _scales(first) * len(points)
-    result = fit(residuals, free_params, indices, scales)
+    chosen = {name: start[name] for name in gridded}
+    result = fit(residuals_at(chosen), free_params, indices, scales)
+    evaluations = result.evaluations
+    if gridded:
+        fitted = result.value_map()
+        costs = {}
+        for choice in _grid_choices(gridded):
+            key = tuple(sorted(choice.items()))
+            if choice != chosen:
+                evaluations += 1
+                costs[key] = cost_at(residuals_at(choice), free_params, indices, scales, fitted)
+        best = min(costs, key=costs.__getitem__) if costs else None
+        if best is not None and costs[best] < result.cost:
+            chosen = dict(best)
+            result = fit(
+                residuals_at(chosen),
+                free_params,
+                indices,
+                scales,
+                initial=fitted,
+                max_iterations=REFIT_ITERATIONS,
+            )
+            evaluations += result.evaluations
     held_out = cross_validate(
-        residuals, free_params, result, [[2 * i, 2 * i + 1] for i in indices], scales
+        residuals_at(chosen), free_params, result, [[2 * i, 2 * i + 1] for i in indices], scales
     )
     fitted_ttft, fitted_tpot = result.residuals[0::2], result.residuals[1::2]
     cv_ttft, cv_tpot = held_out[0::2], held_out[1::2]
@@ -221,7 +269,7 @@ def fit_calibration(
         engine=profile.name,
         model=first.model,
         quantization=PRECISIONS[first.precision].linear.value,
-        parameters=result.values,
+        parameters=(*result.values, *chosen.items()),
         defaults=tuple(start.items()),
         fixed=tuple((name, reason) for name, reason in selection.items() if reason),
         isl=_range(p.case.query_len for p in points),
@@ -238,7 +286,7 @@ def fit_calibration(
             tpot_cv_median_ape_pct=_median_ape(cv_tpot),
             converged=result.converged,
             iterations=result.iterations,
-            evaluations=result.evaluations,
+            evaluations=evaluations,
             cross_validation=(
                 "leave-one-out" if n_folds == len(points) else f"{n_folds}-fold (interleaved)"
             ),
@@ -246,6 +294,14 @@ def fit_calibration(
         ttft_spread=Spread.of(cv_ttft),
         tpot_spread=Spread.of(cv_tpot),
     )
+
+
+def _grid_choices(names: Sequence[str]) -> list[dict[str, float]]:
+    """Every combination of the gridded parameters' values (one empty choice without any)."""
+    choices: list[dict[str, float]] = [{}]
+    for name in names:
+        choices = [{**c, name: value} for c in choices for value in SPECS[name].grid]
+    return choices
 
 
 def _scales(case: ValidationCase) -> list[float]:

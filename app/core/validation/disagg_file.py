@@ -245,6 +245,7 @@ class DisaggReplay:
             output_length=osl,
             max_batched_tokens=budget,
             ttft_overhead_ms=profile.request_frontend_ms,
+            arrival_spread=profile.arrival_spread,
         )
 
         def pool_model(pool: PoolLayout) -> tuple[RunnerServingModel, MemoLatency]:

@@ -177,6 +177,7 @@ class ServingReplay:
                 device.hbm_capacity_gb, device.name, device.vendor
             ),
             ttft_overhead_ms=profile.request_frontend_ms,
+            arrival_spread=profile.arrival_spread,
         )
         # The memo does not know the KV pool: the running cap is the engine's and the pool's.
         capacity = serving.kv_capacity_requests(
