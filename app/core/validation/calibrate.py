@@ -21,8 +21,10 @@ tell apart from the others:
 - ``arrival_spread``: at least two distinct concurrencies, one of them at least 2 (lone
   clients have no wave to split). It moves TTFT in whole requests (no slope to follow), so
   it is chosen from its grid: the other parameters are fitted at the profile's value, the
-  objective is evaluated there at every grid value, and at the lowest one (when it is
-  another) they are fitted again from where they were (:data:`REFIT_ITERATIONS` steps). It
+  objective is evaluated at every other grid value both at those fitted values and at the
+  catalog's (the first fit may have bent the others to make up for the lock step), and at
+  the lowest one, when it beats the first fit, they are fitted again from the first fit's
+  values (:data:`REFIT_ITERATIONS` steps). It
   is then held fixed in the cross-validation: the held-out errors do not charge the choice
   itself.
 
@@ -244,8 +246,13 @@ def fit_calibration(
         for choice in _grid_choices(gridded):
             key = tuple(sorted(choice.items()))
             if choice != chosen:
-                evaluations += 1
-                costs[key] = cost_at(residuals_at(choice), free_params, indices, scales, fitted)
+                # At the first fit's values and at the catalog's: the first fit may have bent
+                # the others to make up for the lock step.
+                evaluations += 2
+                costs[key] = min(
+                    cost_at(residuals_at(choice), free_params, indices, scales, at)
+                    for at in (fitted, start)
+                )
         best = min(costs, key=costs.__getitem__) if costs else None
         if best is not None and costs[best] < result.cost:
             chosen = dict(best)

@@ -14,6 +14,7 @@ from app.core.validation import CASE_COLUMNS, replay_case_file
 from app.core.validation.calibrate import calibrate_case_file, calibration_points, choose_free
 from app.core.validation.cases import SERVING_CASES
 from app.core.validation.holdout import run_holdout
+from app.core.validation.predict import ServingReplay
 
 GROUP = ("H100 SXM 80GB", "Qwen/Qwen3-32B")
 
@@ -101,3 +102,21 @@ def test_holdout_protocol_reports_both_ways() -> None:
     summary = report.overall
     assert summary.calibrated_coverage is not None and 0 <= summary.calibrated_coverage <= 1
     assert "overall" in report.format_table()
+
+
+def test_the_arrival_spread_is_recovered_from_points_that_had_it() -> None:
+    """Points measured (here: simulated) with a spread of 0.25: the grid finds it, and the fit
+    reproduces them; points at one concurrency cannot free it."""
+    rows = [r for r in _rows() if (r["isl"], r["tp"]) == ("1024", "1")][:8]
+    assert len({r["concurrency"] for r in rows}) >= 3
+    truth = ServingReplay({"arrival_spread": 0.25}, {})
+    for row, point in zip(rows, calibration_points(_csv(rows)), strict=True):
+        ttft, tpot = truth.predict(point.case)
+        row["ttft_ms"], row["tpot_ms"] = repr(ttft), repr(tpot)
+    profile = calibrate_case_file(_csv(rows), free=["memory_efficiency", "arrival_spread"])
+    assert dict(profile.parameters)["arrival_spread"] == 0.25
+    assert profile.fit.ttft_fit_median_ape_pct < 1.0
+    one = [r for r in _rows() if r["concurrency"] == "8"][:4]
+    assert choose_free(calibration_points(_csv(one)))["arrival_spread"] == (
+        "needs two distinct concurrencies, one of them at least 2"
+    )
