@@ -76,18 +76,21 @@ def test_the_clock_over_skipped_cycles_is_the_step_by_step_clock(s: dict[str, An
     assert run_clock(plan, latencies, scheduler)[0] == want
 
 
+#: The default search's shape: prompts of one chunk, long outputs, ten rounds.
+LONG_LOOP: dict[str, Any] = {
+    "effective": 4096,
+    "budget": 8192,
+    "output": 256,
+    "clients": 64,
+    "per_client": 10,
+    "cap": None,
+    "scheduler": "vllm",
+}
+
+
 def test_a_long_closed_loop_skips_most_of_its_rounds() -> None:
-    """The default search's shape (prompts of one chunk, long outputs, ten rounds): the loop
-    steps through about three rounds and skips the rest."""
-    s = {
-        "effective": 4096,
-        "budget": 8192,
-        "output": 256,
-        "clients": 64,
-        "per_client": 10,
-        "cap": None,
-        "scheduler": "vllm",
-    }
+    """The loop steps through about three rounds and skips the rest."""
+    s = LONG_LOOP
     engine, runs, records = _run(s, skip=True)
     assert engine.cycles is not None and engine.cycles.skipped
     stepped, want_runs, want_records = _run(s, skip=False)
@@ -109,16 +112,7 @@ def test_a_spread_closed_loop_is_planned_exactly() -> None:
     """Late re-submissions split waves and join them to the next ones, so the state seldom
     repeats within the rounds a benchmark runs: the loop then steps through them all, and
     whatever it skips (held requests are part of its state) is the step-by-step plan."""
-    s = {
-        "effective": 1024,
-        "budget": 8192,
-        "output": 256,
-        "clients": 64,
-        "per_client": 10,
-        "cap": None,
-        "scheduler": "vllm",
-        "spread": 0.25,
-    }
+    s = {**LONG_LOOP, "effective": 1024, "spread": 0.25}  # eight prompts per step
     _, runs, records = _run(s, skip=True)
     _, want_runs, want_records = _run(s, skip=False)
     assert (runs, records) == (want_runs, want_records)
