@@ -17,16 +17,15 @@ tell apart from the others:
   cost separates from a per-token one only when the prompt work varies);
 - ``step_host_ms``: at least two distinct concurrencies (a per-iteration cost separates from
   bandwidth only when the batch varies);
-- ``attention_efficiency``: sequence lengths (input + output) that vary by at least 2x;
 - ``arrival_spread``: at least two distinct concurrencies, one of them at least 2 (lone
   clients have no wave to split). It moves TTFT in whole requests (no slope to follow), so
   it is chosen from its grid: the other parameters are fitted at the profile's value, the
   objective is evaluated at every other grid value both at those fitted values and at the
   catalog's (the first fit may have bent the others to make up for the lock step), and at
   the lowest one, when it beats the first fit, they are fitted again from the first fit's
-  values (:data:`REFIT_ITERATIONS` steps). It
-  is then held fixed in the cross-validation: the held-out errors do not charge the choice
-  itself.
+  values (:data:`REFIT_ITERATIONS` steps). It is then held fixed in the cross-validation:
+  the held-out errors do not charge the choice itself;
+- ``attention_efficiency``: sequence lengths (input + output) that vary by at least 2x.
 
 A request naming its free parameters gets exactly those (422 when there are fewer points than
 they need). The result states every parameter left at the catalog value and why.
