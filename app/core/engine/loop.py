@@ -184,7 +184,10 @@ class Engine:
                 if cycles.finished:
                     cycles = None
             arrivals.arrive(self.t_ms, self.waiting)
-            arrivals.release(len(self.runs), self.waiting)
+            one_step = arrivals.held_total > 0  # held requests arrive after the next step
+            if one_step:
+                arrivals.release(len(self.runs), self.waiting)
+                one_step = arrivals.held_total > 0
             self._admit()
             if not pending and not decode.ready:
                 self.t_ms = arrivals.idle_until(self.t_ms, num_requests - self.done)
@@ -195,8 +198,7 @@ class Engine:
             ready = decode.ready
             decision = self._decide(ready, pend, remaining)
             all_advance = decision.d_step == ready
-            # Requests held back arrive after the next step: it is taken alone.
-            one_step = arrivals.held_total > 0
+            # Requests still held arrive after the next step: it is taken alone.
             if self.stateless and decision.p_step == 0 and not all_advance and not one_step:
                 self._round_robin(decision)
                 continue
