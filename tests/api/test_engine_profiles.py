@@ -71,6 +71,7 @@ def test_unknown_engine_names_the_valid_ones(client: TestClient) -> None:
         ({"max_num_seqs": 0}, "max_num_seqs"),
         ({"step_host_ms": -1}, "step_host_ms"),
         ({"kv_cache_dtype": "int4"}, "kv_cache_dtype"),
+        ({"arrival_spread": 0.6}, "arrival_spread"),
     ],
 )
 def test_bad_engine_options_are_422(
@@ -94,6 +95,11 @@ def test_overrides_apply_and_are_echoed(client: TestClient) -> None:
         "/v1/simulate", json={**SIM, "engine_options": {"step_host_ms": 5.0}}
     ).json()
     assert slower["tpot_ms"] == pytest.approx(base["tpot_ms"] + 5.0 - 0.8, rel=0.05)
+    spread = client.post(
+        "/v1/simulate", json={**SIM, "engine_options": {"arrival_spread": 0.25}}
+    ).json()
+    assert base["engine"]["arrival_spread"] == 0.0 and spread["engine"]["arrival_spread"] == 0.25
+    assert spread["ttft_ms"] < base["ttft_ms"]  # the waves of 16 clients split
 
 
 def test_trtllm_keeps_an_fp8_kv_cache_unless_told(client: TestClient) -> None:
