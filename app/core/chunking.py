@@ -47,6 +47,12 @@ def _int_range(minimum: int, maximum: int | None) -> str:
     return f"an integer in [{minimum}, {maximum}]"
 
 
+def require_number(name: str, value: object, low: float, high: float) -> None:
+    """A number (not a ``bool``) in ``[low, high]`` (NaN is in no range)."""
+    if isinstance(value, bool) or not (isinstance(value, int | float) and low <= value <= high):
+        raise InvalidParameterError(name, value, f"a number in [{low:g}, {high:g}]")
+
+
 def require_limit(name: str, value: float | None) -> None:
     """A latency limit: omitted, or a finite number > 0."""
     if value is None:

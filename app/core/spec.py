@@ -18,6 +18,7 @@ from app.core.chunking import (
     require_hit_rate,
     require_int,
     require_limit,
+    require_number,
 )
 from app.core.cost import ForwardShape
 from app.core.errors import InvalidParameterError
@@ -56,20 +57,10 @@ class WorkloadSpec:
         require_limit("tpot_limit_ms", self.tpot_limit_ms)
         require_int("num_mtp_tokens", self.num_mtp_tokens, 0, limits.MAX_MTP_TOKENS)
         require_int("num_devices", self.num_devices, 1, 1_000_000)
-        overhead = self.ttft_overhead_ms
-        if isinstance(overhead, bool) or not (
-            isinstance(overhead, int | float) and 0.0 <= overhead <= limits.MAX_TTFT_OVERHEAD_MS
-        ):
-            raise InvalidParameterError(
-                "ttft_overhead_ms", overhead, f"a number in [0, {limits.MAX_TTFT_OVERHEAD_MS:g}]"
-            )
-        spread = self.arrival_spread
-        if isinstance(spread, bool) or not (
-            isinstance(spread, int | float) and 0.0 <= spread <= limits.MAX_ARRIVAL_SPREAD
-        ):
-            raise InvalidParameterError(
-                "arrival_spread", spread, f"a number in [0, {limits.MAX_ARRIVAL_SPREAD:g}]"
-            )
+        require_number(
+            "ttft_overhead_ms", self.ttft_overhead_ms, 0.0, limits.MAX_TTFT_OVERHEAD_MS
+        )
+        require_number("arrival_spread", self.arrival_spread, 0.0, limits.MAX_ARRIVAL_SPREAD)
         rates = self.mtp_acceptance_rates
         if not isinstance(rates, tuple) or not all(
             isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0
