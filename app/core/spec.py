@@ -57,9 +57,7 @@ class WorkloadSpec:
         require_limit("tpot_limit_ms", self.tpot_limit_ms)
         require_int("num_mtp_tokens", self.num_mtp_tokens, 0, limits.MAX_MTP_TOKENS)
         require_int("num_devices", self.num_devices, 1, 1_000_000)
-        require_number(
-            "ttft_overhead_ms", self.ttft_overhead_ms, 0.0, limits.MAX_TTFT_OVERHEAD_MS
-        )
+        require_number("ttft_overhead_ms", self.ttft_overhead_ms, 0.0, limits.MAX_TTFT_OVERHEAD_MS)
         require_number("arrival_spread", self.arrival_spread, 0.0, limits.MAX_ARRIVAL_SPREAD)
         rates = self.mtp_acceptance_rates
         if not isinstance(rates, tuple) or not all(

@@ -71,6 +71,9 @@ STEP_HOST_MS = "step_host_ms"
 ATTENTION_EFFICIENCY = "attention_efficiency"
 ARRIVAL_SPREAD = "arrival_spread"
 
+#: The arrival spread's grid step: 0, 0.125, ... up to its bound (one request in eight).
+ARRIVAL_SPREAD_STEP = 0.125
+
 #: The fittable parameters, in the order a fit frees them.
 PARAMETERS: tuple[ParameterSpec, ...] = (
     ParameterSpec(
@@ -116,9 +119,12 @@ PARAMETERS: tuple[ParameterSpec, ...] = (
         low=0.0,
         high=limits.MAX_ARRIVAL_SPREAD,
         log_scale=False,
-        step=0.125,
+        step=ARRIVAL_SPREAD_STEP,
         description="share of a closed loop's re-submissions that reach the engine a step late",
-        grid=(0.0, 0.125, 0.25, 0.375, 0.5),
+        grid=tuple(
+            k * ARRIVAL_SPREAD_STEP
+            for k in range(round(limits.MAX_ARRIVAL_SPREAD / ARRIVAL_SPREAD_STEP) + 1)
+        ),
     ),
     ParameterSpec(
         name=ATTENTION_EFFICIENCY,

@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.calibration.fit import (
+    FitResult,
     FreeParameter,
     Residuals,
     cost_at,
@@ -240,30 +241,10 @@ def fit_calibration(
     result = fit(residuals_at(chosen), free_params, indices, scales)
     evaluations = result.evaluations
     if gridded:
-        fitted = result.value_map()
-        costs = {}
-        for choice in _grid_choices(gridded):
-            key = tuple(sorted(choice.items()))
-            if choice != chosen:
-                # At the first fit's values and at the catalog's: the first fit may have bent
-                # the others to make up for the lock step.
-                evaluations += 2
-                costs[key] = min(
-                    cost_at(residuals_at(choice), free_params, indices, scales, at)
-                    for at in (fitted, start)
-                )
-        best = min(costs, key=costs.__getitem__) if costs else None
-        if best is not None and costs[best] < result.cost:
-            chosen = dict(best)
-            result = fit(
-                residuals_at(chosen),
-                free_params,
-                indices,
-                scales,
-                initial=fitted,
-                max_iterations=REFIT_ITERATIONS,
-            )
-            evaluations += result.evaluations
+        chosen, result, more = _refit_on_grid(
+            residuals_at, free_params, indices, scales, start, chosen, result
+        )
+        evaluations += more
     held_out = cross_validate(
         residuals_at(chosen), free_params, result, [[2 * i, 2 * i + 1] for i in indices], scales
     )
@@ -300,6 +281,44 @@ def fit_calibration(
         ttft_spread=Spread.of(cv_ttft),
         tpot_spread=Spread.of(cv_tpot),
     )
+
+
+def _refit_on_grid(
+    residuals_at: Callable[[dict[str, float]], Residuals],
+    free: Sequence[FreeParameter],
+    indices: Sequence[int],
+    scales: Sequence[float],
+    start: Mapping[str, float],
+    chosen: dict[str, float],
+    result: FitResult,
+) -> tuple[dict[str, float], FitResult, int]:
+    """The gridded parameters' best values and the fit at them, from the fit ``result`` at
+    ``chosen`` (see the module docstring), and the model evaluations it took."""
+    fitted = result.value_map()
+    best: tuple[float, dict[str, float]] | None = None
+    evaluations = 0
+    for choice in _grid_choices(list(chosen)):
+        if choice == chosen:
+            continue
+        # At the first fit's values and at the catalog's: the first fit may have bent the
+        # others to make up for the lock step.
+        evaluations += 2
+        cost = min(
+            cost_at(residuals_at(choice), free, indices, scales, at) for at in (fitted, start)
+        )
+        if best is None or cost < best[0]:
+            best = (cost, choice)
+    if best is None or best[0] >= result.cost:
+        return chosen, result, evaluations
+    refit = fit(
+        residuals_at(best[1]),
+        free,
+        indices,
+        scales,
+        initial=fitted,
+        max_iterations=REFIT_ITERATIONS,
+    )
+    return best[1], refit, evaluations + refit.evaluations
 
 
 def _grid_choices(names: Sequence[str]) -> list[dict[str, float]]:
