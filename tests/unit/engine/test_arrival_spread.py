@@ -3,9 +3,11 @@ does to a wave of clients in lock step."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 
-from app.core.engine.arrivals import ClosedLoop, late_share
+from app.core.engine.arrivals import ClosedLoop, Waiting, late_share
 from app.core.errors import InvalidParameterError
 from app.core.spec import WorkloadSpec
 from app.core.workload.closed_loop import simulate_closed_loop
@@ -23,7 +25,7 @@ from .fakes import LinearLatency
         (4, 0.5, 2),
         (8, 0.125, 1),
         (8, 0.0, 0),
-        (2, 0.5, 1),  # never all of them
+        (2, 0.5, 1),  # half of two
     ],
 )
 def test_late_share_is_the_nearest_whole_share_and_never_all(
@@ -34,10 +36,7 @@ def test_late_share_is_the_nearest_whole_share_and_never_all(
 
 def test_late_requests_wait_one_run_and_arrive_at_its_end() -> None:
     loop = ClosedLoop(4, 12, arrival_spread=0.5)
-    waiting: list[list[int]] = []
-    from collections import deque
-
-    queue = deque(waiting)
+    queue: Waiting = deque()
     loop.finished(5, [(4, 1)], 0.0, queue)
     assert list(queue) == [[2, 5]] and loop.held_total == 2
     assert loop.held_state(6) == ((2, 0),)
