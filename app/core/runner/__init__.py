@@ -7,6 +7,7 @@ Public entry points::
         .run_inference(ForwardShape, *, mtp_draft_tokens=None)
             -> ForwardResult(latency_ms, breakdown, memory, ...)
         .run_mixed(MixedShape, *, mtp_draft_tokens=None) -> ForwardResult   one fused forward
+        .forward_ms(ForwardShape, ...) / .mixed_ms(MixedShape, ...) -> float   latency alone
         .memory(ForwardShape | MixedShape) -> MemoryBreakdown
         .identity() -> str          stable cache key of everything that changes results
     RunnerServingModel(runner, num_mtp_tokens=0, mtp_acceptance_rates=())

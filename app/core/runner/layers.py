@@ -29,7 +29,16 @@ from app.core.catalog.architecture import (
 from app.core.catalog.quantization import BYTES_16BIT
 from app.core.cost import ForwardShape
 from app.core.runner.comm import Collective, collective_time_s
-from app.core.runner.ops import OpCategory, OpCost, communication, fixed, roofline
+from app.core.runner.ops import (
+    MS_PER_S,
+    OpCategory,
+    OpCost,
+    communication,
+    communication_ms,
+    fixed,
+    roofline,
+    roofline_ms,
+)
 from app.core.runner.plan import (
     ACTIVATION_BYTES,
     EAGLE3_DRAFT_VOCAB,
@@ -124,9 +133,25 @@ class ForwardBuilder:
     the graph cost whenever ``graph_mode`` is on.
     """
 
-    __slots__ = ("batches", "draft_launch_s", "launch_s", "ops", "plan", "sixteen_bit")
+    __slots__ = (
+        "batches",
+        "detail",
+        "draft_launch_s",
+        "launch_s",
+        "ops",
+        "plan",
+        "sixteen_bit",
+        "totals_ms",
+    )
 
-    def __init__(self, plan: ShardPlan, batches: Sequence[ForwardShape], graph_mode: bool) -> None:
+    def __init__(
+        self,
+        plan: ShardPlan,
+        batches: Sequence[ForwardShape],
+        graph_mode: bool,
+        *,
+        detail: bool = True,
+    ) -> None:
         if not batches:
             raise ValueError("a forward needs at least one sub-batch")
         self.plan = plan
@@ -134,8 +159,79 @@ class ForwardBuilder:
         decode_only = all(batch.is_decode for batch in self.batches)
         self.launch_s = plan.graph_launch_s if graph_mode and decode_only else plan.eager_launch_s
         self.draft_launch_s = plan.graph_launch_s if graph_mode else plan.eager_launch_s
+        # ``detail``: every op as an :class:`OpCost`; else only each op's total time (what a
+        # simulation needs, at a fraction of the cost). ``totals_ms`` is kept either way.
+        self.detail = detail
         self.ops: list[OpCost] = []
+        self.totals_ms: list[float] = []
         self.sixteen_bit = False  # the part being built is one the checkpoint keeps 16-bit
+
+    def latency_ms(self) -> float:
+        """The forward's time: the sum of every op's total."""
+        return math.fsum(self.totals_ms)
+
+    def _roofline(
+        self,
+        *,
+        name: str,
+        category: OpCategory,
+        scope: str,
+        count: int,
+        flops: float,
+        hbm_bytes: float,
+        flops_per_s: float,
+        hbm_bytes_per_s: float,
+        launch_s: float,
+    ) -> None:
+        if self.detail:
+            op = roofline(
+                name=name,
+                category=category,
+                scope=scope,
+                count=count,
+                flops=flops,
+                hbm_bytes=hbm_bytes,
+                flops_per_s=flops_per_s,
+                hbm_bytes_per_s=hbm_bytes_per_s,
+                launch_s=launch_s,
+            )
+            self.ops.append(op)
+            self.totals_ms.append(op.total_ms)
+        else:
+            time_ms = roofline_ms(flops, hbm_bytes, flops_per_s, hbm_bytes_per_s, launch_s)
+            self.totals_ms.append(time_ms * count)
+
+    def _communication(
+        self,
+        *,
+        name: str,
+        scope: str,
+        count: int,
+        comm_bytes: float,
+        comm_s: float,
+        launch_s: float,
+    ) -> None:
+        if self.detail:
+            op = communication(
+                name=name,
+                scope=scope,
+                count=count,
+                comm_bytes=comm_bytes,
+                comm_s=comm_s,
+                launch_s=launch_s,
+            )
+            self.ops.append(op)
+            self.totals_ms.append(op.total_ms)
+        else:
+            self.totals_ms.append(communication_ms(comm_s, launch_s) * count)
+
+    def _fixed(self, *, name: str, scope: str, time_s: float) -> None:
+        if self.detail:
+            op = fixed(name=name, scope=scope, time_s=time_s)
+            self.ops.append(op)
+            self.totals_ms.append(op.total_ms)
+        else:
+            self.totals_ms.append(time_s * MS_PER_S)
 
     @property
     def tokens(self) -> int:
@@ -176,18 +272,16 @@ class ForwardBuilder:
         ramp = rows / (rows + p.gemm_half_efficiency_tokens)
         rate = (p.gemm_flops_per_s if quantized else p.bf16_flops_per_s) * ramp
         weights = (k * n if weight_rows is None else weight_rows) * wbytes
-        self.ops.append(
-            roofline(
-                name=name,
-                category=category,
-                scope=scope,
-                count=count,
-                flops=FLOPS_PER_MAC * m * k * n,
-                hbm_bytes=weights + m * k * in_bytes + m * n * ACTIVATION_BYTES,
-                flops_per_s=rate,
-                hbm_bytes_per_s=p.hbm_bytes_per_s,
-                launch_s=self.launch_s,
-            )
+        self._roofline(
+            name=name,
+            category=category,
+            scope=scope,
+            count=count,
+            flops=FLOPS_PER_MAC * m * k * n,
+            hbm_bytes=weights + m * k * in_bytes + m * n * ACTIVATION_BYTES,
+            flops_per_s=rate,
+            hbm_bytes_per_s=p.hbm_bytes_per_s,
+            launch_s=self.launch_s,
         )
 
     def elementwise(
@@ -204,18 +298,16 @@ class ForwardBuilder:
     ) -> None:
         """A memory-bound kernel touching ``tensors`` tensors of ``elements`` each."""
         p = self.plan
-        self.ops.append(
-            roofline(
-                name=name,
-                category=category,
-                scope=scope,
-                count=count,
-                flops=flops_per_element * elements,
-                hbm_bytes=tensors * elements * element_bytes,
-                flops_per_s=p.bf16_flops_per_s,
-                hbm_bytes_per_s=p.hbm_bytes_per_s,
-                launch_s=self.launch_s,
-            )
+        self._roofline(
+            name=name,
+            category=category,
+            scope=scope,
+            count=count,
+            flops=flops_per_element * elements,
+            hbm_bytes=tensors * elements * element_bytes,
+            flops_per_s=p.bf16_flops_per_s,
+            hbm_bytes_per_s=p.hbm_bytes_per_s,
+            launch_s=self.launch_s,
         )
 
     def collective(
@@ -224,17 +316,15 @@ class ForwardBuilder:
         if group <= 1:
             return
         tier = self.plan.tp_tier if group <= self.plan.tp else self.plan.ep_tier
-        self.ops.append(
-            communication(
-                name=name,
-                scope=scope,
-                count=count,
-                comm_bytes=message_bytes,
-                comm_s=collective_time_s(
-                    kind, message_bytes, group, tier, node=self.plan.device.interconnect[0]
-                ),
-                launch_s=self.launch_s,
-            )
+        self._communication(
+            name=name,
+            scope=scope,
+            count=count,
+            comm_bytes=message_bytes,
+            comm_s=collective_time_s(
+                kind, message_bytes, group, tier, node=self.plan.device.interconnect[0]
+            ),
+            launch_s=self.launch_s,
         )
 
     # -- layers ----------------------------------------------------------------------------
@@ -459,18 +549,16 @@ class ForwardBuilder:
     ) -> None:
         """An attention-category kernel (attention, and the linear-attention conv1d and delta
         rule): a roofline at ``flops_per_s`` and the HBM bandwidth."""
-        self.ops.append(
-            roofline(
-                name=name,
-                category=OpCategory.ATTENTION,
-                scope=scope,
-                count=count,
-                flops=flops,
-                hbm_bytes=hbm_bytes,
-                flops_per_s=flops_per_s,
-                hbm_bytes_per_s=self.plan.hbm_bytes_per_s,
-                launch_s=self.launch_s,
-            )
+        self._roofline(
+            name=name,
+            category=OpCategory.ATTENTION,
+            scope=scope,
+            count=count,
+            flops=flops,
+            hbm_bytes=hbm_bytes,
+            flops_per_s=flops_per_s,
+            hbm_bytes_per_s=self.plan.hbm_bytes_per_s,
+            launch_s=self.launch_s,
         )
 
     def _mla_attention(
@@ -620,21 +708,19 @@ class ForwardBuilder:
             pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
             keys_read = s.concurrency * _context(s, group) * key_bytes
             queries = new_tokens * heads * (d * INDEXER_Q_BYTES + INDEXER_WEIGHT_BYTES)
-            self.ops.append(
-                roofline(
-                    name="indexer_logits",
-                    category=OpCategory.ATTENTION,
-                    scope=scope,
-                    count=count,
-                    flops=pairs * heads * (FLOPS_PER_MAC * d + INDEXER_SCORE_FLOPS_PER_HEAD),
-                    hbm_bytes=keys_read
-                    + new_tokens * key_bytes
-                    + queries
-                    + pairs * LOGIT_BYTES,  # fp32 logits, one per (query, key) pair
-                    flops_per_s=p.indexer_flops_per_s,
-                    hbm_bytes_per_s=p.hbm_bytes_per_s,
-                    launch_s=self.launch_s,
-                )
+            self._roofline(
+                name="indexer_logits",
+                category=OpCategory.ATTENTION,
+                scope=scope,
+                count=count,
+                flops=pairs * heads * (FLOPS_PER_MAC * d + INDEXER_SCORE_FLOPS_PER_HEAD),
+                hbm_bytes=keys_read
+                + new_tokens * key_bytes
+                + queries
+                + pairs * LOGIT_BYTES,  # fp32 logits, one per (query, key) pair
+                flops_per_s=p.indexer_flops_per_s,
+                hbm_bytes_per_s=p.hbm_bytes_per_s,
+                launch_s=self.launch_s,
             )
             # Top-k over each query's fp32 logits: the compare-and-select work of the router's.
             self.elementwise(
@@ -815,15 +901,13 @@ class ForwardBuilder:
         if p.pp <= 1:
             return
         message = tokens * p.model.hidden_size * ACTIVATION_BYTES
-        self.ops.append(
-            communication(
-                name="pp_send_recv",
-                scope="model",
-                count=p.pp - 1,
-                comm_bytes=message,
-                comm_s=collective_time_s(Collective.SEND_RECV, message, 2, p.pp_tier),
-                launch_s=self.launch_s,
-            )
+        self._communication(
+            name="pp_send_recv",
+            scope="model",
+            count=p.pp - 1,
+            comm_bytes=message,
+            comm_s=collective_time_s(Collective.SEND_RECV, message, 2, p.pp_tier),
+            launch_s=self.launch_s,
         )
 
     def mtp_drafts(self, drafts: int, decode: ForwardShape) -> None:
@@ -878,6 +962,4 @@ class ForwardBuilder:
         self.gemm("eagle3_lm_head", scope, drafts, tokens, h, EAGLE3_DRAFT_VOCAB / p.tp)
 
     def overhead(self) -> None:
-        self.ops.append(
-            fixed(name="forward_overhead", scope="model", time_s=self.plan.forward_overhead_s)
-        )
+        self._fixed(name="forward_overhead", scope="model", time_s=self.plan.forward_overhead_s)

@@ -69,6 +69,15 @@ class OpCost:
         }
 
 
+def roofline_ms(
+    flops: float, hbm_bytes: float, flops_per_s: float, hbm_bytes_per_s: float, launch_s: float
+) -> float:
+    """One instance's time (ms) of :func:`roofline`, alone."""
+    compute_s = flops / flops_per_s
+    memory_s = hbm_bytes / hbm_bytes_per_s
+    return ((compute_s if compute_s >= memory_s else memory_s) + launch_s) * MS_PER_S
+
+
 def roofline(
     *,
     name: str,
@@ -85,7 +94,7 @@ def roofline(
     compute_s = flops / flops_per_s
     memory_s = hbm_bytes / hbm_bytes_per_s
     body_s = compute_s if compute_s >= memory_s else memory_s
-    time_ms = (body_s + launch_s) * MS_PER_S
+    time_ms = roofline_ms(flops, hbm_bytes, flops_per_s, hbm_bytes_per_s, launch_s)
     if launch_s > body_s:
         bound = Bound.OVERHEAD
     elif compute_s >= memory_s:
@@ -110,11 +119,16 @@ def roofline(
     )
 
 
+def communication_ms(comm_s: float, launch_s: float) -> float:
+    """One instance's time (ms) of :func:`communication`, alone."""
+    return (comm_s + launch_s) * MS_PER_S
+
+
 def communication(
     *, name: str, scope: str, count: int, comm_bytes: float, comm_s: float, launch_s: float
 ) -> OpCost:
     """A collective whose time ``comm_s`` the interconnect model computed."""
-    time_ms = (comm_s + launch_s) * MS_PER_S
+    time_ms = communication_ms(comm_s, launch_s)
     return OpCost(
         name=name,
         category=OpCategory.COMMUNICATION,

@@ -268,11 +268,28 @@ class ModelRunner:
             return self.decode_graph_mode
         return sum(p.concurrency for p in parts if p.is_decode) <= limit
 
-    def _run(self, parts: tuple[ForwardShape, ...], drafts: int) -> ForwardResult:
-        """One forward over every part's tokens; attention per part, ``drafts`` MTP draft
-        passes after the decode part (the last part when it decodes)."""
+    def forward_ms(self, shape: ForwardShape, *, mtp_draft_tokens: int | None = None) -> float:
+        """:meth:`run_inference`'s latency alone (no breakdown, no memory picture): what a
+        simulation asks of every shape it steps through."""
+        check_shape(shape)
+        drafts = self._drafts(mtp_draft_tokens) if shape.is_decode else 0
+        return self._build((shape,), drafts, detail=False).latency_ms()
+
+    def mixed_ms(self, shape: MixedShape, *, mtp_draft_tokens: int | None = None) -> float:
+        """:meth:`run_mixed`'s latency alone (see :meth:`forward_ms`)."""
+        check_shape(shape.prefill)
+        check_shape(shape.decode)
+        parts = (shape.prefill, shape.decode)
+        return self._build(parts, self._drafts(mtp_draft_tokens), detail=False).latency_ms()
+
+    def _build(
+        self, parts: tuple[ForwardShape, ...], drafts: int, *, detail: bool
+    ) -> ForwardBuilder:
+        """The ops of one forward over every part's tokens (``detail``: as :class:`OpCost`
+        records, else their times alone); attention per part, ``drafts`` MTP draft passes
+        after the decode part (the last part when it decodes)."""
         plan = self.plan
-        builder = ForwardBuilder(plan, parts, self._graph_mode(parts))
+        builder = ForwardBuilder(plan, parts, self._graph_mode(parts), detail=detail)
         tokens = builder.tokens
         attention = tuple((shape, new_tokens(shape)) for shape in parts)
         builder.embedding("model", 1, tokens)
@@ -289,14 +306,20 @@ class ModelRunner:
         if decode.is_decode:
             builder.mtp_drafts(drafts, decode)
         builder.overhead()
+        return builder
+
+    def _run(self, parts: tuple[ForwardShape, ...], drafts: int) -> ForwardResult:
+        """One forward (see :meth:`_build`) with its breakdown and memory picture."""
+        plan = self.plan
+        builder = self._build(parts, drafts, detail=True)
         ops = tuple(builder.ops)
-        latency_ms = math.fsum(op.total_ms for op in ops)
+        decode = parts[-1]
         notes = list(plan.notes)
         drafts = drafts if decode.is_decode else 0
         if drafts and not plan.model.num_mtp_layers:
             notes.append("model has no MTP layers: drafts run a one-layer EAGLE-3 head")
         return ForwardResult(
-            latency_ms=latency_ms,
+            latency_ms=builder.latency_ms(),
             breakdown=_summarize(ops),
             memory=self._parts_memory(parts),
             shape=parts[0],

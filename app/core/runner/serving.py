@@ -18,6 +18,11 @@ from app.core.parallel import ParallelLayout
 from app.core.profiles import EngineProfile
 from app.core.runner.runner import MemoryBreakdown, ModelRunner
 
+#: Device time (ms) of forwards already costed, keyed by (runner identity, the forward's parts,
+#: draft passes): shared by serving models whose runners may be equal (a calibration fit's
+#: evaluations, which move host times without touching the device). The owner bounds its life.
+ForwardMemo = dict[tuple[str, tuple[ForwardShape, ...], int], float]
+
 #: Linear formats an engine reads as an "FP8/FP4 checkpoint" for its KV-cache dtype rule.
 _LOW_PRECISION_LINEAR = frozenset(
     {LinearQuantAction.FP8, LinearQuantAction.NVFP4, LinearQuantAction.MXFP4}
@@ -84,6 +89,7 @@ class RunnerServingModel:
     """
 
     __slots__ = (
+        "_forwards",
         "_tokens_per_step",
         "mtp_acceptance_rates",
         "num_mtp_tokens",
@@ -98,6 +104,7 @@ class RunnerServingModel:
         mtp_acceptance_rates: Sequence[float] = (),
         *,
         profile: EngineProfile | None = None,
+        forwards: ForwardMemo | None = None,
     ) -> None:
         if isinstance(num_mtp_tokens, bool) or not isinstance(num_mtp_tokens, int):
             raise InvalidParameterError("num_mtp_tokens", num_mtp_tokens, "an integer >= 0")
@@ -115,6 +122,23 @@ class RunnerServingModel:
         self.num_mtp_tokens = num_mtp_tokens
         self.mtp_acceptance_rates = rates
         self._tokens_per_step = 1.0 + math.fsum(rates[:num_mtp_tokens])
+        self._forwards = forwards
+
+    def _device_ms(self, parts: tuple[ForwardShape, ...], drafts: int) -> float:
+        """One forward's device time (through the shared memo when there is one)."""
+        memo = self._forwards
+        key = (self.runner.identity(), parts, drafts)
+        if memo is not None and (found := memo.get(key)) is not None:
+            return found
+        runner = self.runner
+        if len(parts) == 1:
+            device_ms = runner.forward_ms(parts[0], mtp_draft_tokens=drafts)
+        else:
+            mixed = MixedShape(prefill=parts[0], decode=parts[1])
+            device_ms = runner.mixed_ms(mixed, mtp_draft_tokens=drafts)
+        if memo is not None:
+            memo[key] = device_ms
+        return device_ms
 
     @property
     def tokens_per_decode_step(self) -> float:
@@ -147,7 +171,7 @@ class RunnerServingModel:
 
     def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         shape = self._prefill_shape(concurrency, query_len, seq_len)
-        return self._step_ms(self.runner.run_inference(shape).latency_ms)
+        return self._step_ms(self._device_ms((shape,), 0))
 
     def _decode_shape(self, concurrency: int, query_len: int, seq_len: int) -> ForwardShape:
         """The verify step: at least ``1 + num_mtp_tokens`` tokens per request."""
@@ -158,8 +182,8 @@ class RunnerServingModel:
 
     def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         shape = self._decode_shape(concurrency, query_len, seq_len)
-        step = self.runner.run_inference(shape, mtp_draft_tokens=self.num_mtp_tokens)
-        return self._step_ms(step.latency_ms) / self._tokens_per_step
+        step_ms = self._device_ms((shape,), self.num_mtp_tokens)
+        return self._step_ms(step_ms) / self._tokens_per_step
 
     def _mixed_shape(self, shape: MixedShape) -> MixedShape:
         p, d = shape.prefill, shape.decode
@@ -172,11 +196,11 @@ class RunnerServingModel:
         """A fused mixed step: one forward over the prefill chunk and the decodes."""
         mixed = self._mixed_shape(shape)
         fused_ms = self._step_ms(
-            self.runner.run_mixed(mixed, mtp_draft_tokens=self.num_mtp_tokens).latency_ms
+            self._device_ms((mixed.prefill, mixed.decode), self.num_mtp_tokens)
         )
         if self._tokens_per_step == 1.0:
             return fused_ms
-        prefill_ms = self._step_ms(self.runner.run_inference(mixed.prefill).latency_ms)
+        prefill_ms = self._step_ms(self._device_ms((mixed.prefill,), 0))
         return prefill_ms + (fused_ms - prefill_ms) / self._tokens_per_step
 
     def mixed_memory(self, shape: MixedShape) -> MemoryBreakdown:

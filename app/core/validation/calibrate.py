@@ -65,6 +65,7 @@ from app.core.catalog.models import get_model
 from app.core.errors import ChunkwiseError, InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.profiles import get_profile
+from app.core.runner.serving import ForwardMemo
 from app.core.validation.case_file import _measured, read_case_rows, row_case
 from app.core.validation.cases import ValidationCase
 from app.core.validation.predict import PRECISIONS, ServingReplay, case_profile, engine_family
@@ -222,6 +223,9 @@ def fit_calibration(
     gridded = [name for name in PARAMETER_NAMES if selection[name] == "" and SPECS[name].grid]
     # Every point must be predictable at all (memory and layout do not depend on the fit).
     plans: PlanMemo = {}  # the points' plans, shared by every evaluation (they need no latency)
+    # Device times, shared by evaluations whose efficiencies agree (host times, front-end
+    # time and arrival spread move no forward): the grid and half the Jacobian's columns.
+    forwards: ForwardMemo = {}
     base = ServingReplay(None, plans)
     for p in points:
         try:
@@ -231,7 +235,7 @@ def fit_calibration(
 
     def residuals_at(chosen: dict[str, float]) -> Residuals:
         def residuals(values: dict[str, float], which: Sequence[int]) -> list[float]:
-            return _log_errors(ServingReplay({**values, **chosen}, plans), points, which)
+            return _log_errors(ServingReplay({**values, **chosen}, plans, forwards), points, which)
 
         return residuals
 

@@ -22,7 +22,12 @@ from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
 from app.core.profiles import EngineProfile, get_profile
 from app.core.runner.runner import ModelRunner
-from app.core.runner.serving import RunnerServingModel, engine_quantization, engine_runner
+from app.core.runner.serving import (
+    ForwardMemo,
+    RunnerServingModel,
+    engine_quantization,
+    engine_runner,
+)
 from app.core.spec import WorkloadSpec
 from app.core.validation.cases import (
     SERVING_TPOT_KIND,
@@ -91,11 +96,14 @@ def engine_serving_model(
     ep: int,
     precision: str,
     calibration: Mapping[str, float] | None = None,
+    forwards: ForwardMemo | None = None,
 ) -> RunnerServingModel:
     """The serving model of a deployment as ``profile``'s engine runs it (its reserve, KV
     pool, KV-cache dtype, CUDA-graph limit and iteration host time): what the service builds
     for a request naming that engine; ``calibration``: fitted parameters replacing the
-    device's efficiencies (:func:`~app.core.calibration.parameters.apply_to_device`)."""
+    device's efficiencies (:func:`~app.core.calibration.parameters.apply_to_device`);
+    ``forwards``: a memo of device times shared with other serving models (see
+    :data:`~app.core.runner.serving.ForwardMemo`)."""
     runner = engine_runner(
         profile,
         get_model(model),
@@ -103,7 +111,7 @@ def engine_serving_model(
         ParallelLayout(tp=tp, dp=dp, ep=ep),
         engine_quantization(profile, PRECISIONS[precision]),
     )
-    return RunnerServingModel(runner, profile=profile)
+    return RunnerServingModel(runner, profile=profile, forwards=forwards)
 
 
 _Deployment = tuple[str, str, str, int, int, int, str]
@@ -114,14 +122,19 @@ class ServingReplay:
     the fitted parameters of a calibration when given (the device's efficiencies and the
     engine profile's host and front-end times)."""
 
-    __slots__ = ("_calibration", "_models", "_plans", "_results")
+    __slots__ = ("_calibration", "_forwards", "_models", "_plans", "_results")
 
     def __init__(
-        self, calibration: Mapping[str, float] | None = None, plans: PlanMemo | None = None
+        self,
+        calibration: Mapping[str, float] | None = None,
+        plans: PlanMemo | None = None,
+        forwards: ForwardMemo | None = None,
     ) -> None:
         self._calibration = dict(calibration or {})
-        # The plans need no latency: replays under other parameters can share them.
+        # The plans need no latency: replays under other parameters can share them; so can
+        # the device times of forwards (keyed by the runner, which holds the efficiencies).
         self._plans: PlanMemo = {} if plans is None else plans
+        self._forwards = forwards
         self._models: dict[_Deployment, tuple[RunnerServingModel, MemoLatency]] = {}
         self._results: dict[tuple[_Deployment, int, int, int], tuple[float, float]] = {}
 
@@ -138,6 +151,7 @@ class ServingReplay:
                 ep,
                 precision,
                 calibration=self._calibration,
+                forwards=self._forwards,
             )
             found = self._models[deployment] = (serving, MemoLatency(serving))
         return found
