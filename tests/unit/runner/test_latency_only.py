@@ -89,9 +89,7 @@ class CountingRunner(ModelRunner):
 
 
 def _counting(efficiency: float) -> CountingRunner:
-    device = dataclasses.replace(
-        get_device("NVIDIA_H200_SXM_141G"), memory_efficiency=efficiency
-    )
+    device = dataclasses.replace(get_device("NVIDIA_H200_SXM_141G"), memory_efficiency=efficiency)
     return CountingRunner(
         get_model("Qwen/Qwen3-32B"), device, ParallelLayout(tp=1), parse_quantization("FP8")
     )
