@@ -170,6 +170,10 @@ class ForwardBuilder:
         """The forward's time: the sum of every op's total."""
         return math.fsum(self.totals_ms)
 
+    def _record(self, op: OpCost) -> None:
+        self.ops.append(op)
+        self.totals_ms.append(op.total_ms)
+
     def _roofline(
         self,
         *,
@@ -195,8 +199,7 @@ class ForwardBuilder:
                 hbm_bytes_per_s=hbm_bytes_per_s,
                 launch_s=launch_s,
             )
-            self.ops.append(op)
-            self.totals_ms.append(op.total_ms)
+            self._record(op)
         else:
             time_ms = roofline_ms(flops, hbm_bytes, flops_per_s, hbm_bytes_per_s, launch_s)
             self.totals_ms.append(time_ms * count)
@@ -220,16 +223,14 @@ class ForwardBuilder:
                 comm_s=comm_s,
                 launch_s=launch_s,
             )
-            self.ops.append(op)
-            self.totals_ms.append(op.total_ms)
+            self._record(op)
         else:
             self.totals_ms.append(communication_ms(comm_s, launch_s) * count)
 
     def _fixed(self, *, name: str, scope: str, time_s: float) -> None:
         if self.detail:
             op = fixed(name=name, scope=scope, time_s=time_s)
-            self.ops.append(op)
-            self.totals_ms.append(op.total_ms)
+            self._record(op)
         else:
             self.totals_ms.append(time_s * MS_PER_S)
 
