@@ -250,16 +250,27 @@ class ModelRunner:
     ) -> ForwardResult:
         """One forward of ``shape``. A decode step runs ``mtp_draft_tokens`` MTP draft passes
         after it (``None`` = the runner's ``num_mtp_tokens``); a prefill runs none."""
-        check_shape(shape)
-        drafts = self._drafts(mtp_draft_tokens) if shape.is_decode else 0
-        return self._run((shape,), drafts)
+        return self._run(*self._forward_parts(shape, mtp_draft_tokens))
 
     def run_mixed(self, shape: MixedShape, *, mtp_draft_tokens: int | None = None) -> ForwardResult:
         """A prefill chunk and decodes as ONE forward (a fused mixed step); the decode part
         keeps its MTP draft passes (``mtp_draft_tokens`` as in :meth:`run_inference`)."""
+        return self._run(*self._mixed_parts(shape, mtp_draft_tokens))
+
+    def _forward_parts(
+        self, shape: ForwardShape, mtp_draft_tokens: int | None
+    ) -> tuple[tuple[ForwardShape, ...], int]:
+        """``shape`` checked, as the parts and draft passes of one forward."""
+        check_shape(shape)
+        return (shape,), self._drafts(mtp_draft_tokens) if shape.is_decode else 0
+
+    def _mixed_parts(
+        self, shape: MixedShape, mtp_draft_tokens: int | None
+    ) -> tuple[tuple[ForwardShape, ...], int]:
+        """``shape``'s parts checked, with the decode part's draft passes."""
         check_shape(shape.prefill)
         check_shape(shape.decode)
-        return self._run((shape.prefill, shape.decode), self._drafts(mtp_draft_tokens))
+        return (shape.prefill, shape.decode), self._drafts(mtp_draft_tokens)
 
     def _graph_mode(self, parts: tuple[ForwardShape, ...]) -> bool:
         """Graph launch costs for this forward: graphs on, and the decode batch captured."""
@@ -271,16 +282,13 @@ class ModelRunner:
     def forward_ms(self, shape: ForwardShape, *, mtp_draft_tokens: int | None = None) -> float:
         """:meth:`run_inference`'s latency alone (no breakdown, no memory picture): what a
         simulation asks of every shape it steps through."""
-        check_shape(shape)
-        drafts = self._drafts(mtp_draft_tokens) if shape.is_decode else 0
-        return self._build((shape,), drafts, detail=False).latency_ms()
+        parts, drafts = self._forward_parts(shape, mtp_draft_tokens)
+        return self._build(parts, drafts, detail=False).latency_ms()
 
     def mixed_ms(self, shape: MixedShape, *, mtp_draft_tokens: int | None = None) -> float:
         """:meth:`run_mixed`'s latency alone (see :meth:`forward_ms`)."""
-        check_shape(shape.prefill)
-        check_shape(shape.decode)
-        parts = (shape.prefill, shape.decode)
-        return self._build(parts, self._drafts(mtp_draft_tokens), detail=False).latency_ms()
+        parts, drafts = self._mixed_parts(shape, mtp_draft_tokens)
+        return self._build(parts, drafts, detail=False).latency_ms()
 
     def _build(
         self, parts: tuple[ForwardShape, ...], drafts: int, *, detail: bool

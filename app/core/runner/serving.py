@@ -127,18 +127,19 @@ class RunnerServingModel:
     def _device_ms(self, parts: tuple[ForwardShape, ...], drafts: int) -> float:
         """One forward's device time (through the shared memo when there is one)."""
         memo = self._forwards
+        if memo is None:
+            return self._forward_ms(parts, drafts)
         key = (self.runner.identity(), parts, drafts)
-        if memo is not None and (found := memo.get(key)) is not None:
-            return found
-        runner = self.runner
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = self._forward_ms(parts, drafts)
+        return found
+
+    def _forward_ms(self, parts: tuple[ForwardShape, ...], drafts: int) -> float:
         if len(parts) == 1:
-            device_ms = runner.forward_ms(parts[0], mtp_draft_tokens=drafts)
-        else:
-            mixed = MixedShape(prefill=parts[0], decode=parts[1])
-            device_ms = runner.mixed_ms(mixed, mtp_draft_tokens=drafts)
-        if memo is not None:
-            memo[key] = device_ms
-        return device_ms
+            return self.runner.forward_ms(parts[0], mtp_draft_tokens=drafts)
+        mixed = MixedShape(prefill=parts[0], decode=parts[1])
+        return self.runner.mixed_ms(mixed, mtp_draft_tokens=drafts)
 
     @property
     def tokens_per_decode_step(self) -> float:
