@@ -35,6 +35,13 @@ KV_POOL_RULES: tuple[KvPoolRule, ...] = (
 KvCacheDtype = Literal["auto", "fp8"]
 KV_CACHE_DTYPES: tuple[KvCacheDtype, ...] = ("auto", "fp8")
 BudgetRule = Literal["vllm", "sglang", "fixed"]
+#: The activations an engine's MXFP4 (OCP MX, weight-only 4-bit) GEMMs run with, which sets
+#: their matrix rate: ``fp4`` the device's FP4 path (the RFC's reading of an FP4 format),
+#: ``fp8`` MXFP8 activations on a block-scaled FP8 x FP4 matrix unit (a device with an FP4
+#: peak; one without, such as Hopper, dequantizes to BF16 instead), ``bf16`` weights dequantized
+#: into BF16 matrix operations on every device.
+Mxfp4Activation = Literal["fp4", "fp8", "bf16"]
+MXFP4_ACTIVATIONS: tuple[Mxfp4Activation, ...] = ("fp4", "fp8", "bf16")
 
 GIB_BYTES = 2**30
 GB_BYTES = 1e9
@@ -121,6 +128,17 @@ VLLM_STEP_HOST_MS = 0.8
 #: gap of its own (-19 to -22 %: its sparse-attention decode).
 SGLANG_STEP_SYNC_MS = 2.5
 
+#: The activations MXFP4 MoE GEMMs (gpt-oss) run with, per engine (docs/engine_defaults.md):
+#: vLLM's MXFP4 MoE backend order puts the BF16 FlashInfer kernels first on Hopper (SM90) and
+#: Blackwell (SM100) unless an MXFP8 variable is set; TensorRT-LLM's default MoE backend is
+#: TRTLLM with MXFP8 activations on Blackwell and TRITON with BF16 activations on Hopper (its
+#: GPT-OSS deployment guide); SGLang's FlashInfer MXFP4 MoE runs at its ``default`` precision
+#: (MXFP8 activations; ``bf16`` is the opt-out). ``fp8`` falls back to BF16 on a device without
+#: a block-scaled FP4 matrix unit.
+VLLM_MXFP4_ACTIVATION: Mxfp4Activation = "bf16"
+TRTLLM_MXFP4_ACTIVATION: Mxfp4Activation = "fp8"
+SGLANG_MXFP4_ACTIVATION: Mxfp4Activation = "fp8"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineProfile:
@@ -149,6 +167,8 @@ class EngineProfile:
     #: reach the engine a step later (:func:`app.core.engine.arrivals.late_share`); 0: the
     #: clients stay in lock step.
     arrival_spread: float = 0.0
+    #: The activations MXFP4 GEMMs run with (``fp4``: the device's FP4 path, the RFC's reading).
+    mxfp4_activation: Mxfp4Activation = "fp4"
     #: The linear layers' quantization when the request names none (None: the checkpoint's).
     linear_quantization: str | None = None
 
@@ -165,6 +185,10 @@ class EngineProfile:
             raise InvalidParameterError("kv_pool", self.kv_pool, f"one of {KV_POOL_RULES}")
         if self.scheduler not in SCHEDULERS:
             raise InvalidParameterError("scheduler", self.scheduler, f"one of {tuple(SCHEDULERS)}")
+        if self.mxfp4_activation not in MXFP4_ACTIVATIONS:
+            raise InvalidParameterError(
+                "mxfp4_activation", self.mxfp4_activation, f"one of {MXFP4_ACTIVATIONS}"
+            )
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InvalidParameterError(
                 "kv_cache_dtype", self.kv_cache_dtype, f"one of {KV_CACHE_DTYPES}"
@@ -303,6 +327,7 @@ OVERRIDABLE: tuple[str, ...] = (
     *OVERRIDE_BOUNDS,
     "kv_cache_dtype",
     "overlap_scheduling",
+    "mxfp4_activation",
 )
 
 VLLM = EngineProfile(
@@ -318,6 +343,7 @@ VLLM = EngineProfile(
     cuda_graph_max_batch=VLLM_MAX_GRAPH_BATCH,
     overlap_scheduling=False,
     step_host_ms=VLLM_STEP_HOST_MS,
+    mxfp4_activation=VLLM_MXFP4_ACTIVATION,
 )
 SGLANG = EngineProfile(
     name="sglang",
@@ -329,6 +355,7 @@ SGLANG = EngineProfile(
     kv_cache_dtype="auto",
     overlap_scheduling=True,
     step_sync_ms=SGLANG_STEP_SYNC_MS,
+    mxfp4_activation=SGLANG_MXFP4_ACTIVATION,
 )
 TRTLLM = EngineProfile(
     name="trtllm",
@@ -343,6 +370,7 @@ TRTLLM = EngineProfile(
     kv_cache_dtype="fp8",
     overlap_scheduling=True,
     step_sync_ms=TRTLLM_STEP_SYNC_MS,
+    mxfp4_activation=TRTLLM_MXFP4_ACTIVATION,
 )
 MSMODELING = EngineProfile(
     name="msmodeling",

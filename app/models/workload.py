@@ -10,6 +10,7 @@ from app.core import limits
 from app.core.profiles import (
     DEFAULT_ENGINE,
     KV_CACHE_DTYPES,
+    MXFP4_ACTIVATIONS,
     OVERRIDE_BOUNDS,
     PROFILES,
     RFC_ENGINE,
@@ -82,10 +83,12 @@ if TYPE_CHECKING:
     SchedulerName = str
     EngineName = str
     KvCacheDtypeName = str
+    Mxfp4ActivationName = str
 else:  # the registries' names, in their order (the schema's enums)
     SchedulerName = Literal[tuple(SCHEDULERS)]
     EngineName = Literal[tuple(PROFILES)]
     KvCacheDtypeName = Literal[KV_CACHE_DTYPES]
+    Mxfp4ActivationName = Literal[MXFP4_ACTIVATIONS]
 
 
 def _bounded(name: str, kind: type, description: str) -> Any:
@@ -148,6 +151,12 @@ class EngineOptions(StrictModel):
     )
     overlap_scheduling: bool | None = Field(
         default=None, description="the host prepares the next iteration while the GPU runs"
+    )
+    mxfp4_activation: Mxfp4ActivationName | None = Field(
+        default=None,
+        description="activations of MXFP4 GEMMs: fp4 the device's FP4 path; fp8 MXFP8 on a "
+        "block-scaled FP4 matrix unit (BF16 on a device without one); bf16 weights dequantized "
+        "to BF16",
     )
 
 

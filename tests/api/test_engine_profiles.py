@@ -72,6 +72,7 @@ def test_unknown_engine_names_the_valid_ones(client: TestClient) -> None:
         ({"step_host_ms": -1}, "step_host_ms"),
         ({"kv_cache_dtype": "int4"}, "kv_cache_dtype"),
         ({"arrival_spread": 0.6}, "arrival_spread"),
+        ({"mxfp4_activation": "fp16"}, "mxfp4_activation"),
     ],
 )
 def test_bad_engine_options_are_422(
@@ -203,3 +204,21 @@ def test_a_coupled_row_simulates_to_the_same_numbers(client: TestClient) -> None
     assert sim["ttft_ms"] == pytest.approx(row["ttft_ms"])
     assert sim["tpot_ms"] == pytest.approx(row["tpot_ms"])
     assert sim["output_throughput"] == pytest.approx(row["throughput_tokens_s"])
+
+
+def test_mxfp4_activations_are_the_engines_and_overridable(client: TestClient) -> None:
+    oss = {
+        **SIM,
+        "model": "openai/gpt-oss-120b",
+        "device": "NVIDIA_B200_SXM_180G",
+        "quantize_linear_action": "MXFP4",
+        "input_length": 8192,
+        "output_length": 256,
+    }
+    vllm = client.post("/v1/simulate", json=oss).json()
+    assert vllm["engine"]["mxfp4_activation"] == "bf16"
+    fp4 = client.post(
+        "/v1/simulate", json={**oss, "engine_options": {"mxfp4_activation": "fp4"}}
+    ).json()
+    assert fp4["engine"]["mxfp4_activation"] == "fp4"
+    assert fp4["ttft_ms"] < vllm["ttft_ms"]  # the 8192-token prefills on the FP4 matrix rate

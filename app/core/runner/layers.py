@@ -263,15 +263,17 @@ class ForwardBuilder:
 
         ``weight_rows`` overrides the weight elements read (MoE: only touched experts);
         ``rows_per_weight`` is the M each weight sees (MoE: tokens per expert), which sets
-        the GEMM efficiency ramp ``m / (m + gemm_half_efficiency_tokens)``.
+        the GEMM efficiency ramp ``m / (m + half-efficiency M)`` (the plan's, per path).
         """
         p = self.plan
         quantized = quantized and not self.sixteen_bit
         wbytes = p.weight_bytes_per_param if quantized else BYTES_16BIT
         in_bytes = p.gemm_input_bytes if quantized else ACTIVATION_BYTES
         rows = m if rows_per_weight is None else rows_per_weight
-        ramp = rows / (rows + p.gemm_half_efficiency_tokens)
-        rate = (p.gemm_flops_per_s if quantized else p.bf16_flops_per_s) * ramp
+        if quantized:
+            rate = p.gemm_flops_per_s * (rows / (rows + p.gemm_half_efficiency_tokens))
+        else:
+            rate = p.bf16_flops_per_s * (rows / (rows + p.bf16_half_efficiency_tokens))
         weights = (k * n if weight_rows is None else weight_rows) * wbytes
         self._roofline(
             name=name,

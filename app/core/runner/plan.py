@@ -28,10 +28,12 @@ from app.core.catalog.quantization import (
     BYTES_16BIT,
     AttentionQuantAction,
     DType,
+    LinearQuantAction,
     Quantization,
 )
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
+from app.core.profiles import Mxfp4Activation
 
 FLOPS_PER_TFLOP = 1e12
 S_PER_US = 1e-6
@@ -63,8 +65,10 @@ class ShardPlan:
     weight_bytes_per_param: float
     gemm_input_bytes: float
     kv_bytes_per_element: float
-    gemm_flops_per_s: float
+    gemm_flops_per_s: float  # the quantized GEMMs' matrix rate
+    #: Each ramp's half-efficiency M: ``gemm_`` the quantized GEMMs', ``bf16_`` the 16-bit ones'.
     gemm_half_efficiency_tokens: float
+    bf16_half_efficiency_tokens: float
     bf16_flops_per_s: float
     attention_flops_per_s: float
     indexer_flops_per_s: float  # the sparse indexer's FP8 score kernel (0 without an indexer)
@@ -167,16 +171,52 @@ def _expert_sharding(
     return ep, replicas // ep, replicas
 
 
+def _gemm_rate(device: Device, dtype: DType) -> float:
+    """A GEMM dtype's matrix rate (flops/s): its peak at the device's efficiency for it."""
+    peak = device.peak_tflops(dtype) or device.peak_bf16_tflops
+    return peak * FLOPS_PER_TFLOP * device.gemm_efficiency(dtype)
+
+
+def _mxfp4_matrix_dtype(device: Device, activation: Mxfp4Activation) -> DType | None:
+    """The matrix dtype of MXFP4 GEMMs run with ``activation`` (None: the stored format's own
+    path, ``fp4``)."""
+    if activation == "fp4":
+        return None
+    block_scaled = (
+        device.peak_tflops(DType.FP4) is not None and device.peak_tflops(DType.FP8) is not None
+    )
+    return DType.FP8 if activation == "fp8" and block_scaled else DType.BF16
+
+
 def _compute_paths(
-    device: Device, quantization: Quantization, notes: list[str]
-) -> tuple[DType, float, float]:
-    """The GEMM compute dtype and the peak TFLOPS of the GEMMs and of attention."""
+    device: Device, quantization: Quantization, mxfp4_activation: Mxfp4Activation, notes: list[str]
+) -> tuple[DType, float, float, float]:
+    """The quantized GEMMs' compute dtype, their rate (flops/s) and ramp half-efficiency M, and
+    the attention peak TFLOPS.
+
+    MXFP4 weights run with the engine's activations: the rate is that matrix dtype's, while the
+    ramp's fixed cost (a small-M GEMM's time, its weight tiles loaded and dequantized whatever
+    the matrix dtype) stays the stored format's path's, so its half-efficiency M scales with the
+    ratio of the two rates.
+    """
     fmt = quantization.linear_format
-    compute = device.compute_path(fmt.compute_dtype)
-    if compute is not fmt.compute_dtype:
+    stored = device.compute_path(fmt.compute_dtype)
+    rate = _gemm_rate(device, stored)
+    half = device.gemm_half_efficiency_tokens
+    matrix = None
+    if quantization.linear is LinearQuantAction.MXFP4:
+        matrix = _mxfp4_matrix_dtype(device, mxfp4_activation)
+    if matrix is not None and matrix is not stored:
+        notes.append(
+            f"MXFP4 GEMMs run with {mxfp4_activation} activations: {matrix.value} matrix rate "
+            "on " + device.name
+        )
+        matrix_rate = _gemm_rate(device, matrix)
+        half, rate, stored = half * matrix_rate / rate, matrix_rate, matrix
+    elif stored is not fmt.compute_dtype:
         notes.append(
             f"{device.name} has no {fmt.compute_dtype.value} peak: "
-            f"{quantization.linear.value} GEMMs compute in {compute.value} "
+            f"{quantization.linear.value} GEMMs compute in {stored.value} "
             f"(weights stay {fmt.weight_dtype.value})"
         )
     attention_compute = DType.BF16
@@ -185,9 +225,8 @@ def _compute_paths(
         if attention_compute is not DType.FP8:
             notes.append(f"{device.name} has no fp8 peak: attention computes in bf16")
             attention_compute = DType.BF16
-    gemm_peak = device.peak_tflops(compute) or device.peak_bf16_tflops
     attn_peak = device.peak_tflops(attention_compute) or device.peak_bf16_tflops
-    return compute, gemm_peak, attn_peak
+    return stored, rate, half, attn_peak
 
 
 def _indexer_flops_per_s(device: Device, model: ModelArchitecture, notes: list[str]) -> float:
@@ -264,6 +303,7 @@ def build_plan(
     device: Device,
     parallel: ParallelLayout,
     quantization: Quantization,
+    mxfp4_activation: Mxfp4Activation = "fp4",
 ) -> ShardPlan:
     notes: list[str] = []
     sixteen_bit = _sixteen_bit_parts(model, quantization, notes)
@@ -272,7 +312,9 @@ def build_plan(
     linear_k_local, linear_v_local = _linear_heads_local(model, tp)
     ep, moe_tp, group = _expert_sharding(model, parallel, notes)
     fmt = quantization.linear_format
-    compute, gemm_peak, attn_peak = _compute_paths(device, quantization, notes)
+    compute, gemm_rate, gemm_half, attn_peak = _compute_paths(
+        device, quantization, mxfp4_activation, notes
+    )
     indexer_rate = _indexer_flops_per_s(device, model, notes)
     group_devices = max(tp, group)
     plan_weights, mtp_weights = _weights_bytes(
@@ -303,8 +345,9 @@ def build_plan(
         weight_bytes_per_param=fmt.weight_bytes_per_param,
         gemm_input_bytes=GEMM_INPUT_BYTES[compute],
         kv_bytes_per_element=kv_el,
-        gemm_flops_per_s=gemm_peak * FLOPS_PER_TFLOP * device.gemm_efficiency(compute),
-        gemm_half_efficiency_tokens=device.gemm_half_efficiency_tokens,
+        gemm_flops_per_s=gemm_rate,
+        gemm_half_efficiency_tokens=gemm_half,
+        bf16_half_efficiency_tokens=device.gemm_half_efficiency_tokens,
         bf16_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP * device.gemm_efficiency_16bit,
         attention_flops_per_s=attn_peak * FLOPS_PER_TFLOP * device.attention_efficiency,
         indexer_flops_per_s=indexer_rate,

@@ -29,11 +29,15 @@ from typing import Any
 
 from app.core.catalog.architecture import KV_TENSORS, LayerAttention, ModelArchitecture
 from app.core.catalog.hardware import BYTES_PER_GB, Device
-from app.core.catalog.quantization import Quantization
+from app.core.catalog.quantization import (
+    LinearQuantAction,
+    Quantization,
+)
 from app.core.chunking import require_int
 from app.core.cost import AnyShape, ForwardShape, MixedShape
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
+from app.core.profiles import MXFP4_ACTIVATIONS, Mxfp4Activation
 from app.core.runner.layers import LOGIT_BYTES, Q_AND_O, ForwardBuilder, new_tokens
 from app.core.runner.ops import Bound, OpCategory, OpCost
 from app.core.runner.plan import ACTIVATION_BYTES, ShardPlan, build_plan
@@ -161,6 +165,8 @@ class ModelRunner:
     ``decode_graph_mode`` costs decode kernels at the captured-graph launch cost;
     ``decode_graph_max_batch`` (``None``: no limit) is the largest decode batch an engine
     captured a graph for (a larger one runs eagerly).
+    ``mxfp4_activation``: the activations MXFP4 GEMMs run with (an engine's kernels; ``fp4``:
+    the device's FP4 path).
     """
 
     __slots__ = (
@@ -169,6 +175,7 @@ class ModelRunner:
         "decode_graph_mode",
         "device",
         "model",
+        "mxfp4_activation",
         "num_mtp_tokens",
         "parallel",
         "plan",
@@ -187,6 +194,7 @@ class ModelRunner:
         num_mtp_tokens: int = 0,
         decode_graph_mode: bool = True,
         decode_graph_max_batch: int | None = None,
+        mxfp4_activation: Mxfp4Activation = "fp4",
     ) -> None:
         if reserved_memory_gb is None:
             reserved_memory_gb = DEFAULT_RESERVED_MEMORY_GB
@@ -205,7 +213,14 @@ class ModelRunner:
         if decode_graph_max_batch is not None:
             require_int("decode_graph_max_batch", decode_graph_max_batch, 0, None)
         self.decode_graph_max_batch = decode_graph_max_batch
-        self.plan: ShardPlan = build_plan(model, device, self.parallel, self.quantization)
+        if mxfp4_activation not in MXFP4_ACTIVATIONS:
+            raise InvalidParameterError(
+                "mxfp4_activation", mxfp4_activation, f"one of {', '.join(MXFP4_ACTIVATIONS)}"
+            )
+        self.mxfp4_activation: Mxfp4Activation = mxfp4_activation
+        self.plan: ShardPlan = build_plan(
+            model, device, self.parallel, self.quantization, mxfp4_activation
+        )
         self._identity = self._digest()
 
     # -- identity ---------------------------------------------------------------------------
@@ -225,6 +240,13 @@ class ModelRunner:
                 {}
                 if self.decode_graph_max_batch is None
                 else {"decode_graph_max_batch": self.decode_graph_max_batch}
+            ),
+            # Only where it can move the GEMMs (an MXFP4 run off the FP4 path): other keys stay.
+            **(
+                {"mxfp4_activation": self.mxfp4_activation}
+                if self.quantization.linear is LinearQuantAction.MXFP4
+                and self.mxfp4_activation != "fp4"
+                else {}
             ),
         }
 

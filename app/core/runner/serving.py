@@ -52,8 +52,9 @@ def engine_runner(
     reserved_memory_gb: float | None = None,
     num_mtp_tokens: int = 0,
 ) -> ModelRunner:
-    """The runner of a deployment as ``profile``'s engine runs it: its reserve per device and
-    its CUDA-graph decode limit (``reserved_memory_gb`` given: the user's reserve wins)."""
+    """The runner of a deployment as ``profile``'s engine runs it: its reserve per device, its
+    MXFP4 kernels' activations and its CUDA-graph decode limit (``reserved_memory_gb`` given:
+    the user's reserve wins)."""
     vendor = device.vendor
     reserved = reserved_memory_gb
     if reserved is None:
@@ -70,6 +71,7 @@ def engine_runner(
         decode_graph_max_batch=profile.graph_max_batch(
             device.hbm_capacity_gb, vendor, layout.tp * layout.pp
         ),
+        mxfp4_activation=profile.mxfp4_activation,
     )
 
 
