@@ -191,34 +191,37 @@ def _mxfp4_matrix_dtype(device: Device, activation: Mxfp4Activation) -> DType | 
 def _compute_paths(
     device: Device, quantization: Quantization, mxfp4_activation: Mxfp4Activation, notes: list[str]
 ) -> tuple[DType, float, float, float]:
-    """The quantized GEMMs' compute dtype, their rate (flops/s) and ramp half-efficiency M, and
+    """The quantized GEMMs' matrix dtype, their rate (flops/s) and ramp half-efficiency M, and
     the attention peak TFLOPS.
 
-    MXFP4 weights run with the engine's activations: the rate is that matrix dtype's, while the
-    ramp's fixed cost (a small-M GEMM's time, its weight tiles loaded and dequantized whatever
-    the matrix dtype) stays the stored format's path's, so its half-efficiency M scales with the
-    ratio of the two rates.
+    The rate is the matrix dtype's (for MXFP4, the one the engine's activations run in). The
+    ramp's fixed cost, a small-M GEMM's time, is its weight tiles': the stored weights loaded
+    (and, in a weight-only format, dequantized) whatever the matrix dtype. So it stays the cost
+    on the stored dtype's own path, and the half-efficiency M scales with the ratio of the matrix
+    rate to that path's rate (1 when weights and matrix share a dtype).
     """
     fmt = quantization.linear_format
-    stored = device.compute_path(fmt.compute_dtype)
-    rate = _gemm_rate(device, stored)
-    half = device.gemm_half_efficiency_tokens
-    matrix = None
+    matrix = device.compute_path(fmt.compute_dtype)
+    chosen = None
     if quantization.linear is LinearQuantAction.MXFP4:
-        matrix = _mxfp4_matrix_dtype(device, mxfp4_activation)
-    if matrix is not None and matrix is not stored:
+        chosen = _mxfp4_matrix_dtype(device, mxfp4_activation)
+    if chosen is not None and chosen is not matrix:
         notes.append(
-            f"MXFP4 GEMMs run with {mxfp4_activation} activations: {matrix.value} matrix rate "
+            f"MXFP4 GEMMs run with {mxfp4_activation} activations: {chosen.value} matrix rate "
             "on " + device.name
         )
-        matrix_rate = _gemm_rate(device, matrix)
-        half, rate, stored = half * matrix_rate / rate, matrix_rate, matrix
-    elif stored is not fmt.compute_dtype:
+        matrix = chosen
+    elif matrix is not fmt.compute_dtype:
         notes.append(
             f"{device.name} has no {fmt.compute_dtype.value} peak: "
-            f"{quantization.linear.value} GEMMs compute in {stored.value} "
+            f"{quantization.linear.value} GEMMs compute in {matrix.value} "
             f"(weights stay {fmt.weight_dtype.value})"
         )
+    rate = _gemm_rate(device, matrix)
+    stored = device.compute_path(fmt.weight_dtype)
+    half = device.gemm_half_efficiency_tokens
+    if stored is not matrix:
+        half = half * rate / _gemm_rate(device, stored)
     attention_compute = DType.BF16
     if quantization.attention is AttentionQuantAction.FP8:
         attention_compute = device.compute_path(DType.FP8)
@@ -226,7 +229,7 @@ def _compute_paths(
             notes.append(f"{device.name} has no fp8 peak: attention computes in bf16")
             attention_compute = DType.BF16
     attn_peak = device.peak_tflops(attention_compute) or device.peak_bf16_tflops
-    return stored, rate, half, attn_peak
+    return matrix, rate, half, attn_peak
 
 
 def _indexer_flops_per_s(device: Device, model: ModelArchitecture, notes: list[str]) -> float:

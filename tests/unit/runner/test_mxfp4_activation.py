@@ -114,9 +114,42 @@ def test_an_unknown_activation_is_refused() -> None:
     tokens=st.integers(1, 16384),
     device=st.sampled_from([B200, H200]),
 )
-def test_no_engine_runs_mxfp4_faster_than_the_fp4_path(engine: str, tokens: int, device: str) -> None:
+def test_no_engine_runs_mxfp4_faster_than_the_fp4_path(
+    engine: str, tokens: int, device: str
+) -> None:
     """FP4 is the fastest matrix path a device has, and the ramp's fixed cost is kept, so no
     engine's activations make an MXFP4 forward faster than the FP4 reading."""
     shape = ForwardShape(is_decode=False, concurrency=1, query_len=tokens, seq_len=tokens)
     fp4 = _runner(device, "fp4").forward_ms(shape)
     assert _runner(device, PROFILES[engine].mxfp4_activation).forward_ms(shape) >= fp4
+
+
+@pytest.mark.parametrize(
+    ("quantization", "weights", "matrix"),
+    [
+        ("W4A16", DType.INT4, DType.BF16),
+        ("W8A16_DYNAMIC", DType.INT8, DType.BF16),
+        ("FP8", DType.FP8, DType.FP8),
+        ("W8A8_DYNAMIC", DType.INT8, DType.INT8),
+        ("DISABLED", DType.BF16, DType.BF16),
+    ],
+)
+def test_a_weight_only_format_keeps_its_stored_weights_small_m_cost(
+    quantization: str, weights: DType, matrix: DType
+) -> None:
+    """W4A16 / W8A16 dequantize INT4 / INT8 weights into BF16 matrix operations: their
+    small-M fixed cost is the stored weights' (the INT8 path on Hopper), not a BF16 tile's,
+    so a decode GEMM stays bound by its weight bytes. Formats whose weights and matrix share a
+    dtype keep the device's ramp as it is."""
+    device = get_device(H200)
+    plan = _runner(H200, "fp4", quantization).plan
+    half = device.gemm_half_efficiency_tokens
+    stored = device.compute_path(weights)
+    if stored is matrix:
+        assert plan.gemm_half_efficiency_tokens == half
+        return
+    ratio = (
+        device.peak_tflops(matrix) * device.gemm_efficiency(matrix)  # type: ignore[operator]
+    ) / (device.peak_tflops(stored) * device.gemm_efficiency(stored))  # type: ignore[operator]
+    assert plan.gemm_half_efficiency_tokens == pytest.approx(half * ratio)
+    assert plan.gemm_half_efficiency_tokens < half
