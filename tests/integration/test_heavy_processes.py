@@ -35,15 +35,18 @@ OPTIMIZE: dict[str, Any] = {
     "tpot_limit_ms": 50,
     "tp_sizes": [2, 4],
 }
-#: A cold closed-loop search of many layouts: seconds of work, past a 1 s deadline.
+#: A cold closed-loop search of many layouts and expert-parallel sizes: about 15 s of work on
+#: the machine of this writing, far past a 1 s (or 3 s) deadline on a faster one too (a Qwen3-32B
+#: search of 8 devices, about 1 s, once finished under the deadline).
 HEAVY: dict[str, Any] = {
-    "model": "Qwen/Qwen3-32B",
-    "device": "ATLAS_800_A2_376T_64G",
-    "num_devices": 8,
+    "model": "deepseek-ai/DeepSeek-V3",
+    "device": "NVIDIA_H200_SXM_141G",
+    "num_devices": 64,
     "input_length": 7001,
     "output_length": 2048,
     "max_batched_tokens": 512,
     "tpot_limit_ms": 200,
+    "ep_sizes": [1, 2, 4, 8, 16, 32, 64],
 }
 
 
