@@ -132,6 +132,8 @@ class ClosedLoop(ArrivalSource):
         waiting.append([self.clients, -1])
 
     def finished(self, run: int, who: Sequence[Finished], now_ms: float, waiting: Waiting) -> None:
+        if not who:
+            return  # most runs finish nobody
         more = min(sum(count for count, _ in who), self.num_requests - self.submitted)
         if more <= 0:
             return

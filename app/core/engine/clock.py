@@ -187,29 +187,50 @@ def run_clock(
     arrivals: the engine may idle between runs).
     """
     clock = _RunClock(plan, latencies, scheduler, record_steps)
-    t_ms = 0.0
     ends: list[float] = []
     # Without a timeline, a run whose increment is known is added the way advance adds it: a
     # decode-only run by its batch and steps, a pure scheduler's walk by its walk_key (a closed
     # loop's skipped cycles repeat the same runs over and over).
     decode_runs: dict[tuple[int, int], float] = {}
     walks = clock.walk_ms if scheduler.stateless else None
-    for index, run in enumerate(plan.runs):
-        if starts_ms is not None:
-            t_ms = starts_ms[index]
-        known = None
-        if not record_steps:
-            if not run.p_step:
-                known = decode_runs.get((run.d_step, run.repeat))
-            elif walks is not None:
-                known = walks.get(walk_key(run))
-        if known is not None:
-            t_ms += known
-        else:
-            t_ms = clock.advance(run, t_ms)
-            if not record_steps and not run.p_step:
-                decode_runs[(run.d_step, run.repeat)] = clock.decode_run_ms(run)
-        ends.append(t_ms)
+    runs = plan.runs
+
+    def advance_over(first: int, stop: int, t_ms: float) -> float:
+        for index in range(first, stop):
+            run = runs[index]
+            if starts_ms is not None:
+                t_ms = starts_ms[index]
+            known = None
+            if not record_steps:
+                if not run.p_step:
+                    known = decode_runs.get((run.d_step, run.repeat))
+                elif walks is not None:
+                    known = walks.get(walk_key(run))
+            if known is not None:
+                t_ms += known
+            else:
+                t_ms = clock.advance(run, t_ms)
+                if not record_steps and not run.p_step:
+                    decode_runs[(run.d_step, run.repeat)] = clock.decode_run_ms(run)
+            ends.append(t_ms)
+        return t_ms
+
+    cycle = plan.cycle
+    if cycle is None or record_steps or starts_ms is not None or walks is None:
+        advance_over(0, len(runs), 0.0)
+    else:
+        # A skipped cycle's copies: once its own runs are priced, every copy adds the known
+        # increments of those runs again, in order (what the loop above would add).
+        t_ms = advance_over(0, cycle.end, 0.0)
+        increments = [
+            walks[walk_key(run)] if run.p_step else decode_runs[(run.d_step, run.repeat)]
+            for run in runs[cycle.start : cycle.end]
+        ]
+        for _ in range(cycle.copies):
+            for increment in increments:
+                t_ms += increment
+                ends.append(t_ms)
+        advance_over(cycle.resume, len(runs), t_ms)
     return ends, tuple(clock.timeline) if record_steps else None
 
 

@@ -22,7 +22,7 @@ from app.core.chunking import PrefillChunk
 from app.core.engine.arrivals import ArrivalSource, Finished, Waiting, steps_until
 from app.core.engine.cycles import CycleFinder
 from app.core.engine.decode_queue import DecodeGroup, DecodeQueue
-from app.core.engine.plan import RequestRecords, StepRun
+from app.core.engine.plan import CycleCopies, RequestRecords, StepRun
 from app.core.errors import SimulationError
 from app.core.scheduler import Scheduler, SchedulerState, StepDecision
 
@@ -110,6 +110,7 @@ class Engine:
         "arrivals",
         "budget",
         "continue_first",
+        "cycle",
         "cycles",
         "decode",
         "decode_tokens",
@@ -124,6 +125,7 @@ class Engine:
         "pending",
         "pending_total",
         "reads_remaining",
+        "run_objects",
         "runs",
         "scheduler",
         "starts_ms",
@@ -160,6 +162,7 @@ class Engine:
         self.decode = DecodeQueue()
         self.done = 0
         self.runs: list[StepRun] = []
+        self.run_objects: dict[tuple[int, ...], StepRun] = {}
         self.first_records: list[tuple[int, int, int]] = []
         self.finish_records: list[tuple[int, int, int]] = []
         self.t_ms = 0.0  # with a clock: the end of the last run
@@ -168,6 +171,7 @@ class Engine:
         # A closed loop's cycles repeat exactly when decisions depend on the state alone.
         repeats = arrivals.cycle_clients and self.stateless and arrivals.clock is None
         self.cycles = CycleFinder(arrivals.cycle_clients) if repeats else None
+        self.cycle: CycleCopies | None = None  # the cycles skipped, once skipped
 
     def run(self) -> tuple[tuple[StepRun, ...], RequestRecords]:
         """The loop: admit arrivals, ask the scheduler, price the step, advance the groups."""
@@ -290,12 +294,18 @@ class Engine:
         if cycles <= 0:
             return False
         block = self.runs[start:]
-        firsts, finishes = self.first_records[first0:], self.finish_records[finish0:]
-        for m in range(1, cycles + 1):
-            off = m * period
+        for _ in range(cycles):
             self.runs.extend(block)
-            self.first_records.extend([(c, a + off, f + off) for c, a, f in firsts])
-            self.finish_records.extend([(c, f + off, e + off) for c, f, e in finishes])
+        # The cycle's records are kept once; the copies are implied (CycleCopies).
+        self.cycle = CycleCopies(
+            start=start,
+            period=period,
+            copies=cycles,
+            first_from=first0,
+            first_to=len(self.first_records),
+            finish_from=finish0,
+            finish_to=len(self.finish_records),
+        )
         off = cycles * period
         self.done += cycles * (self.done - done0)
         arrivals.skip_cycles(cycles, per_cycle, period)
@@ -453,17 +463,25 @@ class Engine:
         if selected:
             finished.extend(decode.requeue(selected))
         self._finish(run_index, finished)
-        self.runs.append(
-            StepRun(
+        done = sum(count for count, _ in finished) if finished else 0
+        self._append_run(p_step, prefill_start, tokens, d_step, repeat, first_tokens, done)
+
+    def _append_run(self, *fields: int) -> None:
+        """Append the run of these :class:`StepRun` fields, in their order. Equal runs are one
+        object (a run is frozen): a closed loop repeats its runs, round after round."""
+        run = self.run_objects.get(fields)
+        if run is None:
+            p_step, prefill_start, tokens, d_step, repeat, first_tokens, finished = fields
+            run = self.run_objects[fields] = StepRun(
                 p_step=p_step,
                 prefill_start=prefill_start,
                 prefill_tokens=tokens,
                 d_step=d_step,
                 repeat=repeat,
                 first_tokens=first_tokens,
-                finished=sum(count for count, _ in finished) if finished else 0,
+                finished=finished,
             )
-        )
+        self.runs.append(run)
 
     def _first_tokens(
         self,
@@ -524,17 +542,7 @@ class Engine:
                 self.starts_ms.append(start_ms + steps * d_ms)
                 steps += repeat
                 self.ends_ms.append(start_ms + steps * d_ms)
-            self.runs.append(
-                StepRun(
-                    p_step=0,
-                    prefill_start=-1,
-                    prefill_tokens=0,
-                    d_step=d_step,
-                    repeat=repeat,
-                    first_tokens=0,
-                    finished=sum(count for count, _ in who),
-                )
-            )
+            self._append_run(0, -1, 0, d_step, repeat, 0, sum(count for count, _ in who))
         if clock is not None:
             self.t_ms = start_ms + steps * d_ms
 
@@ -547,4 +555,5 @@ class Engine:
             sent_ms=self.arrivals.sent_ms,
             starts_ms=tuple(self.starts_ms) if timed else None,
             ends_ms=tuple(self.ends_ms) if timed else None,
+            cycle=self.cycle,
         )

@@ -27,6 +27,10 @@ MS_PER_S = 1000.0
 MAX_CONCURRENCY = 1_000_000
 
 
+def _repeat(run: StepRun) -> int:
+    return run.repeat
+
+
 def per_s(count: float, elapsed_ms: float) -> float:
     """``count`` per second over ``elapsed_ms`` (0 when no time elapsed)."""
     return MS_PER_S * count / elapsed_ms if elapsed_ms > 0 else 0.0
@@ -61,6 +65,56 @@ class StepRun:
         return self.prefill_start + (step + 1) * self.prefill_tokens
 
 
+Record = tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CycleCopies:
+    """A closed loop's skipped cycles (:mod:`app.core.engine.cycles`), kept once.
+
+    The runs ``[start, start + period)`` repeat ``copies`` more times right after themselves
+    (the plan's ``runs`` hold every copy: the same objects again). The request records the
+    cycle wrote, ``first[first_from:first_to]`` and ``finish[finish_from:finish_to]`` of
+    :class:`RequestRecords`, are stored once: copy ``m`` is those records with every run index
+    shifted by ``m * period``, and the records stored after them (the drain) come after the
+    last copy. :meth:`RequestRecords.all_first` and :meth:`RequestRecords.all_finish` expand
+    them; a replay walks them without building the copies.
+    """
+
+    start: int
+    period: int
+    copies: int
+    first_from: int
+    first_to: int
+    finish_from: int
+    finish_to: int
+
+    @property
+    def end(self) -> int:
+        """The first run after the cycle's own runs (where the first copy starts)."""
+        return self.start + self.period
+
+    @property
+    def resume(self) -> int:
+        """The first run after the last copy."""
+        return self.start + self.period * (self.copies + 1)
+
+    def stepped(self, runs: tuple[StepRun, ...]) -> tuple[StepRun, ...]:
+        """``runs`` without the copies (each distinct run of the plan is among them)."""
+        return runs[: self.end] + runs[self.resume :]
+
+    def expand(self, records: tuple[Record, ...], span: tuple[int, int]) -> tuple[Record, ...]:
+        """Stored ``records`` with the cycle's ``span`` of them copied and shifted in."""
+        lo, hi = span
+        body = records[lo:hi]
+        out = list(records[:hi])
+        for m in range(1, self.copies + 1):
+            off = m * self.period
+            out.extend([(c, a + off, b + off) for c, a, b in body])
+        out.extend(records[hi:])
+        return tuple(out)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimulationPlan:
     """The scheduling decisions of one simulation, before any latency is known.
@@ -73,12 +127,19 @@ class SimulationPlan:
     runs: tuple[StepRun, ...]
     #: Mixed steps are one fused forward (:class:`MixedShape`), not two combined forwards.
     fused_mixed: bool = False
+    #: The skipped cycles of a closed loop, whose runs ``runs`` repeats (None: none skipped).
+    cycle: CycleCopies | None = None
     #: Figures derived from the runs alone, computed once (a cached plan is replayed often).
     _derived: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of_runs(
-        cls, runs: tuple[StepRun, ...], spec: WorkloadSpec, concurrency: int, scheduler: Scheduler
+        cls,
+        runs: tuple[StepRun, ...],
+        spec: WorkloadSpec,
+        concurrency: int,
+        scheduler: Scheduler,
+        cycle: CycleCopies | None = None,
     ) -> SimulationPlan:
         """The plan of ``runs`` with the scheduler's mixed-step rule, the same for every
         workload."""
@@ -87,7 +148,22 @@ class SimulationPlan:
             concurrency=concurrency,
             runs=runs,
             fused_mixed=scheduler.mixed_latency == "fused",
+            cycle=cycle,
         )
+
+    @property
+    def stepped_runs(self) -> tuple[StepRun, ...]:
+        """The runs without a skipped cycle's copies: every distinct run, fewer times."""
+        cycle = self.cycle
+        return self.runs if cycle is None else cycle.stepped(self.runs)
+
+    def run_total(self, value: Callable[[StepRun], int]) -> int:
+        """``value`` summed over every run, a skipped cycle's copies counted once each."""
+        runs, cycle = self.runs, self.cycle
+        total = sum(map(value, self.stepped_runs))
+        if cycle is not None:
+            total += cycle.copies * sum(map(value, runs[cycle.start : cycle.end]))
+        return total
 
     @property
     def chunk_plan(self) -> tuple[PrefillChunk, ...]:
@@ -126,7 +202,8 @@ class SimulationPlan:
         return self.derived("shapes", self._shapes)
 
     def _shapes(self) -> tuple[AnyShape, ...]:
-        decode_steps = {run.d_step for run in self.runs if run.d_step and not self.is_fused(run)}
+        runs = self.stepped_runs  # the copies repeat these runs
+        decode_steps = {run.d_step for run in runs if run.d_step and not self.is_fused(run)}
         # Many requests walk through the same chunks: expand each distinct walk once
         # (with the decode batch it is fused with, if any).
         walks = {
@@ -137,7 +214,7 @@ class SimulationPlan:
                 run.repeat,
                 run.d_step if self.is_fused(run) else 0,
             )
-            for run in self.runs
+            for run in runs
             if run.p_step
         }
         prefill_steps = {
@@ -156,7 +233,7 @@ class SimulationPlan:
 
     @property
     def steps(self) -> int:
-        return self.derived("steps", lambda: sum(run.repeat for run in self.runs))
+        return self.derived("steps", lambda: self.run_total(_repeat))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,7 +242,8 @@ class RequestRecords:
 
     A run index ``r`` means "at the end of run ``r``"; ``-1`` means ``t = 0``.
     ``first``: ``(requests, arrival, first_token_run)``;
-    ``finish``: ``(requests, first_token_run, finish_run)``.
+    ``finish``: ``(requests, first_token_run, finish_run)``; a closed loop's skipped cycles
+    are stored once (``cycle``; :meth:`all_first` and :meth:`all_finish` expand them).
 
     Without timed arrivals, ``arrival`` is a run index too. With them (``sent_ms`` set), it
     indexes ``sent_ms``, the time each arrival was sent to the engine, and the clock ran while
@@ -173,12 +251,28 @@ class RequestRecords:
     between runs are possible).
     """
 
-    first: tuple[tuple[int, int, int], ...]
-    finish: tuple[tuple[int, int, int], ...]
+    first: tuple[Record, ...]
+    finish: tuple[Record, ...]
     last_arrival_run: int
     sent_ms: tuple[float, ...] | None = None
     starts_ms: tuple[float, ...] | None = None
     ends_ms: tuple[float, ...] | None = None
+    #: Skipped cycles: ``first`` and ``finish`` hold the cycle's records once (None: all).
+    cycle: CycleCopies | None = None
+
+    def all_first(self) -> tuple[Record, ...]:
+        """Every first-token record, a skipped cycle's copies included, in the loop's order."""
+        cycle = self.cycle
+        if cycle is None:
+            return self.first
+        return cycle.expand(self.first, (cycle.first_from, cycle.first_to))
+
+    def all_finish(self) -> tuple[Record, ...]:
+        """Every finish record, a skipped cycle's copies included, in the loop's order."""
+        cycle = self.cycle
+        if cycle is None:
+            return self.finish
+        return cycle.expand(self.finish, (cycle.finish_from, cycle.finish_to))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

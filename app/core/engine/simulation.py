@@ -65,7 +65,8 @@ def run_engine(
         interrupt=interrupt,
     )
     runs, records = engine.run()
-    return SimulationPlan.of_runs(runs, spec, concurrency, scheduler), records
+    plan = SimulationPlan.of_runs(runs, spec, concurrency, scheduler, cycle=records.cycle)
+    return plan, records
 
 
 def plan_serving(

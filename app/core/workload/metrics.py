@@ -14,6 +14,7 @@ from typing import Literal
 
 from app.core.cost import AnyShape
 from app.core.engine import (
+    CycleCopies,
     RequestRecords,
     SimulationPlan,
     StepRecord,
@@ -162,12 +163,23 @@ class _WindowTotals:
         runs = plan.engine.runs
         if ends and start_ms < ends[0] and ends[-1] <= end_ms:
             # Every run ends inside (the benchmark window): the plan's totals, summed once.
-            whole = plan.engine.derived(
-                "window_totals", lambda: dataclasses.astuple(cls._sum(runs, plan.input_length))
-            )
+            whole = plan.engine.derived("window_totals", lambda: cls._whole(plan))
             return cls(*whole)
         inside = [run for run, t_ms in zip(runs, ends, strict=True) if start_ms < t_ms <= end_ms]
         return cls._sum(inside, plan.input_length)
+
+    @classmethod
+    def _whole(cls, plan: ServingPlan) -> tuple[int, ...]:
+        """The totals of every run: a skipped cycle's copies are its runs' totals again."""
+        engine = plan.engine
+        whole = dataclasses.astuple(cls._sum(engine.stepped_runs, plan.input_length))
+        cycle = engine.cycle
+        if cycle is None:
+            return whole
+        once = dataclasses.astuple(
+            cls._sum(engine.runs[cycle.start : cycle.end], plan.input_length)
+        )
+        return tuple(w + cycle.copies * c for w, c in zip(whole, once, strict=True))
 
     @classmethod
     def _sum(cls, runs: Iterable[StepRun], input_length: int) -> _WindowTotals:
@@ -186,6 +198,32 @@ class _WindowTotals:
         return count / self.steps if self.steps else 0.0
 
 
+def _spans(
+    records: Sequence[tuple[int, int, int]],
+    cycle: CycleCopies | None,
+    span: tuple[int, int] | None,
+    at: Sequence[float],
+    since: Sequence[float],
+) -> tuple[list[int], list[float]]:
+    """Each record's requests and its span ``at[to] - since[from]`` in the loop's order, a
+    skipped cycle's copies (``span`` of ``records``, shifted by whole periods) included."""
+    if cycle is None or span is None:
+        return [r[0] for r in records], [at[b] - since[a] for _, a, b in records]
+    lo, hi = span
+    head, body = records[:hi], records[lo:hi]
+    counts = [r[0] for r in head]
+    values = [at[b] - since[a] for _, a, b in head]
+    body_counts = [r[0] for r in body]
+    for m in range(1, cycle.copies + 1):
+        off = m * cycle.period
+        counts.extend(body_counts)
+        values.extend([at[b + off] - since[a + off] for _, a, b in body])
+    tail = records[hi:]
+    counts.extend([r[0] for r in tail])
+    values.extend([at[b] - since[a] for _, a, b in tail])
+    return counts, values
+
+
 def replay_serving(
     plan: ServingPlan,
     latencies: Mapping[AnyShape, float],
@@ -200,14 +238,14 @@ def replay_serving(
     at = [*ends, 0.0]
     sent_ms = plan.records.sent_ms
     arrived = at if sent_ms is None else sent_ms
-    start_ms, end_ms, first, finish = measured_records(plan, ends)
+    start_ms, end_ms, first, finish, cycle = measured_records(plan, ends)
     decode_tokens = plan.engine.output_length - 1
-    counts_first = [r[0] for r in first]
-    counts_finish = [r[0] for r in finish]
+    first_span = (cycle.first_from, cycle.first_to) if cycle else None
+    finish_span = (cycle.finish_from, cycle.finish_to) if cycle else None
+    counts_first, ttfts = _spans(first, cycle, first_span, at, arrived)
+    counts_finish, decodes = _spans(finish, cycle, finish_span, at, at)
     measured_first = sum(counts_first)
     measured_finish = sum(counts_finish)
-    ttfts = [at[f] - arrived[a] for _, a, f in first]
-    decodes = [at[e] - at[f] for _, f, e in finish]
     ttft_ms = sum([c * v for c, v in zip(counts_first, ttfts, strict=True)]) / measured_first
     decode_ms = sum([c * v for c, v in zip(counts_finish, decodes, strict=True)]) / measured_finish
     tpot_ms = decode_ms / decode_tokens if decode_tokens else 0.0

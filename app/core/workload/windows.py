@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from app.core.errors import InvalidParameterError
 
 if TYPE_CHECKING:
+    from app.core.engine.plan import CycleCopies
     from app.core.workload.metrics import ServingPlan
 
 Window = Literal["benchmark", "steady_state"]
@@ -56,22 +57,24 @@ def steady_window(plan: ServingPlan, ends: Sequence[float]) -> tuple[float, floa
 
 def measured_records(
     plan: ServingPlan, ends: Sequence[float]
-) -> tuple[float, float, Records, Records]:
-    """The window ``(start_ms, end_ms)`` and the first-token and finish records inside it."""
+) -> tuple[float, float, Records, Records, CycleCopies | None]:
+    """The window ``(start_ms, end_ms)``, the first-token and finish records inside it, and
+    the skipped cycle those records still imply (:class:`~app.core.engine.plan.CycleCopies`:
+    the benchmark window takes every record, copies included, without expanding them)."""
     records = plan.records
     if plan.window == "benchmark":
-        return 0.0, ends[-1], records.first, records.finish
+        return 0.0, ends[-1], records.first, records.finish, records.cycle
 
     def at(run: int) -> float:
         return ends[run] if run >= 0 else 0.0
 
     start_ms, end_ms = steady_window(plan, ends)
-    first = tuple(r for r in records.first if at(r[1]) >= start_ms and at(r[2]) <= end_ms)
-    finish = tuple(r for r in records.finish if at(r[1]) >= start_ms and at(r[2]) <= end_ms)
+    first = tuple(r for r in records.all_first() if at(r[1]) >= start_ms and at(r[2]) <= end_ms)
+    finish = tuple(r for r in records.all_finish() if at(r[1]) >= start_ms and at(r[2]) <= end_ms)
     if not first or not finish:
         raise InvalidParameterError(
             "num_requests",
             plan.num_requests,
             "large enough that some requests run entirely inside the steady-state window",
         )
-    return start_ms, end_ms, first, finish
+    return start_ms, end_ms, first, finish, None
