@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from bench import ascend_eagle3, bench_closed_loop, bench_costs, load
+from bench import ascend_eagle3, ascend_serving, bench_closed_loop, bench_costs, load
 
 pytestmark = [pytest.mark.integration]
 
@@ -41,3 +43,28 @@ def test_ascend_eagle3_replay_runs(capsys: pytest.CaptureFixture[str]) -> None:
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[0] for line in lines[:-1]] == [p.name for p in ascend_eagle3.POINTS]
     assert lines[-1].startswith("TPOT within 15 %:")
+
+
+def test_ascend_serving_replay_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ascend.csv"
+    assert ascend_serving.main(["--csv", str(out)]) == 0
+    with out.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["name"] for r in rows] == [p.name for p in ascend_serving.POINTS]
+    assert all(float(r["ttft_ms_pred"]) > 0 and float(r["tpot_ms_pred"]) > 0 for r in rows)
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("tpot_ms: 21 points")
+
+
+def test_ascend_serving_points_are_the_cited_rows() -> None:
+    """Every measured value is printed in the rows the point cites, under the same load; a
+    value or a load that is not there is refused."""
+    for point in ascend_serving.POINTS:
+        ascend_serving.check_source(point)
+    point = ascend_serving.POINTS[0]
+    assert point.tpot_ms is not None and point.concurrency is not None
+    for wrong in (
+        dataclasses.replace(point, tpot_ms=point.tpot_ms + 0.1),
+        dataclasses.replace(point, concurrency=point.concurrency + 1),
+    ):
+        with pytest.raises(ValueError, match=point.name):
+            ascend_serving.check_source(wrong)
