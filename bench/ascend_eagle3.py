@@ -27,6 +27,8 @@ from app.models.simulate import SimulateRequest, SimulateResponse
 from app.settings import Settings
 
 TPOT_TARGET_PCT = 15.0
+#: The source's cards: Atlas 800I A2, Ascend 910B4 (280 TFLOPS FP16, 64 GB).
+DEVICE = "ATLAS_800_A2_280T_64G"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,7 @@ def replay(device: str) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="ATLAS_800_A2_280T_64G")
+    parser.add_argument("--device", default=DEVICE)
     args = parser.parse_args(argv)
     within = 0
     rows = replay(args.device)

@@ -32,15 +32,28 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import re
 import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app import services
+from app.core.calibration.residuals import (
+    GroupSpread,
+    Residual,
+    build_table,
+    device_vendor,
+    lookup,
+    parse_table,
+    shipped_table,
+)
+from app.core.catalog.models import get_model
 from app.models.simulate import SimulateRequest, SimulateResponse
 from app.settings import Settings
+from bench import ascend_eagle3
 
 #: ``shared/validation/ascend_serving_points.csv``, vendored: the points cite its data rows.
 SOURCE = Path(__file__).resolve().parent / "data" / "ascend_serving_points.csv"
@@ -55,6 +68,7 @@ class Point:
     """One published run: its deployment, its load and what it measured (None: not printed)."""
 
     name: str
+    deployment: str  # the points of one deployment differ in load and lengths only
     rows: str  # the 0-based data rows of ascend_serving_points.csv it comes from
     model: str
     device: str
@@ -79,6 +93,7 @@ def _qwen3_32b(
     return tuple(
         Point(
             name=f"Q32-{dataset}-c{c}",
+            deployment="Qwen3-32B 4 x 800T A2",
             rows=rows,
             model="Qwen/Qwen3-32B",
             device=A2,
@@ -106,14 +121,14 @@ POINTS: tuple[Point, ...] = (
     *_qwen3_32b("ShareGPT", "182-193", 666, 231, 327, ((1, 54.1), (8, 58.8), (14, 61.8))),
     *_qwen3_32b("BoolQ", "194-205", 207, 314, 100, ((1, 54.1), (16, 60.0), (32, 62.7))),
     *_qwen3_32b("AGIEval", "206-217", 735, 1880, 100, ((1, 53.1), (24, 64.0), (34, 70.0))),
-    Point("Q35-397B-A3-c7", "4-5", "Qwen/Qwen3.5-397B-A17B", A3, "W8A8_DYNAMIC", 16, 1, 16,
-          16384, 8192, 1024, 28, 7, ALL_AT_ONCE_RATE, 2730.0, 39.0),
-    Point("Q35-397B-2xA2-c7", "12-13", "Qwen/Qwen3.5-397B-A17B", A2, "W8A8_DYNAMIC", 8, 2, 16,
-          16384, 8192, 1024, 28, 7, ALL_AT_ONCE_RATE, 5880.0, 40.8),
-    Point("Q3-30B-A3B-rate1", "316,319", "Qwen/Qwen3-30B-A3B", A2, "DISABLED", 4, 1, 1,
-          8192, 128, 128, 200, None, 1.0, 587.30, 23.89),
-    Point("Q25-72B-c25", "281", "Qwen/Qwen2.5-72B-Instruct", A2, "DISABLED", 4, 1, 1,
-          8192, 1024, 10, 100, 25, ALL_AT_ONCE_RATE, 2463.0, None),
+    Point("Q35-397B-A3-c7", "Qwen3.5-397B A3", "4-5", "Qwen/Qwen3.5-397B-A17B", A3,
+          "W8A8_DYNAMIC", 16, 1, 16, 16384, 8192, 1024, 28, 7, ALL_AT_ONCE_RATE, 2730.0, 39.0),
+    Point("Q35-397B-2xA2-c7", "Qwen3.5-397B 2 x A2", "12-13", "Qwen/Qwen3.5-397B-A17B", A2,
+          "W8A8_DYNAMIC", 8, 2, 16, 16384, 8192, 1024, 28, 7, ALL_AT_ONCE_RATE, 5880.0, 40.8),
+    Point("Q3-30B-A3B-rate1", "Qwen3-30B-A3B 4 x A2", "316,319", "Qwen/Qwen3-30B-A3B", A2,
+          "DISABLED", 4, 1, 1, 8192, 128, 128, 200, None, 1.0, 587.30, 23.89),
+    Point("Q25-72B-c25", "Qwen2.5-72B 4 x 800T A2", "281", "Qwen/Qwen2.5-72B-Instruct", A2,
+          "DISABLED", 4, 1, 1, 8192, 1024, 10, 100, 25, ALL_AT_ONCE_RATE, 2463.0, None),
 )  # fmt: skip
 
 
@@ -196,9 +211,72 @@ def replay() -> list[dict[str, Any]]:
     return out
 
 
+def ascend_residuals() -> list[Residual]:
+    """The log errors of these points and of ``bench.ascend_eagle3``'s (a TTFT the source did
+    not print: NaN), each with its vendor and deployment: the Ascend groups of the residual
+    table (``python -m scripts.residuals``)."""
+    context = services.create_context(Settings(cache_backend="memory", log_level="warning"))
+    runs = [(request(p), p.ttft_ms, p.tpot_ms, p.deployment) for p in POINTS] + [
+        (ascend_eagle3.request(p, ascend_eagle3.DEVICE), p.ttft_ms, p.tpot_ms, p.name)
+        for p in ascend_eagle3.POINTS
+    ]
+    out = []
+    for body, ttft_ms, tpot_ms, deployment in runs:
+        result = services.simulate(context, body)
+        assert isinstance(result, SimulateResponse)  # an aggregated simulation
+        device = str(body.device)
+        out.append(
+            Residual(
+                device=device,
+                engine=str(result.engine["name"]),
+                is_moe=get_model(str(body.model)).is_moe,
+                ttft_log_error=_log_error(result.ttft_ms, ttft_ms),
+                tpot_log_error=_log_error(result.tpot_ms, tpot_ms),
+                vendor=device_vendor(device),
+                source=deployment,
+            )
+        )
+    return out
+
+
+def _log_error(predicted: float, measured: float | None) -> float:
+    return math.log(predicted / measured) if measured is not None else math.nan
+
+
+def coverage(residuals: list[Residual]) -> dict[str, dict[str, tuple[int, int]]]:
+    """How many measured values the 80 % intervals hold, (inside, all) per metric: the shipped
+    table's, the vendor groups built from every point, and built without the point's own
+    deployment (an honest check: the rest never saw it)."""
+
+    def count(table_of: Callable[[Residual], Mapping[str, GroupSpread]]) -> dict[str, Any]:
+        hits = {"ttft": [0, 0], "tpot": [0, 0]}
+        for r in residuals:
+            group = lookup(table_of(r), r.device, r.engine, r.is_moe)
+            for metric, error, spread in (
+                ("ttft", r.ttft_log_error, group.ttft),
+                ("tpot", r.tpot_log_error, group.tpot),
+            ):
+                if math.isfinite(error):
+                    hits[metric][0] += spread.low <= error <= spread.high
+                    hits[metric][1] += 1
+        return {metric: (a, b) for metric, (a, b) in hits.items()}
+
+    every = parse_table(build_table(residuals))
+    return {
+        "shipped table": count(lambda r: shipped_table()),
+        "every deployment": count(lambda r: every),
+        "without its deployment": count(
+            lambda r: parse_table(build_table([x for x in residuals if x.source != r.source]))
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", help="write every point's prediction here")
+    parser.add_argument(
+        "--coverage", action="store_true", help="also the 80 %% intervals' coverage of them"
+    )
     args = parser.parse_args(argv)
     for point in POINTS:
         check_source(point)
@@ -222,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{statistics.median(abs(v) for v in values):.1f} %, median signed "
                 f"{statistics.median(values):+.1f} %"
             )
+    if args.coverage:
+        for name, hits in coverage(ascend_residuals()).items():
+            summary = ", ".join(f"{m.upper()} {a}/{b}" for m, (a, b) in hits.items())
+            print(f"80 % intervals, {name}: {summary}")
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))

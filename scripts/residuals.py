@@ -5,7 +5,10 @@ per group (the spread of uncalibrated 80 % intervals).
     python -m scripts.residuals --write    # write it
 
 It replays every row of ``shared/validation/measured_agg_serving_cases.csv`` (uncalibrated, the
-way ``chunkwise validate --cases`` does) and keeps the groups with enough rows.
+way ``chunkwise validate --cases`` does) and the published Ascend serving points of
+``bench/ascend_serving.py`` and ``bench/ascend_eagle3.py`` (through ``services.simulate``, the
+way a user's request is answered; their vendor's groups only), and keeps the groups with enough
+errors (``app/core/calibration/residuals.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from app.core.calibration.residuals import RESIDUALS_FILE, build_table
 from app.core.errors import ChunkwiseError
 from app.core.validation.case_file import _measured, read_case_rows, row_case
 from app.core.validation.intervals import replay_residuals
+from bench import ascend_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "app" / "core" / "calibration" / RESIDUALS_FILE
@@ -36,7 +40,8 @@ def main() -> None:
             points.append((row_case(row), _measured(row, "tpot_ms")))
         except ChunkwiseError:
             continue
-    text = json.dumps(build_table(replay_residuals(points)), indent=1, sort_keys=True) + "\n"
+    residuals = replay_residuals(points) + ascend_serving.ascend_residuals()
+    text = json.dumps(build_table(residuals), indent=1, sort_keys=True) + "\n"
     if args.write:
         TABLE.write_text(text, encoding="utf-8")
         print(f"wrote {TABLE}")

@@ -47,12 +47,16 @@ def test_ascend_eagle3_replay_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_ascend_serving_replay_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "ascend.csv"
-    assert ascend_serving.main(["--csv", str(out)]) == 0
+    assert ascend_serving.main(["--csv", str(out), "--coverage"]) == 0
     with out.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [r["name"] for r in rows] == [p.name for p in ascend_serving.POINTS]
     assert all(float(r["ttft_ms_pred"]) > 0 and float(r["tpot_ms_pred"]) > 0 for r in rows)
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("tpot_ms: 21 points")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-4].startswith("tpot_ms: 21 points")
+    # The shipped table holds the Ascend groups built from these very points.
+    assert lines[-3] == lines[-2].replace("every deployment", "shipped table")
+    assert lines[-1].startswith("80 % intervals, without its deployment: TTFT ")
 
 
 def test_ascend_serving_points_are_the_cited_rows() -> None:

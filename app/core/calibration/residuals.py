@@ -1,12 +1,26 @@
 """The product's own validation residuals, per group: the spread behind uncalibrated intervals.
 
-``residuals.json`` (next to this module) holds, for every group of the measured serving file
-with at least :data:`~app.core.calibration.interval.EMPIRICAL_MIN` predicted rows, the 10th
-and 90th percentiles of the log errors ``ln(predicted / measured)`` of TTFT and TPOT. Groups go
-from specific to general: ``device | engine | class``, ``engine | class``, ``class`` and
-``overall``, where the class is ``dense`` or ``moe``. An estimate takes the most specific group
-that exists (:func:`lookup`). ``python -m scripts.residuals --write`` regenerates the file from
-a replay of ``shared/validation/measured_agg_serving_cases.csv``.
+``residuals.json`` (next to this module) holds, per group, the 10th and 90th percentiles of the
+log errors ``ln(predicted / measured)`` of TTFT and TPOT. Two kinds of group:
+
+- The measured serving file's (NVIDIA devices): groups go from specific to general,
+  ``device | engine | class``, ``engine | class``, ``class`` and ``overall`` (the class is
+  ``dense`` or ``moe``), each kept with at least
+  :data:`~app.core.calibration.interval.EMPIRICAL_MIN` rows.
+- A vendor the file does not cover (Ascend: vendor ``huawei``), from its published serving
+  results (``bench/ascend_serving.py``, ``bench/ascend_eagle3.py``): ``device | engine | class``,
+  ``vendor | engine | class``, ``vendor | engine`` and ``vendor``. Such results come in sweeps
+  of one deployment whose errors share their causes, so a deployment counts once (its mean log
+  error), and a group states a metric's spread from :data:`VENDOR_MIN` deployments (fewer than
+  ``EMPIRICAL_MIN`` give a Student-t spread, wider the fewer there are) or else the next
+  group's of its chain. An estimate on such a vendor's device takes only these groups: another
+  vendor's residuals say nothing about its engines (the vLLM-Ascend TPOT reads -55 % where
+  NVIDIA's vLLM rows spread over a few per cent), so a sparse vendor gets a wide, honest
+  interval rather than a narrow, borrowed one.
+
+An estimate takes the most specific of its groups the table has (:func:`lookup`).
+``python -m scripts.residuals --write`` regenerates the file from a replay of
+``shared/validation/measured_agg_serving_cases.csv`` and of the Ascend benchmarks' points.
 """
 
 from __future__ import annotations
@@ -14,25 +28,46 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable, Mapping
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from app.core.calibration.interval import EMPIRICAL_MIN, Spread
+from app.core.catalog.devices import DEVICES
+from app.core.errors import InvalidParameterError
 
 RESIDUALS_FILE = "residuals.json"
 OVERALL = "overall"
+#: Deployments from which a vendor-scoped group states a metric (the t spread needs two; three
+#: keep its factor under 1.9).
+VENDOR_MIN = 3
 
 
 def model_class(is_moe: bool) -> str:
     return "moe" if is_moe else "dense"
 
 
-def group_keys(device: str, engine: str, is_moe: bool) -> tuple[str, ...]:
-    """The groups an estimate belongs to, most specific first."""
+def group_keys(device: str, engine: str, is_moe: bool, vendor: str = "") -> tuple[str, ...]:
+    """The groups an estimate belongs to, most specific first (``vendor``: a vendor-scoped
+    chain, see the module docstring; empty: the measured file's)."""
     cls = model_class(is_moe)
+    if vendor:
+        return (
+            f"{device} | {engine} | {cls}",
+            f"{vendor} | {engine} | {cls}",
+            f"{vendor} | {engine}",
+            vendor,
+        )
     return (f"{device} | {engine} | {cls}", f"{engine} | {cls}", cls, OVERALL)
+
+
+def device_vendor(device: str) -> str:
+    """The catalog vendor of ``device`` (lower case; empty when the name is not a catalog
+    device)."""
+    found = DEVICES.get(device.strip().upper())
+    return found.vendor.lower() if found is not None else ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,8 +77,12 @@ class Residual:
     device: str
     engine: str
     is_moe: bool
-    ttft_log_error: float
+    ttft_log_error: float  # NaN: not measured (the row counts for TPOT only)
     tpot_log_error: float
+    #: Set for a vendor the measured file does not cover: the row feeds that vendor's groups.
+    vendor: str = ""
+    #: The deployment the row measured (its points count once: :func:`_vendor_groups`).
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,24 +93,56 @@ class GroupSpread:
 
 
 def build_table(residuals: Iterable[Residual]) -> dict[str, Any]:
-    """The JSON table of every group with enough rows (see the module docstring)."""
+    """The JSON table of every group with enough errors (see the module docstring)."""
     errors: dict[str, tuple[list[float], list[float]]] = {}
+    scoped: list[Residual] = []
     for r in residuals:
+        if r.vendor:
+            scoped.append(r)
+            continue
         if not (math.isfinite(r.ttft_log_error) and math.isfinite(r.tpot_log_error)):
             continue
         for key in group_keys(r.device, r.engine, r.is_moe):
             ttft, tpot = errors.setdefault(key, ([], []))
             ttft.append(r.ttft_log_error)
             tpot.append(r.tpot_log_error)
-    groups = {
-        key: {
-            "ttft": Spread.of(ttft).to_dict(),
-            "tpot": Spread.of(tpot).to_dict(),
-        }
-        for key, (ttft, tpot) in sorted(errors.items())
+    groups: dict[str, dict[str, Any]] = {
+        key: {"ttft": Spread.of(ttft).to_dict(), "tpot": Spread.of(tpot).to_dict()}
+        for key, (ttft, tpot) in errors.items()
         if len(ttft) >= EMPIRICAL_MIN or key == OVERALL  # the last fallback always exists
     }
-    return {"coverage": 0.8, "groups": groups}
+    groups.update(_vendor_groups(scoped))
+    return {"coverage": 0.8, "groups": dict(sorted(groups.items()))}
+
+
+def _vendor_groups(residuals: Sequence[Residual]) -> dict[str, dict[str, Any]]:
+    """The groups of vendors the measured file does not cover. A deployment's points (one
+    ``source``, often a sweep of loads) share their errors' causes, so each deployment counts
+    once, by its mean log error; a group states a metric from :data:`VENDOR_MIN` deployments,
+    or else the next group's of its chain (the vendor's own group must have them)."""
+    means: dict[str, tuple[dict[str, list[float]], dict[str, list[float]]]] = {}
+    chains: dict[str, tuple[str, ...]] = {}
+    for r in residuals:
+        keys = group_keys(r.device, r.engine, r.is_moe, r.vendor)
+        chains.update((key, keys[i + 1 :]) for i, key in enumerate(keys))
+        for key in keys:
+            ttft, tpot = means.setdefault(key, ({}, {}))
+            for errors, value in ((ttft, r.ttft_log_error), (tpot, r.tpot_log_error)):
+                if math.isfinite(value):
+                    errors.setdefault(r.source, []).append(value)
+    groups: dict[str, dict[str, Any]] = {}
+    for key, rest in chains.items():
+        entry = {}
+        for index, metric in ((0, "ttft"), (1, "tpot")):
+            found = next((k for k in (key, *rest) if len(means[k][index]) >= VENDOR_MIN), None)
+            if found is None:
+                raise InvalidParameterError(
+                    "residuals", key, f"{metric} errors of at least {VENDOR_MIN} deployments"
+                )
+            per_source = [statistics.fmean(v) for v in means[found][index].values()]
+            entry[metric] = Spread.of(per_source).to_dict()
+        groups[key] = entry
+    return groups
 
 
 def parse_table(data: Mapping[str, Any]) -> dict[str, GroupSpread]:
@@ -94,9 +165,12 @@ def shipped_table() -> dict[str, GroupSpread]:
 
 
 def lookup(table: Mapping[str, GroupSpread], device: str, engine: str, is_moe: bool) -> GroupSpread:
-    """The most specific group of ``table`` an estimate belongs to."""
-    for key in group_keys(device, engine, is_moe):
+    """The most specific group of ``table`` an estimate belongs to: its vendor's chain when the
+    table has residuals of the device's vendor, the measured file's chain otherwise."""
+    vendor = device_vendor(device)
+    scoped = vendor if vendor in table else ""
+    for key in group_keys(device, engine, is_moe, scoped):
         found = table.get(key)
         if found is not None:
             return found
-    return table[OVERALL]
+    return table[scoped or OVERALL]

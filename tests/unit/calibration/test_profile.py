@@ -74,9 +74,12 @@ def test_throughput_interval_moves_against_latency() -> None:
 def test_shipped_residuals_cover_every_fallback() -> None:
     table = shipped_table()
     assert "overall" in table and "dense" in table and "moe" in table
-    unknown = lookup(table, "ATLAS_800_A2_376T_64G", "msmodeling", True)
-    assert unknown.group == "moe"
+    # An engine the measured file lacks falls back to its class; an NVIDIA device to its groups.
+    assert lookup(table, "NVIDIA_H100_SXM_80G", "msmodeling", True).group == "moe"
     assert lookup(table, "NVIDIA_H100_SXM_80G", "trtllm", False).group.startswith("NVIDIA_H100")
+    # An Ascend device takes its vendor's groups only, down to the vendor's own.
+    assert lookup(table, "ATLAS_800_A2_376T_64G", "msmodeling", True).group == "huawei"
+    assert lookup(table, "ATLAS_800_A2_376T_64G", "vllm", False).group == "huawei | vllm | dense"
 
 
 def _profile() -> CalibrationProfile:

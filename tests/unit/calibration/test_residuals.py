@@ -1,0 +1,109 @@
+"""The residual table behind uncalibrated intervals: the measured file's groups, and the
+groups of a vendor it does not cover (its own published results only, a deployment once)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.calibration.interval import Spread
+from app.core.calibration.residuals import (
+    Residual,
+    build_table,
+    device_vendor,
+    group_keys,
+    lookup,
+    parse_table,
+)
+from app.core.errors import InvalidParameterError
+
+H100, A2, A3 = "NVIDIA_H100_SXM_80G", "ATLAS_800_A2_313T_64G", "ATLAS_800_A3_752T_128G_DIE"
+
+errors = st.floats(-2.0, 2.0, allow_nan=False)
+
+
+def _nvidia(ttft: float, tpot: float, engine: str = "vllm", is_moe: bool = False) -> Residual:
+    return Residual(
+        device=H100, engine=engine, is_moe=is_moe, ttft_log_error=ttft, tpot_log_error=tpot
+    )
+
+
+def _ascend(
+    source: str, ttft: float, tpot: float, *, device: str = A2, engine: str = "vllm"
+) -> Residual:
+    return Residual(
+        device=device,
+        engine=engine,
+        is_moe=False,
+        ttft_log_error=ttft,
+        tpot_log_error=tpot,
+        vendor=device_vendor(device),
+        source=source,
+    )
+
+
+def test_vendors_come_from_the_catalog() -> None:
+    assert (device_vendor(A2), device_vendor(H100), device_vendor("no such device")) == (
+        "huawei",
+        "nvidia",
+        "",
+    )
+    assert group_keys(A2, "vllm", False, "huawei") == (
+        f"{A2} | vllm | dense",
+        "huawei | vllm | dense",
+        "huawei | vllm",
+        "huawei",
+    )
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.tuples(errors, errors), min_size=20, max_size=40),
+    st.lists(st.tuples(errors, errors), min_size=3, max_size=6),
+)
+def test_another_vendors_results_leave_the_measured_groups_as_they_were(
+    nvidia: list[tuple[float, float]], ascend: list[tuple[float, float]]
+) -> None:
+    rows = [_nvidia(a, b) for a, b in nvidia]
+    alone = build_table(rows)["groups"]
+    both = build_table(rows + [_ascend(f"d{i}", a, b) for i, (a, b) in enumerate(ascend)])
+    assert {k: v for k, v in both["groups"].items() if not k.startswith(("huawei", A2))} == alone
+
+
+def test_a_deployment_counts_once_and_a_sparse_group_takes_the_next_ones_spread() -> None:
+    rows = [
+        # One deployment swept over ten loads: its mean (-0.8) is one error, not ten.
+        *(_ascend("sweep", math.nan, -0.8 + 0.001 * i) for i in range(10)),
+        _ascend("b", -1.0, -0.5),
+        _ascend("c", -2.0, -0.6),
+        _ascend("d", 0.1, -0.4, device=A3),
+    ]
+    table = parse_table(build_table(rows))
+    tpot = Spread.of([-0.7955, -0.5, -0.6])  # the sweep's mean, b, c
+    assert table[f"{A2} | vllm | dense"].tpot == tpot
+    # Its TTFT: two A2 deployments are too few; the vendor's engine group has three.
+    vendor_ttft = Spread.of([-1.0, -2.0, 0.1])
+    assert table[f"{A2} | vllm | dense"].ttft == vendor_ttft == table["huawei"].ttft
+    # The A3 device has one deployment: both metrics from the vendor's groups.
+    assert table[f"{A3} | vllm | dense"].tpot == Spread.of([-0.7955, -0.5, -0.6, -0.4])
+
+
+def test_an_ascend_estimate_never_borrows_nvidia_residuals() -> None:
+    rows = [_nvidia(0.05 * (i % 3), 0.01 * (i % 4)) for i in range(30)]
+    rows += [_ascend(s, -1.5, -0.7) for s in ("a", "b")] + [_ascend("c", -1.0, -0.8)]
+    table = parse_table(build_table(rows))
+    assert lookup(table, A2, "vllm", False).group == f"{A2} | vllm | dense"
+    # Another engine or device of the vendor: the vendor's group, not the NVIDIA "sglang".
+    assert lookup(table, A3, "sglang", True).group == "huawei"
+    assert lookup(table, H100, "vllm", False).group == f"{H100} | vllm | dense"
+    # Without any result of the vendor, the measured file's chain as before.
+    plain = parse_table(build_table(rows[:30]))
+    assert lookup(plain, A2, "vllm", False).group == "vllm | dense"
+
+
+def test_a_vendor_with_too_few_deployments_is_refused() -> None:
+    with pytest.raises(InvalidParameterError, match="at least 3 deployments"):
+        build_table([_ascend("a", -1.0, -0.5), _ascend("b", -1.0, -0.5)])
