@@ -7,8 +7,9 @@ product's own validation residuals). The measurement of a new estimate ``p`` the
 the spread's 10th / 90th percentiles:
 
 - from at least :data:`EMPIRICAL_MIN` errors, their empirical percentiles;
-- from fewer, a Student-t interval around their mean (``mean -+ t(0.9, n - 1) * stdev``), which
-  widens as the sample shrinks (from 3 errors, ``t = 1.89``).
+- from fewer, a Student-t prediction interval around their mean (``mean -+ t(0.9, n - 1) *
+  stdev * sqrt(1 + 1 / n)``: where the next error falls, the mean's own uncertainty included),
+  which widens as the sample shrinks (from 3 errors, ``t = 1.89``, times 1.15).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class Spread:
             low = high = errors[0]
         else:
             mean = statistics.fmean(errors)
-            half = t90(n - 1) * statistics.stdev(errors)
+            half = t90(n - 1) * statistics.stdev(errors) * math.sqrt(1.0 + 1.0 / n)
             low, high = mean - half, mean + half
         clip = MAX_LOG_ERROR
         return cls(low=max(-clip, low), high=min(clip, high), count=n)

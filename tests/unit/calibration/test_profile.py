@@ -48,7 +48,9 @@ def test_fitted_host_time_is_the_exposed_time() -> None:
 def test_spread_small_samples_widen_with_student_t() -> None:
     errors = [-0.1, 0.0, 0.1]
     spread = Spread.of(errors)
-    assert math.isclose(spread.high, t90(2) * 0.1, rel_tol=1e-9)
+    # A prediction interval: the next error's spread, the mean's uncertainty included.
+    assert math.isclose(spread.high, t90(2) * 0.1 * math.sqrt(1 + 1 / 3), rel_tol=1e-9)
+    assert math.isclose(spread.low, -spread.high, rel_tol=1e-9)
     many = Spread.of([i / 100 for i in range(-50, 51)])
     assert math.isclose(many.low, -0.4, abs_tol=1e-9) and math.isclose(many.high, 0.4, abs_tol=1e-9)
 
