@@ -7,7 +7,7 @@ shapes they run (:attr:`SimulationPlan.shapes`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -99,20 +99,36 @@ class CycleCopies:
         """The first run after the last copy."""
         return self.start + self.period * (self.copies + 1)
 
+    @property
+    def first_span(self) -> tuple[int, int]:
+        """The first-token records the cycle wrote (``first[from:to]``)."""
+        return self.first_from, self.first_to
+
+    @property
+    def finish_span(self) -> tuple[int, int]:
+        """The finish records the cycle wrote (``finish[from:to]``)."""
+        return self.finish_from, self.finish_to
+
     def stepped(self, runs: tuple[StepRun, ...]) -> tuple[StepRun, ...]:
         """``runs`` without the copies (each distinct run of the plan is among them)."""
         return runs[: self.end] + runs[self.resume :]
 
+    def segments(
+        self, records: Sequence[Record], span: tuple[int, int]
+    ) -> Iterator[tuple[Sequence[Record], int]]:
+        """Stored ``records`` in the loop's order as ``(records, run offset)`` pieces: those up
+        to the cycle's end, its ``span`` once per copy shifted by whole periods, the rest."""
+        lo, hi = span
+        yield records[:hi], 0
+        body = records[lo:hi]
+        for m in range(1, self.copies + 1):
+            yield body, m * self.period
+        yield records[hi:], 0
+
     def expand(self, records: tuple[Record, ...], span: tuple[int, int]) -> tuple[Record, ...]:
         """Stored ``records`` with the cycle's ``span`` of them copied and shifted in."""
-        lo, hi = span
-        body = records[lo:hi]
-        out = list(records[:hi])
-        for m in range(1, self.copies + 1):
-            off = m * self.period
-            out.extend([(c, a + off, b + off) for c, a, b in body])
-        out.extend(records[hi:])
-        return tuple(out)
+        pieces = self.segments(records, span)
+        return tuple((c, a + off, b + off) for piece, off in pieces for c, a, b in piece)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,13 +173,17 @@ class SimulationPlan:
         cycle = self.cycle
         return self.runs if cycle is None else cycle.stepped(self.runs)
 
+    def weighted_runs(self) -> tuple[tuple[tuple[StepRun, ...], int], ...]:
+        """Every run as ``(runs, times)`` pieces: the stepped runs once, and a skipped cycle's
+        own runs once more per copy (sums over the plan need no copy walked)."""
+        cycle = self.cycle
+        if cycle is None:
+            return ((self.runs, 1),)
+        return ((self.stepped_runs, 1), (self.runs[cycle.start : cycle.end], cycle.copies))
+
     def run_total(self, value: Callable[[StepRun], int]) -> int:
-        """``value`` summed over every run, a skipped cycle's copies counted once each."""
-        runs, cycle = self.runs, self.cycle
-        total = sum(map(value, self.stepped_runs))
-        if cycle is not None:
-            total += cycle.copies * sum(map(value, runs[cycle.start : cycle.end]))
-        return total
+        """``value`` summed over every run, a skipped cycle's copies included."""
+        return sum(times * sum(map(value, runs)) for runs, times in self.weighted_runs())
 
     @property
     def chunk_plan(self) -> tuple[PrefillChunk, ...]:
@@ -263,16 +283,12 @@ class RequestRecords:
     def all_first(self) -> tuple[Record, ...]:
         """Every first-token record, a skipped cycle's copies included, in the loop's order."""
         cycle = self.cycle
-        if cycle is None:
-            return self.first
-        return cycle.expand(self.first, (cycle.first_from, cycle.first_to))
+        return self.first if cycle is None else cycle.expand(self.first, cycle.first_span)
 
     def all_finish(self) -> tuple[Record, ...]:
         """Every finish record, a skipped cycle's copies included, in the loop's order."""
         cycle = self.cycle
-        if cycle is None:
-            return self.finish
-        return cycle.expand(self.finish, (cycle.finish_from, cycle.finish_to))
+        return self.finish if cycle is None else cycle.expand(self.finish, cycle.finish_span)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

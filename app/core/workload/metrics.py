@@ -14,7 +14,6 @@ from typing import Literal
 
 from app.core.cost import AnyShape
 from app.core.engine import (
-    CycleCopies,
     RequestRecords,
     SimulationPlan,
     StepRecord,
@@ -171,15 +170,11 @@ class _WindowTotals:
     @classmethod
     def _whole(cls, plan: ServingPlan) -> tuple[int, ...]:
         """The totals of every run: a skipped cycle's copies are its runs' totals again."""
-        engine = plan.engine
-        whole = dataclasses.astuple(cls._sum(engine.stepped_runs, plan.input_length))
-        cycle = engine.cycle
-        if cycle is None:
-            return whole
-        once = dataclasses.astuple(
-            cls._sum(engine.runs[cycle.start : cycle.end], plan.input_length)
-        )
-        return tuple(w + cycle.copies * c for w, c in zip(whole, once, strict=True))
+        whole = [0] * len(dataclasses.fields(cls))
+        for runs, times in plan.engine.weighted_runs():
+            part = dataclasses.astuple(cls._sum(runs, plan.input_length))
+            whole = [w + times * p for w, p in zip(whole, part, strict=True)]
+        return tuple(whole)
 
     @classmethod
     def _sum(cls, runs: Iterable[StepRun], input_length: int) -> _WindowTotals:
@@ -199,28 +194,18 @@ class _WindowTotals:
 
 
 def _spans(
-    records: Sequence[tuple[int, int, int]],
-    cycle: CycleCopies | None,
-    span: tuple[int, int] | None,
+    pieces: Iterable[tuple[Sequence[tuple[int, int, int]], int]],
     at: Sequence[float],
     since: Sequence[float],
 ) -> tuple[list[int], list[float]]:
-    """Each record's requests and its span ``at[to] - since[from]`` in the loop's order, a
-    skipped cycle's copies (``span`` of ``records``, shifted by whole periods) included."""
-    if cycle is None or span is None:
-        return [r[0] for r in records], [at[b] - since[a] for _, a, b in records]
-    lo, hi = span
-    head, body = records[:hi], records[lo:hi]
-    counts = [r[0] for r in head]
-    values = [at[b] - since[a] for _, a, b in head]
-    body_counts = [r[0] for r in body]
-    for m in range(1, cycle.copies + 1):
-        off = m * cycle.period
-        counts.extend(body_counts)
-        values.extend([at[b + off] - since[a + off] for _, a, b in body])
-    tail = records[hi:]
-    counts.extend([r[0] for r in tail])
-    values.extend([at[b] - since[a] for _, a, b in tail])
+    """Each record's requests and its span ``at[to] - since[from]``, over ``(records, run
+    offset)`` pieces in the loop's order (:meth:`CycleCopies.segments`: a skipped cycle's
+    copies walked without being written out)."""
+    counts: list[int] = []
+    values: list[float] = []
+    for records, off in pieces:
+        counts.extend([r[0] for r in records])
+        values.extend([at[b + off] - since[a + off] for _, a, b in records])
     return counts, values
 
 
@@ -240,10 +225,12 @@ def replay_serving(
     arrived = at if sent_ms is None else sent_ms
     start_ms, end_ms, first, finish, cycle = measured_records(plan, ends)
     decode_tokens = plan.engine.output_length - 1
-    first_span = (cycle.first_from, cycle.first_to) if cycle else None
-    finish_span = (cycle.finish_from, cycle.finish_to) if cycle else None
-    counts_first, ttfts = _spans(first, cycle, first_span, at, arrived)
-    counts_finish, decodes = _spans(finish, cycle, finish_span, at, at)
+    if cycle is None:
+        counts_first, ttfts = _spans([(first, 0)], at, arrived)
+        counts_finish, decodes = _spans([(finish, 0)], at, at)
+    else:
+        counts_first, ttfts = _spans(cycle.segments(first, cycle.first_span), at, arrived)
+        counts_finish, decodes = _spans(cycle.segments(finish, cycle.finish_span), at, at)
     measured_first = sum(counts_first)
     measured_finish = sum(counts_finish)
     ttft_ms = sum([c * v for c, v in zip(counts_first, ttfts, strict=True)]) / measured_first
