@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import math
 import re
 import statistics
@@ -132,10 +133,15 @@ POINTS: tuple[Point, ...] = (
 )  # fmt: skip
 
 
+@functools.cache
+def _source_rows() -> tuple[dict[str, str], ...]:
+    with SOURCE.open(encoding="utf-8", newline="") as handle:
+        return tuple(csv.DictReader(handle))
+
+
 def cited_rows(point: Point) -> list[dict[str, str]]:
     """The source rows ``point.rows`` names ("146-157", "316,319": 0-based data rows)."""
-    with SOURCE.open(encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = _source_rows()
     indices: list[int] = []
     for part in point.rows.split(","):
         first, _, last = part.partition("-")
@@ -262,12 +268,14 @@ def coverage(residuals: list[Residual]) -> dict[str, dict[str, tuple[int, int]]]
         return {metric: (a, b) for metric, (a, b) in hits.items()}
 
     every = parse_table(build_table(residuals))
+    without = {
+        source: parse_table(build_table([x for x in residuals if x.source != source]))
+        for source in {r.source for r in residuals}
+    }
     return {
         "shipped table": count(lambda r: shipped_table()),
         "every deployment": count(lambda r: every),
-        "without its deployment": count(
-            lambda r: parse_table(build_table([x for x in residuals if x.source != r.source]))
-        ),
+        "without its deployment": count(lambda r: without[r.source]),
     }
 
 
