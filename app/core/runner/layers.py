@@ -420,16 +420,7 @@ class ForwardBuilder:
             flops_per_element=ROPE_FLOPS_PER_ELEMENT,
         )
         for s, new_tokens in attention:
-            pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
-            kv_read = s.concurrency * _context(s, group) * kv_out * p.kv_bytes_per_element
-            kv_write = new_tokens * kv_out * p.kv_bytes_per_element
-            self._attention_kernel(
-                s,
-                scope,
-                count,
-                flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),  # QK^T then PV
-                hbm_bytes=kv_read + kv_write + Q_AND_O * new_tokens * q_out * ACTIVATION_BYTES,
-            )
+            self.gqa_attention_kernel(group, scope, count, s, new_tokens)
         if gate_out:
             self.elementwise(
                 "attn_output_gate",
@@ -440,6 +431,27 @@ class ForwardBuilder:
                 flops_per_element=ACT_FLOPS_PER_ELEMENT,
             )
         self.gemm("o_proj", scope, count, tokens, q_out, h)
+
+    def gqa_attention_kernel(
+        self, group: LayerGroup, scope: str, count: int, s: ForwardShape, new_tokens: int
+    ) -> None:
+        """The attention kernel of one sub-batch ``s`` (``new_tokens`` queries and KV appends):
+        QK^T and PV over its attended pairs, the KV it reads and writes, its queries and
+        outputs. Also what ``validate --kernels`` prices a measured attention kernel with."""
+        p, m = self.plan, self.plan.model
+        d = m.head_dim
+        q_out = p.heads_local * d
+        kv_out = KV_TENSORS * p.kv_heads_local * d
+        pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
+        kv_read = s.concurrency * _context(s, group) * kv_out * p.kv_bytes_per_element
+        kv_write = new_tokens * kv_out * p.kv_bytes_per_element
+        self._attention_kernel(
+            s,
+            scope,
+            count,
+            flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),  # QK^T then PV
+            hbm_bytes=kv_read + kv_write + Q_AND_O * new_tokens * q_out * ACTIVATION_BYTES,
+        )
 
     def _linear_attention(
         self, scope: str, count: int, tokens: int, attention: Sequence[Part]
@@ -609,61 +621,109 @@ class ForwardBuilder:
             # A sparse model's query reads only the top-k latents the indexer selected.
             selected = context if topk is None else min(context, topk)
             pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, window)
-            kv_read = s.concurrency * selected * latent * p.kv_bytes_per_element
-            kv_write = new_tokens * latent * p.kv_bytes_per_element
             if s.is_decode:
                 # Absorb W_UK into the query and W_UV after attention: MQA over the latent.
-                self.gemm(
-                    "q_absorb",
-                    scope,
-                    count,
-                    new_tokens,
-                    mla.qk_nope_head_dim,
-                    heads * mla.kv_lora_rank,
-                    weight_rows=heads * mla.qk_nope_head_dim * mla.kv_lora_rank,
-                )
-                self._attention_kernel(
-                    s,
-                    scope,
-                    count,
-                    flops=FLOPS_PER_MAC * pairs * heads * (latent + mla.kv_lora_rank),
-                    hbm_bytes=kv_read
-                    + kv_write
-                    + new_tokens * heads * (latent + mla.kv_lora_rank) * ACTIVATION_BYTES,
-                )
-                self.gemm(
-                    "v_up",
-                    scope,
-                    count,
-                    new_tokens,
-                    mla.kv_lora_rank,
-                    heads * mla.v_head_dim,
-                    weight_rows=heads * mla.kv_lora_rank * mla.v_head_dim,
-                )
+                self.mla_q_absorb(scope, count, new_tokens)
+                self.mla_decode_kernel(scope, count, s, new_tokens, selected=selected, pairs=pairs)
+                self.mla_v_up(scope, count, new_tokens)
             else:
                 # Decompress the latent of every context token, then multi-head attention (a
                 # sparse model's queries select different tokens: together they cover the
                 # context, so every latent is read and decompressed once).
-                kv_read = s.concurrency * context * latent * p.kv_bytes_per_element
                 kv_b_out = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
                 self.gemm(
                     "kv_b_proj", scope, count, s.concurrency * context, mla.kv_lora_rank, kv_b_out
                 )
-                self._attention_kernel(
-                    s,
-                    scope,
-                    count,
-                    flops=FLOPS_PER_MAC * pairs * heads * (mla.qk_head_dim + mla.v_head_dim),
-                    hbm_bytes=kv_read
-                    + kv_write
-                    + s.concurrency
-                    * context
-                    * heads
-                    * (mla.qk_head_dim + mla.v_head_dim)
-                    * ACTIVATION_BYTES
-                    + new_tokens * heads * (mla.qk_head_dim + mla.v_head_dim) * ACTIVATION_BYTES,
-                )
+                self.mla_prefill_kernel(scope, count, s, new_tokens, context=context, pairs=pairs)
         self.gemm("o_proj", scope, count, tokens, heads * mla.v_head_dim, h)
+
+    def mla_q_absorb(self, scope: str, count: int, new_tokens: float) -> None:
+        """Decode MLA's first batched GEMM: each head's query times its W_UK slice."""
+        p = self.plan
+        mla = p.model.mla
+        assert mla is not None
+        self.gemm(
+            "q_absorb",
+            scope,
+            count,
+            new_tokens,
+            mla.qk_nope_head_dim,
+            p.heads_local * mla.kv_lora_rank,
+            weight_rows=p.heads_local * mla.qk_nope_head_dim * mla.kv_lora_rank,
+        )
+
+    def mla_v_up(self, scope: str, count: int, new_tokens: float) -> None:
+        """Decode MLA's second batched GEMM: each head's latent output times its W_UV slice."""
+        p = self.plan
+        mla = p.model.mla
+        assert mla is not None
+        self.gemm(
+            "v_up",
+            scope,
+            count,
+            new_tokens,
+            mla.kv_lora_rank,
+            p.heads_local * mla.v_head_dim,
+            weight_rows=p.heads_local * mla.kv_lora_rank * mla.v_head_dim,
+        )
+
+    def mla_decode_kernel(
+        self,
+        scope: str,
+        count: int,
+        s: ForwardShape,
+        new_tokens: int,
+        *,
+        selected: int,
+        pairs: float,
+    ) -> None:
+        """Decode MLA's attention kernel: MQA over the latent of ``selected`` positions per
+        request (``pairs`` attended (query, key) pairs in all)."""
+        p = self.plan
+        mla = p.model.mla
+        assert mla is not None
+        heads, latent = p.heads_local, mla.cache_elements_per_token
+        kv_read = s.concurrency * selected * latent * p.kv_bytes_per_element
+        kv_write = new_tokens * latent * p.kv_bytes_per_element
+        self._attention_kernel(
+            s,
+            scope,
+            count,
+            flops=FLOPS_PER_MAC * pairs * heads * (latent + mla.kv_lora_rank),
+            hbm_bytes=kv_read
+            + kv_write
+            + new_tokens * heads * (latent + mla.kv_lora_rank) * ACTIVATION_BYTES,
+        )
+
+    def mla_prefill_kernel(
+        self,
+        scope: str,
+        count: int,
+        s: ForwardShape,
+        new_tokens: int,
+        *,
+        context: int,
+        pairs: float,
+    ) -> None:
+        """Prefill MLA's attention kernel over the decompressed heads of ``context`` positions
+        per request (``pairs`` attended (query, key) pairs in all)."""
+        p = self.plan
+        mla = p.model.mla
+        assert mla is not None
+        heads, latent = p.heads_local, mla.cache_elements_per_token
+        kv_read = s.concurrency * context * latent * p.kv_bytes_per_element
+        kv_write = new_tokens * latent * p.kv_bytes_per_element
+        head_width = mla.qk_head_dim + mla.v_head_dim
+        self._attention_kernel(
+            s,
+            scope,
+            count,
+            flops=FLOPS_PER_MAC * pairs * heads * head_width,
+            hbm_bytes=kv_read
+            + kv_write
+            + s.concurrency * context * heads * head_width * ACTIVATION_BYTES
+            + new_tokens * heads * head_width * ACTIVATION_BYTES,
+        )
 
     def _sparse_indexer(
         self, group: LayerGroup, scope: str, count: int, tokens: int, attention: Sequence[Part]
@@ -769,8 +829,6 @@ class ForwardBuilder:
             flops_per_element=ROUTER_TOPK_FLOPS_PER_ELEMENT,
             category=OpCategory.MOE,
         )
-        group_tokens = tokens * p.tokens_scale
-        routes = group_tokens * k / p.ep  # token-expert pairs this device computes
         dispatch_bytes = tokens / p.tp * k * h * p.gemm_input_bytes
         combine_bytes = tokens / p.tp * k * h * ACTIVATION_BYTES
         if p.ep > 1:
@@ -782,6 +840,40 @@ class ForwardBuilder:
                 dispatch_bytes,
                 p.moe_group_size,
             )
+        self.moe_experts(scope, count, tokens)
+        if moe.shared_intermediate_size:
+            self.sixteen_bit = SIXTEEN_BIT_SHARED_EXPERTS in p.sixteen_bit_parts
+            self._mlp("shared_expert", scope, count, tokens, moe.shared_intermediate_size / p.tp)
+            self.sixteen_bit = False
+        if p.ep > 1:
+            self.collective(
+                "moe_combine",
+                scope,
+                count,
+                Collective.ALL_TO_ALL,
+                combine_bytes,
+                p.moe_group_size,
+            )
+        self.moe_combine_sum(scope, count, tokens)
+        self.collective(
+            "moe_all_reduce",
+            scope,
+            count,
+            Collective.ALL_REDUCE,
+            tokens * h * ACTIVATION_BYTES,
+            p.tp,
+        )
+
+    def moe_experts(self, scope: str, count: int, tokens: int) -> None:
+        """The routed experts of ``tokens`` tokens on this device: the grouped up (gate+up)
+        GEMM over the experts they touch, the activation, the grouped down GEMM."""
+        p, m = self.plan, self.plan.model
+        moe = m.moe
+        assert moe is not None
+        h = m.hidden_size
+        e, k = moe.num_experts, moe.experts_per_token
+        group_tokens = tokens * p.tokens_scale
+        routes = group_tokens * k / p.ep  # token-expert pairs this device computes
         local_experts = e / p.ep
         touched = local_experts * (1.0 - (1.0 - k / e) ** group_tokens)
         width = moe.expert_intermediate_size / p.moe_tp
@@ -817,35 +909,20 @@ class ForwardBuilder:
             weight_rows=touched * width * h,
             rows_per_weight=routes / touched if touched > 0 else routes,
         )
-        if moe.shared_intermediate_size:
-            self.sixteen_bit = SIXTEEN_BIT_SHARED_EXPERTS in p.sixteen_bit_parts
-            self._mlp("shared_expert", scope, count, tokens, moe.shared_intermediate_size / p.tp)
-            self.sixteen_bit = False
-        if p.ep > 1:
-            self.collective(
-                "moe_combine",
-                scope,
-                count,
-                Collective.ALL_TO_ALL,
-                combine_bytes,
-                p.moe_group_size,
-            )
+
+    def moe_combine_sum(self, scope: str, count: int, tokens: int) -> None:
+        """The weighted sum of each token's ``k`` expert outputs."""
+        m = self.plan.model
+        assert m.moe is not None
+        k = m.moe.experts_per_token
         self.elementwise(
             "moe_combine_sum",
             scope,
             count,
-            tokens * h,
+            tokens * m.hidden_size,
             tensors=k + 1,
             flops_per_element=k,
             category=OpCategory.MOE,
-        )
-        self.collective(
-            "moe_all_reduce",
-            scope,
-            count,
-            Collective.ALL_REDUCE,
-            tokens * h * ACTIVATION_BYTES,
-            p.tp,
         )
 
     # -- per forward -----------------------------------------------------------------------
