@@ -14,7 +14,6 @@ data`` inside), its ``systems`` folder's parent, or the ``data`` folder itself, 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ from app.core.validation.kernels import (
     KernelReport,
     KernelSplit,
     build_report,
-    error_pct,
     split_of,
     table_refusal,
 )
@@ -64,7 +62,6 @@ CSV_COLUMNS = (
     "quantization",
     "shape",
     "band",
-    "split",
     "measured_ms",
     "predicted_ms",
     "error",
@@ -175,7 +172,8 @@ class _CsvSink:
     def write(self, columns: dict[str, Any]) -> None:
         import pyarrow as pa
 
-        self.writer.write_table(pa.table(columns, schema=self.schema))
+        arrays = [columns[field.name].cast(field.type) for field in self.schema]
+        self.writer.write_table(pa.table(arrays, schema=self.schema))
 
     def close(self) -> None:
         self.writer.close()
@@ -222,6 +220,25 @@ def _column(table: Any, name: str) -> list[Any]:
     return [None] * table.num_rows
 
 
+def _constant(value: str, rows: int) -> Any:
+    """A string column of one value (dictionary-encoded, built without a Python list)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    zeros = pc.fill_null(pa.nulls(rows, pa.int32()), 0)
+    return pa.DictionaryArray.from_arrays(zeros, pa.array([value], pa.string()))
+
+
+def _measured(data: Any) -> Any:
+    """The measured latency (ms) as float64; null where a table has none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if _MEASURED_COLUMN in data.column_names:
+        return pc.cast(data.column(_MEASURED_COLUMN), pa.float64()).combine_chunks()
+    return pa.nulls(data.num_rows, pa.float64())
+
+
 def _price_table(
     table: KernelTable,
     pricer: KernelPricer | None,
@@ -230,16 +247,20 @@ def _price_table(
     sink: _CsvSink | None,
     split: KernelSplit,
 ) -> None:
-    data = _read(table.path)
-    shapes: list[str] = []
-    if sink is not None or split != "all":
-        shapes = _shape_text(data).to_pylist()
-        if split != "all":
-            import pyarrow as pa
+    """Price one table: each row's key is looked up (priced once per system), then the
+    per-row arithmetic, counts and CSV columns are pyarrow's (indices into the distinct
+    predictions of this table)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-            keep = [split_of(shape or "") == split for shape in shapes]
-            data = data.filter(pa.array(keep, pa.bool_()))
-            shapes = [shape for shape, kept in zip(shapes, keep, strict=True) if kept]
+    data = _read(table.path)
+    shapes = None
+    if sink is not None or split != "all":
+        shapes = _shape_text(data)
+        if split != "all":
+            keep = [split_of(shape or "") == split for shape in shapes.to_pylist()]
+            mask = pa.array(keep, pa.bool_())
+            data, shapes = data.filter(mask), shapes.filter(mask)
     rows = data.num_rows
     acc.points += rows
     family = KERNEL_TABLES.get(table.table)
@@ -247,89 +268,130 @@ def _price_table(
         reason = NO_DEVICE if pricer is None else table_refusal(table.table) or NO_DEVICE
         acc.refusals[reason] += rows
         if sink is not None:
-            measured_all = _column(data, _MEASURED_COLUMN)
-            labels = [table.table] * rows
-            empty: list[float | None] = [None] * rows
-            _write_rows(sink, table, data, shapes, measured_all, empty, [reason] * rows, labels)
+            empty = pa.nulls(rows, pa.float64())
+            reasons = _constant(reason, rows)
+            label = _constant(table.table, rows)
+            blank = _constant("", rows)
+            sink.write(_csv_columns(table, data, shapes, (label, blank, blank), (empty, reasons)))
         return
-    measured = _column(data, _MEASURED_COLUMN)
     family_memo = memo.setdefault(family.value, {})
     price = pricer.price
-    refusals = acc.refusals
-    buckets: dict[int, list[float]] = {}
-    owners: dict[int, KernelPrediction] = {}
-    outcome: list[KernelPrediction] = []
-    predicted: list[float | None] = []
-    errors: list[float | None] = []
-    keys = zip(*(_column(data, c) for c in KEY_COLUMNS[family]), strict=True)
-    for key, value in zip(keys, measured, strict=True):
+    distinct: list[KernelPrediction] = []
+    local: dict[int, int] = {}
+    indices: list[int] = []
+    append = indices.append
+    for key in zip(*(_column(data, c) for c in KEY_COLUMNS[family]), strict=True):
         prediction = family_memo.get(key)
         if prediction is None:
-            prediction = price(family, key)
-            family_memo[key] = prediction
-        predicted_ms = prediction.predicted_ms
-        error: float | None = None
-        if predicted_ms is None:
-            refusals[prediction.reason] += 1
-        elif value is None or value <= 0:
-            refusals[NON_POSITIVE_MEASUREMENT] += 1
-            predicted_ms = None
-        else:
-            error = error_pct(value, predicted_ms)
-            bucket = buckets.get(id(prediction))
-            if bucket is None:
-                bucket = buckets[id(prediction)] = []
-                owners[id(prediction)] = prediction
-            bucket.append(error)
-        if sink is not None:
-            outcome.append(prediction)
-            predicted.append(predicted_ms)
-            errors.append(error)
+            prediction = family_memo[key] = price(family, key)
+        index = local.get(id(prediction))
+        if index is None:
+            index = local[id(prediction)] = len(distinct)
+            distinct.append(prediction)
+        append(index)
+    index_array = pa.array(indices, pa.int32())
+    predicted = pc.take(pa.array([p.predicted_ms for p in distinct], pa.float64()), index_array)
+    measured = _measured(data)
+    usable = pc.and_kleene(pc.is_valid(predicted), pc.greater(measured, 0.0))
+    usable = pc.fill_null(usable, False)
+    # error_pct (app.core.validation.kernels), row-wise in pyarrow
+    errors = pc.multiply(pc.divide(pc.subtract(predicted, measured), measured), 100.0)
+    _count_refusals(acc, distinct, index_array, predicted, usable)
+    _group_errors(acc, table, distinct, index_array, errors, usable)
+    if sink is not None:
+        labels = tuple(
+            pc.take(pa.array([getattr(p, field) for p in distinct], pa.string()), index_array)
+            for field in ("op", "quantization", "band")
+        )
+        reasons = pc.take(
+            pa.array([p.reason or NON_POSITIVE_MEASUREMENT for p in distinct], pa.string()),
+            index_array,
+        )
+        error_text = pc.if_else(usable, pc.cast(pc.round(errors, 2), pa.string()), reasons)
+        kept = pc.if_else(usable, predicted, pa.scalar(None, pa.float64()))
+        sink.write(_csv_columns(table, data, shapes, labels, (kept, error_text), measured=measured))
+
+
+def _count_refusals(
+    acc: _Accumulator,
+    distinct: list[KernelPrediction],
+    indices: Any,
+    predicted: Any,
+    usable: Any,
+) -> None:
+    """Count the rows without an error: per the prediction's reason, or (a prediction but no
+    positive measurement) :data:`NON_POSITIVE_MEASUREMENT`."""
+    import pyarrow.compute as pc
+
+    refused = pc.invert(usable)
+    if not pc.any(refused).as_py():
+        return
+    unpriced = pc.filter(indices, pc.is_null(predicted))
+    for item in pc.value_counts(unpriced).to_pylist():
+        acc.refusals[distinct[item["values"]].reason] += item["counts"]
+    unmeasured = pc.sum(pc.and_(refused, pc.is_valid(predicted))).as_py() or 0
+    if unmeasured:
+        acc.refusals[NON_POSITIVE_MEASUREMENT] += unmeasured
+
+
+def _group_errors(
+    acc: _Accumulator,
+    table: KernelTable,
+    distinct: list[KernelPrediction],
+    indices: Any,
+    errors: Any,
+    usable: Any,
+) -> None:
+    """Append each usable row's error to its (system, engine, op, quantization) group, whole
+    and in its band."""
+    import pyarrow.compute as pc
+
+    kept = pc.filter(indices, usable)
+    if len(kept) == 0:
+        return
+    order = pc.sort_indices(kept)
+    ordered = pc.take(kept, order)
+    values = pc.take(pc.filter(errors, usable), order).to_pylist()
     groups = acc.errors
-    for ident, values in buckets.items():
-        owner = owners[ident]
+    start = 0
+    for item in pc.value_counts(ordered).to_pylist():  # runs in sorted order
+        owner, end = distinct[item["values"]], start + item["counts"]
         group = (table.system, table.engine, owner.op, owner.quantization)
         for band in (ALL_BANDS, owner.band):
-            groups.setdefault((*group, band), []).extend(values)
-    if sink is not None:
-        texts = [
-            (p.reason or NON_POSITIVE_MEASUREMENT) if e is None else f"{e:+.2f}"
-            for p, e in zip(outcome, errors, strict=True)
-        ]
-        _write_rows(sink, table, data, shapes, measured, predicted, texts, outcome)
+            groups.setdefault((*group, band), []).extend(values[start:end])
+        start = end
 
 
-def _write_rows(
-    sink: _CsvSink,
+def _csv_columns(
     table: KernelTable,
     data: Any,
-    shapes: list[str],
-    measured: list[Any],
-    predicted: list[float | None],
-    errors: list[str],
-    outcome: Sequence[KernelPrediction | str],
-) -> None:
-    """One CSV row per measured point: ``outcome`` holds each row's prediction (or, for a
-    table refused whole, its name)."""
+    shapes: Any,
+    labels: tuple[Any, Any, Any],
+    outcome: tuple[Any, Any],
+    *,
+    measured: Any = None,
+) -> dict[str, Any]:
+    """One CSV block: ``labels`` (op, quantization, band) and ``outcome`` (predicted_ms,
+    error) per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     rows = data.num_rows
-    labels = [
-        (item, "", "") if isinstance(item, str) else (item.op, item.quantization, item.band)
-        for item in outcome
-    ]
-    sink.write(
-        {
-            "system": [table.system] * rows,
-            "engine": [table.engine] * rows,
-            "version": [table.version] * rows,
-            "table": [f"{table.op}/{table.table}"] * rows,
-            "op": [label[0] for label in labels],
-            "kernel_source": [str(v) for v in _column(data, "kernel_source")],
-            "quantization": [label[1] for label in labels],
-            "shape": shapes,
-            "band": [label[2] for label in labels],
-            "split": [split_of(shape or "") for shape in shapes],
-            "measured_ms": [v if isinstance(v, float | int) else None for v in measured],
-            "predicted_ms": predicted,
-            "error": errors,
-        }
-    )
+    if "kernel_source" in data.column_names:
+        source = pc.cast(data.column("kernel_source"), pa.string())
+    else:
+        source = _constant("", rows)
+    return {
+        "system": _constant(table.system, rows),
+        "engine": _constant(table.engine, rows),
+        "version": _constant(table.version, rows),
+        "table": _constant(f"{table.op}/{table.table}", rows),
+        "op": labels[0],
+        "kernel_source": source,
+        "quantization": labels[1],
+        "shape": shapes,
+        "band": labels[2],
+        "measured_ms": _measured(data) if measured is None else measured,
+        "predicted_ms": outcome[0],
+        "error": outcome[1],
+    }

@@ -246,16 +246,17 @@ class _Refused(Exception):
 
 
 def _int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _Refused(f"{name} is not a non-negative integer")
-    return value
+    if type(value) is int and value >= 0:  # not a bool (type, not isinstance)
+        return value
+    raise _Refused(f"{name} is not a non-negative integer")
 
 
 def _positive(value: object, name: str) -> int:
-    number = _int(value, name)
-    if number < 1:
+    if type(value) is int and value >= 1:
+        return value
+    if type(value) is int:
         raise _Refused(f"{name} is not a positive integer")
-    return number
+    raise _Refused(f"{name} is not a non-negative integer")
 
 
 def _text(value: object) -> str:
@@ -328,6 +329,7 @@ class KernelPricer:
         self.device = device
         self._plans: dict[tuple[object, ...], ShardPlan] = {}
         self._latencies: dict[tuple[object, ...], float] = {}
+        self._builders: dict[tuple[int, bool], ForwardBuilder] = {}
         self._pricers: Mapping[KernelFamily, Callable[[Sequence[object]], KernelPrediction]] = {
             KernelFamily.GEMM: self._gemm,
             KernelFamily.MOE: self._moe,
@@ -369,10 +371,16 @@ class KernelPricer:
             plan = self._plans[key] = build()
         return plan
 
-    @staticmethod
-    def _builder(plan: ShardPlan, *, eager: bool = False) -> ForwardBuilder:
-        """A builder whose ops pay the captured-graph fixed cost (the eager one if ``eager``)."""
-        return ForwardBuilder(plan, (_DECODE,), graph_mode=not eager, detail=False)
+    def _builder(self, plan: ShardPlan, *, eager: bool = False) -> ForwardBuilder:
+        """An empty builder on ``plan`` whose ops pay the captured-graph fixed cost (the eager
+        one if ``eager``); one per plan, emptied for each shape."""
+        key = (id(plan), eager)  # plans live as long as the pricer (self._plans)
+        builder = self._builders.get(key)
+        if builder is None:
+            builder = ForwardBuilder(plan, (_DECODE,), graph_mode=not eager, detail=False)
+            self._builders[key] = builder
+        builder.totals_ms.clear()
+        return builder
 
     # -- families -----------------------------------------------------------------------------
     def _gemm(self, key: Sequence[object]) -> KernelPrediction:
