@@ -199,3 +199,27 @@ def test_an_unreadable_table_exits_2_naming_it(
 def test_kernel_flags_need_kernels(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["validate", "--system", "h100_sxm"], capsys)
     assert code == 2 and "go with --kernels" in err
+
+
+def test_the_baseline_page_renders_every_group_and_both_halves(
+    wheel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scripts.kernel_baseline import main as render_baseline
+
+    paths = {}
+    for split in ("all", "train", "test"):
+        code, out, _ = run(
+            ["validate", "--kernels", str(wheel), "--split", split, "--format", "json"], capsys
+        )
+        assert code == 0
+        paths[split] = tmp_path / f"{split}.json"
+        paths[split].write_text(out, encoding="utf-8")
+    argv = [str(paths["all"]), "--train", str(paths["train"]), "--test", str(paths["test"])]
+    assert render_baseline(argv) == 0
+    page = capsys.readouterr().out
+    assert "9 measured points: 5 predicted, 4 refused." in page
+    assert "| 1 | no catalog device for this system |" in page
+    row = next(line for line in page.splitlines() if "| trtllm | gemm | bfloat16 |" in line)
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[4] == "2" and int(cells[8]) + int(cells[10]) == 2  # n = n train + n test
+    assert "| h100_sxm | trtllm | gemm | bfloat16 | M<=128 | 1 |" in page
