@@ -86,6 +86,8 @@ INDEXER_SCORE_FLOPS_PER_HEAD = 3
 FP8_QUANT_FLOPS_PER_ELEMENT = 3
 INDEXER_Q_BYTES = 1.0  # queries enter the score kernel as float8_e4m3fn
 INDEXER_WEIGHT_BYTES = 4.0  # per-head weights times the query scales, float32
+MLA_Q_ABSORB = "q_absorb"  # decode MLA's batched GEMMs (ForwardBuilder.mla_bmm)
+MLA_V_UP = "v_up"
 
 
 def new_tokens(shape: ForwardShape) -> int:
@@ -623,9 +625,11 @@ class ForwardBuilder:
             pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, window)
             if s.is_decode:
                 # Absorb W_UK into the query and W_UV after attention: MQA over the latent.
-                self.mla_q_absorb(scope, count, new_tokens)
-                self.mla_decode_kernel(scope, count, s, new_tokens, selected=selected, pairs=pairs)
-                self.mla_v_up(scope, count, new_tokens)
+                self.mla_bmm(MLA_Q_ABSORB, scope, count, new_tokens)
+                self.mla_attention_kernel(
+                    scope, count, s, new_tokens, positions=selected, pairs=pairs
+                )
+                self.mla_bmm(MLA_V_UP, scope, count, new_tokens)
             else:
                 # Decompress the latent of every context token, then multi-head attention (a
                 # sparse model's queries select different tokens: together they cover the
@@ -634,95 +638,57 @@ class ForwardBuilder:
                 self.gemm(
                     "kv_b_proj", scope, count, s.concurrency * context, mla.kv_lora_rank, kv_b_out
                 )
-                self.mla_prefill_kernel(scope, count, s, new_tokens, context=context, pairs=pairs)
+                self.mla_attention_kernel(
+                    scope, count, s, new_tokens, positions=context, pairs=pairs
+                )
         self.gemm("o_proj", scope, count, tokens, heads * mla.v_head_dim, h)
 
-    def mla_q_absorb(self, scope: str, count: int, new_tokens: float) -> None:
-        """Decode MLA's first batched GEMM: each head's query times its W_UK slice."""
+    def mla_bmm(self, name: str, scope: str, count: int, new_tokens: float) -> None:
+        """Decode MLA's batched GEMMs, one per head: :data:`MLA_Q_ABSORB` (the query times its
+        W_UK slice, before attention) or :data:`MLA_V_UP` (the latent output times its W_UV
+        slice, after)."""
         p = self.plan
         mla = p.model.mla
         assert mla is not None
-        self.gemm(
-            "q_absorb",
-            scope,
-            count,
-            new_tokens,
-            mla.qk_nope_head_dim,
-            p.heads_local * mla.kv_lora_rank,
-            weight_rows=p.heads_local * mla.qk_nope_head_dim * mla.kv_lora_rank,
-        )
+        if name == MLA_Q_ABSORB:
+            k, n = mla.qk_nope_head_dim, mla.kv_lora_rank
+        else:
+            k, n = mla.kv_lora_rank, mla.v_head_dim
+        heads = p.heads_local
+        self.gemm(name, scope, count, new_tokens, k, heads * n, weight_rows=heads * k * n)
 
-    def mla_v_up(self, scope: str, count: int, new_tokens: float) -> None:
-        """Decode MLA's second batched GEMM: each head's latent output times its W_UV slice."""
-        p = self.plan
-        mla = p.model.mla
-        assert mla is not None
-        self.gemm(
-            "v_up",
-            scope,
-            count,
-            new_tokens,
-            mla.kv_lora_rank,
-            p.heads_local * mla.v_head_dim,
-            weight_rows=p.heads_local * mla.kv_lora_rank * mla.v_head_dim,
-        )
-
-    def mla_decode_kernel(
+    def mla_attention_kernel(
         self,
         scope: str,
         count: int,
         s: ForwardShape,
         new_tokens: int,
         *,
-        selected: int,
+        positions: int,
         pairs: float,
     ) -> None:
-        """Decode MLA's attention kernel: MQA over the latent of ``selected`` positions per
-        request (``pairs`` attended (query, key) pairs in all)."""
+        """MLA's attention kernel of one sub-batch over ``positions`` cached latents per request
+        (``pairs`` attended (query, key) pairs in all): a decode attends over the latent with
+        the up-projections absorbed (MQA), a prefill over the decompressed heads."""
         p = self.plan
         mla = p.model.mla
         assert mla is not None
         heads, latent = p.heads_local, mla.cache_elements_per_token
-        kv_read = s.concurrency * selected * latent * p.kv_bytes_per_element
+        kv_read = s.concurrency * positions * latent * p.kv_bytes_per_element
         kv_write = new_tokens * latent * p.kv_bytes_per_element
+        if s.is_decode:
+            width = latent + mla.kv_lora_rank
+            hbm_bytes = kv_read + kv_write + new_tokens * heads * width * ACTIVATION_BYTES
+        else:
+            width = mla.qk_head_dim + mla.v_head_dim
+            hbm_bytes = (
+                kv_read
+                + kv_write
+                + s.concurrency * positions * heads * width * ACTIVATION_BYTES
+                + new_tokens * heads * width * ACTIVATION_BYTES
+            )
         self._attention_kernel(
-            s,
-            scope,
-            count,
-            flops=FLOPS_PER_MAC * pairs * heads * (latent + mla.kv_lora_rank),
-            hbm_bytes=kv_read
-            + kv_write
-            + new_tokens * heads * (latent + mla.kv_lora_rank) * ACTIVATION_BYTES,
-        )
-
-    def mla_prefill_kernel(
-        self,
-        scope: str,
-        count: int,
-        s: ForwardShape,
-        new_tokens: int,
-        *,
-        context: int,
-        pairs: float,
-    ) -> None:
-        """Prefill MLA's attention kernel over the decompressed heads of ``context`` positions
-        per request (``pairs`` attended (query, key) pairs in all)."""
-        p = self.plan
-        mla = p.model.mla
-        assert mla is not None
-        heads, latent = p.heads_local, mla.cache_elements_per_token
-        kv_read = s.concurrency * context * latent * p.kv_bytes_per_element
-        kv_write = new_tokens * latent * p.kv_bytes_per_element
-        head_width = mla.qk_head_dim + mla.v_head_dim
-        self._attention_kernel(
-            s,
-            scope,
-            count,
-            flops=FLOPS_PER_MAC * pairs * heads * head_width,
-            hbm_bytes=kv_read
-            + kv_write
-            + s.concurrency * context * heads * head_width * ACTIVATION_BYTES
-            + new_tokens * heads * head_width * ACTIVATION_BYTES,
+            s, scope, count, flops=FLOPS_PER_MAC * pairs * heads * width, hbm_bytes=hbm_bytes
         )
 
     def _sparse_indexer(

@@ -20,9 +20,9 @@ measured shape, so the runner's rates, ramps, bytes and fixed costs apply unchan
 - context / generation attention: ``gqa_attention_kernel`` for ``batch_size`` requests of
   ``isl`` new tokens over ``isl + step`` positions (a ``window_size`` above 0: a sliding-window
   layer of that window).
-- context / generation MLA: ``mla_prefill_kernel`` / ``mla_decode_kernel`` with DeepSeek-V3's
+- context / generation MLA: ``mla_attention_kernel`` (prefill / decode) with DeepSeek-V3's
   MLA sizes (the tables give only the local head count).
-- MLA BMMs: ``mla_q_absorb`` (``mla_gen_pre``) and ``mla_v_up`` (``mla_gen_post``).
+- MLA BMMs: ``mla_bmm`` (``q_absorb`` for ``mla_gen_pre``, ``v_up`` for ``mla_gen_post``).
 - collectives: ``ForwardBuilder.collective`` over ``num_gpus`` devices of the system's tiers.
 
 The fixed cost per kernel is the runner's captured-graph cost (the collectors time kernels back
@@ -54,7 +54,7 @@ from app.core.errors import ChunkwiseError
 from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation
 from app.core.runner.comm import Collective
-from app.core.runner.layers import ForwardBuilder, attended_pairs
+from app.core.runner.layers import MLA_Q_ABSORB, MLA_V_UP, ForwardBuilder, attended_pairs
 from app.core.runner.plan import ShardPlan, build_plan
 
 #: AIConfigurator system folder -> catalog device (``app/core/catalog/device_table.py``).
@@ -218,6 +218,7 @@ _ELEMENT_BYTES: Mapping[str, float] = {
     "float32": 4.0,
     "float": 4.0,
 }
+_MLA_BMMS: Mapping[str, str] = {"mla_gen_pre": MLA_Q_ABSORB, "mla_gen_post": MLA_V_UP}
 _NCCL_OPS: Mapping[str, Collective] = {
     "all_reduce": Collective.ALL_REDUCE,
     "all_gather": Collective.ALL_GATHER,
@@ -291,6 +292,18 @@ _TOKENS_PER_EXPERT_BANDS = (
 )
 _CONTEXT_BANDS = ((1024.0, "ctx<=1k"), (8192.0, "ctx 1k-8k"))
 _MESSAGE_BANDS = ((64.0 * _KIB, "msg<=64KiB"), (4.0 * _MIB, "msg 64KiB-4MiB"))
+
+
+def _attention_prediction(
+    family: KernelFamily, compute: str, kv: str, band: str, builder: ForwardBuilder
+) -> KernelPrediction:
+    """An attention kernel's prediction, labelled with its compute and KV dtypes."""
+    return KernelPrediction(
+        op=family.value,
+        quantization=f"{compute}/kv {kv}",
+        band=band,
+        predicted_ms=builder.latency_ms(),
+    )
 
 
 def _model(
@@ -504,12 +517,7 @@ class KernelPricer:
         builder = self._builder(plan)
         new_tokens = shape.concurrency * shape.query_len
         builder.gqa_attention_kernel(layer, _SCOPE, 1, shape, new_tokens)
-        return KernelPrediction(
-            op=family.value,
-            quantization=f"{compute}/kv {kv}",
-            band=band,
-            predicted_ms=builder.latency_ms(),
-        )
+        return _attention_prediction(family, compute, kv, band, builder)
 
     def _context_attention(self, key: Sequence[object]) -> KernelPrediction:
         return self._gqa(key, KernelFamily.CONTEXT_ATTENTION)
@@ -543,26 +551,15 @@ class KernelPricer:
     def _mla(self, key: Sequence[object], family: KernelFamily) -> KernelPrediction:
         compute, kv = _text(key[0]), _text(key[1])
         attention = _attention_quant(compute, kv)
-        decode = family is KernelFamily.GENERATION_MLA
-        shape, band = self._attention_shape(key, decode=decode)
+        shape, band = self._attention_shape(key, decode=family is KernelFamily.GENERATION_MLA)
         plan = self._mla_plan(_positive(key[5], "num_heads"), attention=attention)
         builder = self._builder(plan)
         new_tokens = shape.concurrency * shape.query_len
         pairs = shape.concurrency * attended_pairs(shape.query_len, shape.seq_len, None)
-        if decode:
-            builder.mla_decode_kernel(
-                _SCOPE, 1, shape, new_tokens, selected=shape.seq_len, pairs=pairs
-            )
-        else:
-            builder.mla_prefill_kernel(
-                _SCOPE, 1, shape, new_tokens, context=shape.seq_len, pairs=pairs
-            )
-        return KernelPrediction(
-            op=family.value,
-            quantization=f"{compute}/kv {kv}",
-            band=band,
-            predicted_ms=builder.latency_ms(),
+        builder.mla_attention_kernel(
+            _SCOPE, 1, shape, new_tokens, positions=shape.seq_len, pairs=pairs
         )
+        return _attention_prediction(family, compute, kv, band, builder)
 
     def _context_mla(self, key: Sequence[object]) -> KernelPrediction:
         return self._mla(key, KernelFamily.CONTEXT_MLA)
@@ -578,12 +575,10 @@ class KernelPricer:
         tokens, heads = _positive(key[2], "num_tokens"), _positive(key[3], "num_heads")
         plan = self._mla_plan(heads, linear=linear)
         builder = self._builder(plan)
-        if op == "mla_gen_pre":
-            builder.mla_q_absorb(_SCOPE, 1, tokens)
-        elif op == "mla_gen_post":
-            builder.mla_v_up(_SCOPE, 1, tokens)
-        else:
+        bmm = _MLA_BMMS.get(op)
+        if bmm is None:
             raise _Refused(f"MLA BMM {op or '?'}: no runner op")
+        builder.mla_bmm(bmm, _SCOPE, 1, tokens)
         return KernelPrediction(
             op=f"{_OP_MLA_BMM}[{op}]",
             quantization=dtype,
