@@ -474,23 +474,8 @@ class ForwardBuilder:
         gates_local = GDN_GATES_PER_VALUE_HEAD * v_heads
         self.gemm("gdn_in_proj_qkvz", scope, count, tokens, h, conv_local + value_local)
         self.gemm("gdn_in_proj_ba", scope, count, tokens, h, gates_local)
-        state_elements = v_heads * dk * dv
-        state_bytes = state_elements * dims.state_bytes_per_element
-        conv_state_bytes = (dims.conv_kernel_size - 1) * conv_local * ACTIVATION_BYTES
         for s, part_tokens in attention:
-            # Each request reads its conv state (the last kernel - 1 inputs) and writes it back.
-            self._attention_op(
-                "gdn_conv1d",
-                scope,
-                count,
-                flops=part_tokens
-                * conv_local
-                * (FLOPS_PER_MAC * dims.conv_kernel_size + ACT_FLOPS_PER_ELEMENT),
-                hbm_bytes=READ_WRITE * part_tokens * conv_local * ACTIVATION_BYTES
-                + READ_WRITE * s.concurrency * conv_state_bytes
-                + conv_local * dims.conv_kernel_size * BYTES_16BIT,
-                flops_per_s=p.bf16_flops_per_s,
-            )
+            self.gdn_conv1d(scope, count, s, part_tokens)
         self.elementwise(
             "gdn_gating",
             scope,
@@ -500,37 +485,7 @@ class ForwardBuilder:
             flops_per_element=ACT_FLOPS_PER_ELEMENT,
         )
         for s, part_tokens in attention:
-            # q and k in, v in, the output out; the state read once and written once.
-            io_bytes = (
-                part_tokens * (GDN_QK * key_local + Q_AND_O * value_local) * ACTIVATION_BYTES
-                + READ_WRITE * s.concurrency * state_bytes
-            )
-            if s.is_decode:
-                flops = GDN_RECURRENT_FLOPS_PER_STATE_ELEMENT * part_tokens * state_elements
-                name = "gdn_recurrent"
-            else:
-                per_head_macs = GDN_CHUNK_STATE_MACS_PER_ELEMENT * dk * dv + GDN_CHUNK_TOKENS * (
-                    GDN_CHUNK_KEY_PRODUCTS * dk + GDN_CHUNK_VALUE_PRODUCTS * dv
-                )
-                flops = FLOPS_PER_MAC * part_tokens * v_heads * per_head_macs
-                chunks = s.concurrency * math.ceil(s.query_len / GDN_CHUNK_TOKENS)
-                intermediates = (
-                    part_tokens
-                    * v_heads
-                    * (GDN_CHUNK_KEY_INTERMEDIATES * dk + GDN_CHUNK_VALUE_INTERMEDIATES * dv)
-                )
-                io_bytes += (
-                    READ_WRITE * (chunks * state_elements + intermediates) * ACTIVATION_BYTES
-                )
-                name = "gdn_chunked"
-            self._attention_op(
-                name,
-                scope,
-                count,
-                flops=flops,
-                hbm_bytes=io_bytes,
-                flops_per_s=p.attention_flops_per_s,
-            )
+            self.gdn_delta_rule(scope, count, s, part_tokens)
         self.elementwise(
             "gdn_gated_norm",
             scope,
@@ -540,6 +495,70 @@ class ForwardBuilder:
             flops_per_element=NORM_FLOPS_PER_ELEMENT + ACT_FLOPS_PER_ELEMENT,
         )
         self.gemm("gdn_out_proj", scope, count, tokens, value_local, h)
+
+    def gdn_conv1d(self, scope: str, count: int, s: ForwardShape, part_tokens: int) -> None:
+        """Gated DeltaNet's short causal conv1d over the q, k, v channels of one sub-batch's
+        ``part_tokens`` tokens; each request reads its conv state (the last kernel - 1 inputs)
+        and writes it back."""
+        p = self.plan
+        dims = p.model.linear_attention
+        assert dims is not None
+        key_local = p.linear_key_heads_local * dims.key_head_dim
+        conv_local = GDN_QK * key_local + p.linear_value_heads_local * dims.value_head_dim
+        conv_state_bytes = (dims.conv_kernel_size - 1) * conv_local * ACTIVATION_BYTES
+        self._attention_op(
+            "gdn_conv1d",
+            scope,
+            count,
+            flops=part_tokens
+            * conv_local
+            * (FLOPS_PER_MAC * dims.conv_kernel_size + ACT_FLOPS_PER_ELEMENT),
+            hbm_bytes=READ_WRITE * part_tokens * conv_local * ACTIVATION_BYTES
+            + READ_WRITE * s.concurrency * conv_state_bytes
+            + conv_local * dims.conv_kernel_size * BYTES_16BIT,
+            flops_per_s=p.bf16_flops_per_s,
+        )
+
+    def gdn_delta_rule(self, scope: str, count: int, s: ForwardShape, part_tokens: int) -> None:
+        """Gated DeltaNet's delta-rule kernel of one sub-batch: recurrent for a decode, chunked
+        for a prefill; q and k in, v in, the output out, each request's state read once and
+        written once (the chunked form also writes and rereads its per-chunk states and w, u)."""
+        p = self.plan
+        dims = p.model.linear_attention
+        assert dims is not None
+        v_heads = p.linear_value_heads_local
+        dk, dv = dims.key_head_dim, dims.value_head_dim
+        key_local, value_local = p.linear_key_heads_local * dk, v_heads * dv
+        state_elements = v_heads * dk * dv
+        state_bytes = state_elements * dims.state_bytes_per_element
+        io_bytes = (
+            part_tokens * (GDN_QK * key_local + Q_AND_O * value_local) * ACTIVATION_BYTES
+            + READ_WRITE * s.concurrency * state_bytes
+        )
+        if s.is_decode:
+            flops = GDN_RECURRENT_FLOPS_PER_STATE_ELEMENT * part_tokens * state_elements
+            name = "gdn_recurrent"
+        else:
+            per_head_macs = GDN_CHUNK_STATE_MACS_PER_ELEMENT * dk * dv + GDN_CHUNK_TOKENS * (
+                GDN_CHUNK_KEY_PRODUCTS * dk + GDN_CHUNK_VALUE_PRODUCTS * dv
+            )
+            flops = FLOPS_PER_MAC * part_tokens * v_heads * per_head_macs
+            chunks = s.concurrency * math.ceil(s.query_len / GDN_CHUNK_TOKENS)
+            intermediates = (
+                part_tokens
+                * v_heads
+                * (GDN_CHUNK_KEY_INTERMEDIATES * dk + GDN_CHUNK_VALUE_INTERMEDIATES * dv)
+            )
+            io_bytes += READ_WRITE * (chunks * state_elements + intermediates) * ACTIVATION_BYTES
+            name = "gdn_chunked"
+        self._attention_op(
+            name,
+            scope,
+            count,
+            flops=flops,
+            hbm_bytes=io_bytes,
+            flops_per_s=p.attention_flops_per_s,
+        )
 
     def _attention_kernel(
         self, shape: ForwardShape, scope: str, count: int, *, flops: float, hbm_bytes: float

@@ -23,6 +23,9 @@ measured shape, so the runner's rates, ramps, bytes and fixed costs apply unchan
 - context / generation MLA: ``mla_attention_kernel`` (prefill / decode) with DeepSeek-V3's
   MLA sizes (the tables give only the local head count).
 - MLA BMMs: ``mla_bmm`` (``q_absorb`` for ``mla_gen_pre``, ``v_up`` for ``mla_gen_post``).
+- Gated DeltaNet: ``gdn_conv1d`` (the ``causal_conv1d_*`` kernels) and ``gdn_delta_rule`` (the
+  chunked / fused-recurrent delta-rule kernels) for ``batch_size`` requests of ``seq_len``
+  tokens, ``num_k_heads`` / ``num_v_heads`` local heads; a ``generation`` row is a decode.
 - collectives: ``ForwardBuilder.collective`` over ``num_gpus`` devices of the system's tiers.
 
 The fixed cost per kernel is the runner's captured-graph cost (the collectors time kernels back
@@ -42,7 +45,9 @@ from typing import Literal
 from app.core.catalog.architecture import (
     AttentionKind,
     FfnKind,
+    LayerAttention,
     LayerGroup,
+    LinearAttentionDims,
     MlaDims,
     ModelArchitecture,
     MoeDims,
@@ -86,6 +91,7 @@ class KernelFamily(enum.StrEnum):
     CONTEXT_MLA = "context_mla"
     GENERATION_MLA = "generation_mla"
     MLA_BMM = "mla_bmm"
+    GDN = "gdn"
     CUSTOM_ALL_REDUCE = "custom_all_reduce"
     NCCL = "nccl"
 
@@ -99,6 +105,7 @@ KERNEL_TABLES: Mapping[str, KernelFamily] = {
     "context_mla_perf": KernelFamily.CONTEXT_MLA,
     "generation_mla_perf": KernelFamily.GENERATION_MLA,
     "mla_bmm_perf": KernelFamily.MLA_BMM,
+    "gdn_perf": KernelFamily.GDN,
     "custom_allreduce_perf": KernelFamily.CUSTOM_ALL_REDUCE,
     "nccl_perf": KernelFamily.NCCL,
     "oneccl_perf": KernelFamily.NCCL,
@@ -136,6 +143,17 @@ KEY_COLUMNS: Mapping[KernelFamily, tuple[str, ...]] = {
     KernelFamily.CONTEXT_MLA: _MLA_KEY,
     KernelFamily.GENERATION_MLA: _MLA_KEY,
     KernelFamily.MLA_BMM: ("bmm_dtype", "op_name", "num_tokens", "num_heads"),
+    KernelFamily.GDN: (
+        "kernel_source",
+        "phase",
+        "batch_size",
+        "seq_len",
+        "num_k_heads",
+        "head_k_dim",
+        "num_v_heads",
+        "head_v_dim",
+        "d_conv",
+    ),
     KernelFamily.CUSTOM_ALL_REDUCE: ("allreduce_dtype", "num_gpus", "message_size", "backend"),
     KernelFamily.NCCL: ("nccl_dtype", "op_name", "num_gpus", "message_size"),
 }
@@ -146,7 +164,6 @@ _TABLE_REFUSALS: tuple[tuple[str, str], ...] = (
     ("dsv4_megamoe", "DeepSeek-V4 MegaMoE module: no runner op"),
     ("moe_a2a", "MoE all-to-all with token routing: not mapped in this increment"),
     ("trtllm_alltoall", "MoE all-to-all with token routing: not mapped in this increment"),
-    ("gdn", "Gated DeltaNet kernels: not mapped in this increment"),
     ("kda", "Kimi delta attention: the runner has no KDA layer"),
     ("mamba2", "Mamba2: the runner has no Mamba2 layer"),
     ("encoder_attention", "encoder attention: the runner has no encoder"),
@@ -236,6 +253,11 @@ _BALANCED = "balanced"
 _SCOPE = "kernel"
 _LAYER = LayerGroup(ffn=FfnKind.DENSE, sliding_window=None, count=1)
 _MOE_LAYER = LayerGroup(ffn=FfnKind.MOE, sliding_window=None, count=1)
+_LINEAR_LAYER = LayerGroup(
+    ffn=FfnKind.DENSE, sliding_window=None, count=1, attention=LayerAttention.LINEAR
+)
+_GDN_OPS = (("conv1d", "gdn_conv1d"), ("delta_rule", "gdn_delta_rule"))
+_GENERATION = "generation"
 _DECODE = ForwardShape(is_decode=True, concurrency=1, query_len=1, seq_len=1)
 _EAGER_SUFFIX = "_eager"
 _KIB = 1024
@@ -294,6 +316,14 @@ _CONTEXT_BANDS = ((1024.0, "ctx<=1k"), (8192.0, "ctx 1k-8k"))
 _MESSAGE_BANDS = ((64.0 * _KIB, "msg<=64KiB"), (4.0 * _MIB, "msg 64KiB-4MiB"))
 
 
+def _quantization_label(family: KernelFamily, key: Sequence[object]) -> str:
+    """A refused row's quantization label: its dtype column (the first key column of every
+    family but Gated DeltaNet, whose tables have none)."""
+    if family is KernelFamily.GDN or not key:
+        return ""
+    return _text(key[0])
+
+
 def _attention_prediction(
     family: KernelFamily, compute: str, kv: str, band: str, builder: ForwardBuilder
 ) -> KernelPrediction:
@@ -315,8 +345,14 @@ def _model(
     intermediate: int = 1,
     moe: MoeDims | None = None,
     mla: MlaDims | None = None,
+    linear: LinearAttentionDims | None = None,
 ) -> ModelArchitecture:
     """A one-layer model whose one op of interest has the measured shape."""
+    layer = _LAYER
+    if moe is not None:
+        layer = _MOE_LAYER
+    elif linear is not None:
+        layer = _LINEAR_LAYER
     return ModelArchitecture(
         name="kernel",
         model_type="kernel",
@@ -331,7 +367,8 @@ def _model(
         attention=AttentionKind.MLA if mla is not None else AttentionKind.GQA,
         mla=mla,
         moe=moe,
-        layer_groups=(_MOE_LAYER if moe is not None else _LAYER,),
+        linear_attention=linear,
+        layer_groups=(layer,),
     )
 
 
@@ -351,6 +388,7 @@ class KernelPricer:
             KernelFamily.CONTEXT_MLA: self._context_mla,
             KernelFamily.GENERATION_MLA: self._generation_mla,
             KernelFamily.MLA_BMM: self._mla_bmm,
+            KernelFamily.GDN: self._gdn,
             KernelFamily.CUSTOM_ALL_REDUCE: self._custom_all_reduce,
             KernelFamily.NCCL: self._nccl,
         }
@@ -362,7 +400,7 @@ class KernelPricer:
         except _Refused as refusal:
             return KernelPrediction(
                 op=family.value,
-                quantization=_text(key[0]) if key else "",
+                quantization=_quantization_label(family, key),
                 band="",
                 predicted_ms=None,
                 reason=str(refusal),
@@ -370,7 +408,7 @@ class KernelPricer:
         except ChunkwiseError as err:  # the runner's own refusal of the shape (tiers, sizes)
             return KernelPrediction(
                 op=family.value,
-                quantization=_text(key[0]) if key else "",
+                quantization=_quantization_label(family, key),
                 band="",
                 predicted_ms=None,
                 reason=f"runner refuses the shape: {err}",
@@ -583,6 +621,53 @@ class KernelPricer:
             op=f"{_OP_MLA_BMM}[{op}]",
             quantization=dtype,
             band=_band(tokens, _M_BANDS, "M>1024"),
+            predicted_ms=builder.latency_ms(),
+        )
+
+    def _gdn(self, key: Sequence[object]) -> KernelPrediction:
+        source, phase = _text(key[0]), _text(key[1])
+        op = next((name for marker, name in _GDN_OPS if marker in source), None)
+        if op is None:
+            raise _Refused(f"Gated DeltaNet kernel {source or '?'}: no runner op")
+        batch, length = _positive(key[2], "batch_size"), _positive(key[3], "seq_len")
+        k_heads, dk = _positive(key[4], "num_k_heads"), _positive(key[5], "head_k_dim")
+        v_heads, dv = _positive(key[6], "num_v_heads"), _positive(key[7], "head_v_dim")
+        conv = _positive(key[8], "d_conv")
+        if v_heads % k_heads:
+            raise _Refused("num_v_heads is not a multiple of num_k_heads")
+        plan = self._plan(
+            ("gdn", k_heads, dk, v_heads, dv, conv),
+            lambda: build_plan(
+                _model(
+                    heads=1,
+                    kv_heads=1,
+                    head_dim=dk,
+                    hidden=v_heads * dv,
+                    linear=LinearAttentionDims(
+                        num_key_heads=k_heads,
+                        num_value_heads=v_heads,
+                        key_head_dim=dk,
+                        value_head_dim=dv,
+                        conv_kernel_size=conv,
+                    ),
+                ),
+                self.device,
+                _SINGLE,
+                _BF16,
+            ),
+        )
+        shape = ForwardShape(
+            is_decode=phase == _GENERATION, concurrency=batch, query_len=length, seq_len=length
+        )
+        builder = self._builder(plan)
+        if op == "gdn_conv1d":
+            builder.gdn_conv1d(_SCOPE, 1, shape, batch * length)
+        else:
+            builder.gdn_delta_rule(_SCOPE, 1, shape, batch * length)
+        return KernelPrediction(
+            op=f"{op}[{phase}]",
+            quantization="bfloat16",
+            band=_band(batch * length, _M_BANDS, "M>1024"),
             predicted_ms=builder.latency_ms(),
         )
 

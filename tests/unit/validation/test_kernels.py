@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.catalog import get_device, get_model
-from app.core.catalog.architecture import FfnKind
+from app.core.catalog.architecture import FfnKind, LayerAttention
 from app.core.catalog.quantization import LinearQuantAction, Quantization
 from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
@@ -175,6 +175,42 @@ def test_mla_and_its_bmms_are_the_forwards_mla_ops(pricer: KernelPricer) -> None
     assert pre.op == "mla_bmm[mla_gen_pre]"
 
 
+@pytest.mark.parametrize("decode", [True, False])
+def test_gated_deltanet_is_the_forwards_conv_and_delta_rule(
+    pricer: KernelPricer, decode: bool
+) -> None:
+    model = get_model("Qwen/Qwen3.5-397B-A17B")
+    dims = model.linear_attention
+    assert dims is not None
+    plan = build_plan(model, H100, ParallelLayout(tp=4), Quantization())
+    length = 1 if decode else 2048
+    shape = ForwardShape(is_decode=decode, concurrency=8, query_len=length, seq_len=length)
+    builder = ForwardBuilder(plan, (shape,), graph_mode=True)
+    linear = next(g for g in model.layer_groups if g.attention is LayerAttention.LINEAR)
+    builder.layer_group(linear, "layers", 1, 8 * length, [(shape, 8 * length)])
+    phase = "generation" if decode else "context"
+    key = (phase, 8, length, dims.num_key_heads // 4, dims.key_head_dim)
+    key_tail = (dims.num_value_heads // 4, dims.value_head_dim, dims.conv_kernel_size)
+    conv = pricer.price(KernelFamily.GDN, ("causal_conv1d_fn", *key, *key_tail))
+    rule = pricer.price(KernelFamily.GDN, ("chunk_gated_delta_rule", *key, *key_tail))
+    if not decode:
+        # Prefill runs eager in a forward; the kernel pays the graph cost here.
+        eager_gap_ms = (H100.kernel_launch_us - H100.graph_kernel_launch_us) / 1e3
+    else:
+        eager_gap_ms = 0.0
+    assert conv.predicted_ms is not None and rule.predicted_ms is not None
+    assert conv.predicted_ms + eager_gap_ms == pytest.approx(
+        _ops_total(builder.ops, {"gdn_conv1d"})
+    )
+    rule_op = "gdn_recurrent" if decode else "gdn_chunked"
+    assert rule.predicted_ms + eager_gap_ms == pytest.approx(_ops_total(builder.ops, {rule_op}))
+    assert (conv.op, rule.op, rule.quantization) == (
+        f"gdn_conv1d[{phase}]",
+        f"gdn_delta_rule[{phase}]",
+        "bfloat16",
+    )
+
+
 def test_a_collective_is_the_runners_collective(pricer: KernelPricer) -> None:
     tier = H100.interconnect[0]
     elements = 1 << 26
@@ -215,6 +251,11 @@ def test_a_collective_is_the_runners_collective(pricer: KernelPricer) -> None:
         ),
         (KernelFamily.MLA_BMM, ("bfloat16", "mla_ctx", 1, 16), "MLA BMM mla_ctx: no runner op"),
         (
+            KernelFamily.GDN,
+            ("chunk_kda", "context", 1, 16, 16, 128, 16, 128, 4),
+            "Gated DeltaNet kernel chunk_kda: no runner op",
+        ),
+        (
             KernelFamily.NCCL,
             ("half", "broadcast", 8, 1024),
             "collective broadcast: no runner collective",
@@ -243,7 +284,7 @@ def test_the_runners_own_refusal_is_passed_on(pricer: KernelPricer) -> None:
     [
         ("mla_context_module_perf", "module measurement"),
         ("wideep_context_moe_perf", "wide-EP"),
-        ("gdn_perf", "Gated DeltaNet"),
+        ("kda_perf", "Kimi delta attention"),
         ("dsa_context_module_perf", "module measurement"),
         ("dsv4_csa_topk_calib_perf", "sparse-attention"),
         ("computescale_perf", "quantization kernel"),
