@@ -6,9 +6,10 @@ when the command runs; the mapping of a measured row to the runner's op and its 
 (the columns its prediction reads) is priced once per system and reused by its other rows (the
 engines of one system measure the same shapes).
 
-Layout: ``DIR`` is the unpacked ``aiconfigurator-core`` wheel (``aiconfigurator_core/systems/
-data`` inside), its ``systems`` folder's parent, or the ``data`` folder itself, holding
-``<system>/<op>/<engine>/<version>/<table>.parquet``.
+Layout: ``DIR`` is the unpacked ``aiconfigurator-core`` wheel, or its ``aiconfigurator_core``,
+``systems`` or ``systems/data`` folder (:data:`DATA_SUBDIRS`); the data folder holds
+``<system>/<op>/<engine>/<version>/<table>.parquet``. Only systems with tables are valid
+``--system`` values (0.12.0 ships empty ``a100_pcie`` and ``a30`` folders).
 """
 
 from __future__ import annotations
