@@ -163,6 +163,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from app import services
     from app.core.errors import ChunkwiseError
 
+    if args.kernels is not None:
+        return _validate_kernels(args)
+    if args.system is not None or args.engine is not None or args.split != "all":
+        return fail("--system, --engine and --split go with --kernels")
     if args.cases is not None:
         return _validate_case_file(args)
     try:
@@ -223,6 +227,33 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     else:
         print(render.calibration_table(body))
         print(f"wrote {args.out}")
+    return 0
+
+
+def _validate_kernels(args: argparse.Namespace) -> int:
+    """``validate --kernels DIR``: every measured kernel priced or refused with its reason."""
+    from pathlib import Path
+
+    from app.core.errors import ChunkwiseError
+
+    if args.kind or args.all or args.cases is not None:
+        return fail("--kernels replays the kernel tables; leave out --kind, --all and --cases")
+    from app.services.kernels import validate_kernels
+
+    try:
+        report = validate_kernels(
+            Path(args.kernels),
+            system=args.system,
+            engine=args.engine,
+            csv_path=None if args.csv is None else Path(args.csv),
+            split=args.split,
+        )
+    except ChunkwiseError as err:
+        return fail(err)
+    if args.format == "json":
+        render.dump(report.to_dict())
+    else:
+        print(report.format_table())
     return 0
 
 

@@ -27,6 +27,7 @@ from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
 from app.core.optimizer.disagg_search import DEFAULT_MAX_WORKERS
 from app.core.profiles import DEFAULT_ENGINE, OVERRIDABLE, PROFILES, RFC_ENGINE
 from app.core.scheduler import DEFAULT_SCHEDULER, MIXED_LATENCIES, PREFILL_ORDERS, SCHEDULERS
+from app.core.validation.kernels import KERNEL_SPLITS
 from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     DEFAULT_POISSON_SEED,
@@ -125,6 +126,24 @@ def _add_catalog_and_validate(sub: Subparsers[argparse.ArgumentParser]) -> None:
         "measured_agg_serving_cases.csv or measured_disagg_serving_cases.csv (by its header; "
         "instead of --kind / --all); --csv writes one row per input row (case_id, "
         "ttft_ms_pred, tpot_ms_pred, error, ...)",
+    )
+    validate.add_argument(
+        "--kernels",
+        default=None,
+        metavar="DIR",
+        help="price every measured kernel of AIConfigurator's tables (the unpacked "
+        "aiconfigurator-core wheel, or its systems/data folder; needs pyarrow, the 'kernels' "
+        "extra) with the runner's own op costs; errors per system, engine, op, quantization "
+        "and shape band; --csv writes one row per measured point",
+    )
+    validate.add_argument("--system", default=None, help="--kernels: only this system folder")
+    validate.add_argument("--engine", default=None, help="--kernels: only this engine folder")
+    validate.add_argument(
+        "--split",
+        choices=KERNEL_SPLITS,
+        default="all",
+        help="--kernels: every point (all), or only the train (3 of 4) or held-out test (1 of 4) "
+        "shapes of a stable hash of the shape",
     )
     _add_calibration_flag(validate)
     validate.add_argument(

@@ -186,6 +186,16 @@ _AMPERE = {
 # 0.5 / 0.4 taken (also the better TPOT: 4.5 / 9.2 % vs 5.9 / 12.0 %). Early Blackwell kernels
 # reach a smaller share of the doubled peak than Hopper's 0.61.
 _BLACKWELL = {**_HOPPER, "gemm_efficiency_8bit": 0.5, "gemm_efficiency_4bit": 0.4}
+# Intel Xe2 (Arc Pro B60): uncalibrated GEMM guesses (Xe2 XMX kernels assumed as far from peak as
+# the ROCm ones); HBM efficiency 0.5 from aiconfigurator-core 0.12.0 systems/b60.yaml
+# (mem_bw_empirical_scaling_factor 0.5: its standalone kernel bench reached ~220 GB/s of the
+# 456 GB/s spec on memory-bound ops).
+_XE2 = {
+    **_NVIDIA_STACK,
+    "gemm_efficiency_16bit": 0.5,
+    "gemm_efficiency_8bit": 0.45,
+    "memory_efficiency": 0.5,
+}
 # AMD: uncalibrated, ROCm kernels assumed less efficient than the NVIDIA stack.
 _CDNA3 = {
     **_NVIDIA_STACK,
@@ -195,6 +205,7 @@ _CDNA3 = {
 }
 
 _HW_SPECS = "data/hardware_specs.csv"
+_AIC_PCIE_NIC_GB_S = 25.0  # aiconfigurator-core 0.12.0 PCIe SKUs: 1:1 200 Gb/s fabric per GPU
 _MSMODELING = "msmodeling tensor_cast/device.py (HEAD 84fec85)"
 
 
@@ -327,6 +338,32 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         source=_HW_SPECS,
         **_AMPERE,
     ),
+    # PCIe SKUs without NVLink (aiconfigurator-core 0.12.0 systems/*.yaml and the datasheets
+    # cited in data/hardware_specs.csv); GEMM and HBM efficiencies are their architecture's.
+    _device(
+        name="NVIDIA_A100_PCIE_80G",
+        vendor="nvidia",
+        description="A100 PCIe 80GB (Ampere, no FP8, PCIe Gen4, no NVLink)",
+        peak_bf16_tflops=312.0,
+        peak_int8_tops=624.0,
+        hbm_capacity_gb=from_gib(80),
+        hbm_bandwidth_gb_s=1935.0,
+        interconnect=_pcie_node(32.0, _AIC_PCIE_NIC_GB_S),
+        source=_HW_SPECS,
+        **_AMPERE,
+    ),
+    _device(
+        name="NVIDIA_A30_24G",
+        vendor="nvidia",
+        description="A30 24GB (Ampere, no FP8, HBM2, PCIe Gen4, no NVLink bridge)",
+        peak_bf16_tflops=165.0,
+        peak_int8_tops=330.0,
+        hbm_capacity_gb=from_gib(24),
+        hbm_bandwidth_gb_s=933.0,
+        interconnect=_pcie_node(32.0, _AIC_PCIE_NIC_GB_S),
+        source=_HW_SPECS,
+        **_AMPERE,
+    ),
     _device(
         name="NVIDIA_H100_SXM_80G",
         vendor="nvidia",
@@ -380,6 +417,47 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         interconnect=_pcie_node(32.0, _IB_HDR_GB_S),
         source=_HW_SPECS,
         **_ADA,
+    ),
+    _device(
+        name="NVIDIA_H100_PCIE_80G",
+        vendor="nvidia",
+        description="H100 PCIe 80GB (Hopper, HBM2e, PCIe Gen5, no NVLink bridge)",
+        peak_bf16_tflops=756.5,
+        peak_fp8_tflops=1513.0,
+        peak_int8_tops=1513.0,
+        hbm_capacity_gb=from_gib(80),
+        hbm_bandwidth_gb_s=2000.0,
+        interconnect=_pcie_node(64.0, _IB_NDR_GB_S),
+        source=_HW_SPECS,
+        **_HOPPER,
+    ),
+    _device(
+        name="NVIDIA_L4_24G",
+        vendor="nvidia",
+        description="L4 24GB (Ada, GDDR6, PCIe Gen4, no NVLink)",
+        peak_bf16_tflops=121.0,
+        peak_fp8_tflops=242.0,
+        peak_int8_tops=242.0,
+        hbm_capacity_gb=from_gib(24),
+        hbm_bandwidth_gb_s=300.0,
+        interconnect=_pcie_node(32.0, _AIC_PCIE_NIC_GB_S),
+        source=_HW_SPECS,
+        **_ADA,
+    ),
+    # Blackwell workstation silicon (SM 12.0, GDDR7): the B200's efficiencies, uncalibrated.
+    _device(
+        name="NVIDIA_RTX_PRO_6000_SERVER_96G",
+        vendor="nvidia",
+        description="RTX PRO 6000 Blackwell Server Edition 96GB (GDDR7, PCIe Gen5, no NVLink)",
+        peak_bf16_tflops=467.8,
+        peak_fp8_tflops=935.6,
+        peak_int8_tops=935.6,
+        peak_fp4_tflops=1871.2,
+        hbm_capacity_gb=from_mib(97887),
+        hbm_bandwidth_gb_s=1792.0,
+        interconnect=_pcie_node(64.0, _IB_NDR_GB_S),
+        source=_HW_SPECS,
+        **_BLACKWELL,
     ),
     _device(
         name="NVIDIA_B200_SXM_180G",
@@ -439,6 +517,21 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         interconnect=_nvl72_rack(_IB_XDR_GB_S),
         source=_HW_SPECS,
         **_BLACKWELL,
+    ),
+    # No FP8 matrix path: its FP8 GEMMs run at the BF16 rate (aiconfigurator-core's b60.yaml sets
+    # fp8 = bf16), stated here so the INT8 fallback does not apply. PCIe 5.0 x8 between cards.
+    _device(
+        name="INTEL_ARC_PRO_B60_24G",
+        vendor="intel",
+        description="Intel Arc Pro B60 24GB (Xe2, GDDR6, PCIe 5.0 x8, no FP8 matrix path)",
+        peak_bf16_tflops=98.3,
+        peak_fp8_tflops=98.3,
+        peak_int8_tops=197.0,
+        hbm_capacity_gb=from_gib(24),
+        hbm_bandwidth_gb_s=456.0,
+        interconnect=_pcie_node(28.4, _IB_NDR_GB_S),
+        source=_HW_SPECS,
+        **_XE2,
     ),
     _device(
         name="AMD_MI300X_192G",

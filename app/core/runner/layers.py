@@ -86,6 +86,8 @@ INDEXER_SCORE_FLOPS_PER_HEAD = 3
 FP8_QUANT_FLOPS_PER_ELEMENT = 3
 INDEXER_Q_BYTES = 1.0  # queries enter the score kernel as float8_e4m3fn
 INDEXER_WEIGHT_BYTES = 4.0  # per-head weights times the query scales, float32
+MLA_Q_ABSORB = "q_absorb"  # decode MLA's batched GEMMs (ForwardBuilder.mla_bmm)
+MLA_V_UP = "v_up"
 
 
 def new_tokens(shape: ForwardShape) -> int:
@@ -420,16 +422,7 @@ class ForwardBuilder:
             flops_per_element=ROPE_FLOPS_PER_ELEMENT,
         )
         for s, new_tokens in attention:
-            pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
-            kv_read = s.concurrency * _context(s, group) * kv_out * p.kv_bytes_per_element
-            kv_write = new_tokens * kv_out * p.kv_bytes_per_element
-            self._attention_kernel(
-                s,
-                scope,
-                count,
-                flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),  # QK^T then PV
-                hbm_bytes=kv_read + kv_write + Q_AND_O * new_tokens * q_out * ACTIVATION_BYTES,
-            )
+            self.gqa_attention_kernel(group, scope, count, s, new_tokens)
         if gate_out:
             self.elementwise(
                 "attn_output_gate",
@@ -440,6 +433,27 @@ class ForwardBuilder:
                 flops_per_element=ACT_FLOPS_PER_ELEMENT,
             )
         self.gemm("o_proj", scope, count, tokens, q_out, h)
+
+    def gqa_attention_kernel(
+        self, group: LayerGroup, scope: str, count: int, s: ForwardShape, new_tokens: int
+    ) -> None:
+        """The attention kernel of one sub-batch ``s`` (``new_tokens`` queries and KV appends):
+        QK^T and PV over its attended pairs, the KV it reads and writes, its queries and
+        outputs. Also what ``validate --kernels`` prices a measured attention kernel with."""
+        p, m = self.plan, self.plan.model
+        d = m.head_dim
+        q_out = p.heads_local * d
+        kv_out = KV_TENSORS * p.kv_heads_local * d
+        pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
+        kv_read = s.concurrency * _context(s, group) * kv_out * p.kv_bytes_per_element
+        kv_write = new_tokens * kv_out * p.kv_bytes_per_element
+        self._attention_kernel(
+            s,
+            scope,
+            count,
+            flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),  # QK^T then PV
+            hbm_bytes=kv_read + kv_write + Q_AND_O * new_tokens * q_out * ACTIVATION_BYTES,
+        )
 
     def _linear_attention(
         self, scope: str, count: int, tokens: int, attention: Sequence[Part]
@@ -460,23 +474,8 @@ class ForwardBuilder:
         gates_local = GDN_GATES_PER_VALUE_HEAD * v_heads
         self.gemm("gdn_in_proj_qkvz", scope, count, tokens, h, conv_local + value_local)
         self.gemm("gdn_in_proj_ba", scope, count, tokens, h, gates_local)
-        state_elements = v_heads * dk * dv
-        state_bytes = state_elements * dims.state_bytes_per_element
-        conv_state_bytes = (dims.conv_kernel_size - 1) * conv_local * ACTIVATION_BYTES
         for s, part_tokens in attention:
-            # Each request reads its conv state (the last kernel - 1 inputs) and writes it back.
-            self._attention_op(
-                "gdn_conv1d",
-                scope,
-                count,
-                flops=part_tokens
-                * conv_local
-                * (FLOPS_PER_MAC * dims.conv_kernel_size + ACT_FLOPS_PER_ELEMENT),
-                hbm_bytes=READ_WRITE * part_tokens * conv_local * ACTIVATION_BYTES
-                + READ_WRITE * s.concurrency * conv_state_bytes
-                + conv_local * dims.conv_kernel_size * BYTES_16BIT,
-                flops_per_s=p.bf16_flops_per_s,
-            )
+            self.gdn_conv1d(scope, count, s, part_tokens)
         self.elementwise(
             "gdn_gating",
             scope,
@@ -486,37 +485,7 @@ class ForwardBuilder:
             flops_per_element=ACT_FLOPS_PER_ELEMENT,
         )
         for s, part_tokens in attention:
-            # q and k in, v in, the output out; the state read once and written once.
-            io_bytes = (
-                part_tokens * (GDN_QK * key_local + Q_AND_O * value_local) * ACTIVATION_BYTES
-                + READ_WRITE * s.concurrency * state_bytes
-            )
-            if s.is_decode:
-                flops = GDN_RECURRENT_FLOPS_PER_STATE_ELEMENT * part_tokens * state_elements
-                name = "gdn_recurrent"
-            else:
-                per_head_macs = GDN_CHUNK_STATE_MACS_PER_ELEMENT * dk * dv + GDN_CHUNK_TOKENS * (
-                    GDN_CHUNK_KEY_PRODUCTS * dk + GDN_CHUNK_VALUE_PRODUCTS * dv
-                )
-                flops = FLOPS_PER_MAC * part_tokens * v_heads * per_head_macs
-                chunks = s.concurrency * math.ceil(s.query_len / GDN_CHUNK_TOKENS)
-                intermediates = (
-                    part_tokens
-                    * v_heads
-                    * (GDN_CHUNK_KEY_INTERMEDIATES * dk + GDN_CHUNK_VALUE_INTERMEDIATES * dv)
-                )
-                io_bytes += (
-                    READ_WRITE * (chunks * state_elements + intermediates) * ACTIVATION_BYTES
-                )
-                name = "gdn_chunked"
-            self._attention_op(
-                name,
-                scope,
-                count,
-                flops=flops,
-                hbm_bytes=io_bytes,
-                flops_per_s=p.attention_flops_per_s,
-            )
+            self.gdn_delta_rule(scope, count, s, part_tokens)
         self.elementwise(
             "gdn_gated_norm",
             scope,
@@ -526,6 +495,70 @@ class ForwardBuilder:
             flops_per_element=NORM_FLOPS_PER_ELEMENT + ACT_FLOPS_PER_ELEMENT,
         )
         self.gemm("gdn_out_proj", scope, count, tokens, value_local, h)
+
+    def gdn_conv1d(self, scope: str, count: int, s: ForwardShape, part_tokens: int) -> None:
+        """Gated DeltaNet's short causal conv1d over the q, k, v channels of one sub-batch's
+        ``part_tokens`` tokens; each request reads its conv state (the last kernel - 1 inputs)
+        and writes it back."""
+        p = self.plan
+        dims = p.model.linear_attention
+        assert dims is not None
+        key_local = p.linear_key_heads_local * dims.key_head_dim
+        conv_local = GDN_QK * key_local + p.linear_value_heads_local * dims.value_head_dim
+        conv_state_bytes = (dims.conv_kernel_size - 1) * conv_local * ACTIVATION_BYTES
+        self._attention_op(
+            "gdn_conv1d",
+            scope,
+            count,
+            flops=part_tokens
+            * conv_local
+            * (FLOPS_PER_MAC * dims.conv_kernel_size + ACT_FLOPS_PER_ELEMENT),
+            hbm_bytes=READ_WRITE * part_tokens * conv_local * ACTIVATION_BYTES
+            + READ_WRITE * s.concurrency * conv_state_bytes
+            + conv_local * dims.conv_kernel_size * BYTES_16BIT,
+            flops_per_s=p.bf16_flops_per_s,
+        )
+
+    def gdn_delta_rule(self, scope: str, count: int, s: ForwardShape, part_tokens: int) -> None:
+        """Gated DeltaNet's delta-rule kernel of one sub-batch: recurrent for a decode, chunked
+        for a prefill; q and k in, v in, the output out, each request's state read once and
+        written once (the chunked form also writes and rereads its per-chunk states and w, u)."""
+        p = self.plan
+        dims = p.model.linear_attention
+        assert dims is not None
+        v_heads = p.linear_value_heads_local
+        dk, dv = dims.key_head_dim, dims.value_head_dim
+        key_local, value_local = p.linear_key_heads_local * dk, v_heads * dv
+        state_elements = v_heads * dk * dv
+        state_bytes = state_elements * dims.state_bytes_per_element
+        io_bytes = (
+            part_tokens * (GDN_QK * key_local + Q_AND_O * value_local) * ACTIVATION_BYTES
+            + READ_WRITE * s.concurrency * state_bytes
+        )
+        if s.is_decode:
+            flops = GDN_RECURRENT_FLOPS_PER_STATE_ELEMENT * part_tokens * state_elements
+            name = "gdn_recurrent"
+        else:
+            per_head_macs = GDN_CHUNK_STATE_MACS_PER_ELEMENT * dk * dv + GDN_CHUNK_TOKENS * (
+                GDN_CHUNK_KEY_PRODUCTS * dk + GDN_CHUNK_VALUE_PRODUCTS * dv
+            )
+            flops = FLOPS_PER_MAC * part_tokens * v_heads * per_head_macs
+            chunks = s.concurrency * math.ceil(s.query_len / GDN_CHUNK_TOKENS)
+            intermediates = (
+                part_tokens
+                * v_heads
+                * (GDN_CHUNK_KEY_INTERMEDIATES * dk + GDN_CHUNK_VALUE_INTERMEDIATES * dv)
+            )
+            io_bytes += READ_WRITE * (chunks * state_elements + intermediates) * ACTIVATION_BYTES
+            name = "gdn_chunked"
+        self._attention_op(
+            name,
+            scope,
+            count,
+            flops=flops,
+            hbm_bytes=io_bytes,
+            flops_per_s=p.attention_flops_per_s,
+        )
 
     def _attention_kernel(
         self, shape: ForwardShape, scope: str, count: int, *, flops: float, hbm_bytes: float
@@ -609,61 +642,73 @@ class ForwardBuilder:
             # A sparse model's query reads only the top-k latents the indexer selected.
             selected = context if topk is None else min(context, topk)
             pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, window)
-            kv_read = s.concurrency * selected * latent * p.kv_bytes_per_element
-            kv_write = new_tokens * latent * p.kv_bytes_per_element
             if s.is_decode:
                 # Absorb W_UK into the query and W_UV after attention: MQA over the latent.
-                self.gemm(
-                    "q_absorb",
-                    scope,
-                    count,
-                    new_tokens,
-                    mla.qk_nope_head_dim,
-                    heads * mla.kv_lora_rank,
-                    weight_rows=heads * mla.qk_nope_head_dim * mla.kv_lora_rank,
+                self.mla_bmm(MLA_Q_ABSORB, scope, count, new_tokens)
+                self.mla_attention_kernel(
+                    scope, count, s, new_tokens, positions=selected, pairs=pairs
                 )
-                self._attention_kernel(
-                    s,
-                    scope,
-                    count,
-                    flops=FLOPS_PER_MAC * pairs * heads * (latent + mla.kv_lora_rank),
-                    hbm_bytes=kv_read
-                    + kv_write
-                    + new_tokens * heads * (latent + mla.kv_lora_rank) * ACTIVATION_BYTES,
-                )
-                self.gemm(
-                    "v_up",
-                    scope,
-                    count,
-                    new_tokens,
-                    mla.kv_lora_rank,
-                    heads * mla.v_head_dim,
-                    weight_rows=heads * mla.kv_lora_rank * mla.v_head_dim,
-                )
+                self.mla_bmm(MLA_V_UP, scope, count, new_tokens)
             else:
                 # Decompress the latent of every context token, then multi-head attention (a
                 # sparse model's queries select different tokens: together they cover the
                 # context, so every latent is read and decompressed once).
-                kv_read = s.concurrency * context * latent * p.kv_bytes_per_element
                 kv_b_out = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
                 self.gemm(
                     "kv_b_proj", scope, count, s.concurrency * context, mla.kv_lora_rank, kv_b_out
                 )
-                self._attention_kernel(
-                    s,
-                    scope,
-                    count,
-                    flops=FLOPS_PER_MAC * pairs * heads * (mla.qk_head_dim + mla.v_head_dim),
-                    hbm_bytes=kv_read
-                    + kv_write
-                    + s.concurrency
-                    * context
-                    * heads
-                    * (mla.qk_head_dim + mla.v_head_dim)
-                    * ACTIVATION_BYTES
-                    + new_tokens * heads * (mla.qk_head_dim + mla.v_head_dim) * ACTIVATION_BYTES,
+                self.mla_attention_kernel(
+                    scope, count, s, new_tokens, positions=context, pairs=pairs
                 )
         self.gemm("o_proj", scope, count, tokens, heads * mla.v_head_dim, h)
+
+    def mla_bmm(self, name: str, scope: str, count: int, new_tokens: float) -> None:
+        """Decode MLA's batched GEMMs, one per head: :data:`MLA_Q_ABSORB` (the query times its
+        W_UK slice, before attention) or :data:`MLA_V_UP` (the latent output times its W_UV
+        slice, after)."""
+        p = self.plan
+        mla = p.model.mla
+        assert mla is not None
+        if name == MLA_Q_ABSORB:
+            k, n = mla.qk_nope_head_dim, mla.kv_lora_rank
+        else:
+            k, n = mla.kv_lora_rank, mla.v_head_dim
+        heads = p.heads_local
+        self.gemm(name, scope, count, new_tokens, k, heads * n, weight_rows=heads * k * n)
+
+    def mla_attention_kernel(
+        self,
+        scope: str,
+        count: int,
+        s: ForwardShape,
+        new_tokens: int,
+        *,
+        positions: int,
+        pairs: float,
+    ) -> None:
+        """MLA's attention kernel of one sub-batch over ``positions`` cached latents per request
+        (``pairs`` attended (query, key) pairs in all): a decode attends over the latent with
+        the up-projections absorbed (MQA), a prefill over the decompressed heads."""
+        p = self.plan
+        mla = p.model.mla
+        assert mla is not None
+        heads, latent = p.heads_local, mla.cache_elements_per_token
+        kv_read = s.concurrency * positions * latent * p.kv_bytes_per_element
+        kv_write = new_tokens * latent * p.kv_bytes_per_element
+        if s.is_decode:
+            width = latent + mla.kv_lora_rank
+            hbm_bytes = kv_read + kv_write + new_tokens * heads * width * ACTIVATION_BYTES
+        else:
+            width = mla.qk_head_dim + mla.v_head_dim
+            hbm_bytes = (
+                kv_read
+                + kv_write
+                + s.concurrency * positions * heads * width * ACTIVATION_BYTES
+                + new_tokens * heads * width * ACTIVATION_BYTES
+            )
+        self._attention_kernel(
+            s, scope, count, flops=FLOPS_PER_MAC * pairs * heads * width, hbm_bytes=hbm_bytes
+        )
 
     def _sparse_indexer(
         self, group: LayerGroup, scope: str, count: int, tokens: int, attention: Sequence[Part]
@@ -769,8 +814,6 @@ class ForwardBuilder:
             flops_per_element=ROUTER_TOPK_FLOPS_PER_ELEMENT,
             category=OpCategory.MOE,
         )
-        group_tokens = tokens * p.tokens_scale
-        routes = group_tokens * k / p.ep  # token-expert pairs this device computes
         dispatch_bytes = tokens / p.tp * k * h * p.gemm_input_bytes
         combine_bytes = tokens / p.tp * k * h * ACTIVATION_BYTES
         if p.ep > 1:
@@ -782,6 +825,40 @@ class ForwardBuilder:
                 dispatch_bytes,
                 p.moe_group_size,
             )
+        self.moe_experts(scope, count, tokens)
+        if moe.shared_intermediate_size:
+            self.sixteen_bit = SIXTEEN_BIT_SHARED_EXPERTS in p.sixteen_bit_parts
+            self._mlp("shared_expert", scope, count, tokens, moe.shared_intermediate_size / p.tp)
+            self.sixteen_bit = False
+        if p.ep > 1:
+            self.collective(
+                "moe_combine",
+                scope,
+                count,
+                Collective.ALL_TO_ALL,
+                combine_bytes,
+                p.moe_group_size,
+            )
+        self.moe_combine_sum(scope, count, tokens)
+        self.collective(
+            "moe_all_reduce",
+            scope,
+            count,
+            Collective.ALL_REDUCE,
+            tokens * h * ACTIVATION_BYTES,
+            p.tp,
+        )
+
+    def moe_experts(self, scope: str, count: int, tokens: int) -> None:
+        """The routed experts of ``tokens`` tokens on this device: the grouped up (gate+up)
+        GEMM over the experts they touch, the activation, the grouped down GEMM."""
+        p, m = self.plan, self.plan.model
+        moe = m.moe
+        assert moe is not None
+        h = m.hidden_size
+        e, k = moe.num_experts, moe.experts_per_token
+        group_tokens = tokens * p.tokens_scale
+        routes = group_tokens * k / p.ep  # token-expert pairs this device computes
         local_experts = e / p.ep
         touched = local_experts * (1.0 - (1.0 - k / e) ** group_tokens)
         width = moe.expert_intermediate_size / p.moe_tp
@@ -817,35 +894,20 @@ class ForwardBuilder:
             weight_rows=touched * width * h,
             rows_per_weight=routes / touched if touched > 0 else routes,
         )
-        if moe.shared_intermediate_size:
-            self.sixteen_bit = SIXTEEN_BIT_SHARED_EXPERTS in p.sixteen_bit_parts
-            self._mlp("shared_expert", scope, count, tokens, moe.shared_intermediate_size / p.tp)
-            self.sixteen_bit = False
-        if p.ep > 1:
-            self.collective(
-                "moe_combine",
-                scope,
-                count,
-                Collective.ALL_TO_ALL,
-                combine_bytes,
-                p.moe_group_size,
-            )
+
+    def moe_combine_sum(self, scope: str, count: int, tokens: int) -> None:
+        """The weighted sum of each token's ``k`` expert outputs."""
+        m = self.plan.model
+        assert m.moe is not None
+        k = m.moe.experts_per_token
         self.elementwise(
             "moe_combine_sum",
             scope,
             count,
-            tokens * h,
+            tokens * m.hidden_size,
             tensors=k + 1,
             flops_per_element=k,
             category=OpCategory.MOE,
-        )
-        self.collective(
-            "moe_all_reduce",
-            scope,
-            count,
-            Collective.ALL_REDUCE,
-            tokens * h * ACTIVATION_BYTES,
-            p.tp,
         )
 
     # -- per forward -----------------------------------------------------------------------
