@@ -9,7 +9,10 @@ their own; the servers that integration and e2e tests start in subprocesses are 
 
 Property tests (hypothesis) run derandomized, so a run is reproducible and CI never turns red
 on a new random example; ``CHUNKWISE_HYPOTHESIS=explore`` runs them with fresh random examples
-(what a developer does to look for counter-examples).
+(what a developer does to look for counter-examples). The reproducible profile has no per-example
+deadline: an example's time says nothing about its correctness, and on a loaded two-core machine
+(CI, or several suites at once) hypothesis's 200 ms default turned a passing property into a
+``DeadlineExceeded`` / ``Flaky`` failure. Speed is measured in ``bench/``, not here.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-settings.register_profile("reproducible", derandomize=True, database=None)
+settings.register_profile("reproducible", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore")
 settings.load_profile(
     "explore" if os.environ.get("CHUNKWISE_HYPOTHESIS") == "explore" else "reproducible"
