@@ -395,3 +395,40 @@ def get_profile(name: str) -> EngineProfile:
     if found is None:
         raise UnknownEngineError(name, PROFILES)
     return found
+
+
+#: The engines a device vendor's accelerators run, where not every engine does: TensorRT-LLM
+#: is CUDA-only (NVIDIA GPUs); vLLM and SGLang run on Ascend NPUs through their NPU backends
+#: (vllm-project/vllm-ascend, SGLang's ``--device npu``) and on AMD GPUs through ROCm;
+#: ``msmodeling`` is the RFC's model, not an engine, and runs on any device. A vendor not
+#: listed (NVIDIA, a custom device's) runs every profile.
+_NOT_CUDA_ONLY = (VLLM.name, SGLANG.name, MSMODELING.name)
+VENDOR_ENGINES: Mapping[str, tuple[str, ...]] = {
+    **dict.fromkeys(NPU_VENDORS, _NOT_CUDA_ONLY),
+    "amd": _NOT_CUDA_ONLY,
+}
+
+
+def engines_for_vendor(vendor: str) -> tuple[str, ...]:
+    """The engine profiles that run on a device of ``vendor``."""
+    return VENDOR_ENGINES.get(vendor.lower(), tuple(PROFILES))
+
+
+def check_engine_runs_on(engine: str, *, vendor: str, device_name: str) -> None:
+    """Refuse an engine that does not run on the device (TensorRT-LLM on an Ascend NPU),
+    naming the engines that do."""
+    valid = engines_for_vendor(vendor)
+    if engine not in valid:
+        raise InvalidParameterError(
+            "engine",
+            engine,
+            f"an engine that runs on {device_name} ({vendor}): {', '.join(valid)}",
+        )
+
+
+def device_profile(name: str, *, vendor: str, device_name: str) -> EngineProfile:
+    """The profile ``name`` as its engine runs on a device of ``vendor`` (refused, naming the
+    valid engines, when the engine does not run there)."""
+    profile = get_profile(name)
+    check_engine_runs_on(name, vendor=vendor, device_name=device_name)
+    return profile

@@ -17,7 +17,7 @@ from app.core.catalog import (
 )
 from app.core.deploy import LaunchSpec, build_launch_config, profile_values
 from app.core.parallel import ParallelLayout
-from app.core.profiles import DEFAULT_ENGINE, get_profile
+from app.core.profiles import DEFAULT_ENGINE, check_engine_runs_on, get_profile
 from app.core.runner.serving import engine_quantization
 from app.core.workload import ranks_are_coupled
 from app.models.deploy import DeployCommand, DeployRequest, DeployResponse
@@ -42,6 +42,7 @@ def deploy(request: DeployRequest) -> DeployResponse:
     if request.engine_options is not None:
         profile = profile.with_overrides(request.engine_options.model_dump(exclude_none=True))
     device = resolve_device(request.device)
+    check_engine_runs_on(request.engine, vendor=device.vendor, device_name=device.name)
     layout = ParallelLayout(tp=request.tp, dp=request.dp, ep=request.ep, pp=request.pp)
     values = profile_values(
         profile,

@@ -166,3 +166,16 @@ def test_graph_limit_makes_large_decode_batches_eager() -> None:
     assert limited.run_inference(shape).latency_ms > graphs.run_inference(shape).latency_ms
     assert captured.run_inference(shape).latency_ms == graphs.run_inference(shape).latency_ms
     assert limited.identity() != graphs.identity()
+
+
+def test_engines_per_vendor() -> None:
+    from app.core.errors import InvalidParameterError
+    from app.core.profiles import PROFILES, device_profile, engines_for_vendor
+
+    assert engines_for_vendor("nvidia") == tuple(PROFILES)
+    for vendor in ("huawei", "amd"):
+        assert "trtllm" not in engines_for_vendor(vendor)
+        with pytest.raises(InvalidParameterError) as err:
+            device_profile("trtllm", vendor=vendor, device_name="X")
+        assert err.value.field == "engine" and "vllm" in err.value.allowed
+    assert device_profile("vllm", vendor="huawei", device_name="X").name == "vllm"
