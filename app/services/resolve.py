@@ -30,6 +30,7 @@ from app.core.profiles import (
     MSMODELING,
     EngineProfile,
     check_engine_runs_on,
+    device_profile,
     get_profile,
 )
 from app.core.runner import ModelRunner, RunnerServingModel
@@ -209,8 +210,15 @@ def resolve_deployment(
 
 
 def resolve_profile(request: WorkloadMixin) -> EngineProfile:
-    """The request's engine profile (default ``vllm``) with its ``engine_options``."""
-    profile = get_profile(request.engine or DEFAULT_ENGINE)
+    """The request's engine profile (default ``vllm``) as its engine runs on the request's
+    device, with its ``engine_options``."""
+    name = request.engine or DEFAULT_ENGINE
+    device = getattr(request, "device", None)
+    if device is None:
+        profile = get_profile(name)
+    else:
+        resolved = resolve_device(device)
+        profile = device_profile(name, vendor=resolved.vendor, device_name=resolved.name)
     options = request.engine_options
     if options is not None:
         profile = profile.with_overrides(options.model_dump(exclude_none=True))
