@@ -8,7 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from app.core.catalog.devices import DEVICES
+from app.core.profiles import engines_for_vendor
 from tests.api.helpers import run
 
 A3 = "ATLAS_800_A3_752T_128G_DIE"
@@ -42,3 +47,39 @@ def test_published_sglang_ascend_layouts_fit_and_answer_in_seconds(
     # a TTFT of minutes would be requests queueing for KV blocks the device has.
     assert 0 < body["ttft_ms"] < 30_000
     assert 10 < body["tpot_ms"] < 200
+
+
+ASCEND_DEVICES = sorted(name for name, d in DEVICES.items() if d.vendor == "huawei")
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    device=st.sampled_from(ASCEND_DEVICES),
+    engine=st.sampled_from(engines_for_vendor("huawei")),
+    tp=st.sampled_from([1, 2, 4]),
+    concurrency=st.integers(min_value=1, max_value=64),
+)
+def test_no_ascend_answer_puts_its_point_outside_its_interval(
+    client: TestClient, device: str, engine: str, tp: int, concurrency: int
+) -> None:
+    body = {
+        "model": "Qwen/Qwen3-8B",
+        "device": device,
+        "engine": engine,
+        "tp_size": tp,
+        "concurrency": concurrency,
+        "input_length": 1024,
+        "output_length": 64,
+        "requests_per_client": 1,
+        "ttft_limit_ms": 2000,
+        "tpot_limit_ms": 50,
+    }
+    out = client.post("/v1/simulate", json=body).json()
+    if not out["feasible"]:
+        return
+    for key in ("ttft_ms", "tpot_ms"):
+        low, high = out[f"{key}_interval"]
+        assert low <= out[key] * (1 + 1e-9) and out[key] <= high * (1 + 1e-9), (key, out)
+    assert 0.0 <= out["sla_confidence"] <= 1.0
