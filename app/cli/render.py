@@ -187,6 +187,7 @@ ROW_COLUMNS = (
     ("chunks", "prefill_num_chunks", 0),
     ("eff_input", "effective_input_length", 0),
     ("mem_left_gib", "memory_left_gb", 2),
+    ("sla_conf", "sla_confidence", 2),
     ("method", "method", 0),
 )
 
@@ -232,6 +233,7 @@ def optimize_text(body: dict[str, Any]) -> str:
             f"TPOT {fmt(tpot[0], 2)}-{fmt(tpot[1], 2)} ms"
         )
     lines.extend(calibration_lines(body.get("calibration")))
+    lines.extend(notice_lines(body))
     lines.extend(f"suggestion: {text}" for text in body.get("suggestions", ()))
     stats = body["stats"]
     lines.append(
@@ -239,6 +241,12 @@ def optimize_text(body: dict[str, Any]) -> str:
         f"{stats['cache']['hits']} cache hits, {stats['elapsed_ms']:.0f} ms"
     )
     return "\n".join(lines)
+
+
+def notice_lines(body: dict[str, Any]) -> list[str]:
+    """The answer's notice (an estimate outside the validated domain, rows at risk)."""
+    notice = body.get("notice")
+    return [f"notice: {notice}"] if notice else []
 
 
 def _refusal_lines(body: dict[str, Any]) -> list[str]:
@@ -474,7 +482,10 @@ def simulate_text(body: dict[str, Any]) -> str:
         if interval is not None:
             label = f"{key} 80%".ljust(width)
             lines.append(f"{label}  {fmt(interval[0], 3)} - {fmt(interval[1], 3)}")
+    if body.get("sla_confidence") is not None:
+        lines.append(f"{'sla_confidence'.ljust(width)}  {fmt(body['sla_confidence'], 3)}")
     lines.extend(calibration_lines(body.get("calibration")))
+    lines.extend(notice_lines(body))
     lines.extend(f"suggestion: {text}" for text in body.get("suggestions", ()))
     if body["timeline"] is not None:
         rows = [

@@ -74,11 +74,18 @@ SGLANG_MEMORY_TABLE: tuple[tuple[float, int, int, int], ...] = (
 )
 #: Device vendors SGLang runs through its NPU (Ascend) backend.
 NPU_VENDORS = frozenset({"huawei", "ascend"})
+#: SGLang's NPU backend defaults (``hardware_backend/npu/utils.py``,
+#: ``set_default_server_args``, sgl-project/sglang@019f013): NPU memory upper bound (GiB,
+#: inclusive: ``npu_mem <= 64 * 1024``) -> (``chunked_prefill_size``, decode graph
+#: ``max_bs`` at TP < 4, at TP >= 4). They are set before the memory settings, so the same
+#: reserve formula below then runs with them; a larger NPU takes the GPU table.
 SGLANG_NPU_MEMORY_TABLE: tuple[tuple[float, int, int, int], ...] = (
-    (32.0, 32768, 16, 64),
-    (64.0, 32768, 64, 128),
-    (math.inf, 32768, 64, 128),
+    (32.0, 4096, 16, 64),
+    (64.0, 8192, 64, 256),
 )
+#: Rounding of a device's memory in GiB before an inclusive bound is compared (a catalog
+#: 64 GiB device is 64 GiB, not 64 GiB plus a float's last bit).
+_GIB_DIGITS = 6
 #: SGLang's reserve for activations and graphs when ``mem_fraction_static`` is not given:
 #: ``512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp * pp / 8 * 1024``
 #: MiB, plus ``cuda_graph_max_bs * dp * 3`` with DP attention, at least 10 GiB on devices over
@@ -305,9 +312,12 @@ def _vllm_budget(hbm_capacity_gb: float, device_name: str) -> tuple[int, int]:
 
 
 def _sglang_row(hbm_capacity_gb: float, vendor: str) -> tuple[float, int, int, int]:
-    memory_gib = hbm_capacity_gb * GB_BYTES / GIB_BYTES
-    table = SGLANG_NPU_MEMORY_TABLE if vendor.lower() in NPU_VENDORS else SGLANG_MEMORY_TABLE
-    return next(row for row in table if memory_gib < row[0])
+    memory_gib = round(hbm_capacity_gb * GB_BYTES / GIB_BYTES, _GIB_DIGITS)
+    if vendor.lower() in NPU_VENDORS:
+        for row in SGLANG_NPU_MEMORY_TABLE:
+            if memory_gib <= row[0]:
+                return row
+    return next(row for row in SGLANG_MEMORY_TABLE if memory_gib < row[0])
 
 
 #: Overridable numeric values and their bounds (the wire's bounds come from here).
@@ -395,3 +405,53 @@ def get_profile(name: str) -> EngineProfile:
     if found is None:
         raise UnknownEngineError(name, PROFILES)
     return found
+
+
+#: The engines a device vendor's accelerators run, where not every engine does: TensorRT-LLM
+#: is CUDA-only (NVIDIA GPUs); vLLM and SGLang run on Ascend NPUs through their NPU backends
+#: (vllm-project/vllm-ascend, SGLang's ``--device npu``) and on AMD GPUs through ROCm;
+#: ``msmodeling`` is the RFC's model, not an engine, and runs on any device. A vendor not
+#: listed (NVIDIA, a custom device's) runs every profile.
+_NOT_CUDA_ONLY = (VLLM.name, SGLANG.name, MSMODELING.name)
+VENDOR_ENGINES: Mapping[str, tuple[str, ...]] = {
+    **dict.fromkeys(NPU_VENDORS, _NOT_CUDA_ONLY),
+    "amd": _NOT_CUDA_ONLY,
+}
+
+
+def engines_for_vendor(vendor: str) -> tuple[str, ...]:
+    """The engine profiles that run on a device of ``vendor``."""
+    return VENDOR_ENGINES.get(vendor.lower(), tuple(PROFILES))
+
+
+def check_engine_runs_on(engine: str, *, vendor: str, device_name: str) -> None:
+    """Refuse an engine that does not run on the device (TensorRT-LLM on an Ascend NPU),
+    naming the engines that do."""
+    valid = engines_for_vendor(vendor)
+    if engine not in valid:
+        raise InvalidParameterError(
+            "engine",
+            engine,
+            f"an engine that runs on {device_name} ({vendor}): {', '.join(valid)}",
+        )
+
+
+#: The engines' NPU builds, named in the echo (``engine.description``) so an answer says
+#: which rules ran: the profile's device-derived values take the NPU rows by vendor
+#: (:data:`SGLANG_NPU_MEMORY_TABLE`; vLLM-Ascend keeps vLLM's ``gpu_memory_utilization`` of
+#: total memory, ``vllm_ascend/worker/worker.py`` ``requested_memory``).
+NPU_DESCRIPTIONS: Mapping[str, str] = {
+    VLLM.name: "vLLM-Ascend (vllm-project/vllm-ascend) OpenAI server defaults on an Ascend NPU",
+    SGLANG.name: "SGLang server defaults on an Ascend NPU (its NPU backend's defaults)",
+}
+
+
+def device_profile(name: str, *, vendor: str, device_name: str) -> EngineProfile:
+    """The profile ``name`` as its engine runs on a device of ``vendor`` (refused, naming the
+    valid engines, when the engine does not run there): on an Ascend NPU the engine's NPU
+    build."""
+    profile = get_profile(name)
+    check_engine_runs_on(name, vendor=vendor, device_name=device_name)
+    if vendor.lower() in NPU_VENDORS and name in NPU_DESCRIPTIONS:
+        return dataclasses.replace(profile, description=NPU_DESCRIPTIONS[name])
+    return profile

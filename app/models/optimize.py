@@ -176,6 +176,7 @@ class ResultRowOut(BaseModel):
     throughput_interval: tuple[float, float] | None = Field(
         default=None, description=texts.THROUGHPUT_INTERVAL
     )
+    sla_confidence: float | None = Field(default=None, description=texts.SLA_CONFIDENCE)
     request_throughput: float = Field(description=texts.REQUEST_THROUGHPUT)
     parallel: str = Field(description=texts.PARALLEL)
     tp: int = Field(description=texts.TP)
@@ -221,6 +222,7 @@ class ProbeOut(BaseModel):
     throughput_interval: tuple[float, float] | None = Field(
         default=None, description=texts.THROUGHPUT_INTERVAL
     )
+    sla_confidence: float | None = Field(default=None, description=texts.SLA_CONFIDENCE)
 
 
 class ParetoPointOut(BaseModel):
@@ -352,6 +354,7 @@ class OptimizeResponse(BaseModel):
         default=None,
         description=texts.CALIBRATION_APPLIED,
     )
+    notice: str | None = Field(default=None, description=texts.NOTICE)
     stats: RunStats = Field(description=texts.STATS)
 
 

@@ -310,6 +310,8 @@ class SimulateResponse(BaseModel):
         default=None,
         description="output_throughput's 80 % prediction interval [low, high], tokens/s",
     )
+    sla_confidence: float | None = Field(default=None, description=texts.SLA_CONFIDENCE)
+    notice: str | None = Field(default=None, description=texts.NOTICE)
     calibration: dict[str, Any] | None = Field(
         default=None,
         description=texts.CALIBRATION_APPLIED,

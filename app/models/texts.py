@@ -32,6 +32,16 @@ TPOT_LIMIT = (
 # -- results ----------------------------------------------------------------------------------
 TTFT_INTERVAL = "TTFT's 80 % prediction interval [low, high], ms (docs/engine.md)"
 TPOT_INTERVAL = "TPOT's 80 % prediction interval [low, high], ms"
+SLA_CONFIDENCE = (
+    "fraction in [0, 1]: the share of the 80 % intervals inside ttft_limit_ms / "
+    "tpot_limit_ms (per limited metric the share of its interval below the limit on the log "
+    "scale, the smaller of the two); 0.5 or less: a limit is as likely missed as met; null "
+    "without a limit"
+)
+NOTICE = (
+    "what the answer's reader must know before using it: an estimate outside the validated "
+    "domain (its interval centred on it) or rows the intervals say more likely miss a limit"
+)
 THROUGHPUT_INTERVAL = "throughput_tokens_s's 80 % prediction interval [low, high], tokens/s"
 MEMORY_LEFT = (
     f"{GB} left per device at this batch size on the tightest step checked (agg and simulate: "

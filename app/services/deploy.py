@@ -15,9 +15,9 @@ from app.core.catalog import (
     parse_quantization,
     resolve_model_name,
 )
-from app.core.deploy import LaunchSpec, build_launch_config, profile_values
+from app.core.deploy import LaunchSpec, build_launch_config, platform_for, profile_values
 from app.core.parallel import ParallelLayout
-from app.core.profiles import DEFAULT_ENGINE, get_profile
+from app.core.profiles import DEFAULT_ENGINE, check_engine_runs_on, get_profile
 from app.core.runner.serving import engine_quantization
 from app.core.workload import ranks_are_coupled
 from app.models.deploy import DeployCommand, DeployRequest, DeployResponse
@@ -26,6 +26,12 @@ from app.services.resolve import resolve_device
 
 #: The ``--quantization`` value of a linear format both vLLM and SGLang quantize online.
 _ENGINE_QUANTIZATION = {LinearQuantAction.FP8: "fp8"}
+#: On an Ascend NPU, the ``--quantization`` that loads a W8A8 (msModelSlim) checkpoint:
+#: vLLM-Ascend's ``ascend``, SGLang's ``modelslim`` (their Ascend tutorials).
+_NPU_QUANTIZATION = {
+    LinearQuantAction.W8A8_DYNAMIC: {"vllm": "ascend", "sglang": "modelslim"},
+    LinearQuantAction.W8A8_STATIC: {"vllm": "ascend", "sglang": "modelslim"},
+}
 
 
 def _running_cap(request: DeployRequest, profile_cap: int | None) -> int | None:
@@ -42,6 +48,7 @@ def deploy(request: DeployRequest) -> DeployResponse:
     if request.engine_options is not None:
         profile = profile.with_overrides(request.engine_options.model_dump(exclude_none=True))
     device = resolve_device(request.device)
+    check_engine_runs_on(request.engine, vendor=device.vendor, device_name=device.name)
     layout = ParallelLayout(tp=request.tp, dp=request.dp, ep=request.ep, pp=request.pp)
     values = profile_values(
         profile,
@@ -56,7 +63,11 @@ def deploy(request: DeployRequest) -> DeployResponse:
     if request.quantize_attention_action is None:
         quantization = engine_quantization(profile, quantization)
     notes: list[str] = []
-    weight_quantization = _ENGINE_QUANTIZATION.get(quantization.linear)
+    platform = platform_for(device.vendor, device.name)
+    if platform.is_npu:
+        weight_quantization = _NPU_QUANTIZATION.get(quantization.linear, {}).get(request.engine)
+    else:
+        weight_quantization = _ENGINE_QUANTIZATION.get(quantization.linear)
     if weight_quantization is None and quantization.linear != LinearQuantAction.DISABLED:
         notes.append(
             f"serve a checkpoint quantized as {quantization.linear.value}: the engine reads "
@@ -81,6 +92,7 @@ def deploy(request: DeployRequest) -> DeployResponse:
         port=request.port,
         image=request.image,
         name=request.name,
+        platform=platform,
     )
     config = build_launch_config(spec, notes=tuple(notes))
     return DeployResponse(

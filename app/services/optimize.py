@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from app.cache import response_key
 from app.core import limits
+from app.core.calibration import answer_notice, at_risk
 from app.core.errors import InvalidParameterError, SearchLimitError
 from app.core.optimizer import (
     OptimizeResult,
@@ -91,15 +93,31 @@ def _layouts(
     return layouts
 
 
+Limits = tuple[float | None, float | None]
+
+
+class _Uncertain(TypedDict):
+    ttft_ms_interval: tuple[float, float] | None
+    tpot_ms_interval: tuple[float, float] | None
+    throughput_interval: tuple[float, float]
+    sla_confidence: float | None
+
+
+def _limits(spec: WorkloadSpec) -> Limits:
+    return spec.ttft_limit_ms, spec.tpot_limit_ms
+
+
 def _intervals(
     deployment: ResolvedDeployment,
     shape: tuple[int, int, int],
     ttft_ms: float | None,
     tpot_ms: float | None,
     throughput: float,
-) -> dict[str, tuple[float, float] | None]:
+    limits: Limits = (None, None),
+) -> _Uncertain:
     """The 80 % intervals of one evaluated point, (input, output, concurrency) ``shape`` (a
-    side without TTFT or TPOT has no interval for it)."""
+    side without TTFT or TPOT has no interval for it), and the share of them inside
+    ``limits`` (TTFT, TPOT)."""
     input_length, output_length, concurrency = shape
     sure = uncertainty(
         deployment,
@@ -110,14 +128,21 @@ def _intervals(
         tpot_ms=tpot_ms or 0.0,
         throughput=throughput,
     ).intervals
+    confidence = sure.sla_confidence(
+        ttft_limit_ms=None if ttft_ms is None else limits[0],
+        tpot_limit_ms=None if tpot_ms is None else limits[1],
+    )
     return {
         "ttft_ms_interval": None if ttft_ms is None else sure.ttft_ms,
         "tpot_ms_interval": None if tpot_ms is None else sure.tpot_ms,
         "throughput_interval": sure.throughput,
+        "sla_confidence": confidence,
     }
 
 
-def _row_out(row: ResultRow, role: Role, deployment: ResolvedDeployment) -> ResultRowOut:
+def _row_out(
+    row: ResultRow, role: Role, deployment: ResolvedDeployment, limits: Limits = (None, None)
+) -> ResultRowOut:
     """A ranked row with its 80 % intervals (a side without TTFT or TPOT has none for it)."""
     return ResultRowOut(
         **_intervals(
@@ -126,6 +151,7 @@ def _row_out(row: ResultRow, role: Role, deployment: ResolvedDeployment) -> Resu
             row.ttft_ms,
             row.tpot_ms,
             row.throughput_tokens_s,
+            limits,
         ),
         role=role,
         model=row.model,
@@ -168,6 +194,7 @@ def _probe_out(
             probe.ttft_ms,
             probe.tpot_ms,
             probe.throughput_tokens_s,
+            _limits(spec),
         ),
         role=role,
         parallel=layout.label,
@@ -476,7 +503,10 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
     probes: list[ProbeOut] = []
     infeasible: list[InfeasibleLayout] = []
     for section in sections:
-        rows.extend(_row_out(row, section.role, factory.deployment) for row in section.result.rows)
+        rows.extend(
+            _row_out(row, section.role, factory.deployment, _limits(run.spec))
+            for row in section.result.rows
+        )
         if request.include_probes:
             probes.extend(
                 _probe_out(p, section.role, factory.deployment, run.spec)
@@ -510,18 +540,21 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
             advice = memory_advice(factory.deployment, widest, run.spec)
             reason = f"no feasible configuration: {widest.label}: {advice.reason}"
             suggestions = list(advice.suggestions)
+    sure = uncertainty(
+        factory.deployment,
+        input_length=run.spec.input_length,
+        output_length=run.spec.output_length,
+        concurrency=None,
+        ttft_ms=0.0,
+        tpot_ms=0.0,
+        throughput=0.0,
+    )
+    risky = [f"{r.role} {r.parallel}" for r in rows if at_risk(r.sla_confidence)]
     return OptimizeResponse(
         input=request,
         engine=factory.deployment.profile.to_dict(),
-        calibration=uncertainty(
-            factory.deployment,
-            input_length=run.spec.input_length,
-            output_length=run.spec.output_length,
-            concurrency=None,
-            ttft_ms=0.0,
-            tpot_ms=0.0,
-            throughput=0.0,
-        ).calibration,
+        calibration=sure.calibration,
+        notice=answer_notice(sure.intervals, risky),
         mode=mode,
         best=best,
         rows=rows,

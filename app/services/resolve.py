@@ -25,7 +25,14 @@ from app.core.catalog import (
 from app.core.errors import ChunkwiseError, InvalidParameterError, UnknownModelError
 from app.core.optimizer import Deployment
 from app.core.parallel import ParallelLayout
-from app.core.profiles import DEFAULT_ENGINE, MSMODELING, EngineProfile, get_profile
+from app.core.profiles import (
+    DEFAULT_ENGINE,
+    MSMODELING,
+    EngineProfile,
+    check_engine_runs_on,
+    device_profile,
+    get_profile,
+)
 from app.core.runner import ModelRunner, RunnerServingModel
 from app.core.runner.serving import engine_quantization, engine_runner
 from app.core.scheduler import Scheduler
@@ -189,9 +196,11 @@ def resolve_deployment(
     )
     if "quantize_attention_action" not in request.model_fields_set:
         quantization = engine_quantization(profile, quantization)
+    device = resolve_device(request.device)
+    check_engine_runs_on(profile.name, vendor=device.vendor, device_name=device.name)
     return ResolvedDeployment(
         model=resolve_model(request.model, allow_paths=allow_paths),
-        device=resolve_device(request.device),
+        device=device,
         quantization=quantization,
         reserved_memory_gb=request.reserved_memory_gb,
         num_mtp_tokens=num_mtp_tokens,
@@ -201,8 +210,15 @@ def resolve_deployment(
 
 
 def resolve_profile(request: WorkloadMixin) -> EngineProfile:
-    """The request's engine profile (default ``vllm``) with its ``engine_options``."""
-    profile = get_profile(request.engine or DEFAULT_ENGINE)
+    """The request's engine profile (default ``vllm``) as its engine runs on the request's
+    device, with its ``engine_options``."""
+    name = request.engine or DEFAULT_ENGINE
+    device = getattr(request, "device", None)
+    if device is None:
+        profile = get_profile(name)
+    else:
+        resolved = resolve_device(device)
+        profile = device_profile(name, vendor=resolved.vendor, device_name=resolved.name)
     options = request.engine_options
     if options is not None:
         profile = profile.with_overrides(options.model_dump(exclude_none=True))

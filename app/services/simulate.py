@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core import limits
+from app.core.calibration import answer_notice, at_risk
 from app.core.cost import ForwardShape
 from app.core.engine import SimulationResult, StepRecord, combine_replicas, plan_serving, replay
 from app.core.errors import InfeasibleError, InvalidParameterError
@@ -309,6 +310,13 @@ class _SimulationRun:
             throughput=output,
         )
         known = result is not None and reason is None
+        confidence = (
+            sure.intervals.sla_confidence(
+                ttft_limit_ms=self.request.ttft_limit_ms, tpot_limit_ms=self.request.tpot_limit_ms
+            )
+            if known
+            else None
+        )
         response = SimulateResponse(
             input=self.request,
             engine=self.factory.deployment.profile.to_dict(),
@@ -324,6 +332,10 @@ class _SimulationRun:
             ttft_ms_interval=sure.intervals.ttft_ms if known else None,
             tpot_ms_interval=sure.intervals.tpot_ms if known else None,
             output_throughput_interval=sure.intervals.throughput if known else None,
+            sla_confidence=confidence,
+            notice=answer_notice(sure.intervals, [layout.label] if at_risk(confidence) else [])
+            if known
+            else None,
             calibration=sure.calibration,
             output_throughput=output,
             request_throughput=result.request_throughput if result else 0.0,

@@ -168,3 +168,34 @@ def test_get_bad_queries_are_422_naming_the_field(
 ) -> None:
     body = problem(client.get("/v1/deploy", params={**ROW, "engine": "vllm", **change}), 422)
     assert field in body["detail"] or any(field in e["loc"] for e in body.get("errors", []))
+
+
+ASCEND_A3 = "ATLAS_800_A3_752T_128G_DIE"
+
+
+@pytest.mark.parametrize(("engine", "quantization"), [("vllm", "ascend"), ("sglang", "modelslim")])
+def test_an_ascend_row_launches_the_npu_engine(
+    client: TestClient, engine: str, quantization: str
+) -> None:
+    body = _deploy(client, engine=engine, device=ASCEND_A3, quantize_linear_action="W8A8_DYNAMIC")
+    argv = body["command"]["argv"]
+    parse_emitted(ENGINE_CLIS[engine], argv)
+    assert argv[argv.index("--quantization") + 1] == quantization
+    deployment = next(iter(yaml.safe_load_all(body["kubernetes"])))
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"].startswith("quay.io/ascend/")
+    assert container["resources"]["limits"] == {"huawei.com/Ascend910": 2}
+    assert "nvidia" not in body["kubernetes"] + body["compose"]
+
+
+def test_a_model_named_like_an_option_is_a_422(client: TestClient) -> None:
+    response = client.post(
+        "/v1/deploy", json={**ROW, "engine": "vllm", "model": "--trust-remote-code"}
+    )
+    assert problem(response, 422)["errors"][0]["loc"] == ["body", "model"]
+
+
+def test_kubernetes_names_start_with_a_letter(client: TestClient) -> None:
+    body = _deploy(client, engine="vllm", model="01-ai/Yi-34B")
+    for document in yaml.safe_load_all(body["kubernetes"]):
+        assert document["metadata"]["name"][0].isalpha()

@@ -535,7 +535,7 @@ def test_a_timeline_shows_the_busiest_replica(client: TestClient) -> None:
     assert sum(step["finished"] for step in body["timeline"]) == body["batch_size"] == 3
 
 
-@pytest.mark.parametrize("engine", ["msmodeling", "vllm", "trtllm"])
+@pytest.mark.parametrize("engine", ["msmodeling", "vllm", "sglang"])
 @pytest.mark.parametrize("workload", ["burst", "closed_loop"])
 def test_an_optimizer_row_simulates_to_the_same_numbers(
     client: TestClient, workload: str, engine: str

@@ -372,7 +372,7 @@ def shell_words(command: str) -> list[str]:
             },
         ),
         ("agg", {"scheduler_name": "sglang_mixed_chunk", "mixed_latency": "fused"}),
-        ("agg", {"engine": "trtllm", "workload": "burst"}),
+        ("agg", {"engine": "sglang", "workload": "burst"}),
         ("pd_ratio", {"prefill_devices_per_instance": "4", "decode_devices_per_instance": "4"}),
         ("disagg_decode", {}),
     ],

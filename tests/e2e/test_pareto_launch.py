@@ -91,12 +91,14 @@ def test_pareto_front_pick_a_point_and_launch_it(
     assert linked == page.evaluate("window.chunkwise.launch")
     assert linked["replicas"] * linked["devices_per_replica"] == point["num_devices"]
 
-    # Another engine relaunches the same point: TensorRT-LLM with its extra-options file.
-    page.locator("#launch-engine").select_option("trtllm")
-    expect(status).to_contain_text("trtllm:")
-    assert page.locator("#launch-command").input_value().startswith("trtllm-serve")
-    expect(page.locator("#launch-output pre[id^=launch-file-]")).to_contain_text("max_batch_size")
+    # Another engine relaunches the same point: SGLang on its NPU backend, with the Ascend
+    # device plugin's resource (TensorRT-LLM does not run on an Ascend NPU).
+    page.locator("#launch-engine").select_option("sglang")
+    expect(status).to_contain_text("sglang:")
+    command = page.locator("#launch-command").input_value()
+    assert command.startswith("python3 -m sglang.launch_server") and "--device npu" in command
     expect(page.locator("#launch-k8s")).to_contain_text("kind: Deployment")
+    expect(page.locator("#launch-k8s")).to_contain_text("huawei.com/Ascend910")
     page.locator("#launch-panel").scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / "pareto-launch.png"), full_page=True)
 

@@ -10,7 +10,13 @@ measurements, and the 80 % prediction intervals of every estimate.
 The fit over measurement rows lives in :mod:`app.core.validation.calibrate` (it replays rows).
 """
 
-from app.core.calibration.interval import Intervals, Spread, estimate_intervals
+from app.core.calibration.interval import (
+    Intervals,
+    Spread,
+    answer_notice,
+    at_risk,
+    estimate_intervals,
+)
 from app.core.calibration.parameters import (
     PARAMETER_NAMES,
     PARAMETERS,
@@ -25,8 +31,10 @@ __all__ = [
     "CalibrationProfile",
     "Intervals",
     "Spread",
+    "answer_notice",
     "apply_to_device",
     "apply_to_profile",
+    "at_risk",
     "estimate_intervals",
     "profile_from_dict",
 ]

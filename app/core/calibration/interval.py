@@ -99,6 +99,22 @@ class Spread:
             count=min(self.count, other.count),
         )
 
+    @property
+    def excludes_zero(self) -> bool:
+        """The errors all lie on one side: an estimate's own value would fall outside its
+        interval (a systematic bias the model does not represent)."""
+        return self.low > 0.0 or self.high < 0.0
+
+    def around_point(self) -> Spread:
+        """The spread an estimate states when :attr:`excludes_zero`: centred on the estimate
+        and widened to the symmetric hull of the errors (``-+ max(|low|, |high|)``), so the
+        interval holds both the estimate and every value the residuals put the measurement
+        at; a spread that already holds zero is returned as it is."""
+        if not self.excludes_zero:
+            return self
+        half = max(abs(self.low), abs(self.high))
+        return Spread(low=-half, high=half, count=self.count)
+
     def interval(self, predicted: float) -> tuple[float, float]:
         """Where the measurement of ``predicted`` lies with 80 % probability."""
         return predicted * math.exp(-self.high), predicted * math.exp(-self.low)
@@ -116,6 +132,15 @@ class Spread:
             raise InvalidParameterError(f"{field}.{err.field}", err.value, err.allowed) from None
 
 
+#: What an answer says when an interval had to be centred on its estimate.
+OUTSIDE_DOMAIN_NOTICE = (
+    "the estimate lies outside the validated domain: the {metrics} residuals of this "
+    "device, engine and model class all lie on one side of the estimate (a bias the model "
+    "does not yet represent), so the 80 % interval is centred on the estimate and widened to "
+    "hold every value those residuals put the measurement at"
+)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Intervals:
     """80 % intervals of one estimate's TTFT, TPOT and output throughput."""
@@ -123,6 +148,63 @@ class Intervals:
     ttft_ms: tuple[float, float]
     tpot_ms: tuple[float, float]
     throughput: tuple[float, float]
+    #: The metrics (``ttft``, ``tpot``) whose spread excluded the estimate and was centred.
+    centred: tuple[str, ...] = ()
+
+    @property
+    def notice(self) -> str | None:
+        """The outside-the-validated-domain notice, when an interval was centred."""
+        if not self.centred:
+            return None
+        return OUTSIDE_DOMAIN_NOTICE.format(metrics=" and ".join(m.upper() for m in self.centred))
+
+    def sla_confidence(
+        self, *, ttft_limit_ms: float | None, tpot_limit_ms: float | None
+    ) -> float | None:
+        """The share of the intervals inside the limits (``None`` without a limit): per
+        limited metric the share of its interval, on the log scale the errors are measured
+        on, below the limit, and the smaller of the two (the errors share their causes, so
+        the likelier miss decides). 0.5 or less: the limit is as likely missed as met."""
+        shares = [
+            _share_below(interval, limit)
+            for interval, limit in ((self.ttft_ms, ttft_limit_ms), (self.tpot_ms, tpot_limit_ms))
+            if limit is not None
+        ]
+        return min(shares) if shares else None
+
+
+#: Below this ``sla_confidence`` a limit is more likely missed than met.
+SLA_AT_RISK = 0.5
+
+
+def at_risk(confidence: float | None) -> bool:
+    """The intervals say a limit is more likely missed than met."""
+    return confidence is not None and confidence < SLA_AT_RISK
+
+
+def answer_notice(intervals: Intervals, at_risk_labels: Sequence[str] = ()) -> str | None:
+    """An answer's notice: the outside-the-validated-domain one, and the estimates (rows by
+    label) that meet the limits at their point while their intervals say a limit is more
+    likely missed than met."""
+    parts = [intervals.notice] if intervals.notice else []
+    if at_risk_labels:
+        parts.append(
+            f"{', '.join(at_risk_labels)}: the point meets the limits but its 80 % interval "
+            f"says a limit is more likely missed than met (sla_confidence < {SLA_AT_RISK:g}); "
+            "not plainly feasible"
+        )
+    return "; ".join(parts) or None
+
+
+def _share_below(interval: tuple[float, float], limit: float) -> float:
+    low, high = interval
+    if high <= limit:
+        return 1.0
+    if low >= limit:
+        return 0.0
+    if low <= 0.0:  # an interval reaching zero (no such latency): its linear share
+        return (limit - low) / (high - low)
+    return math.log(limit / low) / math.log(high / low)
 
 
 def estimate_intervals(
@@ -137,6 +219,10 @@ def estimate_intervals(
     """The intervals of one estimate. Throughput scales inversely with a request's end-to-end
     time (``TTFT + (output_length - 1) * TPOT``): its bounds take both latencies at the same
     end of their intervals (the two errors share their causes, so they move together)."""
+    centred = tuple(
+        name for name, spread in (("ttft", ttft), ("tpot", tpot)) if spread.excludes_zero
+    )
+    ttft, tpot = ttft.around_point(), tpot.around_point()
     ttft_iv = ttft.interval(ttft_ms)
     tpot_iv = tpot.interval(tpot_ms)
     decode_steps = max(0, output_length - 1)
@@ -147,4 +233,4 @@ def estimate_intervals(
         thr = (throughput * e2e / slow, throughput * e2e / fast)
     else:
         thr = (throughput, throughput)
-    return Intervals(ttft_ms=ttft_iv, tpot_ms=tpot_iv, throughput=thr)
+    return Intervals(ttft_ms=ttft_iv, tpot_ms=tpot_iv, throughput=thr, centred=centred)

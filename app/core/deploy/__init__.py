@@ -19,9 +19,11 @@ from app.core.deploy.options import (
     EngineCli,
     EngineOption,
 )
+from app.core.deploy.platforms import CUDA, Platform, platform_for
 from app.core.deploy.values import ProfileValues, profile_values
 
 __all__ = [
+    "CUDA",
     "DEFAULT_PORT",
     "ENGINE_CLIS",
     "LAUNCH_ENGINES",
@@ -32,8 +34,10 @@ __all__ = [
     "EngineOption",
     "LaunchConfig",
     "LaunchSpec",
+    "Platform",
     "ProfileValues",
     "build_launch_config",
+    "platform_for",
     "profile_values",
     "trtllm_extra_options",
 ]

@@ -15,6 +15,7 @@ divides them by ``--dp-size`` (``ServerArgs._handle_data_parallelism``).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Literal
 
 from app.core.deploy.manifests import CONFIG_DIR, compose_text, kubernetes_text, resource_name
 from app.core.deploy.options import ENGINE_CLIS, LAUNCH_ENGINES, EngineCli
+from app.core.deploy.platforms import CUDA, Platform
 from app.core.errors import InvalidParameterError, UnknownEngineError
 from app.core.parallel import ParallelLayout
 
@@ -42,6 +44,13 @@ SGLANG_MTP_TOPK = 1
 TRTLLM_MTP_DECODING = "MTP"
 #: SGLang's FP8 KV-cache spelling (it has no bare ``fp8``).
 SGLANG_FP8_KV = "fp8_e4m3"
+#: SGLang's device and attention backend on an Ascend NPU (``ServerArgs.device``,
+#: ``attention_backend``; every launch in SGLang's Ascend NPU docs passes both).
+SGLANG_NPU_DEVICE = "npu"
+SGLANG_NPU_ATTENTION_BACKEND = "ascend"
+#: What a model id or path may not look like: an option (``--trust-remote-code``) or text with
+#: whitespace or control characters, which no Hugging Face id or sane path has.
+_NOT_A_MODEL_ID = re.compile(r"^-|[\s\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,12 +80,18 @@ class LaunchSpec:
     port: int = DEFAULT_PORT
     image: str | None = None
     name: str | None = None
+    #: The accelerator platform (image, device plugin, mounts, environment).
+    platform: Platform = CUDA
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_CLIS:
             raise UnknownEngineError(self.engine, LAUNCH_ENGINES)
-        if not self.model.strip():
-            raise InvalidParameterError("model", self.model, "a model id or path to serve")
+        if not self.model.strip() or _NOT_A_MODEL_ID.search(self.model):
+            raise InvalidParameterError(
+                "model",
+                self.model,
+                "a model id or path to serve (not starting with '-', no whitespace)",
+            )
         for name in ("num_devices", "max_batched_tokens", "max_running_requests"):
             value = getattr(self, name)
             if value is None and name == "max_running_requests":
@@ -205,6 +220,9 @@ def _sglang(spec: LaunchSpec) -> tuple[_Emit, dict[str, str]]:
     layout = spec.layout
     dp = spec.instance_dp
     emit = _start(ENGINE_CLIS["sglang"], spec)
+    if spec.platform.is_npu:
+        emit.add("--device", SGLANG_NPU_DEVICE)
+        emit.add("--attention-backend", SGLANG_NPU_ATTENTION_BACKEND)
     # With DP attention SGLang's --tp-size counts every rank of the instance.
     emit.add("--tp-size", layout.tp * dp)
     emit.add("--pp-size", layout.pp)
@@ -291,7 +309,9 @@ def build_launch_config(spec: LaunchSpec, *, notes: tuple[str, ...] = ()) -> Lau
     emit, files = _BUILDERS[spec.engine](spec)
     argv = tuple(emit.argv)
     name = resource_name(spec.name or f"{spec.model}-{spec.engine}")
-    image = spec.image or cli.image
+    platform = spec.platform
+    image = spec.image or platform.images.get(spec.engine, cli.image)
+    env = platform.environment(spec.layout.ep > 1)
     return LaunchConfig(
         engine=spec.engine,
         argv=argv,
@@ -307,6 +327,8 @@ def build_launch_config(spec: LaunchSpec, *, notes: tuple[str, ...] = ()) -> Lau
             replicas=spec.replicas,
             health_path=cli.health_path,
             files=files,
+            platform=platform,
+            env=env,
         ),
         compose=compose_text(
             name=name,
@@ -316,8 +338,10 @@ def build_launch_config(spec: LaunchSpec, *, notes: tuple[str, ...] = ()) -> Lau
             devices=spec.devices_per_instance,
             replicas=spec.replicas,
             files=files,
+            platform=platform,
+            env=env,
         ),
         settings=emit.settings,
-        notes=(*notes, *emit.notes),
+        notes=(*notes, *emit.notes, *platform.notes),
         source=cli.source,
     )

@@ -10,12 +10,15 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
+from app.core.deploy.platforms import Platform
+
 #: Where config files are mounted in the container (TensorRT-LLM's extra-options YAML).
 CONFIG_DIR = "/config"
-#: The GPU resource of the NVIDIA device plugin (one per device of a replica).
-GPU_RESOURCE = "nvidia.com/gpu"
-#: A Kubernetes object name (RFC 1123 label): at most 63 characters.
+#: A Kubernetes object name (RFC 1123 label, and RFC 1035 for a Service): at most 63
+#: characters, lower-case letters, digits and ``-``, starting with a letter.
 MAX_NAME_CHARS = 63
+#: Put before a name that would start with a digit (``01-ai/Yi-34B``).
+NAME_PREFIX = "m-"
 #: Readiness probe: an engine loads weights and captures graphs before it serves.
 READINESS_INITIAL_DELAY_S = 60
 READINESS_PERIOD_S = 10
@@ -25,6 +28,8 @@ READINESS_FAILURES = 90
 def resource_name(text: str) -> str:
     """``Qwen/Qwen3-32B-vllm`` -> ``qwen-qwen3-32b-vllm`` (a valid Kubernetes name)."""
     name = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    if name[:1].isdigit():
+        name = NAME_PREFIX + name
     name = name[:MAX_NAME_CHARS].rstrip("-")
     return name or "llm"
 
@@ -48,9 +53,12 @@ def kubernetes_text(
     replicas: int,
     health_path: str,
     files: Mapping[str, str],
+    platform: Platform,
+    env: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """A Deployment (``replicas`` pods of ``devices`` GPUs each) and its Service; a ConfigMap
-    when the launch has config files."""
+    """A Deployment (``replicas`` pods of ``devices`` accelerators each, the platform's
+    device-plugin resource) and its Service; a ConfigMap when the launch has config files.
+    An NPU pod mounts the host's driver read-only (the plugin allocates the device nodes)."""
     labels = f"app.kubernetes.io/name: {_q(name)}"
     lines = [
         "apiVersion: apps/v1",
@@ -74,12 +82,13 @@ def kubernetes_text(
         f"          image: {_q(image)}",
         "          command:",
         *(f"            - {_q(arg)}" for arg in argv),
+        *_k8s_env(env),
         "          ports:",
         "            - name: http",
         f"              containerPort: {port}",
         "          resources:",
         "            limits:",
-        f"              {GPU_RESOURCE}: {devices}",
+        f"              {platform.resource}: {devices}",
         "          readinessProbe:",
         "            httpGet:",
         f"              path: {_q(health_path)}",
@@ -97,12 +106,24 @@ def kubernetes_text(
             f"              mountPath: {_q(CONFIG_DIR)}",
             "              readOnly: true",
         ]
+    for index, path in enumerate(platform.host_paths):
+        lines += [
+            f"            - name: driver-{index}",
+            f"              mountPath: {_q(path)}",
+            "              readOnly: true",
+        ]
     lines += [
         "      volumes:",
         "        - name: dshm",
         "          emptyDir:",
         "            medium: Memory",
     ]
+    for index, path in enumerate(platform.host_paths):
+        lines += [
+            f"        - name: driver-{index}",
+            "          hostPath:",
+            f"            path: {_q(path)}",
+        ]
     if files:
         lines += [
             "        - name: config",
@@ -147,23 +168,28 @@ def compose_text(
     devices: int,
     replicas: int,
     files: Mapping[str, str],
+    platform: Platform,
+    env: Sequence[tuple[str, str]] = (),
 ) -> str:
     """A docker-compose service: ``replicas`` containers of ``devices`` GPUs each (the host
     ports are left to Docker so the replicas can share a host); config files are mounted
-    from the directory of the compose file."""
-    lines = [
-        "services:",
-        f"  {name}:",
-        f"    image: {_q(image)}",
-        "    entrypoint:",
-        *(f"      - {_q(arg)}" for arg in argv),
-        "    ports:",
-        f"      - {_q(str(port))}",
-        "    ipc: host",
-    ]
-    if files:
-        lines.append("    volumes:")
-        lines += [f"      - {_q(f'./{f}:{CONFIG_DIR}/{f}:ro')}" for f in files]
+    from the directory of the compose file. NPUs have no Docker device driver: one service
+    per replica, each given its own ``/dev/davinci<N>`` nodes (replica ``r`` the devices
+    ``r * devices`` on), the control devices and the host's driver read-only."""
+    if platform.is_npu:
+        lines = ["services:"]
+        for replica in range(replicas):
+            nodes = [
+                platform.device_node.format(index=replica * devices + d) for d in range(devices)
+            ]
+            lines += _compose_service(f"{name}-{replica}", image, argv, port, files, env)
+            lines.append("    devices:")
+            lines += [f"      - {_q(node)}" for node in (*nodes, *platform.control_devices)]
+            if not files:
+                lines.append("    volumes:")
+            lines += [f"      - {_q(f'{path}:{path}:ro')}" for path in platform.host_paths]
+        return "\n".join(lines) + "\n"
+    lines = ["services:", *_compose_service(name, image, argv, port, files, env)]
     lines += [
         "    deploy:",
         f"      replicas: {replicas}",
@@ -175,3 +201,44 @@ def compose_text(
         "              capabilities: [gpu]",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _compose_service(
+    name: str,
+    image: str,
+    argv: Sequence[str],
+    port: int,
+    files: Mapping[str, str],
+    env: Sequence[tuple[str, str]],
+) -> list[str]:
+    lines = [
+        f"  {name}:",
+        f"    image: {_q(image)}",
+        "    entrypoint:",
+        *(f"      - {_q(arg)}" for arg in argv),
+        *_compose_env(env),
+        "    ports:",
+        f"      - {_q(str(port))}",
+        "    ipc: host",
+    ]
+    if files:
+        lines.append("    volumes:")
+        lines += [f"      - {_q(f'./{f}:{CONFIG_DIR}/{f}:ro')}" for f in files]
+    return lines
+
+
+def _k8s_env(env: Sequence[tuple[str, str]]) -> list[str]:
+    """A container's ``env:`` list (none when empty)."""
+    if not env:
+        return []
+    lines = ["          env:"]
+    for key, value in env:
+        lines += [f"            - name: {key}", f"              value: {_q(value)}"]
+    return lines
+
+
+def _compose_env(env: Sequence[tuple[str, str]]) -> list[str]:
+    """A compose service's ``environment:`` mapping (none when empty)."""
+    if not env:
+        return []
+    return ["    environment:", *(f"      {key}: {_q(value)}" for key, value in env)]

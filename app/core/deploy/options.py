@@ -118,8 +118,13 @@ SGLANG_CLI = EngineCli(
         _value("--speculative-num-draft-tokens"),
         _flag("--disable-overlap-schedule"),
         _flag("--trust-remote-code"),
+        # The NPU backend's: ServerArgs.device ("npu") and attention_backend ("ascend"),
+        # as every launch of SGLang's Ascend NPU docs passes them.
+        _value("--device"),
+        _value("--attention-backend"),
     ),
-    source="sgl-project/sglang@001067f python/sglang/srt/server_args.py (ServerArgs)",
+    source="sgl-project/sglang@001067f python/sglang/srt/server_args.py (ServerArgs); "
+    "docs.sglang.io Ascend NPUs (launch examples)",
     image="lmsysorg/sglang:latest",
     health_path="/health",
 )

@@ -20,7 +20,7 @@ from app.core.cost import ForwardShape
 from app.core.errors import InfeasibleError
 from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
-from app.core.profiles import EngineProfile, get_profile
+from app.core.profiles import EngineProfile, device_profile, get_profile
 from app.core.runner.runner import ModelRunner
 from app.core.runner.serving import (
     ForwardMemo,
@@ -84,7 +84,8 @@ def engine_family(engine: str) -> str:
 def case_profile(case: ValidationCase) -> EngineProfile:
     """The engine profile a measured row ran under (its engine column's family; the
     published TensorRT-LLM sweeps carry ``trtllm``)."""
-    return get_profile(engine_family(case.engine))
+    device = get_device(case.device)
+    return device_profile(engine_family(case.engine), vendor=device.vendor, device_name=device.name)
 
 
 def engine_serving_model(

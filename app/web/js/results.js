@@ -18,6 +18,7 @@ export const COLUMNS = [
   ["kv_cache_gib", "KV GiB", 2, "KV cache per device, GiB (memory_gb.kv_cache_gb in GiB)"],
   ["weights_gib", "weights GiB", 2, "weights per device, GiB (memory_gb.weights_gb in GiB)"],
   ["request_throughput", "req/s", 3, "requests per second"],
+  ["sla_confidence", "SLA conf.", 2, "share of the 80 % intervals inside the limits (below 0.5: a limit is more likely missed than met)"],
   ["method", "method", null, "time_simulation or closed_form_waves"],
 ];
 
@@ -228,8 +229,10 @@ export function renderSummary(container, response) {
       stat("effective input", `${fmt(best.effective_input_length)} tokens`, "effective_input_length"),
       stat("max batched tokens", fmt(best.max_batched_tokens)),
       stat("memory left", `${fmt(gib(best.memory_left_gb), 2)} GiB`, "per device"),
+      stat("SLA confidence", fmt(best.sla_confidence, 2), "share of the 80 % intervals inside the limits"),
     ),
     ...calibrationNote(response.calibration),
+    ...(response.notice ? [h("p", { class: "warn", id: "answer-notice" }, response.notice)] : []),
   );
 }
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.core.catalog import get_device
 from app.core.deploy import (
@@ -21,6 +24,7 @@ from app.core.deploy import (
     profile_values,
 )
 from app.core.deploy.manifests import resource_name
+from app.core.deploy.platforms import ASCEND_A2, ASCEND_A3, ASCEND_RESOURCE, platform_for
 from app.core.errors import InvalidParameterError, UnknownEngineError
 from app.core.parallel import ParallelLayout
 from app.core.profiles import SGLANG, TRTLLM, VLLM
@@ -251,7 +255,7 @@ def test_bad_specs_name_the_field() -> None:
 
 
 def test_a_hostile_model_id_cannot_break_the_yaml() -> None:
-    model = 'x": y\n- evil: [1'
+    model = 'x":y,-evil:[1]{'
     config = build_launch_config(_spec("vllm", model=model))
     container = next(iter(yaml.safe_load_all(config.kubernetes)))["spec"]["template"]["spec"][
         "containers"
@@ -281,3 +285,67 @@ def test_profile_values_follow_the_engine_rules() -> None:
     assert (trtllm.token_budget, trtllm.running_cap, trtllm.memory_fraction) == (8192, 2048, 0.9)
     tuned = profile_values(dataclasses.replace(VLLM, memory_fraction=0.8), **kw)
     assert tuned.memory_fraction == 0.8
+
+
+@pytest.mark.parametrize("model", ["--trust-remote-code", "-q", "Qwen/Qwen3 32B", "a\nb", "x\x00"])
+def test_a_model_id_that_would_be_an_option_or_split_is_refused(model: str) -> None:
+    with pytest.raises(InvalidParameterError, match="model"):
+        _spec("vllm", model=model)
+
+
+RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+@given(st.text(max_size=120))
+def test_kubernetes_names_are_rfc_1035_labels(text: str) -> None:
+    name = resource_name(text)
+    assert RFC1035.match(name) and len(name) <= 63, name
+
+
+def test_a_model_starting_with_a_digit_gets_a_letter_first() -> None:
+    config = build_launch_config(_spec("vllm", model="01-ai/Yi-34B"))
+    for document in yaml.safe_load_all(config.kubernetes):
+        assert RFC1035.match(document["metadata"]["name"])
+    assert resource_name("01-ai/Yi-34B-vllm") == "m-01-ai-yi-34b-vllm"
+
+
+def test_platforms_per_device() -> None:
+    assert platform_for("huawei", "ATLAS_800_A3_752T_128G_DIE") is ASCEND_A3
+    assert platform_for("huawei", "ATLAS_800_A2_376T_64G") is ASCEND_A2
+    other = platform_for("huawei", "ATLAS_350_425T_112G")
+    assert other.is_npu and other.notes
+    assert not platform_for("nvidia", "NVIDIA_H100_SXM_80G").is_npu
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("moe", [False, True])
+def test_ascend_launch_uses_the_npu_image_plugin_mounts_and_hccl(engine: str, moe: bool) -> None:
+    spec = dataclasses.replace(_moe_spec(engine) if moe else _spec(engine), platform=ASCEND_A3)
+    spec = dataclasses.replace(spec, kv_cache_dtype="auto", weight_quantization=None)
+    config = build_launch_config(spec)
+    args = parse_emitted(ENGINE_CLIS[engine], config.argv)
+    if engine == "sglang":
+        assert (args.device, args.attention_backend) == ("npu", "ascend")
+    deployment = next(iter(yaml.safe_load_all(config.kubernetes)))
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"].startswith("quay.io/ascend/") and container["image"].endswith("a3")
+    assert container["resources"]["limits"] == {ASCEND_RESOURCE: config.devices_per_replica}
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["HCCL_OP_EXPANSION_MODE"] == "AIV"
+    assert ("HCCL_BUFFSIZE" in env) == moe
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert "/usr/local/Ascend/driver/lib64" in host_paths
+    assert "nvidia" not in config.kubernetes + config.compose
+    services = yaml.safe_load(config.compose)["services"]
+    assert len(services) == config.replicas
+    nodes = [
+        d
+        for svc in services.values()
+        for d in svc["devices"]
+        if re.fullmatch(r"/dev/davinci\d+", d)
+    ]
+    assert len(nodes) == len(set(nodes)) == config.replicas * config.devices_per_replica
+    for svc in services.values():
+        assert {"/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"} <= set(svc["devices"])
+        assert svc["environment"]["HCCL_OP_EXPANSION_MODE"] == "AIV"

@@ -52,11 +52,29 @@ def test_vllm_budget_and_cap_follow_device_memory() -> None:
 def test_sglang_defaults_by_memory_table() -> None:
     assert SGLANG.token_budget(80 * GIB, H100, "nvidia") == 8192
     assert SGLANG.token_budget(180.0, B200, "nvidia") == 16384
-    assert SGLANG.token_budget(64 * GIB - 1e-6, A2, "huawei") == 32768
-    assert SGLANG.token_budget(get_device(A2).hbm_capacity_gb, A2, get_device(A2).vendor) == 32768
+    # SGLang's NPU backend (set_default_server_args): <= 32 GiB 4096, <= 64 GiB 8192 tokens.
+    assert SGLANG.token_budget(32 * GIB, A2, "huawei") == 4096
+    assert SGLANG.token_budget(64 * GIB - 1e-6, A2, "huawei") == 8192
+    assert SGLANG.token_budget(get_device(A2).hbm_capacity_gb, A2, get_device(A2).vendor) == 8192
+    assert SGLANG.graph_max_batch(get_device(A2).hbm_capacity_gb, "huawei", tp=2) == 64
+    assert SGLANG.graph_max_batch(get_device(A2).hbm_capacity_gb, "huawei", tp=4) == 256
+    # A larger NPU (Atlas 350, 112 GiB) takes SGLang's GPU table (< 160 GiB: 8192).
+    assert SGLANG.token_budget(112 * GIB, "ATLAS_350_425T_112G", "huawei") == 8192
     assert SGLANG.graph_max_batch(80 * GIB, "nvidia", tp=2) == 256
     assert SGLANG.graph_max_batch(80 * GIB, "nvidia", tp=8) == 512
     assert SGLANG.running_cap(80 * GIB, H100) is None  # the KV pool decides
+
+
+def test_sglang_static_fraction_on_an_npu() -> None:
+    # A 64 GiB Atlas die, TP 1 with DP attention over 16 ranks (graph max_bs 64):
+    # 512 + 8192 * 1.5 + 64 * 2 + 1 / 8 * 1024 + 64 * 16 * 3 = 16,128 MiB, over the 10 GiB floor.
+    a3 = get_device("ATLAS_800_A3_752T_128G_DIE")
+    static = SGLANG.static_fraction(a3.hbm_capacity_gb, a3.vendor, 1, 16)
+    assert static == round(1 - 16128 / 65536, 3)
+    # TP 2 without DP attention: 512 + 12288 + 128 + 256 = 13,184 MiB.
+    assert SGLANG.static_fraction(a3.hbm_capacity_gb, a3.vendor, 2, 1) == round(
+        1 - 13184 / 65536, 3
+    )
 
 
 def test_sglang_static_fraction_known_answers() -> None:
@@ -166,3 +184,16 @@ def test_graph_limit_makes_large_decode_batches_eager() -> None:
     assert limited.run_inference(shape).latency_ms > graphs.run_inference(shape).latency_ms
     assert captured.run_inference(shape).latency_ms == graphs.run_inference(shape).latency_ms
     assert limited.identity() != graphs.identity()
+
+
+def test_engines_per_vendor() -> None:
+    from app.core.errors import InvalidParameterError
+    from app.core.profiles import PROFILES, device_profile, engines_for_vendor
+
+    assert engines_for_vendor("nvidia") == tuple(PROFILES)
+    for vendor in ("huawei", "amd"):
+        assert "trtllm" not in engines_for_vendor(vendor)
+        with pytest.raises(InvalidParameterError) as err:
+            device_profile("trtllm", vendor=vendor, device_name="X")
+        assert err.value.field == "engine" and "vllm" in err.value.allowed
+    assert device_profile("vllm", vendor="huawei", device_name="X").name == "vllm"
