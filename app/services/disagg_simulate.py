@@ -52,6 +52,7 @@ from app.models.optimize import RunStats
 from app.services.cost_model import CachedServingModel, ModelFactory
 from app.services.finite import finite_or_infeasible
 from app.services.resolve import resolve_deployment
+from app.services.simulate_fields import check_workload_fields
 from app.services.sizing import (
     check_closed_loop_size,
     check_poisson_size,
@@ -123,8 +124,6 @@ def _check_disagg_fields(request: SimulateRequest) -> None:
             why = _AGG_ONLY_WHY.get(name, "an aggregated or poisson option")
             raise InvalidParameterError(name, value, f"omitted for mode 'disagg' ({why})")
     if request.workload == "poisson":
-        from app.services.simulate import check_workload_fields
-
         if request.concurrency is not None:
             raise InvalidParameterError(
                 "concurrency",
