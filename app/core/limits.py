@@ -98,3 +98,8 @@ MAX_ARRIVAL_SPREAD = 0.5
 #: per-transfer latency (ms) a request may give (beyond any NIC or NVLink today).
 MAX_POOL_LINK_GB_S = 100_000.0
 MAX_POOL_LINK_FIXED_MS = 60_000.0
+
+#: Default and largest workers per pool a disaggregated search may place (here, not in the
+#: search, so the wire models and the CLI name them without loading the search).
+DEFAULT_MAX_WORKERS = 16
+MAX_SEARCH_WORKERS = 64

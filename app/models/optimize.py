@@ -7,9 +7,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from app.core import limits
-from app.core.limits import DEFAULT_MODE, DEFAULT_TOP_K, Mode, Role
+from app.core.limits import (
+    DEFAULT_MAX_WORKERS,
+    DEFAULT_MODE,
+    DEFAULT_TOP_K,
+    MAX_SEARCH_WORKERS,
+    Mode,
+    Role,
+)
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
-from app.core.optimizer.disagg_search import DEFAULT_MAX_WORKERS, MAX_SEARCH_WORKERS
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     DEFAULT_WINDOW,

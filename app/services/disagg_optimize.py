@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from app.core import limits
 from app.core.errors import InvalidParameterError
+from app.core.limits import DEFAULT_MAX_WORKERS
 from app.core.optimizer import enumerate_layouts
 from app.core.optimizer.disagg_search import (
-    DEFAULT_MAX_WORKERS,
     DisaggProbe,
     DisaggRow,
     DisaggSearchSettings,

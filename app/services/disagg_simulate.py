@@ -92,20 +92,6 @@ _AGG_ONLY_WHY = {
 }
 
 
-def check_agg_request(request: SimulateRequest) -> None:
-    """An aggregated request takes no pool field (a 422 naming the first one given)."""
-    for name in _pool_field_names():
-        value = getattr(request, name)
-        if value is not None:
-            raise InvalidParameterError(name, value, "omitted for mode 'agg' (a mode disagg field)")
-
-
-def _pool_field_names() -> tuple[str, ...]:
-    from app.models.simulate import DISAGG_FIELDS
-
-    return DISAGG_FIELDS
-
-
 def _check_disagg_fields(request: SimulateRequest) -> None:
     """What a disaggregated request must give and must leave out."""
     from app.models.simulate import SimulateRequest

@@ -49,8 +49,6 @@ from app.services.calibration import (
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
-from app.services.disagg_optimize import optimize_disagg_deployment, searched_request
-from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths, reason_for
 from app.services.resolve import ResolvedDeployment, request_scheduler, resolve_deployment
 from app.services.response_cache import cached_response, optimize_key
@@ -329,6 +327,8 @@ def _pd_ratio_out(pd_result: PdRatioResult, deployment: ResolvedDeployment) -> P
 
 def _pd_split(pd_result: PdRatioResult) -> str | None:
     """``1P:1D (4:8 devices)`` of a balanced split."""
+    from app.services.disagg_simulate import pd_split_text
+
     split, p_row, d_row = pd_result.split, pd_result.prefill_row, pd_result.decode_row
     if split is None or p_row is None or d_row is None:
         return None
@@ -552,7 +552,11 @@ def cached_optimize(
         return None
     started = time.perf_counter()
     disagg = request.mode == "disagg"
-    keyed, _ = with_engine_defaults(searched_request(request) if disagg else request)
+    if disagg:
+        from app.services.disagg_optimize import searched_request
+
+        request = searched_request(request)
+    keyed, _ = with_engine_defaults(request)
     key = optimize_key(keyed)
     (stored,) = context.cache.get_many([key])
     if disagg:
@@ -573,7 +577,9 @@ def optimize(
     passed whole to the optimizer, so the chunk plan is derived once. Mode disagg searches
     whole disaggregated deployments (:mod:`app.services.disagg_optimize`).
     """
-    if request.mode == "disagg":
+    if request.mode == "disagg":  # its own search, loaded when asked for
+        from app.services.disagg_optimize import optimize_disagg_deployment
+
         return optimize_disagg_deployment(
             context, request, allow_paths=allow_paths, progress=progress
         )

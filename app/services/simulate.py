@@ -31,10 +31,13 @@ from app.services.calibration import (
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
-from app.services.disagg_simulate import check_agg_request, simulate_disagg
 from app.services.finite import finite_or_infeasible
 from app.services.resolve import request_scheduler, resolve_deployment
-from app.services.simulate_fields import check_workload_fields, with_device_count
+from app.services.simulate_fields import (
+    check_agg_request,
+    check_workload_fields,
+    with_device_count,
+)
 from app.services.sizing import (
     check_closed_loop_size,
     check_poisson_size,
@@ -65,7 +68,9 @@ def simulate(
 
     One MGET for every shape the plan needs, the misses computed, one pipelined write.
     """
-    if request.mode == "disagg":
+    if request.mode == "disagg":  # its own pools, loaded when asked for
+        from app.services.disagg_simulate import simulate_disagg
+
         return simulate_disagg(context, request, allow_paths=allow_paths)
     check_agg_request(request)
     started = time.perf_counter()

@@ -1,5 +1,5 @@
-"""Which fields a ``/v1/simulate`` request takes: the device count and the workload's own
-fields (an aggregated and a disaggregated simulation both check them)."""
+"""Which fields a ``/v1/simulate`` request takes: the device count, the workload's own fields
+(an aggregated and a disaggregated simulation both check them) and no pool field in mode agg."""
 
 from __future__ import annotations
 
@@ -87,3 +87,17 @@ def check_workload_fields(request: SimulateRequest) -> None:
         raise InvalidParameterError(
             "window", request.window, "'benchmark' for workload 'poisson' (every request counts)"
         )
+
+
+def check_agg_request(request: SimulateRequest) -> None:
+    """An aggregated request takes no pool field (a 422 naming the first one given)."""
+    for name in _pool_field_names():
+        value = getattr(request, name)
+        if value is not None:
+            raise InvalidParameterError(name, value, "omitted for mode 'agg' (a mode disagg field)")
+
+
+def _pool_field_names() -> tuple[str, ...]:
+    from app.models.simulate import DISAGG_FIELDS
+
+    return DISAGG_FIELDS
