@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.core import limits
@@ -28,6 +29,8 @@ from app.core.optimizer.disagg_search import (
     optimize_disagg,
 )
 from app.core.parallel import ParallelLayout
+from app.core.profiles import EngineProfile
+from app.core.spec import WorkloadSpec
 from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import KvTransfer, Pool
 from app.core.workload.disagg_setup import FIRST_TOKEN_RULE, PoolWorker, tier_kv_transfer
@@ -44,7 +47,7 @@ from app.models.optimize import (
 from app.services.cost_model import ModelFactory
 from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths
-from app.services.resolve import resolve_deployment
+from app.services.resolve import ResolvedDeployment, resolve_deployment, resolved_echo
 from app.services.response_cache import cached_response, optimize_key
 from app.services.sizing import (
     check_closed_loop_size,
@@ -88,7 +91,8 @@ def _check_fields(request: OptimizeRequest) -> None:
     defaults = OptimizeRequest.model_fields
     for name, why in _OTHER_MODES_ONLY.items():
         value = getattr(request, name)
-        if name in request.model_fields_set and value != defaults[name].default:
+        default = defaults[name].get_default(call_default_factory=True)
+        if name in request.model_fields_set and value != default:
             shown = request.scheduler.name if name == "scheduler" else value
             raise InvalidParameterError(name, shown, f"omitted for mode 'disagg' ({why})")
 
@@ -166,13 +170,59 @@ def _usable(
 
 
 def searched_request(request: OptimizeRequest) -> OptimizeRequest:
-    """The request a disaggregated search runs (and keys its response by): closed loop, the
-    default worker bound filled in."""
+    """The request a disaggregated search runs: closed loop, the default worker bound filled
+    in."""
     return request.model_copy(
         update={
             "workload": "closed_loop",
             "max_workers": request.max_workers or DEFAULT_MAX_WORKERS,
         }
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggSearch:
+    """A disaggregated search resolved: its echo (what runs, and the response's key), the
+    engine profile, the workload, each pool's layouts, the client bound and the catalog
+    objects."""
+
+    request: OptimizeRequest
+    profile: EngineProfile
+    data: WorkloadSpec
+    layouts: dict[Pool, list[ParallelLayout]]
+    max_clients: int
+    deployment: ResolvedDeployment
+
+
+def resolve_disagg_search(request: OptimizeRequest, *, allow_paths: bool = False) -> DisaggSearch:
+    """Check and resolve a mode disagg request once: the search below reads only this."""
+    _check_fields(request)
+    request, profile = with_engine_defaults(searched_request(request))
+    layouts: dict[Pool, list[ParallelLayout]] = {
+        pool: _pool_layouts(request, pool) for pool in ("prefill", "decode")
+    }
+    data = workload_spec(request, request.num_devices, profile)
+    check_simulation_size(data, 1, "max_batch_size")  # the prefill chunk bound
+    per_client = request.requests_per_client * data.prefill_num_chunks
+    # The wire's bound on max_batch_size is the search's too, so the echo can be re-sent.
+    max_clients = min(
+        limits.MAX_SEARCH_BATCH_SIZE,
+        max(1, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // per_client),
+    )
+    if "max_batch_size" in request.model_fields_set:
+        check_closed_loop_size(
+            data, request.max_batch_size, request.requests_per_client, "max_batch_size"
+        )
+        max_clients = request.max_batch_size
+    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
+    echo = resolved_echo(request, deployment, None, max_batch_size=max_clients)
+    return DisaggSearch(
+        request=echo,
+        profile=profile,
+        data=data,
+        layouts=layouts,
+        max_clients=max_clients,
+        deployment=deployment,
     )
 
 
@@ -185,26 +235,16 @@ def optimize_disagg_deployment(
 ) -> DisaggOptimizeResponse:
     """The disaggregated search (see the module docstring)."""
     started = time.perf_counter()
-    _check_fields(request)
-    request, profile = with_engine_defaults(searched_request(request))
-    p_layouts = _pool_layouts(request, "prefill")
-    d_layouts = _pool_layouts(request, "decode")
-    data = workload_spec(request, request.num_devices, profile)
-    check_simulation_size(data, 1, "max_batch_size")  # the prefill chunk bound
-    per_client = request.requests_per_client * data.prefill_num_chunks
-    max_clients = max(1, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // per_client)
-    if "max_batch_size" in request.model_fields_set:
-        check_closed_loop_size(
-            data, request.max_batch_size, request.requests_per_client, "max_batch_size"
-        )
-        max_clients = request.max_batch_size
+    search = resolve_disagg_search(request, allow_paths=allow_paths)
+    request, profile, data = search.request, search.profile, search.data
+    p_layouts, d_layouts = search.layouts["prefill"], search.layouts["decode"]
+    max_clients, deployment = search.max_clients, search.deployment
     key = optimize_key(request) if context.settings.response_cache and not allow_paths else None
     if key is not None:
         (stored,) = context.cache.get_many([key])
         hit = cached_response(context, key, stored, request, started, DisaggOptimizeResponse)
         if hit is not None:
             return hit
-    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
     factory = ModelFactory(context, deployment)
     usable_p, rejected_p = _usable(factory, "prefill", p_layouts)
     usable_d, rejected_d = _usable(factory, "decode", d_layouts)

@@ -51,7 +51,7 @@ from app.core.workload.poisson import poisson_arrivals_ms
 from app.models.optimize import RunStats
 from app.services.cost_model import CachedServingModel, ModelFactory
 from app.services.finite import finite_or_infeasible
-from app.services.resolve import resolve_deployment
+from app.services.resolve import resolve_deployment, resolved_echo
 from app.services.simulate_fields import check_workload_fields
 from app.services.sizing import (
     check_closed_loop_size,
@@ -95,6 +95,7 @@ _AGG_ONLY_WHY = {
 def _check_disagg_fields(request: SimulateRequest) -> None:
     """What a disaggregated request must give and must leave out."""
     from app.models.simulate import SimulateRequest
+    from app.models.workload import SchedulerOptions
 
     if request.workload not in (None, "closed_loop", "poisson"):
         raise InvalidParameterError(
@@ -124,7 +125,7 @@ def _check_disagg_fields(request: SimulateRequest) -> None:
                 raise InvalidParameterError(
                     name, value, "omitted for mode 'disagg' with a closed loop (a poisson option)"
                 )
-    if "scheduler" in request.model_fields_set:
+    if request.scheduler != SchedulerOptions():  # its schema default is accepted
         raise InvalidParameterError(
             "scheduler",
             request.scheduler.name,
@@ -401,7 +402,7 @@ def simulate_disagg(
     if result is not None:
         reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
     return _response(
-        request,
+        resolved_echo(request, deployment, None),  # the pools run no step scheduler
         profile_dict=deployment.profile.to_dict(),
         data=data,
         pools=pools,

@@ -50,7 +50,12 @@ from app.services.calibration import (
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
 from app.services.finite import non_finite_paths, reason_for
-from app.services.resolve import ResolvedDeployment, request_scheduler, resolve_deployment
+from app.services.resolve import (
+    ResolvedDeployment,
+    request_scheduler,
+    resolve_deployment,
+    resolved_echo,
+)
 from app.services.response_cache import cached_response, optimize_key
 from app.services.sizing import search_cap, with_engine_defaults, workload_spec
 
@@ -412,7 +417,7 @@ def _run_pd_ratio(run: _Search) -> None:
     run.reason = pd_result.reason
 
 
-def _run_single(run: _Search, scheduler: Scheduler) -> None:
+def _run_single(run: _Search, scheduler: Scheduler | None) -> None:
     """One role (agg, disagg_prefill or disagg_decode) over every layout of the devices."""
     request, factory, spec, max_batch = run.request, run.factory, run.spec, run.max_batch
     label = factory.deployment.label
@@ -542,6 +547,48 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    """An aggregated-family search resolved once: its echo (what runs, and the response's
+    key), the workload, the batch cap, the catalog objects and the step policy (``None``: the
+    mode runs none)."""
+
+    request: OptimizeRequest
+    spec: WorkloadSpec
+    max_batch: int
+    deployment: ResolvedDeployment
+    scheduler: Scheduler | None
+
+
+def _resolve(
+    context: ServiceContext, request: OptimizeRequest, *, allow_paths: bool = False
+) -> _Resolved:
+    if request.max_workers is not None:
+        raise InvalidParameterError(
+            "max_workers", request.max_workers, f"omitted for mode {request.mode!r} (mode disagg)"
+        )
+    request, profile = with_engine_defaults(request)
+    calibration = resolve_calibration(context, request.calibration)
+    profile = calibrated_profile(profile, calibration)
+    spec = workload_spec(request, _search_devices(request), profile)
+    max_batch = _check_search(request, spec)
+    deployment = calibrated(
+        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
+    )
+    # Only the aggregated search runs a step scheduler (the others price prefill jobs and
+    # decode batches on their own).
+    scheduler = (
+        request_scheduler(request, profile, deployment.device) if request.mode == "agg" else None
+    )
+    return _Resolved(
+        request=resolved_echo(request, deployment, scheduler, max_batch_size=max_batch),
+        spec=spec,
+        max_batch=max_batch,
+        deployment=deployment,
+        scheduler=scheduler,
+    )
+
+
 def cached_optimize(
     context: ServiceContext, request: OptimizeRequest
 ) -> OptimizeResponse | DisaggOptimizeResponse | None:
@@ -551,16 +598,16 @@ def cached_optimize(
     if not context.settings.response_cache:
         return None
     started = time.perf_counter()
-    disagg = request.mode == "disagg"
-    if disagg:
-        from app.services.disagg_optimize import searched_request
+    if request.mode == "disagg":
+        from app.services.disagg_optimize import resolve_disagg_search
 
-        request = searched_request(request)
-    keyed, _ = with_engine_defaults(request)
+        keyed = resolve_disagg_search(request).request
+        key = optimize_key(keyed)
+        (stored,) = context.cache.get_many([key])
+        return cached_response(context, key, stored, keyed, started, DisaggOptimizeResponse)
+    keyed = _resolve(context, request).request
     key = optimize_key(keyed)
     (stored,) = context.cache.get_many([key])
-    if disagg:
-        return cached_response(context, key, stored, keyed, started, DisaggOptimizeResponse)
     return cached_response(context, key, stored, keyed, started, OptimizeResponse)
 
 
@@ -583,16 +630,9 @@ def optimize(
         return optimize_disagg_deployment(
             context, request, allow_paths=allow_paths, progress=progress
         )
-    if request.max_workers is not None:
-        raise InvalidParameterError(
-            "max_workers", request.max_workers, f"omitted for mode {request.mode!r} (mode disagg)"
-        )
     started = time.perf_counter()
-    request, profile = with_engine_defaults(request)
-    calibration = resolve_calibration(context, request.calibration)
-    profile = calibrated_profile(profile, calibration)
-    spec = workload_spec(request, _search_devices(request), profile)
-    max_batch = _check_search(request, spec)
+    resolved = _resolve(context, request, allow_paths=allow_paths)
+    request, spec, max_batch = resolved.request, resolved.spec, resolved.max_batch
     use_response_cache = context.settings.response_cache and not allow_paths
     # response_key folds in the application version, this the runner's: an upgrade never
     # serves an older answer.
@@ -607,11 +647,7 @@ def optimize(
         if hit is not None:
             return hit
 
-    deployment = calibrated(
-        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
-    )
-    scheduler = request_scheduler(request, profile, deployment.device)
-    factory = ModelFactory(context, deployment)
+    factory = ModelFactory(context, resolved.deployment)
     factory.usage.round_trips += 1  # the read above
     factory.preload(first_read[0])
     _report_layouts(factory, progress)
@@ -621,7 +657,7 @@ def optimize(
     if request.mode == "pd_ratio":
         _run_pd_ratio(run)
     else:
-        _run_single(run, scheduler)
+        _run_single(run, resolved.scheduler)
     new_manifest = factory.manifest()
     factory.flush({manifest_key: new_manifest} if new_manifest else None)
     response = _response(run, started)

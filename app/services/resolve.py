@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from app.core import limits
 from app.core.calibration import CalibrationProfile
@@ -28,7 +29,7 @@ from app.core.parallel import ParallelLayout
 from app.core.profiles import DEFAULT_ENGINE, MSMODELING, EngineProfile, get_profile
 from app.core.runner import ModelRunner, RunnerServingModel
 from app.core.runner.serving import engine_quantization, engine_runner
-from app.core.scheduler import Scheduler
+from app.core.scheduler import Scheduler, scheduler_options
 from app.core.scheduler import make_scheduler as core_make_scheduler
 from app.models.workload import (
     CustomDevice,
@@ -224,3 +225,25 @@ def make_scheduler(options: SchedulerOptions) -> Scheduler:
         slack_ratio=options.slack_ratio,
         prefill_order=options.prefill_order,
     )
+
+
+EchoT = TypeVar("EchoT", bound=WorkloadMixin)
+
+
+def resolved_echo(
+    request: EchoT,
+    deployment: ResolvedDeployment,
+    scheduler: Scheduler | None,
+    **resolved: object,
+) -> EchoT:
+    """``request`` as it ran, the echo of its answer: the attention quantization the engine's
+    KV-cache rule chose when none was given, the step ``scheduler`` with every option it ran
+    with (the engine's own policy and running cap when the request named none; ``None``: the
+    mode runs no step scheduler and the echo leaves it out), and the other ``resolved`` values
+    (a search's batch cap). Re-sending the echo asks the same question: every value is given."""
+    update = dict(resolved)
+    if "quantize_attention_action" not in request.model_fields_set:
+        update["quantize_attention_action"] = deployment.quantization.attention.value
+    if scheduler is not None:
+        update["scheduler"] = SchedulerOptions.model_validate(scheduler_options(scheduler))
+    return request.model_copy(update=update)

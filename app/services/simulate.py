@@ -32,7 +32,7 @@ from app.services.calibration import (
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
 from app.services.finite import finite_or_infeasible
-from app.services.resolve import request_scheduler, resolve_deployment
+from app.services.resolve import request_scheduler, resolve_deployment, resolved_echo
 from app.services.simulate_fields import (
     check_agg_request,
     check_workload_fields,
@@ -84,6 +84,7 @@ def simulate(
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     data = workload_spec(request, layout.num_devices, profile)
     scheduler = request_scheduler(request, profile, deployment.device)
+    request = resolved_echo(request, deployment, scheduler)
     if request.workload == "poisson":
         shares = poisson_split(request, layout.dp)
         check_poisson_size(data, shares[0][0], replicas=layout.dp)

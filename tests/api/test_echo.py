@@ -1,0 +1,206 @@
+"""An answer's echo (``input``) states what ran, and re-sending it asks the same question: the
+same answer, to the bit, under every engine profile and mode (through the real ASGI app)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.core.profiles import PROFILES
+from app.main import create_app
+from app.settings import Settings
+
+H200 = "NVIDIA_H200_SXM_141G"
+BASE: dict[str, Any] = {
+    "model": "Qwen/Qwen3-8B",
+    "device": H200,
+    "input_length": 1024,
+    "output_length": 64,
+}
+#: Everything an answer reports but its timing and its cache counters.
+VOLATILE = ("stats",)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    # No response cache: a re-sent echo is computed again, not read back.
+    app = create_app(Settings(cache_backend="memory", log_level="warning", response_cache=False))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def _answer(client: TestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(path, json=body)
+    assert response.status_code == 200, response.text
+    return {k: v for k, v in response.json().items() if k not in VOLATILE}
+
+
+def _assert_echo_reproduces(client: TestClient, path: str, body: dict[str, Any]) -> None:
+    first = _answer(client, path, body)
+    again = _answer(client, path, first["input"])
+    assert again == first  # the echo of the echo included
+
+
+engines = st.sampled_from(list(PROFILES))
+linear = st.sampled_from(["DISABLED", "FP8"])
+schedulers: st.SearchStrategy[dict[str, Any] | None] = st.one_of(
+    st.none(),
+    st.builds(dict, name=st.sampled_from(["decode_first_with_slack", "vllm", "sglang"])),
+)
+engine_options: st.SearchStrategy[dict[str, Any] | None] = st.one_of(
+    st.none(), st.builds(dict, max_num_seqs=st.integers(1, 64))
+)
+PROPERTY = settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _with(body: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    return {**body, **{k: v for k, v in optional.items() if v is not None}}
+
+
+@PROPERTY
+@given(
+    engine=engines,
+    linear=linear,
+    scheduler=schedulers,
+    options=engine_options,
+    workload=st.sampled_from([None, "burst", "closed_loop", "poisson"]),
+    concurrency=st.integers(1, 48),
+    tp=st.sampled_from([1, 2]),
+)
+def test_a_simulate_echo_reproduces_its_answer(
+    client: TestClient,
+    engine: str,
+    linear: str,
+    scheduler: dict[str, Any] | None,
+    options: dict[str, Any] | None,
+    workload: str | None,
+    concurrency: int,
+    tp: int,
+) -> None:
+    body = _with(
+        {**BASE, "engine": engine, "quantize_linear_action": linear, "tp_size": tp},
+        scheduler=scheduler,
+        engine_options=options,
+        workload=workload,
+    )
+    if workload == "poisson":
+        body |= {"request_rate": 4.0, "num_requests": 2 * concurrency}
+    else:
+        body |= {"concurrency": concurrency, "requests_per_client": 2}
+    _assert_echo_reproduces(client, "/v1/simulate", body)
+
+
+@PROPERTY
+@given(engine=engines, linear=linear, options=engine_options, clients=st.integers(2, 32))
+def test_a_disaggregated_simulate_echo_reproduces_its_answer(
+    client: TestClient, engine: str, linear: str, options: dict[str, Any] | None, clients: int
+) -> None:
+    body = _with(
+        {
+            **BASE,
+            "mode": "disagg",
+            "engine": engine,
+            "quantize_linear_action": linear,
+            "concurrency": clients,
+            "requests_per_client": 2,
+            "prefill_workers": 1,
+            "decode_workers": 1,
+            "decode_tp_size": 2,
+        },
+        engine_options=options,
+    )
+    _assert_echo_reproduces(client, "/v1/simulate", body)
+
+
+@PROPERTY
+@given(
+    engine=engines,
+    linear=linear,
+    scheduler=schedulers,
+    mode=st.sampled_from(["agg", "disagg_prefill", "disagg_decode", "pd_ratio", "disagg"]),
+    workload=st.sampled_from([None, "burst", "closed_loop"]),
+    cap=st.sampled_from([None, 64]),
+)
+def test_an_optimize_echo_reproduces_its_answer(
+    client: TestClient,
+    engine: str,
+    linear: str,
+    scheduler: dict[str, Any] | None,
+    mode: str,
+    workload: str | None,
+    cap: int | None,
+) -> None:
+    if mode != "agg":
+        scheduler = None  # the other modes run no step scheduler (and refuse another one)
+        workload = None if mode == "disagg" else "burst"
+    body = _with(
+        {
+            **BASE,
+            "engine": engine,
+            "quantize_linear_action": linear,
+            "mode": mode,
+            "num_devices": 4,
+            "tp_sizes": [1, 2],
+            "requests_per_client": 2,
+            "top_k": 3,
+        },
+        scheduler=scheduler,
+        workload=workload,
+        max_batch_size=cap,  # omitted: the echo gives the cap the search used
+    )
+    if mode == "disagg":
+        body |= {"max_workers": 2}
+    if mode in {"disagg_prefill", "pd_ratio"}:
+        body |= {"ttft_limit_ms": 5000.0}
+    _assert_echo_reproduces(client, "/v1/optimize", body)
+
+
+def test_the_echo_names_the_engine_policy_that_ran(client: TestClient) -> None:
+    # The issue's case: the vllm profile runs its own policy with its running cap, and the
+    # echo says so (it said decode_first_with_slack, and re-sent gave another TTFT).
+    body = {
+        "model": "Qwen/Qwen3-32B",
+        "device": H200,
+        "quantize_linear_action": "FP8",
+        "input_length": 2048,
+        "output_length": 128,
+        "tp_size": 2,
+        "concurrency": 560,
+    }
+    answer = _answer(client, "/v1/simulate", body)
+    echo = answer["input"]
+    assert echo["scheduler"] == {
+        "name": "vllm",
+        "slack_ratio": None,
+        "prefill_order": None,
+        "max_num_seqs": 1024,
+        "mixed_latency": "max",
+    }
+    assert echo["quantize_attention_action"] == "DISABLED" and echo["max_batched_tokens"] == 8192
+    assert _answer(client, "/v1/simulate", echo) == answer
+    # TensorRT-LLM keeps an FP8 KV cache for an FP8 checkpoint: the echo gives it.
+    trt = _answer(client, "/v1/simulate", {**body, "engine": "trtllm"})
+    assert trt["input"]["quantize_attention_action"] == "FP8"
+
+
+def test_a_disaggregated_echo_names_no_scheduler(client: TestClient) -> None:
+    body = {
+        **BASE,
+        "mode": "disagg",
+        "concurrency": 8,
+        "prefill_workers": 1,
+        "decode_workers": 1,
+    }
+    assert "scheduler" not in _answer(client, "/v1/simulate", body)["input"]
+    # a generated client that sends the schema's default is not refused
+    sent = client.post(
+        "/v1/simulate", json={**body, "scheduler": {"name": "decode_first_with_slack"}}
+    )
+    assert sent.status_code == 200, sent.text
