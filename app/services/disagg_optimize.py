@@ -47,7 +47,12 @@ from app.models.optimize import (
 from app.services.cost_model import ModelFactory
 from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths
-from app.services.resolve import ResolvedDeployment, resolve_deployment, resolved_echo
+from app.services.resolve import (
+    ResolvedDeployment,
+    check_inline_parts,
+    resolve_deployment,
+    resolved_echo,
+)
 from app.services.response_cache import cached_response, optimize_key
 from app.services.sizing import (
     check_closed_loop_size,
@@ -196,6 +201,7 @@ class DisaggSearch:
 
 def resolve_disagg_search(request: OptimizeRequest, *, allow_paths: bool = False) -> DisaggSearch:
     """Check and resolve a mode disagg request once: the search below reads only this."""
+    check_inline_parts(request)
     _check_fields(request)
     request, profile = with_engine_defaults(searched_request(request))
     layouts: dict[Pool, list[ParallelLayout]] = {

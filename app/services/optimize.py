@@ -52,6 +52,7 @@ from app.services.cost_model import ModelFactory
 from app.services.finite import non_finite_paths, reason_for
 from app.services.resolve import (
     ResolvedDeployment,
+    check_inline_parts,
     request_scheduler,
     resolve_deployment,
     resolved_echo,
@@ -563,6 +564,7 @@ class _Resolved:
 def _resolve(
     context: ServiceContext, request: OptimizeRequest, *, allow_paths: bool = False
 ) -> _Resolved:
+    check_inline_parts(request)
     if request.max_workers is not None:
         raise InvalidParameterError(
             "max_workers", request.max_workers, f"omitted for mode {request.mode!r} (mode disagg)"

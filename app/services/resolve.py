@@ -128,6 +128,20 @@ def _check_inline_numbers(field: str, value: object) -> None:
             )
 
 
+def check_inline_parts(request: DeploymentMixin) -> None:
+    """The request's inline objects (a config.json, a custom device) bounded before anything
+    reads or serialises the request (a response-cache key is its JSON, which a value nested
+    past the serialiser's depth breaks): a 422 naming the path. The first step of every
+    resolution."""
+    if isinstance(request.model, InlineModel):
+        _check_inline_numbers("model.config", request.model.config)
+    if isinstance(request.device, CustomDevice):
+        _check_inline_numbers("device", request.device.model_dump(exclude_none=True))
+    decode_device = getattr(request, "decode_device", None)
+    if isinstance(decode_device, CustomDevice):
+        _check_inline_numbers("decode_device", decode_device.model_dump(exclude_none=True))
+
+
 def _inline_model(ref: InlineModel) -> ModelArchitecture:
     """``model_from_config`` on a client's config.json: bounded, and any failure is a 422."""
     _check_inline_numbers("model.config", ref.config)

@@ -32,7 +32,12 @@ from app.services.calibration import (
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
 from app.services.finite import finite_or_infeasible
-from app.services.resolve import request_scheduler, resolve_deployment, resolved_echo
+from app.services.resolve import (
+    check_inline_parts,
+    request_scheduler,
+    resolve_deployment,
+    resolved_echo,
+)
 from app.services.simulate_fields import (
     check_agg_request,
     check_workload_fields,
@@ -68,6 +73,7 @@ def simulate(
 
     One MGET for every shape the plan needs, the misses computed, one pipelined write.
     """
+    check_inline_parts(request)
     if request.mode == "disagg":  # its own pools, loaded when asked for
         from app.services.disagg_simulate import simulate_disagg
 
