@@ -1,20 +1,18 @@
 """Resolving what a request names: model (catalog, HF id or inline config.json), device
-(catalog or custom), quantization, and the scheduler.
+(catalog or custom), quantization, and the scheduler (:class:`ResolvedDeployment`, a core value
+of :mod:`app.core.scenario`, is re-exported here).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TypeVar
 
 from app.core import limits
-from app.core.calibration import CalibrationProfile
 from app.core.catalog import (
     Device,
     ModelArchitecture,
-    Quantization,
     device_from_dict,
     get_device,
     get_model,
@@ -24,11 +22,9 @@ from app.core.catalog import (
     resolve_model_name,
 )
 from app.core.errors import ChunkwiseError, InvalidParameterError, UnknownModelError
-from app.core.optimizer import Deployment
-from app.core.parallel import ParallelLayout
 from app.core.profiles import DEFAULT_ENGINE, MSMODELING, EngineProfile, get_profile
-from app.core.runner import ModelRunner, RunnerServingModel
-from app.core.runner.serving import engine_quantization, engine_runner
+from app.core.runner.serving import engine_quantization
+from app.core.scenario import ResolvedDeployment
 from app.core.scheduler import Scheduler, scheduler_options
 from app.core.scheduler import make_scheduler as core_make_scheduler
 from app.models.workload import (
@@ -39,51 +35,17 @@ from app.models.workload import (
     WorkloadMixin,
 )
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResolvedDeployment:
-    """The catalog objects a request names, and the knobs that change a forward's cost."""
-
-    model: ModelArchitecture
-    device: Device
-    quantization: Quantization
-    reserved_memory_gb: float | None
-    num_mtp_tokens: int
-    mtp_acceptance_rates: tuple[float, ...]
-    profile: EngineProfile = MSMODELING
-    #: The calibration whose fitted values ``device`` and ``profile`` carry (none: catalog's).
-    calibration: CalibrationProfile | None = None
-
-    @property
-    def label(self) -> Deployment:
-        return Deployment(
-            model=self.model.name, device=self.device.name, quantization=self.quantization.label
-        )
-
-    def runner(self, layout: ParallelLayout) -> ModelRunner:
-        """The layout's runner as the profile's engine runs it (reserve, graph limit)."""
-        return engine_runner(
-            self.profile,
-            self.model,
-            self.device,
-            layout,
-            self.quantization,
-            reserved_memory_gb=self.reserved_memory_gb,
-            num_mtp_tokens=self.num_mtp_tokens,
-        )
-
-
-def build_serving_model(
-    deployment: ResolvedDeployment, layout: ParallelLayout
-) -> RunnerServingModel:
-    """The runner's serving adapter (MTP folded into decode latency) for one layout."""
-    return RunnerServingModel(
-        deployment.runner(layout),
-        num_mtp_tokens=deployment.num_mtp_tokens,
-        mtp_acceptance_rates=deployment.mtp_acceptance_rates,
-        profile=deployment.profile,
-    )
-
+__all__ = [
+    "ResolvedDeployment",
+    "check_inline_parts",
+    "make_scheduler",
+    "request_scheduler",
+    "resolve_deployment",
+    "resolve_device",
+    "resolve_model",
+    "resolve_profile",
+    "resolved_echo",
+]
 
 #: What a hostile inline config.json or custom device can make the catalog raise besides its
 #: domain errors (a string where a number belongs, a list where a mapping belongs, ...).

@@ -13,6 +13,10 @@ from hypothesis import strategies as st
 
 from app.core.profiles import PROFILES
 from app.main import create_app
+from app.models.optimize import OptimizeRequest
+from app.models.simulate import SimulateRequest
+from app.services.context import ServiceContext, create_context
+from app.services.scenario import resolve_search, resolve_simulation
 from app.settings import Settings
 
 H200 = "NVIDIA_H200_SXM_141G"
@@ -204,3 +208,62 @@ def test_a_disaggregated_echo_names_no_scheduler(client: TestClient) -> None:
         "/v1/simulate", json={**body, "scheduler": {"name": "decode_first_with_slack"}}
     )
     assert sent.status_code == 200, sent.text
+
+
+# -- the resolver: an echo resolves to the scenario it came from --------------------------------
+@pytest.fixture(scope="module")
+def context() -> Iterator[ServiceContext]:
+    yield create_context(Settings(cache_backend="memory", log_level="warning"))
+
+
+@PROPERTY
+@given(
+    engine=st.one_of(st.none(), engines),
+    linear=linear,
+    scheduler=schedulers,
+    workload=st.sampled_from([None, "burst", "closed_loop"]),
+    mode=st.sampled_from(["agg", "disagg_prefill", "pd_ratio"]),
+)
+def test_an_echo_resolves_to_its_own_scenario(
+    context: ServiceContext,
+    engine: str | None,
+    linear: str,
+    scheduler: dict[str, Any] | None,
+    workload: str | None,
+    mode: str,
+) -> None:
+    common = _with(
+        {**BASE, "quantize_linear_action": linear},
+        engine=engine,
+        scheduler=scheduler,
+        workload=workload,
+    )
+    simulate = resolve_simulation(
+        context, SimulateRequest.model_validate({**common, "concurrency": 8, "tp_size": 2})
+    )
+    again = resolve_simulation(context, SimulateRequest.model_validate(simulate.echo.model_dump()))
+    assert again.scenario == simulate.scenario and again.scenario.key == simulate.scenario.key
+    assert again.echo == simulate.echo
+    if mode != "agg":
+        common = {k: v for k, v in common.items() if k != "scheduler"} | {"workload": "burst"}
+    body = {**common, "mode": mode, "num_devices": 4, "ttft_limit_ms": 5000.0}
+    search = resolve_search(context, OptimizeRequest.model_validate(body))
+    again_search = resolve_search(context, OptimizeRequest.model_validate(search.echo.model_dump()))
+    assert again_search.scenario.key == search.scenario.key
+    assert (search.scenario.scheduler is None) == (mode != "agg")
+
+
+def test_requests_that_ask_the_same_question_share_a_key(context: ServiceContext) -> None:
+    body = {**BASE, "concurrency": 8}
+    implicit = resolve_simulation(context, SimulateRequest.model_validate(body)).scenario
+    spelled = resolve_simulation(
+        context,
+        SimulateRequest.model_validate(
+            {**body, "engine": "vllm", "max_batched_tokens": 8192, "workload": "closed_loop"}
+        ),
+    ).scenario
+    assert spelled.key == implicit.key
+    other = resolve_simulation(
+        context, SimulateRequest.model_validate({**body, "max_batched_tokens": 4096})
+    ).scenario
+    assert other.key != implicit.key

@@ -78,6 +78,19 @@ CORE_ALLOWED: dict[str, set[str]] = {
     # Calibration: fitted values of device and engine-profile parameters, and intervals.
     "calibration": BASICS | {"catalog", "profiles"},
     "optimizer": BASICS | {"cost", "scheduler", "engine", "workload"},
+    # The resolved question: core values of every unit a request resolves to (the deployment,
+    # its runner, the workload spec, the scheduler, the run's parameters), evaluated above it.
+    "scenario": BASICS
+    | {
+        "cost",
+        "catalog",
+        "calibration",
+        "profiles",
+        "runner",
+        "scheduler",
+        "workload",
+        "optimizer",
+    },
     # Launch configurations: a row's engine command line from the engine profile's values.
     "deploy": BASICS | {"profiles"},
     "validation": {

@@ -1,0 +1,185 @@
+"""The resolver: a request resolved once, at the service boundary, into a
+:class:`~app.core.scenario.Scenario` (the question as core values) and its echo (the request
+as it ran: every default the resolution chose, given).
+
+Every check of the request's fields and every lookup (catalog, custom device, inline
+config.json, engine profile and overrides, stored calibration, scheduler) happens here, in the
+order a client sees its errors; the evaluation below (:mod:`.simulate`, :mod:`.optimize`)
+reads the Scenario only, and puts the echo in its answer. Re-sending an echo resolves to the
+same Scenario (same :attr:`~app.core.scenario.Scenario.key`), so it gets the same answer.
+
+    request --resolve_simulation / resolve_search--> Resolved(scenario, echo)
+                                                         |
+                         simulate / optimize evaluation  v  (core, the latency cache)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from app.core.errors import InvalidParameterError
+from app.core.optimizer.agg import SEARCHED_WORKLOADS
+from app.core.parallel import ParallelLayout
+from app.core.scenario import Scenario, SchedulerChoice, SearchSpace, ServingRun
+from app.core.spec import WorkloadSpec
+from app.models.workload import WorkloadMixin
+from app.services.calibration import calibrated, calibrated_profile, resolve_calibration
+from app.services.resolve import (
+    check_inline_parts,
+    request_scheduler,
+    resolve_deployment,
+    resolved_echo,
+)
+from app.services.simulate_fields import (
+    check_agg_request,
+    check_workload_fields,
+    with_device_count,
+)
+from app.services.sizing import search_cap, with_engine_defaults, workload_spec
+
+if TYPE_CHECKING:
+    from app.models.optimize import OptimizeRequest
+    from app.models.simulate import SimulateRequest
+    from app.services.context import ServiceContext
+
+RequestT = TypeVar("RequestT", bound=WorkloadMixin)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved(Generic[RequestT]):
+    """A request resolved: the question (``scenario``) and the request as it ran (``echo``,
+    the answer's ``input``: every value of the scenario a request can give, given)."""
+
+    scenario: Scenario
+    echo: RequestT
+
+
+def scenario_echo(request: RequestT, scenario: Scenario) -> RequestT:
+    """The echo of ``scenario``: ``request`` with the scenario's resolved values given (the
+    attention quantization run, the scheduler with every option, a search's batch cap)."""
+    scheduler = scenario.scheduler
+    resolved: dict[str, object] = {}
+    if scenario.search is not None:
+        resolved["max_batch_size"] = scenario.search.max_batch_size
+    return resolved_echo(
+        request,
+        scenario.deployment,
+        None if scheduler is None else scheduler.build(),
+        **resolved,
+    )
+
+
+def resolve_simulation(
+    context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
+) -> Resolved[SimulateRequest]:
+    """An aggregated ``/v1/simulate`` request (mode agg) resolved: one layout."""
+    check_inline_parts(request)
+    check_agg_request(request)
+    request, profile = with_engine_defaults(with_device_count(request))
+    check_workload_fields(request)
+    calibration = resolve_calibration(context, request.calibration)
+    profile = calibrated_profile(profile, calibration)
+    deployment = calibrated(
+        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
+    )
+    layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
+    spec = workload_spec(request, layout.num_devices, profile)
+    scheduler = request_scheduler(request, profile, deployment.device)
+    assert request.workload is not None  # with_engine_defaults filled it in
+    scenario = Scenario(
+        operation="simulate",
+        deployment=deployment,
+        spec=spec,
+        serving=ServingRun(
+            workload=request.workload,
+            window=request.window,
+            concurrency=request.concurrency,
+            requests_per_client=request.requests_per_client,
+            request_rate=request.request_rate,
+            num_requests=request.num_requests,
+            max_concurrency=request.max_concurrency,
+            seed=request.seed,
+            include_timeline=request.include_timeline,
+            force_simulation=request.force_simulation,
+        ),
+        scheduler=SchedulerChoice.of(scheduler),
+        layout=layout,
+    )
+    return Resolved(scenario, scenario_echo(request, scenario))
+
+
+def search_devices(request: OptimizeRequest) -> int:
+    """Devices of the searched instance: the prefill instance in pd_ratio, else all of them."""
+    if request.mode == "pd_ratio":
+        return request.prefill_devices_per_instance or max(1, request.num_devices // 2)
+    return request.num_devices
+
+
+def _check_search(request: OptimizeRequest, spec: WorkloadSpec) -> int:
+    """The workload and the search size; the batch cap."""
+    if request.workload not in SEARCHED_WORKLOADS:
+        raise InvalidParameterError(
+            "workload",
+            request.workload,
+            f"one of {', '.join(SEARCHED_WORKLOADS)}: the optimizer searches concurrency, not a "
+            "request rate (simulate a poisson workload one rate at a time: POST /v1/simulate)",
+        )
+    max_batch = search_cap(request, spec)
+    if request.workload != "burst" and request.mode != "agg":
+        raise InvalidParameterError(
+            "workload", request.workload, f"'burst' for mode {request.mode!r} (closed_loop: agg)"
+        )
+    return max_batch
+
+
+def resolve_search(
+    context: ServiceContext, request: OptimizeRequest, *, allow_paths: bool = False
+) -> Resolved[OptimizeRequest]:
+    """An ``/v1/optimize`` request of the aggregated family (agg, disagg_prefill,
+    disagg_decode, pd_ratio) resolved: the search space. Only mode agg runs a step scheduler
+    (the others price prefill jobs and decode batches on their own)."""
+    check_inline_parts(request)
+    if request.max_workers is not None:
+        raise InvalidParameterError(
+            "max_workers", request.max_workers, f"omitted for mode {request.mode!r} (mode disagg)"
+        )
+    request, profile = with_engine_defaults(request)
+    calibration = resolve_calibration(context, request.calibration)
+    profile = calibrated_profile(profile, calibration)
+    spec = workload_spec(request, search_devices(request), profile)
+    max_batch = _check_search(request, spec)
+    deployment = calibrated(
+        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
+    )
+    scheduler = (
+        SchedulerChoice.of(request_scheduler(request, profile, deployment.device))
+        if request.mode == "agg"
+        else None
+    )
+    assert request.workload is not None  # with_engine_defaults filled it in
+    scenario = Scenario(
+        operation="optimize",
+        deployment=deployment,
+        spec=spec,
+        serving=ServingRun(
+            workload=request.workload,
+            window=request.window,
+            requests_per_client=request.requests_per_client,
+            force_simulation=request.force_simulation,
+        ),
+        scheduler=scheduler,
+        search=SearchSpace(
+            mode=request.mode,
+            num_devices=request.num_devices,
+            tp_sizes=None if request.tp_sizes is None else tuple(request.tp_sizes),
+            ep_sizes=None if request.ep_sizes is None else tuple(request.ep_sizes),
+            max_batch_size=max_batch,
+            prefill_devices_per_instance=request.prefill_devices_per_instance,
+            decode_devices_per_instance=request.decode_devices_per_instance,
+            serving_overhead_ms=request.serving_overhead_ms,
+            top_k=request.top_k,
+            include_probes=request.include_probes,
+        ),
+    )
+    return Resolved(scenario, scenario_echo(request, scenario))
