@@ -140,22 +140,26 @@ def _core_modules() -> list[tuple[str, Path]]:
     return [(m, p) for m, p in _modules() if m.startswith("app.core.")]
 
 
+def _from_target(node: ast.ImportFrom, path: Path, module: str) -> str:
+    """The module a ``from ... import`` names, relative imports resolved against ``module``."""
+    if not node.level:
+        return node.module or ""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def _imports(path: Path, module: str) -> list[str]:
     """Every module ``path`` imports; ``from X import name`` also yields ``X.name`` when that is a
     module of ``app`` (a submodule reached as ``from app.core import engine`` counts)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names: list[str] = []
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
+            target = _from_target(node, path, module)
             names.append(target)
             names.extend(
                 f"{target}.{alias.name}"
@@ -172,17 +176,11 @@ def _cycle_edges(path: Path, module: str) -> set[str]:
     through it needs nothing of its ``__init__``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     edges: set[str] = set()
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             edges.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
+            target = _from_target(node, path, module)
             modules = {f"{target}.{a.name}" for a in node.names} & _MODULE_NAMES
             edges.update(modules)
             ancestor = module.startswith(f"{target}.")
