@@ -29,6 +29,7 @@ from app.core.catalog import Device, ModelArchitecture, Quantization
 from app.core.errors import InvalidParameterError
 from app.core.limits import Mode
 from app.core.optimizer import Deployment
+from app.core.optimizer.capacity import Sla
 from app.core.parallel import ParallelLayout
 from app.core.profiles import MSMODELING, EngineProfile
 from app.core.runner import ModelRunner, RunnerServingModel
@@ -38,7 +39,7 @@ from app.core.spec import WorkloadSpec
 from app.core.workload import Window, Workload
 
 JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
-Operation = Literal["simulate", "optimize"]
+Operation = Literal["simulate", "optimize", "plan"]
 
 
 def canonical(value: object) -> JSONValue:
@@ -172,10 +173,22 @@ class SearchSpace:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityTarget:
+    """What a capacity plan sizes replicas for: ``request_rate`` requests/s (before the
+    headroom) under ``sla``, with ``headroom`` spare and an optional device price."""
+
+    request_rate: float
+    sla: Sla
+    headroom: float
+    price_per_device_hour: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
     """One resolved question (see the module docstring): a simulation of ``layout`` or a
     search over ``search``, of ``deployment`` under ``spec`` and ``serving``, stepped by
-    ``scheduler`` (``None``: the mode runs no step scheduler)."""
+    ``scheduler`` (``None``: the mode runs no step scheduler); a capacity plan sizes replicas
+    of ``layout`` for ``target``."""
 
     operation: Operation
     deployment: ResolvedDeployment
@@ -184,11 +197,16 @@ class Scenario:
     scheduler: SchedulerChoice | None
     layout: ParallelLayout | None = None
     search: SearchSpace | None = None
+    target: CapacityTarget | None = None
 
     def __post_init__(self) -> None:
         if (self.layout is None) == (self.search is None):
             raise InvalidParameterError(
-                "scenario", self.operation, "a layout (simulate) or a search space (optimize)"
+                "scenario", self.operation, "a layout (simulate, plan) or a search space (optimize)"
+            )
+        if (self.target is None) == (self.operation == "plan"):
+            raise InvalidParameterError(
+                "scenario", self.operation, "a capacity target exactly when it is a plan"
             )
 
     def to_dict(self) -> dict[str, JSONValue]:

@@ -8,9 +8,9 @@ order a client sees its errors; the evaluation below (:mod:`.simulate`, :mod:`.o
 reads the Scenario only, and puts the echo in its answer. Re-sending an echo resolves to the
 same Scenario (same :attr:`~app.core.scenario.Scenario.key`), so it gets the same answer.
 
-    request --resolve_simulation / resolve_search--> Resolved(scenario, echo)
-                                                         |
-                         simulate / optimize evaluation  v  (core, the latency cache)
+    request --resolve_simulation / resolve_search / resolve_plan--> Resolved(scenario, echo)
+                                                                      |
+                              simulate / optimize / plan evaluation   v  (core, latency cache)
 """
 
 from __future__ import annotations
@@ -20,8 +20,15 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.agg import SEARCHED_WORKLOADS
+from app.core.optimizer.capacity import Sla
 from app.core.parallel import ParallelLayout
-from app.core.scenario import Scenario, SchedulerChoice, SearchSpace, ServingRun
+from app.core.scenario import (
+    CapacityTarget,
+    Scenario,
+    SchedulerChoice,
+    SearchSpace,
+    ServingRun,
+)
 from app.core.spec import WorkloadSpec
 from app.models.workload import WorkloadMixin
 from app.services.calibration import calibrated, calibrated_profile, resolve_calibration
@@ -39,6 +46,7 @@ from app.services.simulate_fields import (
 from app.services.sizing import search_cap, with_engine_defaults, workload_spec
 
 if TYPE_CHECKING:
+    from app.models.capacity import PlanRequest
     from app.models.optimize import OptimizeRequest
     from app.models.simulate import SimulateRequest
     from app.services.context import ServiceContext
@@ -180,6 +188,47 @@ def resolve_search(
             serving_overhead_ms=request.serving_overhead_ms,
             top_k=request.top_k,
             include_probes=request.include_probes,
+        ),
+    )
+    return Resolved(scenario, scenario_echo(request, scenario))
+
+
+def resolve_plan(context: ServiceContext, request: PlanRequest) -> Resolved[PlanRequest]:
+    """A ``/v1/plan`` request resolved: one replica layout, Poisson arrivals, the target."""
+    check_inline_parts(request)
+    request, profile = with_engine_defaults(request)
+    calibration = resolve_calibration(context, request.calibration)
+    profile = calibrated_profile(profile, calibration)
+    deployment = calibrated(resolve_deployment(request, profile=profile), calibration)
+    layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
+    spec = workload_spec(request, layout.num_devices, profile)
+    scheduler = request_scheduler(request, profile, deployment.device)
+    rate = request.request_rate
+    if rate is None:
+        assert request.output_token_rate is not None  # the model's validator
+        rate = request.output_token_rate / request.output_length
+    scenario = Scenario(
+        operation="plan",
+        deployment=deployment,
+        spec=spec,
+        serving=ServingRun(
+            workload="poisson",
+            window="benchmark",
+            num_requests=request.num_requests,
+            seed=request.seed,
+        ),
+        scheduler=SchedulerChoice.of(scheduler),
+        layout=layout,
+        target=CapacityTarget(
+            request_rate=rate,
+            sla=Sla(
+                ttft_limit_ms=request.ttft_limit_ms,
+                tpot_limit_ms=request.tpot_limit_ms,
+                percentile=request.percentile,
+                ttft_overhead_ms=spec.ttft_overhead_ms,
+            ),
+            headroom=request.headroom,
+            price_per_device_hour=request.price_per_device_hour,
         ),
     )
     return Resolved(scenario, scenario_echo(request, scenario))

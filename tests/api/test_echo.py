@@ -166,6 +166,21 @@ def test_an_optimize_echo_reproduces_its_answer(
     _assert_echo_reproduces(client, "/v1/optimize", body)
 
 
+@pytest.mark.parametrize("engine", list(PROFILES))
+def test_a_plan_echo_reproduces_its_answer(client: TestClient, engine: str) -> None:
+    body = {
+        **BASE,
+        "engine": engine,
+        "request_rate": 5.0,
+        "ttft_limit_ms": 2000.0,
+        "tpot_limit_ms": 50.0,
+        "num_requests": 200,
+    }
+    first = _answer(client, "/v1/plan", body)
+    assert first["input"]["scheduler"]["name"] == PROFILES[engine].scheduler  # what ran
+    _assert_echo_reproduces(client, "/v1/plan", body)
+
+
 def test_the_echo_names_the_engine_policy_that_ran(client: TestClient) -> None:
     # The case: the vllm profile runs its own policy with its running cap, and the
     # echo says so (it said decode_first_with_slack, and re-sent gave another TTFT).
