@@ -173,6 +173,52 @@ class SearchSpace:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DisaggSearchSpace:
+    """What a disaggregated optimize searches: worker layouts of each pool within
+    ``num_devices``, at most ``max_workers`` workers per pool and ``max_clients`` closed-loop
+    clients, and what the answer keeps."""
+
+    num_devices: int
+    prefill_layouts: tuple[ParallelLayout, ...]
+    decode_layouts: tuple[ParallelLayout, ...]
+    max_workers: int
+    max_clients: int
+    top_k: int = 10
+    include_probes: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolLink:
+    """A stated link between the pools: bandwidth per device and a fixed time per transfer."""
+
+    name: str
+    bandwidth_gb_s: float
+    fixed_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisaggPools:
+    """A disaggregated deployment: ``prefill_workers`` workers of ``prefill_layout`` and
+    ``decode_workers`` of ``decode_layout``; the decode pool on ``decode_deployment`` when it
+    runs on another device (``None``: the scenario's), the KV crossing ``link`` (``None``:
+    the interconnect tier holding both pools)."""
+
+    prefill_workers: int
+    prefill_layout: ParallelLayout
+    decode_workers: int
+    decode_layout: ParallelLayout
+    decode_deployment: ResolvedDeployment | None = None
+    link: PoolLink | None = None
+
+    @property
+    def num_devices(self) -> int:
+        return (
+            self.prefill_workers * self.prefill_layout.num_devices
+            + self.decode_workers * self.decode_layout.num_devices
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityTarget:
     """What a capacity plan sizes replicas for: ``request_rate`` requests/s (before the
     headroom) under ``sla``, with ``headroom`` spare and an optional device price."""
@@ -185,18 +231,19 @@ class CapacityTarget:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
-    """One resolved question (see the module docstring): a simulation of ``layout`` or a
-    search over ``search``, of ``deployment`` under ``spec`` and ``serving``, stepped by
-    ``scheduler`` (``None``: the mode runs no step scheduler); a capacity plan sizes replicas
-    of ``layout`` for ``target``."""
+    """One resolved question (see the module docstring): a simulation of ``layout`` (one
+    layout, or two disaggregated pools) or a search over ``search`` (aggregated family or
+    disaggregated), of ``deployment`` under ``spec`` and ``serving``, stepped by ``scheduler``
+    (``None``: the mode runs no step scheduler); a capacity plan sizes replicas of ``layout``
+    for ``target``."""
 
     operation: Operation
     deployment: ResolvedDeployment
     spec: WorkloadSpec
     serving: ServingRun
     scheduler: SchedulerChoice | None
-    layout: ParallelLayout | None = None
-    search: SearchSpace | None = None
+    layout: ParallelLayout | DisaggPools | None = None
+    search: SearchSpace | DisaggSearchSpace | None = None
     target: CapacityTarget | None = None
 
     def __post_init__(self) -> None:

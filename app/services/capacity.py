@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from app.core import limits
 from app.core.errors import InfeasibleError
 from app.core.optimizer.capacity import infeasible_plan, plan_capacity
+from app.core.parallel import ParallelLayout
 from app.core.scenario import Scenario
 from app.core.workload import ranks_are_coupled, simulate_poisson_serving, simulate_serving
 from app.core.workload.admission import running_cap
@@ -37,7 +38,8 @@ def evaluate_plan(context: ServiceContext, scenario: Scenario, echo: PlanRequest
     from app.models.capacity import PlanResponse
 
     data, layout, target = scenario.spec, scenario.layout, scenario.target
-    assert layout is not None and target is not None and scenario.scheduler is not None
+    assert isinstance(layout, ParallelLayout) and target is not None
+    assert scenario.scheduler is not None  # a plan scenario
     num_requests = scenario.serving.num_requests
     assert num_requests is not None  # a plan's default is the wire's
     deployment = scenario.deployment

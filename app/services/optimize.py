@@ -51,7 +51,7 @@ from app.services.resolve import (
     ResolvedDeployment,
 )
 from app.services.response_cache import cached_response, optimize_key
-from app.services.scenario import resolve_search
+from app.services.scenario import resolve_disagg_search, resolve_search
 
 
 def _fitting(
@@ -255,7 +255,7 @@ class _Search:
 
     @property
     def space(self) -> SearchSpace:
-        assert self.scenario.search is not None  # an optimize scenario
+        assert isinstance(self.scenario.search, SearchSpace)  # an aggregated-family search
         return self.scenario.search
 
     @property
@@ -537,9 +537,7 @@ def cached_optimize(
         return None
     started = time.perf_counter()
     if request.mode == "disagg":
-        from app.services.disagg_optimize import resolve_disagg_search
-
-        keyed = resolve_disagg_search(request).request
+        keyed = resolve_disagg_search(request).echo
         key = optimize_key(keyed)
         (stored,) = context.cache.get_many([key])
         return cached_response(context, key, stored, keyed, started, DisaggOptimizeResponse)

@@ -8,9 +8,13 @@ order a client sees its errors; the evaluation below (:mod:`.simulate`, :mod:`.o
 reads the Scenario only, and puts the echo in its answer. Re-sending an echo resolves to the
 same Scenario (same :attr:`~app.core.scenario.Scenario.key`), so it gets the same answer.
 
-    request --resolve_simulation / resolve_search / resolve_plan--> Resolved(scenario, echo)
-                                                                      |
-                              simulate / optimize / plan evaluation   v  (core, latency cache)
+    request --resolve_*--> Resolved(scenario, echo) --evaluation--> answer (input: the echo)
+
+    resolve_simulation          simulate, mode agg (one layout)
+    resolve_disagg_simulation   simulate, mode disagg (two pools)
+    resolve_search              optimize, modes agg, disagg_prefill, disagg_decode, pd_ratio
+    resolve_disagg_search       optimize, mode disagg
+    resolve_plan                plan
 """
 
 from __future__ import annotations
@@ -18,12 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from app.core import limits
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.agg import SEARCHED_WORKLOADS
 from app.core.optimizer.capacity import Sla
 from app.core.parallel import ParallelLayout
 from app.core.scenario import (
     CapacityTarget,
+    DisaggPools,
+    DisaggSearchSpace,
     Scenario,
     SchedulerChoice,
     SearchSpace,
@@ -43,7 +50,14 @@ from app.services.simulate_fields import (
     check_workload_fields,
     with_device_count,
 )
-from app.services.sizing import search_cap, with_engine_defaults, workload_spec
+from app.services.sizing import (
+    check_closed_loop_size,
+    check_poisson_size,
+    check_simulation_size,
+    search_cap,
+    with_engine_defaults,
+    workload_spec,
+)
 
 if TYPE_CHECKING:
     from app.models.capacity import PlanRequest
@@ -68,8 +82,10 @@ def scenario_echo(request: RequestT, scenario: Scenario) -> RequestT:
     attention quantization run, the scheduler with every option, a search's batch cap)."""
     scheduler = scenario.scheduler
     resolved: dict[str, object] = {}
-    if scenario.search is not None:
+    if isinstance(scenario.search, SearchSpace):
         resolved["max_batch_size"] = scenario.search.max_batch_size
+    elif isinstance(scenario.search, DisaggSearchSpace):
+        resolved["max_batch_size"] = scenario.search.max_clients
     return resolved_echo(
         request,
         scenario.deployment,
@@ -229,6 +245,117 @@ def resolve_plan(context: ServiceContext, request: PlanRequest) -> Resolved[Plan
             ),
             headroom=request.headroom,
             price_per_device_hour=request.price_per_device_hour,
+        ),
+    )
+    return Resolved(scenario, scenario_echo(request, scenario))
+
+
+def resolve_disagg_simulation(
+    context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
+) -> Resolved[SimulateRequest]:
+    """A ``/v1/simulate`` request with mode disagg resolved: two pools, no step scheduler."""
+    from app.services import disagg_fields as fields
+
+    check_inline_parts(request)
+    fields.check_simulate_fields(request)
+    request, profile = with_engine_defaults(fields.with_pool_defaults(request))
+    prefill, decode = (fields.pool_layout(request, pool) for pool in fields.POOLS)
+    workers = {pool: int(getattr(request, f"{pool}_workers")) for pool in fields.POOLS}
+    num_devices = fields.check_devices(
+        request,
+        workers["prefill"] * prefill.num_devices,
+        workers["decode"] * decode.num_devices,
+    )
+    request = request.model_copy(update={"num_devices": num_devices})
+    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
+    spec = workload_spec(request, num_devices, profile)
+    assert request.workload is not None  # with_pool_defaults filled it in
+    serving = ServingRun(
+        workload=request.workload,
+        window=request.window,
+        concurrency=request.concurrency,
+        requests_per_client=request.requests_per_client,
+        request_rate=request.request_rate,
+        num_requests=request.num_requests,
+        seed=request.seed,
+    )
+    _check_disagg_run_size(serving, spec)
+    pools = DisaggPools(
+        prefill_workers=workers["prefill"],
+        prefill_layout=prefill,
+        decode_workers=workers["decode"],
+        decode_layout=decode,
+        decode_deployment=fields.decode_deployment(
+            request, deployment, profile, allow_paths=allow_paths
+        ),
+        link=fields.pool_link(request),
+    )
+    scenario = Scenario(
+        operation="simulate",
+        deployment=deployment,
+        spec=spec,
+        serving=serving,
+        scheduler=None,  # prefill jobs and decode steps run in separate pools
+        layout=pools,
+    )
+    return Resolved(scenario, scenario_echo(request, scenario))
+
+
+def _check_disagg_run_size(serving: ServingRun, spec: WorkloadSpec) -> None:
+    """A disaggregated run's planning cost: Poisson requests, or clients x requests each."""
+    if serving.workload == "poisson":
+        assert serving.num_requests is not None  # with_pool_defaults filled it in
+        check_poisson_size(spec, serving.num_requests)
+        return
+    assert serving.concurrency is not None  # check_simulate_fields
+    check_simulation_size(spec, 1, "concurrency")  # the prefill chunk bound
+    check_closed_loop_size(spec, serving.concurrency, serving.requests_per_client, "concurrency")
+
+
+def resolve_disagg_search(
+    request: OptimizeRequest, *, allow_paths: bool = False
+) -> Resolved[OptimizeRequest]:
+    """An ``/v1/optimize`` request with mode disagg resolved: every worker layout of each
+    pool, the client bound searched (the echo's ``max_batch_size``), no step scheduler."""
+    from app.services import disagg_fields as fields
+
+    check_inline_parts(request)
+    fields.check_search_fields(request)
+    request, profile = with_engine_defaults(fields.searched_request(request))
+    prefill, decode = (fields.pool_layouts(request, pool) for pool in fields.POOLS)
+    spec = workload_spec(request, request.num_devices, profile)
+    check_simulation_size(spec, 1, "max_batch_size")  # the prefill chunk bound
+    per_client = request.requests_per_client * spec.prefill_num_chunks
+    # The wire's bound on max_batch_size is the search's too, so the echo can be re-sent.
+    max_clients = min(
+        limits.MAX_SEARCH_BATCH_SIZE,
+        max(1, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // per_client),
+    )
+    if "max_batch_size" in request.model_fields_set:
+        check_closed_loop_size(
+            spec, request.max_batch_size, request.requests_per_client, "max_batch_size"
+        )
+        max_clients = request.max_batch_size
+    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
+    assert request.max_workers is not None  # searched_request filled it in
+    scenario = Scenario(
+        operation="optimize",
+        deployment=deployment,
+        spec=spec,
+        serving=ServingRun(
+            workload="closed_loop",
+            window=request.window,
+            requests_per_client=request.requests_per_client,
+        ),
+        scheduler=None,
+        search=DisaggSearchSpace(
+            num_devices=request.num_devices,
+            prefill_layouts=tuple(prefill),
+            decode_layouts=tuple(decode),
+            max_workers=request.max_workers,
+            max_clients=max_clients,
+            top_k=request.top_k,
+            include_probes=request.include_probes,
         ),
     )
     return Resolved(scenario, scenario_echo(request, scenario))

@@ -74,7 +74,7 @@ def evaluate(
     """A simulate scenario's answer (``echo`` is its ``input``): the run's size checks, then
     the burst, closed loop or Poisson run over the replicas."""
     data, serving, layout = scenario.spec, scenario.serving, scenario.layout
-    assert layout is not None and scenario.scheduler is not None  # a simulate scenario
+    assert isinstance(layout, ParallelLayout) and scenario.scheduler is not None  # one layout
     factory = ModelFactory(context, scenario.deployment)
     run = _SimulationRun(echo, scenario, data, layout, scenario.scheduler.build(), factory, started)
     if serving.workload == "poisson":

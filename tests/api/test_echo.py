@@ -16,7 +16,12 @@ from app.main import create_app
 from app.models.optimize import OptimizeRequest
 from app.models.simulate import SimulateRequest
 from app.services.context import ServiceContext, create_context
-from app.services.scenario import resolve_search, resolve_simulation
+from app.services.scenario import (
+    resolve_disagg_search,
+    resolve_disagg_simulation,
+    resolve_search,
+    resolve_simulation,
+)
 from app.settings import Settings
 
 H200 = "NVIDIA_H200_SXM_141G"
@@ -282,3 +287,21 @@ def test_requests_that_ask_the_same_question_share_a_key(context: ServiceContext
         context, SimulateRequest.model_validate({**body, "max_batched_tokens": 4096})
     ).scenario
     assert other.key != implicit.key
+
+
+@pytest.mark.parametrize("engine", list(PROFILES))
+def test_a_disaggregated_echo_resolves_to_its_own_scenario(
+    context: ServiceContext, engine: str
+) -> None:
+    body = {**BASE, "engine": engine, "quantize_linear_action": "FP8", "mode": "disagg"}
+    pools = {"concurrency": 8, "prefill_workers": 1, "decode_workers": 2, "decode_tp_size": 2}
+    simulate = resolve_disagg_simulation(context, SimulateRequest.model_validate(body | pools))
+    assert simulate.scenario.scheduler is None and simulate.scenario.layout is not None
+    again = resolve_disagg_simulation(
+        context, SimulateRequest.model_validate(simulate.echo.model_dump())
+    )
+    assert again.scenario.key == simulate.scenario.key and again.echo == simulate.echo
+    search = resolve_disagg_search(OptimizeRequest.model_validate(body | {"num_devices": 4}))
+    again_search = resolve_disagg_search(OptimizeRequest.model_validate(search.echo.model_dump()))
+    assert again_search.scenario.key == search.scenario.key
+    assert search.echo.max_batch_size == again_search.echo.max_batch_size
