@@ -21,6 +21,11 @@ MODES: tuple[Mode, ...] = ("agg", "disagg_prefill", "disagg_decode", "pd_ratio",
 DEFAULT_MODE: Mode = "agg"
 #: POST /v1/simulate: agg (one layout, prefill and decode share replicas) or disagg (a prefill
 #: pool and a decode pool, each with its own layout, under one closed loop of clients).
+#: The pools of a disaggregated deployment, and when its client gets the first token
+#: (app/core/workload/disagg_serving.py); here, so the wire models name them without loading
+#: the disaggregated engine.
+Pool = Literal["prefill", "decode"]
+FirstToken = Literal["prefill", "admission", "decode_step"]
 SimulateMode = Literal["agg", "disagg"]
 SIMULATE_MODES: tuple[SimulateMode, ...] = ("agg", "disagg")
 DEFAULT_SIMULATE_MODE: SimulateMode = "agg"

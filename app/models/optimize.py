@@ -12,7 +12,9 @@ from app.core.limits import (
     DEFAULT_MODE,
     DEFAULT_TOP_K,
     MAX_SEARCH_WORKERS,
+    FirstToken,
     Mode,
+    Pool,
     Role,
 )
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
@@ -22,7 +24,6 @@ from app.core.workload import (
     Window,
     Workload,
 )
-from app.core.workload.disagg_serving import FirstToken, Pool
 from app.models import texts
 from app.models.common import CacheCounters
 from app.models.workload import DeploymentMixin, ParallelSize, WorkloadMixin

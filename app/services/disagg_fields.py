@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING
 
 from app.core import limits
 from app.core.errors import InvalidParameterError, UnknownDeviceError, UnsupportedError
-from app.core.limits import DEFAULT_MAX_WORKERS
+from app.core.limits import DEFAULT_MAX_WORKERS, Pool
 from app.core.optimizer import enumerate_layouts
 from app.core.parallel import ParallelLayout
 from app.core.profiles import EngineProfile
 from app.core.scenario import PoolLink, ResolvedDeployment
 from app.core.workload import DEFAULT_POISSON_REQUESTS
-from app.core.workload.disagg_serving import Pool
 from app.services.resolve import resolve_deployment
 from app.services.simulate_fields import check_workload_fields
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from app.core.errors import InvalidParameterError
+from app.core.limits import Pool
 from app.core.optimizer.disagg_search import (
     DisaggProbe,
     DisaggRow,
@@ -27,7 +28,7 @@ from app.core.optimizer.disagg_search import (
 from app.core.parallel import ParallelLayout
 from app.core.scenario import DisaggSearchSpace
 from app.core.workload import ranks_are_coupled
-from app.core.workload.disagg_serving import KvTransfer, Pool
+from app.core.workload.disagg_serving import KvTransfer
 from app.core.workload.disagg_setup import FIRST_TOKEN_RULE, PoolWorker, tier_kv_transfer
 from app.models.optimize import (
     DisaggOptimizeResponse,

@@ -21,6 +21,7 @@ from app.core.catalog.hardware import InterconnectTier
 from app.core.errors import (
     InfeasibleError,
 )
+from app.core.limits import FirstToken, Pool
 from app.core.optimizer.agg import limit_reason
 from app.core.parallel import ParallelLayout
 from app.core.scenario import DisaggPools, PoolLink, Scenario, ServingRun
@@ -28,9 +29,7 @@ from app.core.spec import WorkloadSpec
 from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import (
     DisaggServingResult,
-    FirstToken,
     KvTransfer,
-    Pool,
     simulate_disagg_poisson,
     simulate_disagg_serving,
 )

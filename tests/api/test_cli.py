@@ -340,6 +340,7 @@ COMMAND_ONLY = {
     "app.services.deploy": (),
     "app.services.disagg_optimize": (),
     "app.services.disagg_simulate": (),
+    "app.core.workload.disagg_serving": ("simulate", "validate"),
     "app.services.capacity": (),
     "app.models.calibration": (),
     "app.models.capacity": (),

@@ -59,16 +59,14 @@ from app.core.chunking import require_int
 from app.core.cost import interrupt_of
 from app.core.engine import MS_PER_S
 from app.core.errors import InfeasibleError, InvalidParameterError
-from app.core.limits import DEFAULT_MAX_WORKERS, MAX_SEARCH_WORKERS
+from app.core.limits import DEFAULT_MAX_WORKERS, MAX_SEARCH_WORKERS, FirstToken, Pool
 from app.core.optimizer.agg import limit_reason
 from app.core.parallel import ParallelLayout
 from app.core.spec import WorkloadSpec
 from app.core.workload.disagg_serving import (
     DecodePool,
     DisaggServingResult,
-    FirstToken,
     KvTransfer,
-    Pool,
     PrefillPool,
     decode_step_ms,
     prefill_job_max,
