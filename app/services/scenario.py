@@ -23,21 +23,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from app.core import limits
+from app.core.calibration import CalibrationProfile
 from app.core.errors import InvalidParameterError
 from app.core.optimizer.agg import SEARCHED_WORKLOADS
 from app.core.optimizer.capacity import Sla
 from app.core.parallel import ParallelLayout
+from app.core.profiles import EngineProfile
 from app.core.scenario import (
     CapacityTarget,
     DisaggPools,
     DisaggSearchSpace,
+    ResolvedDeployment,
     Scenario,
     SchedulerChoice,
     SearchSpace,
     ServingRun,
 )
 from app.core.spec import WorkloadSpec
-from app.models.workload import WorkloadMixin
+from app.models.workload import DeploymentMixin, WorkloadMixin
 from app.services.calibration import calibrated, calibrated_profile, resolve_calibration
 from app.services.resolve import (
     check_inline_parts,
@@ -94,6 +97,28 @@ def scenario_echo(request: RequestT, scenario: Scenario) -> RequestT:
     )
 
 
+def _calibrated(
+    context: ServiceContext, request: WorkloadMixin, profile: EngineProfile
+) -> tuple[EngineProfile, CalibrationProfile | None]:
+    """The request's calibration (a stored id or inline) and the profile with its fitted
+    host and front-end times."""
+    calibration = resolve_calibration(context, request.calibration)
+    return calibrated_profile(profile, calibration), calibration
+
+
+def _deployment(
+    request: DeploymentMixin,
+    profile: EngineProfile,
+    calibration: CalibrationProfile | None,
+    *,
+    allow_paths: bool,
+) -> ResolvedDeployment:
+    """The catalog objects the request names, run by ``profile``, with the calibration's
+    fitted device efficiencies."""
+    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
+    return calibrated(deployment, calibration)
+
+
 def resolve_simulation(
     context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
 ) -> Resolved[SimulateRequest]:
@@ -102,11 +127,8 @@ def resolve_simulation(
     check_agg_request(request)
     request, profile = with_engine_defaults(with_device_count(request))
     check_workload_fields(request)
-    calibration = resolve_calibration(context, request.calibration)
-    profile = calibrated_profile(profile, calibration)
-    deployment = calibrated(
-        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
-    )
+    profile, calibration = _calibrated(context, request, profile)
+    deployment = _deployment(request, profile, calibration, allow_paths=allow_paths)
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     spec = workload_spec(request, layout.num_devices, profile)
     scheduler = request_scheduler(request, profile, deployment.device)
@@ -169,13 +191,10 @@ def resolve_search(
             "max_workers", request.max_workers, f"omitted for mode {request.mode!r} (mode disagg)"
         )
     request, profile = with_engine_defaults(request)
-    calibration = resolve_calibration(context, request.calibration)
-    profile = calibrated_profile(profile, calibration)
+    profile, calibration = _calibrated(context, request, profile)
     spec = workload_spec(request, search_devices(request), profile)
     max_batch = _check_search(request, spec)
-    deployment = calibrated(
-        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
-    )
+    deployment = _deployment(request, profile, calibration, allow_paths=allow_paths)
     scheduler = (
         SchedulerChoice.of(request_scheduler(request, profile, deployment.device))
         if request.mode == "agg"
@@ -213,9 +232,8 @@ def resolve_plan(context: ServiceContext, request: PlanRequest) -> Resolved[Plan
     """A ``/v1/plan`` request resolved: one replica layout, Poisson arrivals, the target."""
     check_inline_parts(request)
     request, profile = with_engine_defaults(request)
-    calibration = resolve_calibration(context, request.calibration)
-    profile = calibrated_profile(profile, calibration)
-    deployment = calibrated(resolve_deployment(request, profile=profile), calibration)
+    profile, calibration = _calibrated(context, request, profile)
+    deployment = _deployment(request, profile, calibration, allow_paths=False)
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     spec = workload_spec(request, layout.num_devices, profile)
     scheduler = request_scheduler(request, profile, deployment.device)
