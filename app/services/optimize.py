@@ -568,9 +568,28 @@ def optimize(
         )
     started = time.perf_counter()
     resolved = resolve_search(context, request, allow_paths=allow_paths)
-    request, scenario = resolved.echo, resolved.scenario
-    spec = scenario.spec
-    use_response_cache = context.settings.response_cache and not allow_paths
+    return evaluate_search(
+        context,
+        resolved.scenario,
+        resolved.echo,
+        use_response_cache=context.settings.response_cache and not allow_paths,
+        progress=progress,
+        started=started,
+    )
+
+
+def evaluate_search(
+    context: ServiceContext,
+    scenario: Scenario,
+    echo: OptimizeRequest,
+    *,
+    use_response_cache: bool,
+    progress: Callable[[str], None] | None = None,
+    started: float,
+) -> OptimizeResponse:
+    """An aggregated-family search scenario's answer (``echo`` is its ``input`` and its
+    response-cache key): the cached answer, or the search over its layouts and batch sizes."""
+    request, spec = echo, scenario.spec
     # response_key folds in the application version, this the runner's: an upgrade never
     # serves an older answer.
     key = optimize_key(request) if use_response_cache else None
