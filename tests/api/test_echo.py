@@ -3,6 +3,7 @@ same answer, to the bit, under every engine profile and mode (through the real A
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,8 @@ from app.services.scenario import (
     resolve_simulation,
 )
 from app.settings import Settings
+from tests.api.test_calibrations import SIMULATE as CALIBRATED
+from tests.api.test_calibrations import _rows as calibration_rows
 
 H200 = "NVIDIA_H200_SXM_141G"
 BASE: dict[str, Any] = {
@@ -305,3 +308,21 @@ def test_a_disaggregated_echo_resolves_to_its_own_scenario(
     again_search = resolve_disagg_search(OptimizeRequest.model_validate(search.echo.model_dump()))
     assert again_search.scenario.key == search.scenario.key
     assert search.echo.max_batch_size == again_search.echo.max_batch_size
+
+
+def test_a_calibrated_answer_echoes_and_keys_its_calibration(
+    client: TestClient, context: ServiceContext
+) -> None:
+    created = client.post("/v1/calibrations", json={"points": calibration_rows()})
+    assert created.status_code == 201, created.text
+    profile = created.json()["profile"]
+    body = {**CALIBRATED, "calibration": created.json()["id"]}
+    _assert_echo_reproduces(client, "/v1/simulate", body)
+    inline = resolve_simulation(
+        context, SimulateRequest.model_validate({**CALIBRATED, "calibration": profile})
+    ).scenario
+    assert inline.deployment.calibration is not None
+    stored = json.loads(json.dumps(inline.to_dict()))["deployment"]["calibration"]
+    assert dict(stored["parameters"]) == profile["parameters"]  # the fitted values, as JSON
+    plain = resolve_simulation(context, SimulateRequest.model_validate(CALIBRATED)).scenario
+    assert inline.key != plain.key
