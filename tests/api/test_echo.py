@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from app.settings import Settings
 from tests.api.test_calibrations import SIMULATE as CALIBRATED
 from tests.api.test_calibrations import _rows as calibration_rows
 
+ROOT = Path(__file__).resolve().parents[2]
 H200 = "NVIDIA_H200_SXM_141G"
 BASE: dict[str, Any] = {
     "model": "Qwen/Qwen3-8B",
@@ -326,3 +328,56 @@ def test_a_calibrated_answer_echoes_and_keys_its_calibration(
     assert dict(stored["parameters"]) == profile["parameters"]  # the fitted values, as JSON
     plain = resolve_simulation(context, SimulateRequest.model_validate(CALIBRATED)).scenario
     assert inline.key != plain.key
+
+
+#: The fields the dashboard's "Timeline" copies from an optimize answer's echo into the
+#: simulate request of a row (app/web/js/main.js, SIM_FIELDS).
+TIMELINE_FIELDS = (
+    "model",
+    "device",
+    "quantize_linear_action",
+    "quantize_attention_action",
+    "reserved_memory_gb",
+    "input_length",
+    "prefix_cache_hit_rate",
+    "max_batched_tokens",
+    "output_length",
+    "num_mtp_tokens",
+    "mtp_acceptance_rates",
+    "scheduler",
+    "force_simulation",
+    "workload",
+    "window",
+    "requests_per_client",
+    "engine",
+    "engine_options",
+    "calibration",
+)
+
+
+def test_the_main_js_timeline_fields_are_these() -> None:
+    script = (ROOT / "app" / "web" / "js" / "main.js").read_text(encoding="utf-8")
+    listed = script.split("const SIM_FIELDS = [", 1)[1].split("];", 1)[0]
+    assert tuple(name.strip().strip('"') for name in listed.split(",") if name.strip()) == (
+        TIMELINE_FIELDS
+    )
+
+
+@pytest.mark.parametrize("engine", list(PROFILES))
+def test_an_optimize_row_simulates_to_its_own_numbers(client: TestClient, engine: str) -> None:
+    # The dashboard's Timeline re-simulates a row from the echo: it contradicted its row
+    # (trtllm: TTFT 4,459 ms in the row, 51,115 ms re-simulated) while the echo named a
+    # scheduler and a KV cache that did not run.
+    body = {**BASE, "engine": engine, "num_devices": 4, "tp_sizes": [1, 2], "top_k": 2}
+    answer = _answer(client, "/v1/optimize", body)
+    echo = answer["input"]
+    assert answer["rows"], answer["reason"]
+    for row in answer["rows"]:
+        simulated = _answer(
+            client,
+            "/v1/simulate",
+            {k: echo[k] for k in TIMELINE_FIELDS if echo.get(k) is not None}
+            | {"tp_size": row["tp"], "dp_size": row["dp"], "ep_size": row["ep"]}
+            | {"concurrency": row["concurrency"]},
+        )
+        assert (simulated["ttft_ms"], simulated["tpot_ms"]) == (row["ttft_ms"], row["tpot_ms"])
