@@ -20,7 +20,7 @@ from app.api import calibrations, catalog, deploy, forward, health, planning
 from app.api.compute import ComputeGate
 from app.api.errors import PROBLEM_JSON, install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
-from app.services import ServiceContext, create_context
+from app.services.context import ServiceContext, create_context
 from app.services.processes import HeavyProcesses
 from app.settings import Settings, get_settings
 

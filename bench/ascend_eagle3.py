@@ -22,8 +22,9 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from app import services
 from app.models.simulate import SimulateRequest, SimulateResponse
+from app.services.context import create_context
+from app.services.simulate import simulate
 from app.settings import Settings
 
 TPOT_TARGET_PCT = 15.0
@@ -94,10 +95,10 @@ def error_pct(predicted: float, measured: float) -> float:
 
 
 def replay(device: str) -> list[dict[str, Any]]:
-    context = services.create_context(Settings(cache_backend="memory", log_level="warning"))
+    context = create_context(Settings(cache_backend="memory", log_level="warning"))
     rows = []
     for point in POINTS:
-        result = services.simulate(context, request(point, device))
+        result = simulate(context, request(point, device))
         assert isinstance(result, SimulateResponse)
         rows.append(
             {

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app import services
 from app.core.calibration.residuals import (
     GroupSpread,
     Residual,
@@ -53,6 +52,8 @@ from app.core.calibration.residuals import (
 )
 from app.core.catalog.models import get_model
 from app.models.simulate import SimulateRequest, SimulateResponse
+from app.services.context import create_context
+from app.services.simulate import simulate
 from app.settings import Settings
 from bench import ascend_eagle3
 
@@ -199,10 +200,10 @@ def error_pct(predicted: float, measured: float) -> float:
 
 
 def replay() -> list[dict[str, Any]]:
-    context = services.create_context(Settings(cache_backend="memory", log_level="warning"))
+    context = create_context(Settings(cache_backend="memory", log_level="warning"))
     out = []
     for point in POINTS:
-        result = services.simulate(context, request(point))
+        result = simulate(context, request(point))
         assert isinstance(result, SimulateResponse)
         out.append(
             {
@@ -221,14 +222,14 @@ def ascend_residuals() -> list[Residual]:
     """The log errors of these points and of ``bench.ascend_eagle3``'s (a TTFT the source did
     not print: NaN), each with its vendor and deployment: the Ascend groups of the residual
     table (``python -m scripts.residuals``)."""
-    context = services.create_context(Settings(cache_backend="memory", log_level="warning"))
+    context = create_context(Settings(cache_backend="memory", log_level="warning"))
     runs = [(request(p), p.ttft_ms, p.tpot_ms, p.deployment) for p in POINTS] + [
         (ascend_eagle3.request(p, ascend_eagle3.DEVICE), p.ttft_ms, p.tpot_ms, p.name)
         for p in ascend_eagle3.POINTS
     ]
     out = []
     for body, ttft_ms, tpot_ms, deployment in runs:
-        result = services.simulate(context, body)
+        result = simulate(context, body)
         assert isinstance(result, SimulateResponse)  # an aggregated simulation
         device = str(body.device)
         out.append(

@@ -16,12 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app import services
 from app.core.calibration import CalibrationProfile
 from app.core.validation import CASE_COLUMNS
 from app.models.optimize import OptimizeRequest
 from app.models.simulate import SimulateRequest
 from app.services.calibration import calibrate_text
+from app.services.context import create_context
+from app.services.optimize import optimize as optimize_service
+from app.services.simulate import simulate as simulate_service
 from app.settings import Settings
 
 CASES = (
@@ -92,19 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     simulate = {**CALL, "num_devices": 1, "concurrency": 64}
     optimize = {**CALL, "num_devices": 8, "ttft_limit_ms": 2000, "tpot_limit_ms": 50}
     for name, body, run in (
-        ("simulate", simulate, lambda c, r: services.simulate(c, SimulateRequest(**r))),
-        ("optimize", optimize, lambda c, r: services.optimize(c, OptimizeRequest(**r))),
+        ("simulate", simulate, lambda c, r: simulate_service(c, SimulateRequest(**r))),
+        ("optimize", optimize, lambda c, r: optimize_service(c, OptimizeRequest(**r))),
     ):
         for label, extra in (("plain", {}), ("calibrated", {"calibration": profile})):
             request = {**body, **extra}
 
             def cold(request: dict[str, Any] = request, run: Any = run) -> None:
-                context = services.create_context(
+                context = create_context(
                     Settings(cache_backend="memory", response_cache=False, log_level="warning")
                 )
                 run(context, request)
 
-            warm_context = services.create_context(
+            warm_context = create_context(
                 Settings(cache_backend="memory", response_cache=False, log_level="warning")
             )
             run(warm_context, request)

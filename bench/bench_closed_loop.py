@@ -16,10 +16,11 @@ import dataclasses
 import time
 from typing import Any
 
-from app import services
 from app.core.profiles import PROFILES
 from app.core.workload import PlanCache
 from app.models.optimize import OptimizeRequest, OptimizeResponse
+from app.services.context import create_context
+from app.services.optimize import optimize as optimize_service
 from app.settings import Settings
 
 CASE: dict[str, Any] = {
@@ -39,18 +40,18 @@ def time_search(engine: str, repeat: int) -> dict[str, Any]:
     request = OptimizeRequest.model_validate({**CASE, "engine": engine})
     cold, warm, unplanned, probes, best = [], [], [], 0, ""
     for _ in range(repeat):
-        context = services.create_context(
+        context = create_context(
             Settings(cache_backend="memory", response_cache=False, log_level="warning")
         )
         started = time.perf_counter()
-        response = services.optimize(context, request)
+        response = optimize_service(context, request)
         cold.append(time.perf_counter() - started)
         started = time.perf_counter()
-        services.optimize(context, request)
+        optimize_service(context, request)
         warm.append(time.perf_counter() - started)
         started = time.perf_counter()
         fresh = PlanCache(context.settings.plan_cache_items)
-        services.optimize(dataclasses.replace(context, plans=fresh), request)
+        optimize_service(dataclasses.replace(context, plans=fresh), request)
         unplanned.append(time.perf_counter() - started)
         probes = response.stats.probes
         assert isinstance(response, OptimizeResponse)  # an aggregated search

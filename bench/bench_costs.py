@@ -24,9 +24,11 @@ import sys
 import time
 from typing import Any
 
-from app import services
 from app.models.optimize import OptimizeRequest
 from app.models.simulate import SimulateRequest, SimulateResponse
+from app.services.context import ServiceContext, create_context
+from app.services.optimize import optimize as optimize_service
+from app.services.simulate import simulate
 from app.settings import Settings
 
 MODEL: dict[str, Any] = {
@@ -50,8 +52,8 @@ OPTIMIZE: dict[str, Any] = {
 }
 
 
-def fresh_context() -> services.ServiceContext:
-    return services.create_context(
+def fresh_context() -> ServiceContext:
+    return create_context(
         Settings(cache_backend="memory", response_cache=False, log_level="warning")
     )
 
@@ -66,10 +68,10 @@ def time_simulate(body: dict[str, Any], repeat: int) -> dict[str, Any]:
         context = fresh_context()
         try:
             started = time.perf_counter()
-            response = services.simulate(context, request)
+            response = simulate(context, request)
             cold.append((time.perf_counter() - started) * 1e3)
             started = time.perf_counter()
-            services.simulate(context, request)
+            simulate(context, request)
             warm.append((time.perf_counter() - started) * 1e3)
         finally:
             context.close()
@@ -89,10 +91,10 @@ def optimize_evaluations(body: dict[str, Any]) -> dict[str, Any]:
     context = fresh_context()
     try:
         started = time.perf_counter()
-        cold = services.optimize(context, request)
+        cold = optimize_service(context, request)
         cold_ms = (time.perf_counter() - started) * 1e3
         started = time.perf_counter()
-        warm = services.optimize(context, request)
+        warm = optimize_service(context, request)
         warm_ms = (time.perf_counter() - started) * 1e3
     finally:
         context.close()

@@ -14,8 +14,9 @@ import argparse
 import time
 from typing import Any
 
-from app import services
 from app.models.simulate import DisaggSimulateResponse, SimulateRequest
+from app.services.context import create_context
+from app.services.simulate import simulate as simulate_service
 from app.settings import Settings
 
 COMMON: dict[str, Any] = {
@@ -51,12 +52,12 @@ def time_case(body: dict[str, Any], repeat: int) -> dict[str, Any]:
     cold, warm = [], []
     response: Any = None
     for _ in range(repeat):
-        context = services.create_context(Settings(cache_backend="memory", log_level="warning"))
+        context = create_context(Settings(cache_backend="memory", log_level="warning"))
         started = time.perf_counter()
-        response = services.simulate(context, request)
+        response = simulate_service(context, request)
         cold.append(time.perf_counter() - started)
         started = time.perf_counter()
-        services.simulate(context, request)
+        simulate_service(context, request)
         warm.append(time.perf_counter() - started)
         context.close()
     assert isinstance(response, DisaggSimulateResponse)

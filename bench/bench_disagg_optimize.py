@@ -18,8 +18,9 @@ import argparse
 import time
 from typing import Any
 
-from app import services
 from app.models.optimize import DisaggOptimizeResponse, OptimizeRequest
+from app.services.context import create_context
+from app.services.optimize import optimize as optimize_service
 from app.settings import Settings
 
 COMMON: dict[str, Any] = {
@@ -57,12 +58,12 @@ def time_case(body: dict[str, Any], repeat: int) -> dict[str, Any]:
     response: Any = None
     for _ in range(repeat):
         settings = Settings(cache_backend="memory", log_level="warning", response_cache=False)
-        context = services.create_context(settings)
+        context = create_context(settings)
         started = time.perf_counter()
-        response = services.optimize(context, request)
+        response = optimize_service(context, request)
         cold.append(time.perf_counter() - started)
         started = time.perf_counter()
-        services.optimize(context, request)
+        optimize_service(context, request)
         warm.append(time.perf_counter() - started)
         context.close()
     assert isinstance(response, DisaggOptimizeResponse)

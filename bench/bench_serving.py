@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from app import services
 from app.core.cost import ServingModel
 from app.core.optimizer import Deployment, enumerate_layouts, optimize_agg
 from app.core.parallel import ParallelLayout
@@ -28,6 +27,8 @@ from app.core.scheduler import MIXED_LATENCIES, Scheduler, make_scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload import simulate_poisson_serving, simulate_serving
 from app.models.simulate import SimulateRequest, SimulateResponse
+from app.services.context import create_context
+from app.services.simulate import simulate as simulate_service
 from app.settings import Settings
 
 MODEL = "Qwen/Qwen3-32B"
@@ -126,9 +127,9 @@ POISSON_REQUESTS = 2000
 def simulate_cold(request: SimulateRequest) -> SimulateResponse:
     """``services.simulate`` (the ``POST /v1/simulate`` path) with a cold memory cache."""
     settings = Settings(cache_backend="memory", response_cache=False, log_level="warning")
-    context = services.create_context(settings)
+    context = create_context(settings)
     try:
-        response = services.simulate(context, request)
+        response = simulate_service(context, request)
     finally:
         context.close()
     assert isinstance(response, SimulateResponse)  # an aggregated request's answer

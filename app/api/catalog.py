@@ -7,11 +7,11 @@ from typing import Annotated, Any
 import anyio
 from fastapi import APIRouter, Path, Request, Response
 
-from app import services
 from app.api.errors import PROBLEM_JSON, PROBLEM_RESPONSES, problem_response
 from app.core.errors import UnknownNameError
 from app.models.catalog import DeviceInfo, DeviceList, ModelInfo, ModelList
 from app.models.common import Problem
+from app.services import catalog as services
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 NOT_FOUND: dict[int | str, dict[str, Any]] = {

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.api.compute import ComputeGate
-from app.services import ServiceContext
+from app.services.context import ServiceContext
 
 
 def get_context(request: Request) -> ServiceContext:

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import PROBLEM_BASE, ProblemResponse
 from app.api.logsafe import loggable
 from app.models.common import problem_dict
-from app.services import ServiceContext
+from app.services.context import ServiceContext
 
 logger = logging.getLogger("chunkwise.access")
 

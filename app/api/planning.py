@@ -9,13 +9,16 @@ from functools import partial
 
 from fastapi import APIRouter
 
-from app import services
 from app.api.deps import ContextDep, GateDep
 from app.api.errors import PROBLEM_RESPONSES
 from app.models.capacity import PlanRequest, PlanResponse
 from app.models.optimize import DisaggOptimizeResponse, OptimizeRequest, OptimizeResponse
 from app.models.plan import ChunkPlanRequest, ChunkPlanResponse
 from app.models.simulate import DisaggSimulateResponse, SimulateRequest, SimulateResponse
+from app.services import chunk_plan as chunk_plan_service
+from app.services import optimize as optimize_service
+from app.services import simulate as simulate_service
+from app.services import sizing
 
 router = APIRouter(prefix="/v1", tags=["planning"], responses=PROBLEM_RESPONSES)
 
@@ -23,7 +26,7 @@ router = APIRouter(prefix="/v1", tags=["planning"], responses=PROBLEM_RESPONSES)
 @router.post("/chunk-plan", response_model=ChunkPlanResponse)
 async def chunk_plan(request: ChunkPlanRequest, gate: GateDep) -> ChunkPlanResponse:
     """The prefill chunk plan and the effective (uncached) input length."""
-    return await gate.run(partial(services.chunk_plan, request), light=True)
+    return await gate.run(partial(chunk_plan_service.chunk_plan, request), light=True)
 
 
 @router.post("/simulate", response_model=SimulateResponse | DisaggSimulateResponse)
@@ -36,8 +39,10 @@ async def simulate(
 
     An infeasible configuration (memory, limits) is a 200 with ``feasible: false``.
     """
-    light = services.is_light_simulation(request)
-    return await gate.run_service("simulate", services.simulate, context, request, light=light)
+    light = sizing.is_light_simulation(request)
+    return await gate.run_service(
+        "simulate", simulate_service.simulate, context, request, light=light
+    )
 
 
 @router.post("/optimize", response_model=OptimizeResponse | DisaggOptimizeResponse)
@@ -50,10 +55,12 @@ async def optimize(
     Every feasible probe is returned for plots (``include_probes``). Bounds: see README.
     """
     if gate.processes is not None:  # a response-cache hit never queues for the child
-        hit = await gate.run(partial(services.cached_optimize, context, request), light=True)
+        hit = await gate.run(
+            partial(optimize_service.cached_optimize, context, request), light=True
+        )
         if hit is not None:
             return hit
-    return await gate.run_service("optimize", services.optimize, context, request)
+    return await gate.run_service("optimize", optimize_service.optimize, context, request)
 
 
 @router.post("/plan", response_model=PlanResponse)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
     from app.core.calibration import CalibrationProfile
-    from app.services import ServiceContext
+    from app.services.context import ServiceContext
 
 #: Simulate flags given to the request only when set: each workload takes its own.
 SIMULATE_OPTIONAL = (
@@ -68,7 +68,7 @@ def run_service(call: Callable[[ServiceContext], int]) -> int:
     from pydantic import ValidationError
 
     from app.core.errors import ChunkwiseError
-    from app.services import create_context
+    from app.services.context import create_context
     from app.settings import Settings
 
     try:
@@ -117,13 +117,13 @@ def forward_fields(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_forward(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from app import services
     from app.core.errors import ChunkwiseError
     from app.models.forward import ForwardRequest
+    from app.services.forward import run_forward
 
     try:
         request = ForwardRequest.model_validate(forward_fields(args))
-        document = services.run_forward(request, allow_paths=True).to_dict()
+        document = run_forward(request, allow_paths=True).to_dict()
     except ValidationError as err:
         return fail(validation_line(err))
     except ChunkwiseError as err:
@@ -136,9 +136,9 @@ def cmd_forward(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from app import services
+    from app.services.catalog import list_devices
 
-    devices = [d["numbers"] for d in services.list_devices().model_dump(mode="json")["devices"]]
+    devices = [d["numbers"] for d in list_devices().model_dump(mode="json")["devices"]]
     if args.format == "json":
         render.dump(devices)
     else:
@@ -147,9 +147,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from app import services
+    from app.services.catalog import list_models
 
-    models = [m["architecture"] for m in services.list_models().model_dump(mode="json")["models"]]
+    models = [m["architecture"] for m in list_models().model_dump(mode="json")["models"]]
     if args.format == "json":
         render.dump(models)
     else:
@@ -160,8 +160,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from app import services
     from app.core.errors import ChunkwiseError
+    from app.services.validate import validate
 
     if args.kernels is not None:
         return _validate_kernels(args)
@@ -170,7 +170,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.cases is not None:
         return _validate_case_file(args)
     try:
-        report = services.validate(
+        report = validate(
             args.kind, all_kinds=args.all, drop_layout_duplicates=args.drop_layout_duplicates
         )
     except ChunkwiseError as err:
@@ -261,8 +261,8 @@ def _validate_case_file(args: argparse.Namespace) -> int:
     """``validate --cases FILE``: every row predicted or refused with its reason; exit 0."""
     from pathlib import Path
 
-    from app import services
     from app.core.errors import ChunkwiseError
+    from app.services.validate import validate_cases
 
     if args.kind or args.all:
         return fail("--cases replays one file; leave out --kind and --all")
@@ -272,7 +272,7 @@ def _validate_case_file(args: argparse.Namespace) -> int:
         return fail(f"--cases {args.cases}: {err}")
     try:
         calibration = None if args.calibration is None else read_calibration(args.calibration)
-        report = services.validate_cases(
+        report = validate_cases(
             text, drop_layout_duplicates=args.drop_layout_duplicates, calibration=calibration
         )
     except ChunkwiseError as err:
@@ -381,8 +381,8 @@ def msmodeling_flags(args: argparse.Namespace) -> str | None:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from app import services
     from app.models.optimize import OptimizeRequest, OptimizeResponse
+    from app.services import optimize as service
 
     if args.disagg and args.enable_optimize_prefill_decode_ratio:
         return fail("--disagg and --enable-optimize-prefill-decode-ratio are exclusive")
@@ -434,7 +434,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         bodies = []
         for mode in optimize_modes(args):
             optimize_request = request(common, mode)
-            response = services.optimize(
+            response = service.optimize(
                 context, optimize_request, allow_paths=True, progress=progress
             )
             body = response.model_dump(mode="json")
@@ -504,8 +504,8 @@ def pool_link(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from app import services
     from app.models.simulate import SimulateRequest
+    from app.services.simulate import simulate
 
     if len(args.device) > 1:
         return fail(ONE_DEVICE)
@@ -523,7 +523,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 **pool_link(args),
             }
         )
-        body = services.simulate(context, request, allow_paths=True).model_dump(mode="json")
+        body = simulate(context, request, allow_paths=True).model_dump(mode="json")
         render.print_simulate(body, args.format)
         return 0
 

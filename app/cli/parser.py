@@ -22,12 +22,17 @@ from app.cli.commands import (
 from app.cli.emit import add_emit_flag
 from app.cli.serve import cmd_serve
 from app.core.calibration.parameters import PARAMETER_NAMES
-from app.core.limits import DEFAULT_SIMULATE_MODE, DEFAULT_TOP_K, MODES, SIMULATE_MODES
+from app.core.limits import (
+    DEFAULT_MAX_WORKERS,
+    DEFAULT_SIMULATE_MODE,
+    DEFAULT_TOP_K,
+    KERNEL_SPLITS,
+    MODES,
+    SIMULATE_MODES,
+)
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
-from app.core.optimizer.disagg_search import DEFAULT_MAX_WORKERS
 from app.core.profiles import DEFAULT_ENGINE, OVERRIDABLE, PROFILES, RFC_ENGINE
 from app.core.scheduler import DEFAULT_SCHEDULER, MIXED_LATENCIES, PREFILL_ORDERS, SCHEDULERS
-from app.core.validation.kernels import KERNEL_SPLITS
 from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     DEFAULT_POISSON_SEED,

@@ -21,6 +21,11 @@ MODES: tuple[Mode, ...] = ("agg", "disagg_prefill", "disagg_decode", "pd_ratio",
 DEFAULT_MODE: Mode = "agg"
 #: POST /v1/simulate: agg (one layout, prefill and decode share replicas) or disagg (a prefill
 #: pool and a decode pool, each with its own layout, under one closed loop of clients).
+#: The pools of a disaggregated deployment, and when its client gets the first token
+#: (app/core/workload/disagg_serving.py); here, so the wire models name them without loading
+#: the disaggregated engine.
+Pool = Literal["prefill", "decode"]
+FirstToken = Literal["prefill", "admission", "decode_step"]
 SimulateMode = Literal["agg", "disagg"]
 SIMULATE_MODES: tuple[SimulateMode, ...] = ("agg", "disagg")
 DEFAULT_SIMULATE_MODE: SimulateMode = "agg"
@@ -29,6 +34,10 @@ Role = Literal["agg", "prefill", "decode"]
 ROLES: tuple[Role, ...] = ("agg", "prefill", "decode")
 #: Ranked configurations an optimize request returns by default.
 DEFAULT_TOP_K = 10
+#: ``validate --kernels --split``: every measured point, or only the fit's train (3 of 4 shapes) or
+#: held-out test (1 of 4) share (app/core/validation/kernels.py draws the split).
+KernelSplit = Literal["all", "train", "test"]
+KERNEL_SPLITS: tuple[KernelSplit, ...] = ("all", "train", "test")
 
 # -- bounds --------------------------------------------------------------------------------------
 MAX_INPUT_LENGTH = 1_048_576  # tokens
@@ -98,3 +107,8 @@ MAX_ARRIVAL_SPREAD = 0.5
 #: per-transfer latency (ms) a request may give (beyond any NIC or NVLink today).
 MAX_POOL_LINK_GB_S = 100_000.0
 MAX_POOL_LINK_FIXED_MS = 60_000.0
+
+#: Default and largest workers per pool a disaggregated search may place (here, not in the
+#: search, so the wire models and the CLI name them without loading the search).
+DEFAULT_MAX_WORKERS = 16
+MAX_SEARCH_WORKERS = 64

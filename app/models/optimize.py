@@ -7,16 +7,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from app.core import limits
-from app.core.limits import DEFAULT_MODE, DEFAULT_TOP_K, Mode, Role
+from app.core.limits import (
+    DEFAULT_MAX_WORKERS,
+    DEFAULT_MODE,
+    DEFAULT_TOP_K,
+    MAX_SEARCH_WORKERS,
+    FirstToken,
+    Mode,
+    Pool,
+    Role,
+)
 from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
-from app.core.optimizer.disagg_search import DEFAULT_MAX_WORKERS, MAX_SEARCH_WORKERS
 from app.core.workload import (
     DEFAULT_REQUESTS_PER_CLIENT,
     DEFAULT_WINDOW,
     Window,
     Workload,
 )
-from app.core.workload.disagg_serving import FirstToken, Pool
 from app.models import texts
 from app.models.common import CacheCounters
 from app.models.workload import DeploymentMixin, ParallelSize, WorkloadMixin

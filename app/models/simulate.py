@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from app.core import limits
-from app.core.limits import DEFAULT_SIMULATE_MODE, SimulateMode
+from app.core.limits import DEFAULT_SIMULATE_MODE, FirstToken, Pool, SimulateMode
 from app.core.workload import (
     DEFAULT_POISSON_REQUESTS,
     DEFAULT_POISSON_SEED,
@@ -18,7 +18,6 @@ from app.core.workload import (
     Window,
     Workload,
 )
-from app.core.workload.disagg_serving import FirstToken, Pool
 from app.core.workload.disagg_setup import KV_TRANSFER_FIXED_MS
 from app.models import texts
 from app.models.optimize import POOL_UTILISATION, POOL_WAIT, RunStats

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    model_serializer,
+)
 
 from app.core import limits
 from app.core.profiles import (
@@ -307,9 +314,25 @@ class WorkloadMixin(LengthsMixin):
     )
     scheduler: SchedulerOptions = Field(
         default_factory=SchedulerOptions,
-        description="the step policy; omitted: the engine profile's",
+        description="the step policy; omitted: the engine profile's (an answer's echo names "
+        "the policy that ran, every option included, and leaves it out when the mode runs "
+        "none: a disaggregated one)",
     )
     force_simulation: bool = Field(
         default=False,
         description="use the time simulation even when the prompt fits in one chunk",
     )
+
+    def runs_step_scheduler(self) -> bool:
+        """Whether the request's mode runs a step scheduler (mode agg); a request with modes
+        tells by its own."""
+        return getattr(self, "mode", "agg") == "agg"
+
+    @model_serializer(mode="wrap")
+    def _echo(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        # Unannotated return: the schema stays the model's. A mode that runs no step
+        # scheduler echoes none.
+        data = handler(self)
+        if isinstance(data, dict) and not self.runs_step_scheduler():
+            data.pop("scheduler", None)
+        return data

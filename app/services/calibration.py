@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.calibration import (
     CalibrationProfile,
@@ -30,9 +30,11 @@ from app.core.calibration import (
 from app.core.calibration.residuals import lookup, shipped_table
 from app.core.errors import InvalidParameterError, UnknownNameError
 from app.core.profiles import EngineProfile
-from app.models.calibration import CalibrationRequest
 from app.services.context import ServiceContext
 from app.services.resolve import ResolvedDeployment
+
+if TYPE_CHECKING:  # the calibration wire models load with the calibrations API, not a search
+    from app.models.calibration import CalibrationRequest
 
 KEY_PREFIX = "calibration:"
 #: Largest stored profile (its JSON); a fit's profile is a few kilobytes.

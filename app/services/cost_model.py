@@ -18,9 +18,9 @@ from app.core.cost import AnyShape, ForwardShape, MixedShape
 from app.core.errors import DeadlineExceededError, InvalidParameterError, UnsupportedError
 from app.core.parallel import ParallelLayout
 from app.core.runner import RunnerServingModel
+from app.core.scenario import ResolvedDeployment, build_serving_model
 from app.models.common import CacheCounters
 from app.services.context import ServiceContext, ServiceStats, deadline_from
-from app.services.resolve import ResolvedDeployment, build_serving_model
 
 #: Order of the memory figures in a compact cache record (the runner's MemoryBreakdown fields).
 MEMORY_KEYS = (

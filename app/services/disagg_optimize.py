@@ -16,11 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from app.core import limits
 from app.core.errors import InvalidParameterError
-from app.core.optimizer import enumerate_layouts
+from app.core.limits import Pool
 from app.core.optimizer.disagg_search import (
-    DEFAULT_MAX_WORKERS,
     DisaggProbe,
     DisaggRow,
     DisaggSearchSettings,
@@ -28,8 +26,9 @@ from app.core.optimizer.disagg_search import (
     optimize_disagg,
 )
 from app.core.parallel import ParallelLayout
+from app.core.scenario import DisaggSearchSpace
 from app.core.workload import ranks_are_coupled
-from app.core.workload.disagg_serving import KvTransfer, Pool
+from app.core.workload.disagg_serving import KvTransfer
 from app.core.workload.disagg_setup import FIRST_TOKEN_RULE, PoolWorker, tier_kv_transfer
 from app.models.optimize import (
     DisaggOptimizeResponse,
@@ -44,107 +43,11 @@ from app.models.optimize import (
 from app.services.cost_model import ModelFactory
 from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths
-from app.services.resolve import resolve_deployment
 from app.services.response_cache import cached_response, optimize_key
-from app.services.sizing import (
-    check_closed_loop_size,
-    check_simulation_size,
-    with_engine_defaults,
-    workload_spec,
-)
+from app.services.scenario import resolve_disagg_search
 
 if TYPE_CHECKING:
     from app.services.context import ServiceContext
-
-#: Fields of the other modes that mean nothing to mode disagg: given with a value other than
-#: the schema's default, they are a 422 naming the field, and why.
-_OTHER_MODES_ONLY = {
-    "serving_overhead_ms": "prefill instances' fixed TTFT overhead of disagg_prefill / pd_ratio",
-    "force_simulation": "the disaggregated closed loop always runs in time",
-    "calibration": "a calibration is fitted on aggregated runs",
-    "scheduler": "prefill jobs and decode steps run in separate pools; engine_options."
-    "max_num_seqs sets the decode running cap",
-}
-
-
-def _check_fields(request: OptimizeRequest) -> None:
-    """What mode disagg refuses: another workload or window, the other modes' options."""
-    if request.workload not in (None, "closed_loop"):
-        raise InvalidParameterError(
-            "workload",
-            request.workload,
-            "'closed_loop' (or omitted) for mode 'disagg' (clients over the whole deployment)",
-        )
-    if request.window != "benchmark":
-        raise InvalidParameterError(
-            "window", request.window, "'benchmark' for mode 'disagg' (every request counts)"
-        )
-    if request.num_devices < 2:
-        raise InvalidParameterError(
-            "num_devices",
-            request.num_devices,
-            ">= 2 for mode 'disagg' (a prefill worker and a decode worker)",
-        )
-    defaults = OptimizeRequest.model_fields
-    for name, why in _OTHER_MODES_ONLY.items():
-        value = getattr(request, name)
-        if name in request.model_fields_set and value != defaults[name].default:
-            shown = request.scheduler.name if name == "scheduler" else value
-            raise InvalidParameterError(name, shown, f"omitted for mode 'disagg' ({why})")
-
-
-def _worker_sizes(request: OptimizeRequest, pool: Pool) -> list[int]:
-    """One pool's worker sizes: the fixed one (which must leave room for the other pool), or
-    every power of two that does."""
-    fixed = getattr(request, f"{pool}_devices_per_instance")
-    other = "decode" if pool == "prefill" else "prefill"
-    other_fixed = getattr(request, f"{other}_devices_per_instance")
-    # a fixed prefill size leaves room for one decode device, a decode size for the prefill
-    # worker (so two fixed sizes over the budget name the decode one); free sizes for the
-    # other pool's fixed worker
-    checked = pool == "decode" or fixed is None
-    other_size = (other_fixed or 1) if checked else 1
-    room = request.num_devices - other_size
-    if fixed is not None:
-        if fixed > room:
-            raise InvalidParameterError(
-                f"{pool}_devices_per_instance",
-                fixed,
-                f"<= num_devices - one {other} worker = {request.num_devices} - {other_size} = "
-                f"{room} (a deployment holds both pools)",
-            )
-        return [fixed]
-    return [size for size in (1 << i for i in range(room.bit_length())) if size <= room]
-
-
-def _pool_layouts(request: OptimizeRequest, pool: Pool) -> list[ParallelLayout]:
-    """Every layout of every worker size of the pool, with the search sizes that fit it; a
-    fixed size no given size divides is a 422 naming the size list."""
-    layouts: list[ParallelLayout] = []
-    fixed = getattr(request, f"{pool}_devices_per_instance") is not None
-    for size in _worker_sizes(request, pool):
-        fits = {
-            name: None if given is None else [s for s in given if size % s == 0]
-            for name, given in (("tp_sizes", request.tp_sizes), ("ep_sizes", request.ep_sizes))
-        }
-        empty = [name for name, sizes in fits.items() if sizes == []]
-        if empty:
-            if fixed:
-                raise InvalidParameterError(
-                    empty[0],
-                    getattr(request, empty[0]),
-                    f"at least one divisor of {pool}_devices_per_instance={size}",
-                )
-            continue
-        layouts.extend(enumerate_layouts(size, fits["tp_sizes"], fits["ep_sizes"]))
-    if len(layouts) > limits.MAX_LAYOUTS:
-        raise InvalidParameterError(
-            f"{pool}_devices_per_instance",
-            getattr(request, f"{pool}_devices_per_instance"),
-            f"a search of at most {limits.MAX_LAYOUTS} {pool} worker layouts (here "
-            f"{len(layouts)}): fix the worker size or give fewer tp_sizes / ep_sizes",
-        )
-    return layouts
 
 
 def _usable(
@@ -165,17 +68,6 @@ def _usable(
     return usable, rejected
 
 
-def searched_request(request: OptimizeRequest) -> OptimizeRequest:
-    """The request a disaggregated search runs (and keys its response by): closed loop, the
-    default worker bound filled in."""
-    return request.model_copy(
-        update={
-            "workload": "closed_loop",
-            "max_workers": request.max_workers or DEFAULT_MAX_WORKERS,
-        }
-    )
-
-
 def optimize_disagg_deployment(
     context: ServiceContext,
     request: OptimizeRequest,
@@ -185,26 +77,20 @@ def optimize_disagg_deployment(
 ) -> DisaggOptimizeResponse:
     """The disaggregated search (see the module docstring)."""
     started = time.perf_counter()
-    _check_fields(request)
-    request, profile = with_engine_defaults(searched_request(request))
-    p_layouts = _pool_layouts(request, "prefill")
-    d_layouts = _pool_layouts(request, "decode")
-    data = workload_spec(request, request.num_devices, profile)
-    check_simulation_size(data, 1, "max_batch_size")  # the prefill chunk bound
-    per_client = request.requests_per_client * data.prefill_num_chunks
-    max_clients = max(1, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // per_client)
-    if "max_batch_size" in request.model_fields_set:
-        check_closed_loop_size(
-            data, request.max_batch_size, request.requests_per_client, "max_batch_size"
-        )
-        max_clients = request.max_batch_size
+    resolved = resolve_disagg_search(request, allow_paths=allow_paths)
+    request, scenario = resolved.echo, resolved.scenario
+    space = scenario.search
+    assert isinstance(space, DisaggSearchSpace)  # a disaggregated optimize scenario
+    deployment, data = scenario.deployment, scenario.spec
+    profile = deployment.profile
+    p_layouts, d_layouts = space.prefill_layouts, space.decode_layouts
+    max_clients = space.max_clients
     key = optimize_key(request) if context.settings.response_cache and not allow_paths else None
     if key is not None:
         (stored,) = context.cache.get_many([key])
         hit = cached_response(context, key, stored, request, started, DisaggOptimizeResponse)
         if hit is not None:
             return hit
-    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
     factory = ModelFactory(context, deployment)
     usable_p, rejected_p = _usable(factory, "prefill", p_layouts)
     usable_d, rejected_d = _usable(factory, "decode", d_layouts)
@@ -244,11 +130,11 @@ def optimize_disagg_deployment(
         [option(layout, isl) for layout in usable_p],
         [option(layout, isl + osl) for layout in usable_d],
         DisaggSearchSettings(
-            num_devices=request.num_devices,
+            num_devices=space.num_devices,
             transfer=transfer,
-            max_workers=request.max_workers or DEFAULT_MAX_WORKERS,
+            max_workers=space.max_workers,
             max_concurrency=max_clients,
-            requests_per_client=request.requests_per_client,
+            requests_per_client=scenario.serving.requests_per_client,
             running_cap=profile.running_cap(device.hbm_capacity_gb, device.name),
             first_token=first_token,
         ),
@@ -271,8 +157,8 @@ def optimize_disagg_deployment(
         input=request,
         engine=deployment.profile.to_dict(),
         best=best,
-        rows=rows[: request.top_k],
-        probes=[_probe_out(p) for p in result.probes] if request.include_probes else [],
+        rows=rows[: space.top_k],
+        probes=[_probe_out(p) for p in result.probes] if space.include_probes else [],
         infeasible=infeasible,
         reason=reason,
         ttft_limit_given=data.ttft_limit_ms is not None,

@@ -14,28 +14,22 @@ cached serving model per pool layout), so they are read from and written to the 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.core import limits
 from app.core.catalog.hardware import InterconnectTier
 from app.core.errors import (
     InfeasibleError,
-    InvalidParameterError,
-    UnknownDeviceError,
-    UnsupportedError,
 )
+from app.core.limits import FirstToken, Pool
 from app.core.optimizer.agg import limit_reason
 from app.core.parallel import ParallelLayout
+from app.core.scenario import DisaggPools, PoolLink, Scenario, ServingRun
 from app.core.spec import WorkloadSpec
-from app.core.workload import DEFAULT_POISSON_REQUESTS, ranks_are_coupled
+from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import (
     DisaggServingResult,
-    FirstToken,
     KvTransfer,
-    Pool,
     simulate_disagg_poisson,
     simulate_disagg_serving,
 )
@@ -50,128 +44,13 @@ from app.core.workload.disagg_setup import (
 from app.core.workload.poisson import poisson_arrivals_ms
 from app.models.optimize import RunStats
 from app.services.cost_model import CachedServingModel, ModelFactory
+from app.services.disagg_fields import POOLS, pool_errors
 from app.services.finite import finite_or_infeasible
-from app.services.resolve import resolve_deployment
-from app.services.sizing import (
-    check_closed_loop_size,
-    check_poisson_size,
-    check_simulation_size,
-    with_engine_defaults,
-    workload_spec,
-)
+from app.services.scenario import resolve_disagg_simulation
 
 if TYPE_CHECKING:
     from app.models.simulate import DisaggPoolOut, DisaggSimulateResponse, SimulateRequest
     from app.services.context import ServiceContext
-
-POOLS: tuple[Pool, ...] = ("prefill", "decode")
-#: The pool fields (``<pool>_<name>``) and, for the layout ones, the runner's name of the value.
-_LAYOUT_FIELDS = {"tp_size": "tp", "dp_size": "dp", "ep_size": "ep"}
-#: Fields of an aggregated simulation that mean nothing to a disaggregated one: given with a
-#: value other than the schema's default, they are a 422 naming the field.
-_AGG_ONLY = (
-    "tp_size",
-    "dp_size",
-    "ep_size",
-    "max_concurrency",
-    "include_timeline",
-    "force_simulation",
-    "calibration",
-)
-#: The poisson options (a closed loop takes none of them).
-_POISSON_ONLY = ("request_rate", "num_requests", "seed")
-_AGG_ONLY_WHY = {
-    "tp_size": "each pool has its own layout: prefill_tp_size / decode_tp_size",
-    "dp_size": "each pool has its own layout: prefill_dp_size / decode_dp_size",
-    "ep_size": "each pool has its own layout: prefill_ep_size / decode_ep_size",
-    "include_timeline": "the disaggregated simulation records no step timeline",
-    "force_simulation": "the disaggregated simulation always runs in time",
-    "calibration": "a calibration is fitted on aggregated runs",
-    "max_concurrency": "the open loop sends every request when it arrives",
-}
-
-
-def check_agg_request(request: SimulateRequest) -> None:
-    """An aggregated request takes no pool field (a 422 naming the first one given)."""
-    for name in _pool_field_names():
-        value = getattr(request, name)
-        if value is not None:
-            raise InvalidParameterError(name, value, "omitted for mode 'agg' (a mode disagg field)")
-
-
-def _pool_field_names() -> tuple[str, ...]:
-    from app.models.simulate import DISAGG_FIELDS
-
-    return DISAGG_FIELDS
-
-
-def _check_disagg_fields(request: SimulateRequest) -> None:
-    """What a disaggregated request must give and must leave out."""
-    from app.models.simulate import SimulateRequest
-
-    if request.workload not in (None, "closed_loop", "poisson"):
-        raise InvalidParameterError(
-            "workload",
-            request.workload,
-            "'closed_loop' (or omitted: concurrency clients over the whole deployment) or "
-            "'poisson' (request_rate over the whole deployment) for mode 'disagg'",
-        )
-    defaults = SimulateRequest.model_fields
-    for name in _AGG_ONLY:
-        value = getattr(request, name)
-        if name in request.model_fields_set and value != defaults[name].default:
-            why = _AGG_ONLY_WHY.get(name, "an aggregated or poisson option")
-            raise InvalidParameterError(name, value, f"omitted for mode 'disagg' ({why})")
-    if request.workload == "poisson":
-        from app.services.simulate import check_workload_fields
-
-        if request.concurrency is not None:
-            raise InvalidParameterError(
-                "concurrency",
-                request.concurrency,
-                "omitted for mode 'disagg' with workload 'poisson' (request_rate sets the load)",
-            )
-        check_workload_fields(request)  # request_rate given, requests_per_client omitted
-    else:
-        for name in _POISSON_ONLY:
-            value = getattr(request, name)
-            if name in request.model_fields_set and value != defaults[name].default:
-                raise InvalidParameterError(
-                    name, value, "omitted for mode 'disagg' with a closed loop (a poisson option)"
-                )
-    if "scheduler" in request.model_fields_set:
-        raise InvalidParameterError(
-            "scheduler",
-            request.scheduler.name,
-            "omitted for mode 'disagg' (prefill jobs and decode steps run in separate pools; "
-            "engine_options.max_num_seqs sets the decode running cap)",
-        )
-    for pool in POOLS:
-        if getattr(request, f"{pool}_workers") is None:
-            raise InvalidParameterError(
-                f"{pool}_workers", None, f"given for mode 'disagg' ({pool} workers, >= 1)"
-            )
-    if request.workload != "poisson" and request.concurrency is None:
-        raise InvalidParameterError(
-            "concurrency", None, "given for mode 'disagg' (closed-loop clients in total)"
-        )
-    if request.window != "benchmark":
-        raise InvalidParameterError(
-            "window", request.window, "'benchmark' for mode 'disagg' (every request counts)"
-        )
-
-
-def _with_pool_defaults(request: SimulateRequest) -> SimulateRequest:
-    """The request with every pool layout value (default 1), the workload (closed loop unless
-    poisson) and a poisson run's request count filled in, so the echo shows what ran."""
-    update: dict[str, object] = {"workload": request.workload or "closed_loop"}
-    if request.workload == "poisson" and request.num_requests is None:
-        update["num_requests"] = DEFAULT_POISSON_REQUESTS
-    for pool in POOLS:
-        for name in _LAYOUT_FIELDS:
-            if getattr(request, f"{pool}_{name}") is None:
-                update[f"{pool}_{name}"] = 1
-    return request.model_copy(update=update)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,50 +84,6 @@ class _Pool:
         return self.workers * (1 if self.coupled else self.layout.dp)
 
 
-def _pool_layout(request: SimulateRequest, pool: Pool) -> ParallelLayout:
-    """One worker's layout; the runner's complaints name the request's field."""
-    sizes = {name: getattr(request, f"{pool}_{name}") for name in _LAYOUT_FIELDS}
-    with _pool_errors(pool):
-        return ParallelLayout(tp=sizes["tp_size"], dp=sizes["dp_size"], ep=sizes["ep_size"])
-
-
-@contextmanager
-def _pool_errors(pool: Pool) -> Iterator[None]:
-    """Re-raise a layout error of one pool naming the pool's request field (``tp`` ->
-    ``prefill_tp_size``), so a 422 points at what to change."""
-    try:
-        yield
-    except InvalidParameterError as exc:
-        name = {v: k for k, v in _LAYOUT_FIELDS.items()}.get(exc.field)
-        if name is None:
-            raise
-        raise InvalidParameterError(f"{pool}_{name}", exc.value, exc.allowed) from exc
-    except UnsupportedError as exc:
-        raise UnsupportedError(f"{pool} worker: {exc}") from exc
-
-
-def _check_devices(request: SimulateRequest, prefill: int, decode: int) -> int:
-    """The deployment's devices: both pools', equal to ``num_devices`` when given."""
-    total = prefill + decode
-    given = request.num_devices
-    if given is not None and given != total:
-        raise InvalidParameterError(
-            "num_devices",
-            given,
-            f"prefill_workers x prefill devices + decode_workers x decode devices = "
-            f"{prefill} + {decode} = {total}",
-        )
-    if total > limits.MAX_NUM_DEVICES:
-        field = "prefill_workers" if prefill >= decode else "decode_workers"
-        raise InvalidParameterError(
-            field,
-            getattr(request, field),
-            f"a deployment of at most {limits.MAX_NUM_DEVICES} devices (here {prefill} prefill "
-            f"+ {decode} decode = {total})",
-        )
-    return total
-
-
 def _build_pools(
     factories: dict[Pool, ModelFactory],
     layouts: dict[Pool, ParallelLayout],
@@ -262,7 +97,7 @@ def _build_pools(
     pools: dict[Pool, _Pool] = {}
     for pool in POOLS:
         layout, factory = layouts[pool], factories[pool]
-        with _pool_errors(pool):
+        with pool_errors(pool):
             factory.serving(layout)  # the runner's checks (TP vs heads, EP vs experts, ...)
         key = (id(factory), layout)
         if key not in models:
@@ -278,63 +113,19 @@ def _build_pools(
     return pools, len(models)
 
 
-def _decode_factory(
-    context: ServiceContext,
-    request: SimulateRequest,
-    factory: ModelFactory,
-    *,
-    allow_paths: bool,
-) -> ModelFactory:
-    """The decode pool's model factory: the prefill pool's unless ``decode_device`` names
-    another device (then its own, counting into the same usage). Pools on two devices need
-    ``pool_link``, the interconnect between them."""
-    if request.decode_device is None:
-        return factory
-    try:
-        decode = resolve_deployment(
-            request.model_copy(update={"device": request.decode_device}),
-            allow_paths=allow_paths,
-            profile=factory.deployment.profile,
-        )
-    except UnknownDeviceError as exc:
-        raise UnknownDeviceError(exc.name, exc.valid, field="decode_device") from exc
-    except InvalidParameterError as exc:
-        if exc.field != "device":
-            raise
-        raise InvalidParameterError("decode_device", exc.value, exc.allowed) from exc
-    if decode.device == factory.deployment.device:
-        return factory
-    if request.pool_link is None:
-        raise InvalidParameterError(
-            "pool_link",
-            None,
-            f"given when the pools run on different devices ({factory.deployment.device.name} "
-            f"and {decode.device.name}): the interconnect between them (bandwidth_gb_s per "
-            "device, fixed_ms)",
-        )
-    decode_factory = ModelFactory(context, decode)
-    decode_factory.usage = factory.usage  # one request's counters
-    return decode_factory
-
-
-def _arrivals(request: SimulateRequest, data: WorkloadSpec) -> tuple[float, ...] | None:
-    """A poisson run's arrival times (None: the closed loop), after the run's size checks."""
-    if request.workload == "poisson":
-        assert request.request_rate is not None and request.num_requests is not None
-        check_poisson_size(data, request.num_requests)
-        return poisson_arrivals_ms(request.request_rate, request.num_requests, request.seed)
-    assert request.concurrency is not None  # _check_disagg_fields
-    check_simulation_size(data, 1, "concurrency")  # the prefill chunk bound
-    check_closed_loop_size(data, request.concurrency, request.requests_per_client, "concurrency")
-    return None
+def _arrivals(serving: ServingRun) -> tuple[float, ...] | None:
+    """A poisson run's arrival times (None: the closed loop)."""
+    if serving.workload != "poisson":
+        return None
+    assert serving.request_rate is not None and serving.num_requests is not None
+    return poisson_arrivals_ms(serving.request_rate, serving.num_requests, serving.seed)
 
 
 def _kv_transfer(
-    request: SimulateRequest, tier: InterconnectTier, kv_bytes: float
+    link: PoolLink | None, tier: InterconnectTier, kv_bytes: float
 ) -> tuple[str, KvTransfer]:
-    """The KV transfer's link and time: the request's ``pool_link`` when given, else the
-    interconnect ``tier`` holding both pools."""
-    link = request.pool_link
+    """The KV transfer's link and time: the stated ``link`` when given, else the interconnect
+    ``tier`` holding both pools."""
     if link is None:
         return tier.name, tier_kv_transfer(tier, kv_bytes)
     transfer = KvTransfer(
@@ -351,21 +142,30 @@ def simulate_disagg(
     """One disaggregated configuration (see the module docstring); a worker that cannot hold
     one prompt's or one request's KV is a ``feasible: false`` answer with the reason."""
     started = time.perf_counter()
-    _check_disagg_fields(request)
-    request, profile = with_engine_defaults(_with_pool_defaults(request))
-    layouts = {pool: _pool_layout(request, pool) for pool in POOLS}
-    workers = {pool: int(getattr(request, f"{pool}_workers")) for pool in POOLS}
-    num_devices = _check_devices(
-        request,
-        workers["prefill"] * layouts["prefill"].num_devices,
-        workers["decode"] * layouts["decode"].num_devices,
-    )
-    request = request.model_copy(update={"num_devices": num_devices})
-    deployment = resolve_deployment(request, allow_paths=allow_paths, profile=profile)
-    data = workload_spec(request, num_devices, profile)
-    arrivals_ms = _arrivals(request, data)
+    resolved = resolve_disagg_simulation(context, request, allow_paths=allow_paths)
+    return evaluate_disagg(context, resolved.scenario, resolved.echo, started=started)
+
+
+def evaluate_disagg(
+    context: ServiceContext, scenario: Scenario, echo: SimulateRequest, *, started: float
+) -> DisaggSimulateResponse:
+    """A disaggregated simulate scenario's answer (``echo`` is its ``input``)."""
+    spec = scenario.layout
+    assert isinstance(spec, DisaggPools)  # a disaggregated simulate scenario
+    deployment, data, serving = scenario.deployment, scenario.spec, scenario.serving
+    profile = deployment.profile
+    layouts: dict[Pool, ParallelLayout] = {
+        "prefill": spec.prefill_layout,
+        "decode": spec.decode_layout,
+    }
+    workers: dict[Pool, int] = {"prefill": spec.prefill_workers, "decode": spec.decode_workers}
+    num_devices = spec.num_devices
+    arrivals_ms = _arrivals(serving)
     factory = ModelFactory(context, deployment)
-    decode_factory = _decode_factory(context, request, factory, allow_paths=allow_paths)
+    decode_factory = factory
+    if spec.decode_deployment is not None:
+        decode_factory = ModelFactory(context, spec.decode_deployment)
+        decode_factory.usage = factory.usage  # one request's counters
     factories: dict[Pool, ModelFactory] = {"prefill": factory, "decode": decode_factory}
     distinct = [factory] if decode_factory is factory else [factory, decode_factory]
     pools, distinct_models = _build_pools(factories, layouts, workers, deployment.model.is_moe)
@@ -375,7 +175,7 @@ def simulate_disagg(
     kv_prefill = prefill.model.kv_capacity_requests(isl, budget)
     kv_decode = decode.model.kv_capacity_requests(isl + osl, budget)
     kv_bytes = factory.serving(prefill.layout).runner.kv_cache_bytes(1, isl)
-    link_name, transfer = _kv_transfer(request, deployment.device.tier_for(num_devices), kv_bytes)
+    link_name, transfer = _kv_transfer(spec.link, deployment.device.tier_for(num_devices), kv_bytes)
     d_device = decode_factory.deployment.device
     first_token = FIRST_TOKEN_RULE.get(profile.name, "decode_step")
     result: DisaggServingResult | None = None
@@ -399,14 +199,14 @@ def simulate_disagg(
                 data, arrivals_ms, prefill_pool, decode_pool, transfer, first_token=first_token
             )
         else:
-            assert request.concurrency is not None
+            assert serving.concurrency is not None
             result = simulate_disagg_serving(
                 data,
-                request.concurrency,
+                serving.concurrency,
                 prefill_pool,
                 decode_pool,
                 transfer,
-                num_requests=request.concurrency * request.requests_per_client,
+                num_requests=serving.concurrency * serving.requests_per_client,
                 first_token=first_token,
             )
     except InfeasibleError as exc:
@@ -416,7 +216,8 @@ def simulate_disagg(
     if result is not None:
         reason = limit_reason(data, result.ttft_ms, result.tpot_ms)
     return _response(
-        request,
+        echo,
+        serving,
         profile_dict=deployment.profile.to_dict(),
         data=data,
         pools=pools,
@@ -444,7 +245,8 @@ def pd_split_text(prefill_workers: int, decode_workers: int, p_devices: int, d_d
 
 
 def _response(
-    request: SimulateRequest,
+    echo: SimulateRequest,
+    serving: ServingRun,
     *,
     profile_dict: dict[str, object],
     data: WorkloadSpec,
@@ -462,9 +264,9 @@ def _response(
 
     r = result
     sent = (
-        request.num_requests
-        if request.workload == "poisson"
-        else (request.concurrency or 0) * request.requests_per_client
+        serving.num_requests
+        if serving.workload == "poisson"
+        else (serving.concurrency or 0) * serving.requests_per_client
     )
     waits = {"prefill": r.prefill_queue_ms, "decode": r.decode_wait_ms} if r else {}
     busy = {"prefill": r.prefill_utilisation, "decode": r.decode_utilisation} if r else {}
@@ -473,11 +275,11 @@ def _response(
     prefill, decode = pools["prefill"], pools["decode"]
     return finite_or_infeasible(
         DisaggSimulateResponse(
-            input=request,
+            input=echo,
             engine=dict(profile_dict),
-            workload=request.workload or "closed_loop",
-            concurrency=request.concurrency,
-            request_rate=request.request_rate,
+            workload=serving.workload,
+            concurrency=serving.concurrency,
+            request_rate=serving.request_rate,
             num_requests=r.num_requests if r else sent or 0,
             num_devices=num_devices,
             pd_split=pd_split_text(

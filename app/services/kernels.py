@@ -21,6 +21,7 @@ from typing import Any
 
 from app.core.catalog import get_device
 from app.core.errors import InvalidParameterError, UnsupportedError
+from app.core.limits import KernelSplit
 from app.core.validation.kernels import (
     ALL_BANDS,
     KERNEL_TABLES,
@@ -32,7 +33,6 @@ from app.core.validation.kernels import (
     KernelPrediction,
     KernelPricer,
     KernelReport,
-    KernelSplit,
     build_report,
     split_of,
     table_refusal,

@@ -23,9 +23,9 @@ from app.core.optimizer import (
     optimize_pd_ratio,
     pareto_front,
 )
-from app.core.optimizer.agg import SEARCHED_WORKLOADS
 from app.core.parallel import ParallelLayout
 from app.core.runner import RUNNER_MODEL_VERSION
+from app.core.scenario import Scenario, SearchSpace
 from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload import ranks_are_coupled
@@ -44,19 +44,16 @@ from app.models.optimize import (
 )
 from app.services.advice import memory_advice
 from app.services.calibration import (
-    calibrated,
-    calibrated_profile,
-    resolve_calibration,
     uncertainty,
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import ModelFactory
-from app.services.disagg_optimize import optimize_disagg_deployment, searched_request
-from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths, reason_for
-from app.services.resolve import ResolvedDeployment, request_scheduler, resolve_deployment
+from app.services.resolve import (
+    ResolvedDeployment,
+)
 from app.services.response_cache import cached_response, optimize_key
-from app.services.sizing import search_cap, with_engine_defaults, workload_spec
+from app.services.scenario import resolve_disagg_search, resolve_search
 
 
 def _fitting(
@@ -271,44 +268,30 @@ def _search(
 
 @dataclass(slots=True)
 class _Search:
-    """One optimize request while it runs: its spec, searcher, sections and progress notes."""
+    """One optimize scenario while it runs: its echo (``request``), its spec and search space,
+    searcher, sections and progress notes."""
 
     request: OptimizeRequest
+    scenario: Scenario
     spec: WorkloadSpec
     factory: ModelFactory
-    max_batch: int
     progress: Callable[[str], None] | None
     sections: list[_Section] = field(default_factory=list)
     pd: PdRatioOut | None = None
     reason: str | None = None
 
+    @property
+    def space(self) -> SearchSpace:
+        assert isinstance(self.scenario.search, SearchSpace)  # an aggregated-family search
+        return self.scenario.search
+
+    @property
+    def max_batch(self) -> int:
+        return self.space.max_batch_size
+
     def note(self, text: str) -> None:
         if self.progress is not None:
             self.progress(text)
-
-
-def _search_devices(request: OptimizeRequest) -> int:
-    """Devices of the searched instance: the prefill instance in pd_ratio, else all of them."""
-    if request.mode == "pd_ratio":
-        return request.prefill_devices_per_instance or max(1, request.num_devices // 2)
-    return request.num_devices
-
-
-def _check_search(request: OptimizeRequest, spec: WorkloadSpec) -> int:
-    """The workload and the search size (also checked for a response-cache hit); the cap."""
-    if request.workload not in SEARCHED_WORKLOADS:
-        raise InvalidParameterError(
-            "workload",
-            request.workload,
-            f"one of {', '.join(SEARCHED_WORKLOADS)}: the optimizer searches concurrency, not a "
-            "request rate (simulate a poisson workload one rate at a time: POST /v1/simulate)",
-        )
-    max_batch = search_cap(request, spec)
-    if request.workload != "burst" and request.mode != "agg":
-        raise InvalidParameterError(
-            "workload", request.workload, f"'burst' for mode {request.mode!r} (closed_loop: agg)"
-        )
-    return max_batch
 
 
 def _report_layouts(factory: ModelFactory, progress: Callable[[str], None] | None) -> None:
@@ -356,6 +339,8 @@ def _pd_ratio_out(pd_result: PdRatioResult, deployment: ResolvedDeployment) -> P
 
 def _pd_split(pd_result: PdRatioResult) -> str | None:
     """``1P:1D (4:8 devices)`` of a balanced split."""
+    from app.services.disagg_simulate import pd_split_text
+
     split, p_row, d_row = pd_result.split, pd_result.prefill_row, pd_result.decode_row
     if split is None or p_row is None or d_row is None:
         return None
@@ -374,7 +359,7 @@ def _readable_best(
     """``best`` of a disaggregated mode, or ``None`` and the reason: pd_ratio's is the binding
     side's row; without ``ttft_limit_ms`` a prefill-sizing mode names the missing limit
     instead of an unbounded prefill batch."""
-    mode = run.request.mode
+    mode = run.space.mode
     best = rows[0] if rows and mode != "pd_ratio" else None
     pd = run.pd
     if mode == "pd_ratio" and pd is not None and pd.split is not None:
@@ -394,28 +379,28 @@ def _readable_best(
 
 def _run_pd_ratio(run: _Search) -> None:
     """Prefill and decode instances searched separately, then balanced into one deployment."""
-    request, factory = run.request, run.factory
-    p_devices = _search_devices(request)
-    d_devices = request.decode_devices_per_instance or max(1, request.num_devices // 2)
+    space, factory = run.space, run.factory
+    p_devices = space.prefill_devices_per_instance or max(1, space.num_devices // 2)
+    d_devices = space.decode_devices_per_instance or max(1, space.num_devices // 2)
     p_layouts, p_rejected = factory.usable_layouts(
         _layouts(
             p_devices,
-            request.tp_sizes,
-            request.ep_sizes,
+            space.tp_sizes,
+            space.ep_sizes,
             per_instance="prefill_devices_per_instance",
         )
     )
     d_layouts, d_rejected = factory.usable_layouts(
         _layouts(
             d_devices,
-            request.tp_sizes,
-            request.ep_sizes,
+            space.tp_sizes,
+            space.ep_sizes,
             per_instance="decode_devices_per_instance",
         )
     )
     run.note(f"pd_ratio: {len(p_layouts)} prefill and {len(d_layouts)} decode layouts")
     if not (p_layouts and d_layouts):
-        empty = _empty_result(request.mode)
+        empty = _empty_result(space.mode)
         run.sections.append(_Section("prefill", empty, p_rejected))
         run.sections.append(_Section("decode", empty, d_rejected))
         run.reason = "no parallel layout the model supports"
@@ -429,8 +414,8 @@ def _run_pd_ratio(run: _Search) -> None:
         factory,
         label,
         label,
-        device_budget=request.num_devices,
-        serving_overhead_ms=request.serving_overhead_ms,
+        device_budget=space.num_devices,
+        serving_overhead_ms=space.serving_overhead_ms,
         max_batch_size=run.max_batch,
     )
     run.sections.append(_Section("prefill", pd_result.prefill, p_rejected))
@@ -439,15 +424,15 @@ def _run_pd_ratio(run: _Search) -> None:
     run.reason = pd_result.reason
 
 
-def _run_single(run: _Search, scheduler: Scheduler) -> None:
+def _run_single(run: _Search, scheduler: Scheduler | None) -> None:
     """One role (agg, disagg_prefill or disagg_decode) over every layout of the devices."""
-    request, factory, spec, max_batch = run.request, run.factory, run.spec, run.max_batch
+    space, factory, spec, max_batch = run.space, run.factory, run.spec, run.max_batch
+    serving = run.scenario.serving
     label = factory.deployment.label
-    mode = request.mode
-    layouts = _layouts(request.num_devices, request.tp_sizes, request.ep_sizes)
+    mode = space.mode
+    layouts = _layouts(space.num_devices, space.tp_sizes, space.ep_sizes)
     run.note(f"{mode}: searching {len(layouts)} layouts")
-    workload = request.workload
-    assert workload is not None  # with_engine_defaults filled it in
+    workload = serving.workload
     if mode == "agg":
         section = _search(
             factory,
@@ -459,11 +444,11 @@ def _run_single(run: _Search, scheduler: Scheduler) -> None:
                 factory,
                 label,
                 scheduler=scheduler,
-                force_simulation=request.force_simulation,
+                force_simulation=serving.force_simulation,
                 max_batch_size=max_batch,
                 workload=workload,
-                window=request.window,
-                requests_per_client=request.requests_per_client,
+                window=serving.window,
+                requests_per_client=serving.requests_per_client,
                 coupled=lambda layout: ranks_are_coupled(factory.deployment.model.is_moe, layout),
                 plans=factory.context.plans,
             ),
@@ -479,7 +464,7 @@ def _run_single(run: _Search, scheduler: Scheduler) -> None:
                 ls,
                 factory,
                 label,
-                serving_overhead_ms=request.serving_overhead_ms,
+                serving_overhead_ms=space.serving_overhead_ms,
                 max_batch_size=max_batch,
             ),
             mode,
@@ -497,8 +482,8 @@ def _run_single(run: _Search, scheduler: Scheduler) -> None:
 
 def _response(run: _Search, started: float) -> OptimizeResponse:
     """The response body of a finished search (rows ranked, top_k kept, probes if asked)."""
-    request, factory, sections = run.request, run.factory, run.sections
-    mode = request.mode
+    space, factory, sections = run.space, run.factory, run.sections
+    mode = space.mode
     rows: list[ResultRowOut] = []
     probes: list[ProbeOut] = []
     infeasible: list[InfeasibleLayout] = []
@@ -507,7 +492,7 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
             _row_out(row, section.role, factory.deployment, _limits(run.spec))
             for row in section.result.rows
         )
-        if request.include_probes:
+        if space.include_probes:
             probes.extend(
                 _probe_out(p, section.role, factory.deployment, run.spec)
                 for p in section.result.probes
@@ -525,7 +510,7 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
             finite_rows.append(row)
     rows = finite_rows
     if mode != "pd_ratio":
-        rows = rows[: request.top_k]
+        rows = rows[: space.top_k]
     best, reason = _readable_best(run, rows, run.reason)
     suggestions: list[str] = []
     if mode != "pd_ratio" and best is None and reason is None:
@@ -551,7 +536,7 @@ def _response(run: _Search, started: float) -> OptimizeResponse:
     )
     risky = [f"{r.role} {r.parallel}" for r in rows if at_risk(r.sla_confidence)]
     return OptimizeResponse(
-        input=request,
+        input=run.request,
         engine=factory.deployment.profile.to_dict(),
         calibration=sure.calibration,
         notice=answer_notice(sure.intervals, risky),
@@ -584,12 +569,14 @@ def cached_optimize(
     if not context.settings.response_cache:
         return None
     started = time.perf_counter()
-    disagg = request.mode == "disagg"
-    keyed, _ = with_engine_defaults(searched_request(request) if disagg else request)
+    if request.mode == "disagg":
+        keyed = resolve_disagg_search(request).echo
+        key = optimize_key(keyed)
+        (stored,) = context.cache.get_many([key])
+        return cached_response(context, key, stored, keyed, started, DisaggOptimizeResponse)
+    keyed = resolve_search(context, request).echo
     key = optimize_key(keyed)
     (stored,) = context.cache.get_many([key])
-    if disagg:
-        return cached_response(context, key, stored, keyed, started, DisaggOptimizeResponse)
     return cached_response(context, key, stored, keyed, started, OptimizeResponse)
 
 
@@ -606,21 +593,36 @@ def optimize(
     passed whole to the optimizer, so the chunk plan is derived once. Mode disagg searches
     whole disaggregated deployments (:mod:`app.services.disagg_optimize`).
     """
-    if request.mode == "disagg":
+    if request.mode == "disagg":  # its own search, loaded when asked for
+        from app.services.disagg_optimize import optimize_disagg_deployment
+
         return optimize_disagg_deployment(
             context, request, allow_paths=allow_paths, progress=progress
         )
-    if request.max_workers is not None:
-        raise InvalidParameterError(
-            "max_workers", request.max_workers, f"omitted for mode {request.mode!r} (mode disagg)"
-        )
     started = time.perf_counter()
-    request, profile = with_engine_defaults(request)
-    calibration = resolve_calibration(context, request.calibration)
-    profile = calibrated_profile(profile, calibration)
-    spec = workload_spec(request, _search_devices(request), profile)
-    max_batch = _check_search(request, spec)
-    use_response_cache = context.settings.response_cache and not allow_paths
+    resolved = resolve_search(context, request, allow_paths=allow_paths)
+    return evaluate_search(
+        context,
+        resolved.scenario,
+        resolved.echo,
+        use_response_cache=context.settings.response_cache and not allow_paths,
+        progress=progress,
+        started=started,
+    )
+
+
+def evaluate_search(
+    context: ServiceContext,
+    scenario: Scenario,
+    echo: OptimizeRequest,
+    *,
+    use_response_cache: bool,
+    progress: Callable[[str], None] | None = None,
+    started: float,
+) -> OptimizeResponse:
+    """An aggregated-family search scenario's answer (``echo`` is its ``input`` and its
+    response-cache key): the cached answer, or the search over its layouts and batch sizes."""
+    request, spec = echo, scenario.spec
     # response_key folds in the application version, this the runner's: an upgrade never
     # serves an older answer.
     key = optimize_key(request) if use_response_cache else None
@@ -634,21 +636,16 @@ def optimize(
         if hit is not None:
             return hit
 
-    deployment = calibrated(
-        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
-    )
-    scheduler = request_scheduler(request, profile, deployment.device)
-    factory = ModelFactory(context, deployment)
+    factory = ModelFactory(context, scenario.deployment)
     factory.usage.round_trips += 1  # the read above
     factory.preload(first_read[0])
     _report_layouts(factory, progress)
-    run = _Search(
-        request=request, spec=spec, factory=factory, max_batch=max_batch, progress=progress
-    )
-    if request.mode == "pd_ratio":
+    run = _Search(request=request, scenario=scenario, spec=spec, factory=factory, progress=progress)
+    if run.space.mode == "pd_ratio":
         _run_pd_ratio(run)
     else:
-        _run_single(run, scheduler)
+        scheduler = scenario.scheduler
+        _run_single(run, None if scheduler is None else scheduler.build())
     new_manifest = factory.manifest()
     factory.flush({manifest_key: new_manifest} if new_manifest else None)
     response = _response(run, started)

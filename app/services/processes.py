@@ -46,10 +46,11 @@ def _init_child(settings_json: str) -> None:
 
 def _services() -> dict[str, Callable[..., Any]]:
     """The computations a child runs, by name (imported in the child)."""
-    from app import services
     from app.services.capacity import plan
+    from app.services.optimize import optimize
+    from app.services.simulate import simulate
 
-    return {"optimize": services.optimize, "simulate": services.simulate, "plan": plan}
+    return {"optimize": optimize, "simulate": simulate, "plan": plan}
 
 
 def _run_in_child(name: str, request: Any, started_s: float | None) -> tuple[Any, dict[str, int]]:

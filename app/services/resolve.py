@@ -1,19 +1,18 @@
 """Resolving what a request names: model (catalog, HF id or inline config.json), device
-(catalog or custom), quantization, and the scheduler.
+(catalog or custom), quantization, and the scheduler (:class:`ResolvedDeployment`, a core value
+of :mod:`app.core.scenario`, is re-exported here).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import TypeVar
 
 from app.core import limits
-from app.core.calibration import CalibrationProfile
 from app.core.catalog import (
     Device,
     ModelArchitecture,
-    Quantization,
     device_from_dict,
     get_device,
     get_model,
@@ -23,8 +22,6 @@ from app.core.catalog import (
     resolve_model_name,
 )
 from app.core.errors import ChunkwiseError, InvalidParameterError, UnknownModelError
-from app.core.optimizer import Deployment
-from app.core.parallel import ParallelLayout
 from app.core.profiles import (
     DEFAULT_ENGINE,
     MSMODELING,
@@ -33,9 +30,9 @@ from app.core.profiles import (
     device_profile,
     get_profile,
 )
-from app.core.runner import ModelRunner, RunnerServingModel
-from app.core.runner.serving import engine_quantization, engine_runner
-from app.core.scheduler import Scheduler
+from app.core.runner.serving import engine_quantization
+from app.core.scenario import ResolvedDeployment
+from app.core.scheduler import Scheduler, scheduler_options
 from app.core.scheduler import make_scheduler as core_make_scheduler
 from app.models.workload import (
     CustomDevice,
@@ -45,51 +42,17 @@ from app.models.workload import (
     WorkloadMixin,
 )
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResolvedDeployment:
-    """The catalog objects a request names, and the knobs that change a forward's cost."""
-
-    model: ModelArchitecture
-    device: Device
-    quantization: Quantization
-    reserved_memory_gb: float | None
-    num_mtp_tokens: int
-    mtp_acceptance_rates: tuple[float, ...]
-    profile: EngineProfile = MSMODELING
-    #: The calibration whose fitted values ``device`` and ``profile`` carry (none: catalog's).
-    calibration: CalibrationProfile | None = None
-
-    @property
-    def label(self) -> Deployment:
-        return Deployment(
-            model=self.model.name, device=self.device.name, quantization=self.quantization.label
-        )
-
-    def runner(self, layout: ParallelLayout) -> ModelRunner:
-        """The layout's runner as the profile's engine runs it (reserve, graph limit)."""
-        return engine_runner(
-            self.profile,
-            self.model,
-            self.device,
-            layout,
-            self.quantization,
-            reserved_memory_gb=self.reserved_memory_gb,
-            num_mtp_tokens=self.num_mtp_tokens,
-        )
-
-
-def build_serving_model(
-    deployment: ResolvedDeployment, layout: ParallelLayout
-) -> RunnerServingModel:
-    """The runner's serving adapter (MTP folded into decode latency) for one layout."""
-    return RunnerServingModel(
-        deployment.runner(layout),
-        num_mtp_tokens=deployment.num_mtp_tokens,
-        mtp_acceptance_rates=deployment.mtp_acceptance_rates,
-        profile=deployment.profile,
-    )
-
+__all__ = [
+    "ResolvedDeployment",
+    "check_inline_parts",
+    "make_scheduler",
+    "request_scheduler",
+    "resolve_deployment",
+    "resolve_device",
+    "resolve_model",
+    "resolve_profile",
+    "resolved_echo",
+]
 
 #: What a hostile inline config.json or custom device can make the catalog raise besides its
 #: domain errors (a string where a number belongs, a list where a mapping belongs, ...).
@@ -132,6 +95,20 @@ def _check_inline_numbers(field: str, value: object) -> None:
             raise InvalidParameterError(
                 f"{field}.{path}", item, f"a finite number of at most {limits.MAX_INLINE_NUMBER}"
             )
+
+
+def check_inline_parts(request: DeploymentMixin) -> None:
+    """The request's inline objects (a config.json, a custom device) bounded before anything
+    reads or serialises the request (a response-cache key is its JSON, which a value nested
+    past the serialiser's depth breaks): a 422 naming the path. The first step of every
+    resolution."""
+    if isinstance(request.model, InlineModel):
+        _check_inline_numbers("model.config", request.model.config)
+    if isinstance(request.device, CustomDevice):
+        _check_inline_numbers("device", request.device.model_dump(exclude_none=True))
+    decode_device = getattr(request, "decode_device", None)
+    if isinstance(decode_device, CustomDevice):
+        _check_inline_numbers("decode_device", decode_device.model_dump(exclude_none=True))
 
 
 def _inline_model(ref: InlineModel) -> ModelArchitecture:
@@ -240,3 +217,25 @@ def make_scheduler(options: SchedulerOptions) -> Scheduler:
         slack_ratio=options.slack_ratio,
         prefill_order=options.prefill_order,
     )
+
+
+EchoT = TypeVar("EchoT", bound=WorkloadMixin)
+
+
+def resolved_echo(
+    request: EchoT,
+    deployment: ResolvedDeployment,
+    scheduler: Scheduler | None,
+    **resolved: object,
+) -> EchoT:
+    """``request`` as it ran, the echo of its answer: the attention quantization the engine's
+    KV-cache rule chose when none was given, the step ``scheduler`` with every option it ran
+    with (the engine's own policy and running cap when the request named none; ``None``: the
+    mode runs no step scheduler and the echo leaves it out), and the other ``resolved`` values
+    (a search's batch cap). Re-sending the echo asks the same question: every value is given."""
+    update = dict(resolved)
+    if "quantize_attention_action" not in request.model_fields_set:
+        update["quantize_attention_action"] = deployment.quantization.attention.value
+    if scheduler is not None:
+        update["scheduler"] = SchedulerOptions.model_validate(scheduler_options(scheduler))
+    return request.model_copy(update=update)

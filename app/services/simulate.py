@@ -11,9 +11,10 @@ from app.core import limits
 from app.core.calibration import answer_notice, at_risk
 from app.core.cost import ForwardShape
 from app.core.engine import SimulationResult, StepRecord, combine_replicas, plan_serving, replay
-from app.core.errors import InfeasibleError, InvalidParameterError
+from app.core.errors import InfeasibleError
 from app.core.optimizer.agg import largest_prefill_shape, limit_reason
 from app.core.parallel import ParallelLayout
+from app.core.scenario import Scenario
 from app.core.scheduler import Scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload import (
@@ -25,16 +26,12 @@ from app.core.workload import (
 from app.models.optimize import RunStats
 from app.services.advice import memory_advice
 from app.services.calibration import (
-    calibrated,
-    calibrated_profile,
-    resolve_calibration,
     uncertainty,
 )
 from app.services.context import ServiceContext
 from app.services.cost_model import CachedServingModel, ForwardRecord, ModelFactory
-from app.services.disagg_simulate import check_agg_request, simulate_disagg
 from app.services.finite import finite_or_infeasible
-from app.services.resolve import request_scheduler, resolve_deployment
+from app.services.scenario import resolve_simulation
 from app.services.sizing import (
     check_closed_loop_size,
     check_poisson_size,
@@ -42,8 +39,6 @@ from app.services.sizing import (
     check_timeline_size,
     poisson_split,
     replica_split,
-    with_engine_defaults,
-    workload_spec,
 )
 
 if TYPE_CHECKING:  # the wire models load with the first simulate, not with app.services
@@ -56,83 +51,6 @@ if TYPE_CHECKING:  # the wire models load with the first simulate, not with app.
         StepOut,
     )
 
-#: Fields that belong to one workload only: giving them with another one is a 422.
-_POISSON_ONLY = ("request_rate", "max_concurrency", "num_requests", "seed")
-
-
-def with_device_count(request: SimulateRequest) -> SimulateRequest:
-    """``num_devices`` given: it must be ``tp_size x dp_size``; without ``dp_size`` it sets the
-    replicas to ``num_devices / tp_size``. The request comes back with ``num_devices`` set."""
-    tp, dp, devices = request.tp_size, request.dp_size, request.num_devices
-    if devices is None:
-        return request.model_copy(update={"num_devices": tp * dp})
-    if "dp_size" in request.model_fields_set:
-        if tp * dp != devices:
-            raise InvalidParameterError(
-                "num_devices", devices, f"tp_size x dp_size = {tp} x {dp} = {tp * dp}"
-            )
-        return request
-    if devices % tp:
-        raise InvalidParameterError(
-            "num_devices", devices, f"a multiple of tp_size={tp} (dp_size = num_devices / tp_size)"
-        )
-    if devices // tp > limits.MAX_PARALLEL_SIZE:
-        raise InvalidParameterError(
-            "num_devices", devices, f"at most {limits.MAX_PARALLEL_SIZE} x tp_size={tp}"
-        )
-    return request.model_copy(update={"dp_size": devices // tp})
-
-
-def _schema_default(field: str) -> object:
-    """The default ``/openapi.json`` declares for a simulate field."""
-    from app.models.simulate import SimulateRequest
-
-    return SimulateRequest.model_fields[field].default
-
-
-def check_workload_fields(request: SimulateRequest) -> None:
-    """Each workload takes its own fields (a request rate means nothing to a burst)."""
-    given = request.model_fields_set
-    workload = request.workload
-    if workload != "poisson":
-        if request.concurrency is None:
-            raise InvalidParameterError(
-                "concurrency",
-                None,
-                f"given for workload {workload!r} (requests or clients in total over the replicas)",
-            )
-        for field in _POISSON_ONLY:
-            # The schema's own default is accepted (a generated client sends every default).
-            if field in given and getattr(request, field) != _schema_default(field):
-                raise InvalidParameterError(
-                    field,
-                    getattr(request, field),
-                    f"omitted for workload {workload!r} (a poisson option)",
-                )
-        return
-    if request.request_rate is None:
-        raise InvalidParameterError(
-            "request_rate", None, "given for workload 'poisson' (requests per second, > 0)"
-        )
-    if request.concurrency is not None:
-        raise InvalidParameterError(
-            "concurrency",
-            request.concurrency,
-            "omitted for workload 'poisson' (max_concurrency caps requests in flight)",
-        )
-    if "requests_per_client" in given and request.requests_per_client != _schema_default(
-        "requests_per_client"
-    ):
-        raise InvalidParameterError(
-            "requests_per_client",
-            request.requests_per_client,
-            "omitted for workload 'poisson' (num_requests counts its requests)",
-        )
-    if request.window != "benchmark":
-        raise InvalidParameterError(
-            "window", request.window, "'benchmark' for workload 'poisson' (every request counts)"
-        )
-
 
 def simulate(
     context: ServiceContext, request: SimulateRequest, *, allow_paths: bool = False
@@ -142,38 +60,38 @@ def simulate(
 
     One MGET for every shape the plan needs, the misses computed, one pipelined write.
     """
-    if request.mode == "disagg":
+    if request.mode == "disagg":  # its own pools, loaded when asked for
+        from app.services.disagg_simulate import simulate_disagg
+
         return simulate_disagg(context, request, allow_paths=allow_paths)
-    check_agg_request(request)
     started = time.perf_counter()
-    request, profile = with_engine_defaults(with_device_count(request))
-    check_workload_fields(request)
-    calibration = resolve_calibration(context, request.calibration)
-    profile = calibrated_profile(profile, calibration)
-    deployment = calibrated(
-        resolve_deployment(request, allow_paths=allow_paths, profile=profile), calibration
-    )
-    layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
-    data = workload_spec(request, layout.num_devices, profile)
-    scheduler = request_scheduler(request, profile, deployment.device)
-    if request.workload == "poisson":
-        shares = poisson_split(request, layout.dp)
+    resolved = resolve_simulation(context, request, allow_paths=allow_paths)
+    return evaluate(context, resolved.scenario, resolved.echo, started=started)
+
+
+def evaluate(
+    context: ServiceContext, scenario: Scenario, echo: SimulateRequest, *, started: float
+) -> SimulateResponse:
+    """A simulate scenario's answer (``echo`` is its ``input``): the run's size checks, then
+    the burst, closed loop or Poisson run over the replicas."""
+    data, serving, layout = scenario.spec, scenario.serving, scenario.layout
+    assert isinstance(layout, ParallelLayout) and scenario.scheduler is not None  # one layout
+    factory = ModelFactory(context, scenario.deployment)
+    run = _SimulationRun(echo, scenario, data, layout, scenario.scheduler.build(), factory, started)
+    if serving.workload == "poisson":
+        shares = poisson_split(serving.num_requests, serving.max_concurrency, layout.dp)
         check_poisson_size(data, shares[0][0], replicas=layout.dp)
-        check_timeline_size(request, data, shares[0][0], "num_requests", layout.dp)
-        factory = ModelFactory(context, deployment)
-        run = _SimulationRun(request, data, layout, scheduler, factory, started)
+        check_timeline_size(serving.include_timeline, data, shares[0][0], "num_requests", layout.dp)
         return _simulate_poisson(run, factory(layout), shares)
-    assert request.concurrency is not None  # check_workload_fields
-    split = replica_split(request.concurrency, layout.dp)
+    assert serving.concurrency is not None  # check_workload_fields
+    split = replica_split(serving.concurrency, layout.dp)
     busiest = split[0][0]
     check_simulation_size(data, busiest, "concurrency", replicas=layout.dp)
-    check_timeline_size(request, data, busiest, "concurrency", layout.dp)
-    factory = ModelFactory(context, deployment)
+    check_timeline_size(serving.include_timeline, data, busiest, "concurrency", layout.dp)
     model = factory(layout)
-    run = _SimulationRun(request, data, layout, scheduler, factory, started)
-    if request.workload == "closed_loop":
+    if serving.workload == "closed_loop":
         check_closed_loop_size(
-            data, busiest, request.requests_per_client, "concurrency", replicas=layout.dp
+            data, busiest, serving.requests_per_client, "concurrency", replicas=layout.dp
         )
         return _simulate_closed_loop(run, model, split)
     return _simulate_burst(run, model, split)
@@ -186,7 +104,7 @@ def _simulate_burst(
     shape the plans and the memory check need read in one MGET, then replayed."""
     from app.models.simulate import ReplicaShare
 
-    request, data, scheduler = run.request, run.data, run.scheduler
+    serving, data, scheduler = run.scenario.serving, run.data, run.scheduler
     busiest = split[0][0]
     plans = [
         (
@@ -194,7 +112,7 @@ def _simulate_burst(
                 data,
                 size,
                 scheduler,
-                force_simulation=request.force_simulation,
+                force_simulation=serving.force_simulation,
                 interrupt=model.check_deadline,
             ),
             replicas,
@@ -211,7 +129,7 @@ def _simulate_burst(
                     plan,
                     model.forward_latencies_ms(plan.shapes),
                     scheduler,
-                    record_steps=request.include_timeline and index == 0,
+                    record_steps=serving.include_timeline and index == 0,
                 ),
                 replicas,
             )
@@ -237,9 +155,10 @@ def _simulate_burst(
 
 @dataclass(frozen=True, slots=True)
 class _SimulationRun:
-    """What every ``/v1/simulate`` response echoes, whatever the workload."""
+    """One simulate scenario while it runs, and what its response echoes (``request``)."""
 
     request: SimulateRequest
+    scenario: Scenario
     data: WorkloadSpec
     layout: ParallelLayout
     scheduler: Scheduler
@@ -254,9 +173,7 @@ class _SimulationRun:
     @property
     def max_num_seqs(self) -> int | None:
         """The engine profile's running cap on the device (``None``: only the KV pool)."""
-        deployment = self.factory.deployment
-        device = deployment.device
-        return deployment.profile.running_cap(device.hbm_capacity_gb, device.name)
+        return self.scenario.deployment.running_cap()
 
     def response(
         self,
@@ -304,7 +221,7 @@ class _SimulationRun:
             self.factory.deployment,
             input_length=data.input_length,
             output_length=data.output_length,
-            concurrency=self.request.concurrency,
+            concurrency=self.scenario.serving.concurrency,
             ttft_ms=ttft_ms,
             tpot_ms=tpot_ms,
             throughput=output,
@@ -360,27 +277,27 @@ def _simulate_closed_loop(
     """``concurrency`` clients in total, each re-sending; KV admission queues the rest."""
     from app.models.simulate import ReplicaShare
 
-    request = run.request
-    assert request.concurrency is not None
+    serving = run.scenario.serving
+    assert serving.concurrency is not None
     result: ServingResult | None = None
     reason: str | None = None
     try:
         result = simulate_serving(
             run.data,
-            request.concurrency,
+            serving.concurrency,
             model,
             run.scheduler,
             dp=run.layout.dp,
-            num_requests=request.concurrency * request.requests_per_client,
-            window=request.window,
+            num_requests=serving.concurrency * serving.requests_per_client,
+            window=serving.window,
             max_num_seqs=run.max_num_seqs,
-            record_steps=request.include_timeline,
+            record_steps=serving.include_timeline,
             coupled=run.coupled,
             plans=run.factory.context.plans,
         )
     except InfeasibleError as exc:
         reason = f"memory: {exc}"
-    per_client = request.requests_per_client
+    per_client = serving.requests_per_client
     return _serving_response(
         run,
         model,
@@ -392,9 +309,9 @@ def _simulate_closed_loop(
             for size, n in split
         ],
         batch_size=split[0][0],
-        concurrency=request.concurrency,
+        concurrency=serving.concurrency,
         workload="closed_loop",
-        window=request.window,
+        window=serving.window,
     )
 
 
@@ -404,23 +321,23 @@ def _simulate_poisson(
     """Requests arriving at ``request_rate`` in total; KV admission queues the rest."""
     from app.models.simulate import ReplicaShare
 
-    request = run.request
-    assert request.request_rate is not None
+    serving = run.scenario.serving
+    assert serving.request_rate is not None
     dp = run.layout.dp
     result: ServingResult | None = None
     reason: str | None = None
     try:
         result = simulate_poisson_serving(
             run.data,
-            request.request_rate,
+            serving.request_rate,
             model,
             run.scheduler,
             dp=dp,
             num_requests=sum(n * replicas for n, _, replicas in shares),
-            seed=request.seed,
-            max_concurrency=request.max_concurrency,
+            seed=serving.seed,
+            max_concurrency=serving.max_concurrency,
             max_num_seqs=run.max_num_seqs,
-            record_steps=request.include_timeline,
+            record_steps=serving.include_timeline,
         )
     except InfeasibleError as exc:
         reason = f"memory: {exc}"
@@ -436,17 +353,17 @@ def _simulate_poisson(
                 replicas=replicas,
                 concurrency=cap,
                 num_requests=n,
-                request_rate=request.request_rate / dp,
+                request_rate=serving.request_rate / dp,
             )
             for n, cap, replicas in shares
         ],
         batch_size=busiest_cap,
-        concurrency=request.max_concurrency,
+        concurrency=serving.max_concurrency,
         workload="poisson",
         window="benchmark",
-        request_rate=request.request_rate,
-        max_concurrency=request.max_concurrency,
-        seed=request.seed,
+        request_rate=serving.request_rate,
+        max_concurrency=serving.max_concurrency,
+        seed=serving.seed,
     )
 
 

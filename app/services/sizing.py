@@ -184,23 +184,24 @@ def replica_split(concurrency: int, dp: int) -> list[tuple[int, int]]:
     return split
 
 
-def poisson_split(request: SimulateRequest, dp: int) -> list[tuple[int, int | None, int]]:
-    """``[(requests, max_concurrency, replicas), ...]`` of a poisson request, busiest first.
+def poisson_split(
+    num_requests: int | None, max_concurrency: int | None, dp: int
+) -> list[tuple[int, int | None, int]]:
+    """``[(requests, max_concurrency, replicas), ...]`` of a poisson run, busiest first.
 
     ``num_requests`` defaults to 1000 (at least one per replica)."""
-    num_requests = request.num_requests
     if num_requests is None:
         num_requests = max(DEFAULT_POISSON_REQUESTS, dp)
     _at_least_one_per_replica("num_requests", num_requests, dp)
-    if request.max_concurrency is not None:
-        _at_least_one_per_replica("max_concurrency", request.max_concurrency, dp)
-    return poisson_shares(num_requests, dp, request.max_concurrency)
+    if max_concurrency is not None:
+        _at_least_one_per_replica("max_concurrency", max_concurrency, dp)
+    return poisson_shares(num_requests, dp, max_concurrency)
 
 
 def check_timeline_size(
-    request: SimulateRequest, data: WorkloadSpec, busiest: int, field: str, dp: int
+    include_timeline: bool, data: WorkloadSpec, busiest: int, field: str, dp: int
 ) -> None:
-    if request.include_timeline and data.prefill_num_chunks * busiest > (
+    if include_timeline and data.prefill_num_chunks * busiest > (
         limits.MAX_TIMELINE_CHUNK_REQUESTS
     ):
         raise SearchLimitError(

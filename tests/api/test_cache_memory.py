@@ -105,9 +105,10 @@ def test_one_request_writes_at_most_the_per_request_cap(
 ) -> None:
     """W7: a request that computes more forwards than the cap still answers, and writes only
     the first ``MAX_KEYS_WRITTEN_PER_REQUEST`` of them to the shared cache."""
-    from app import services
     from app.core import limits
     from app.models.simulate import SimulateRequest
+    from app.services.context import create_context
+    from app.services.simulate import simulate
     from app.settings import Settings
 
     request = SimulateRequest.model_validate(
@@ -120,15 +121,15 @@ def test_one_request_writes_at_most_the_per_request_cap(
             "concurrency": 16,
         }
     )
-    uncapped_context = services.create_context(Settings(cache_backend="memory"))
-    uncapped = services.simulate(uncapped_context, request)
+    uncapped_context = create_context(Settings(cache_backend="memory"))
+    uncapped = simulate(uncapped_context, request)
     assert uncapped.stats.forward_evaluations > 10
     monkeypatch.setattr(limits, "MAX_KEYS_WRITTEN_PER_REQUEST", 10)
-    context = services.create_context(Settings(cache_backend="memory"))
-    capped = services.simulate(context, request)
+    context = create_context(Settings(cache_backend="memory"))
+    capped = simulate(context, request)
     assert capped.ttft_ms == uncapped.ttft_ms and capped.tpot_ms == uncapped.tpot_ms
     assert context.cache.stats.snapshot()["writes"] == 10
-    again = services.simulate(context, request)  # the ten are hits, the rest computed again
+    again = simulate(context, request)  # the ten are hits, the rest computed again
     assert again.stats.cache.hits == 10
     assert again.stats.forward_evaluations == uncapped.stats.forward_evaluations - 10
 
@@ -136,8 +137,9 @@ def test_one_request_writes_at_most_the_per_request_cap(
 def test_a_search_with_other_limits_replays_the_plans_with_the_same_rows() -> None:
     """The process's plan cache: the second search plans nothing new (its limits do not plan)
     and answers as a context without the cache does; ``APP_PLAN_CACHE_ITEMS=0`` keeps none."""
-    from app import services
     from app.models.optimize import OptimizeRequest, OptimizeResponse
+    from app.services.context import create_context
+    from app.services.optimize import optimize
 
     body = {
         "model": "Qwen/Qwen3-32B",
@@ -151,15 +153,13 @@ def test_a_search_with_other_limits_replays_the_plans_with_the_same_rows() -> No
         "tp_sizes": [2],
     }
     settings = Settings(cache_backend="memory", response_cache=False)
-    context = services.create_context(settings)
-    services.optimize(context, OptimizeRequest.model_validate(body))
+    context = create_context(settings)
+    optimize(context, OptimizeRequest.model_validate(body))
     planned = len(context.plans)
     assert planned > 0
     other = OptimizeRequest.model_validate({**body, "tpot_limit_ms": 30, "ttft_limit_ms": 900})
-    reused = services.optimize(context, other)
-    fresh = services.optimize(
-        services.create_context(settings.model_copy(update={"plan_cache_items": 0})), other
-    )
+    reused = optimize(context, other)
+    fresh = optimize(create_context(settings.model_copy(update={"plan_cache_items": 0})), other)
     assert isinstance(reused, OptimizeResponse) and isinstance(fresh, OptimizeResponse)
     assert reused.rows == fresh.rows and reused.best == fresh.best
     # Only the sizes the first search never probed were planned.

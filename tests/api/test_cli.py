@@ -331,6 +331,19 @@ COMMAND_ONLY = {
     "app.models.catalog": ("models", "devices"),
     "app.models.forward": "forward",
     "app.models.simulate": "simulate",
+    "app.services.optimize": "optimize",
+    "app.services.simulate": "simulate",
+    "app.services.forward": "forward",
+    "app.services.validate": "validate",
+    # Only asked for: a launch (--emit), a disaggregated mode, a calibration, a capacity plan.
+    "app.core.deploy": (),
+    "app.services.deploy": (),
+    "app.services.disagg_optimize": (),
+    "app.services.disagg_simulate": (),
+    "app.core.workload.disagg_serving": ("simulate", "validate"),
+    "app.services.capacity": (),
+    "app.models.calibration": (),
+    "app.models.capacity": (),
 }
 
 

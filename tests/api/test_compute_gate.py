@@ -36,9 +36,9 @@ def test_an_overloaded_worker_answers_503_problem() -> None:
     entered = threading.Event()
     app = create_app(settings)
 
-    from app import services
+    from app.services import chunk_plan as service
 
-    real = services.chunk_plan
+    real = service.chunk_plan
 
     def slow_chunk_plan(request: object) -> object:
         entered.set()
@@ -48,7 +48,7 @@ def test_an_overloaded_worker_answers_503_problem() -> None:
     body = {"input_length": 100, "max_batched_tokens": 10}
     with TestClient(app) as client:
         services_patch = pytest.MonkeyPatch()
-        services_patch.setattr(services, "chunk_plan", slow_chunk_plan)
+        services_patch.setattr(service, "chunk_plan", slow_chunk_plan)
         try:
             results: list[int] = []
             busy = threading.Thread(
@@ -90,7 +90,7 @@ def test_cheap_requests_never_wait_behind_an_optimize() -> None:
     entered = threading.Event()
     app = create_app(settings)
 
-    from app import services
+    from app.services import optimize as service
 
     def blocked_optimize(context: object, request: object, **kwargs: object) -> object:
         entered.set()
@@ -113,7 +113,7 @@ def test_cheap_requests_never_wait_behind_an_optimize() -> None:
     }
     with TestClient(app, raise_server_exceptions=False) as client:
         patch = pytest.MonkeyPatch()
-        patch.setattr(services, "optimize", blocked_optimize)
+        patch.setattr(service, "optimize", blocked_optimize)
         try:
             busy = threading.Thread(target=lambda: client.post("/v1/optimize", json=optimize))
             busy.start()
@@ -143,8 +143,8 @@ def test_cheap_requests_never_wait_behind_an_optimize() -> None:
     ],
 )
 def test_the_light_simulation_rule(extra: dict[str, object], light: bool) -> None:
-    from app import services
     from app.models.simulate import SimulateRequest
+    from app.services.sizing import is_light_simulation
 
     body = {
         "model": "Qwen/Qwen3-8B",
@@ -154,7 +154,7 @@ def test_the_light_simulation_rule(extra: dict[str, object], light: bool) -> Non
         "max_batched_tokens": 1024,
         **extra,
     }
-    assert services.is_light_simulation(SimulateRequest.model_validate(body)) is light
+    assert is_light_simulation(SimulateRequest.model_validate(body)) is light
 
 
 def test_the_deadline_counts_the_wait_for_a_slot() -> None:

@@ -604,25 +604,25 @@ def test_catalog_items_by_name(client: TestClient) -> None:
 def test_work_done_before_a_deadline_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from app import services
     from app.cache import MemoryLatencyCache
     from app.core.cost import AnyShape, ForwardShape
     from app.core.errors import DeadlineExceededError
+    from app.services.cost_model import CachedServingModel, ForwardRecord
 
     class Fake:
         def identity(self) -> str:
             return "fake"
 
-        def evaluate(self, shape: AnyShape) -> services.ForwardRecord:
+        def evaluate(self, shape: AnyShape) -> ForwardRecord:
             assert isinstance(shape, ForwardShape)
-            return services.ForwardRecord(float(shape.concurrency), 1.0)
+            return ForwardRecord(float(shape.concurrency), 1.0)
 
         def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
             return 1
 
     cache = MemoryLatencyCache()
     written: list[int] = []
-    model = services.CachedServingModel(
+    model = CachedServingModel(
         Fake(),
         cache,
         deadline=time.monotonic() + 60,

@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app import services
 from app.cache import MemoryLatencyCache, identity_digest, shape_key
 from app.cli import main
 from app.core.catalog import get_device, get_model, parse_quantization
 from app.core.cost import ForwardShape, MixedShape
 from app.core.parallel import ParallelLayout
+from app.services.context import create_context
+from app.services.cost_model import ModelFactory
+from app.services.resolve import ResolvedDeployment
 from app.settings import Settings
 
 MODEL = "Qwen/Qwen3-32B"
@@ -109,9 +111,9 @@ def test_mixed_keys_never_collide_with_forward_keys() -> None:
 
 def test_the_cache_keeps_prefill_decode_and_fused_records_apart() -> None:
     """One deployment, the three shapes of one mixed step: three keys, three evaluations."""
-    context = services.create_context(Settings(cache_backend="memory", log_level="warning"))
+    context = create_context(Settings(cache_backend="memory", log_level="warning"))
     try:
-        deployment = services.ResolvedDeployment(
+        deployment = ResolvedDeployment(
             model=get_model(MODEL),
             device=get_device("NVIDIA_H100_SXM_80G"),
             quantization=parse_quantization(None, None),
@@ -119,7 +121,7 @@ def test_the_cache_keeps_prefill_decode_and_fused_records_apart() -> None:
             num_mtp_tokens=0,
             mtp_acceptance_rates=(),
         )
-        model = services.ModelFactory(context, deployment)(ParallelLayout(tp=8))
+        model = ModelFactory(context, deployment)(ParallelLayout(tp=8))
         prefill = ForwardShape(is_decode=False, concurrency=1, query_len=2048, seq_len=2048)
         decode = ForwardShape(is_decode=True, concurrency=64, query_len=1, seq_len=2049)
         mixed = MixedShape(prefill=prefill, decode=decode)

@@ -118,6 +118,38 @@ def test_reproductions_are_422_naming_the_field(
     assert len(problem["detail"]) < 2000  # a hostile value is shown cut, never whole
 
 
+#: D1 / D2 through /v1/optimize: the response cache's key (the request's JSON) was built before
+#: the depth checks, and the serialiser's own depth limit made it a 500 (issue 34).
+OPTIMIZE_DEEP: dict[str, tuple[dict[str, Any], str]] = {
+    "D1 inline config": (
+        {"model": {"name": "m", "config": {**qwen_config(), "extra": nested(253)}}, "device": H100},
+        "model.config.extra",
+    ),
+    "D2 custom device": (
+        {"model": "Qwen/Qwen3-8B", **custom(interconnect=[{**TIER, "name": nested(300)}])},
+        "device.interconnect[0].name",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", ["agg", "pd_ratio", "disagg"])
+@pytest.mark.parametrize(("parts", "field"), OPTIMIZE_DEEP.values(), ids=list(OPTIMIZE_DEEP))
+def test_an_optimize_nested_too_deep_is_a_422_before_any_key(
+    client: TestClient, parts: dict[str, Any], field: str, mode: str
+) -> None:
+    body = {
+        "input_length": 1000,
+        "output_length": 100,
+        "num_devices": 2,
+        "mode": mode,
+        **{k: v for k, v in parts.items() if k in ("model", "device")},
+    }
+    for attempt in range(2):  # the second one would be the response cache's hit
+        response = client.post("/v1/optimize", json=body)
+        assert response.status_code == 422, (attempt, response.text[:300])
+        assert field in response.json()["detail"]
+
+
 def test_the_depth_bound_admits_real_configs(client: TestClient) -> None:
     """Every shipped config.json nests far less than the bound (quantization groups: 5)."""
     for path in sorted(CONFIG_DIR.glob("*.json"))[:6]:

@@ -6,11 +6,15 @@ import json
 
 import pytest
 
-from app import services
 from app.core.errors import UnknownModelError, UnknownNameError
 from app.core.runner import build_runner, forward_request, forward_to_dict, parallel_layout
 from app.core.validation import LOADERS, TARGET_KIND
 from app.models.forward import ForwardRequest
+from app.services.context import create_context
+from app.services.cost_model import CachedServingModel, ForwardRecord
+from app.services.forward import forward as forward_service
+from app.services.forward import run_forward as run_forward_service
+from app.services.validate import validate, validation_kinds
 from app.settings import Settings
 
 MTP_DECODE = ForwardRequest(
@@ -57,20 +61,20 @@ def _direct(request: ForwardRequest) -> dict[str, object]:
     ids=["mtp-decode", "mtp-prefill", "dense-prefill"],
 )
 def test_run_forward_is_the_runner_document(request_: ForwardRequest) -> None:
-    run = services.run_forward(request_)
+    run = run_forward_service(request_)
     assert json.dumps(run.to_dict()) == json.dumps(_direct(request_))
     expected_drafts = request_.num_mtp_tokens if request_.decode else 0
     assert run.to_dict()["request"]["mtp_draft_tokens"] == expected_drafts
 
 
 def test_api_forward_body_is_run_forward_plus_input_and_cache() -> None:
-    context = services.create_context(Settings(cache_backend="memory", log_level="warning"))
+    context = create_context(Settings(cache_backend="memory", log_level="warning"))
     try:
-        cold = services.forward(context, MTP_DECODE)
-        warm = services.forward(context, MTP_DECODE)
+        cold = forward_service(context, MTP_DECODE)
+        warm = forward_service(context, MTP_DECODE)
     finally:
         context.close()
-    document = services.run_forward(MTP_DECODE).to_dict()
+    document = run_forward_service(MTP_DECODE).to_dict()
     for response in (cold, warm):
         body = response.model_dump(mode="json", exclude={"input", "cache"})
         assert body["latency_ms"] == document["latency_ms"]
@@ -82,15 +86,15 @@ def test_api_forward_body_is_run_forward_plus_input_and_cache() -> None:
 
 def test_run_forward_resolves_like_the_api() -> None:
     with pytest.raises(UnknownModelError):
-        services.run_forward(MTP_DECODE.model_copy(update={"model": "no/such-model"}))
+        run_forward_service(MTP_DECODE.model_copy(update={"model": "no/such-model"}))
 
 
 def test_validate_defaults_and_kinds() -> None:
-    report = services.validate()
+    report = validate()
     assert {r.case.kind for r in report.results} == {TARGET_KIND}
-    assert tuple(LOADERS) == services.validation_kinds()
+    assert tuple(LOADERS) == validation_kinds()
     with pytest.raises(UnknownNameError):
-        services.validate(["no_such_kind"])
+        validate(["no_such_kind"])
 
 
 def test_one_memo_layer_between_the_search_and_the_cache() -> None:
@@ -106,15 +110,15 @@ def test_one_memo_layer_between_the_search_and_the_cache() -> None:
         def identity(self) -> str:
             return "fake"
 
-        def evaluate(self, shape: AnyShape) -> services.ForwardRecord:
+        def evaluate(self, shape: AnyShape) -> ForwardRecord:
             calls.append(shape)
             assert isinstance(shape, ForwardShape)
-            return services.ForwardRecord(float(shape.concurrency), 5.0 - shape.concurrency)
+            return ForwardRecord(float(shape.concurrency), 5.0 - shape.concurrency)
 
         def kv_capacity_requests(self, context_len: int, max_batched_tokens: int) -> int:
             return 1
 
-    model = services.CachedServingModel(Fake(), MemoryLatencyCache())
+    model = CachedServingModel(Fake(), MemoryLatencyCache())
     memo = MemoLatency(model)
     shape = ForwardShape(is_decode=True, concurrency=3, query_len=1, seq_len=10)
     assert memo.decode_ms(3, 1, 10) == 3.0

@@ -15,12 +15,13 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from app import cli, services
+from app import cli
 from app.core.limits import DEFAULT_TOP_K, MAX_MTP_TOKENS, MODES
 from app.core.optimizer.agg import SEARCHED_WORKLOADS
 from app.core.profiles import PROFILES
 from app.core.scheduler import MIXED_LATENCIES, SCHEDULERS
 from app.models.optimize import OptimizeRequest
+from app.services import optimize as optimize_service
 from tests.e2e.conftest import PageErrors, open_page
 
 pytestmark = pytest.mark.e2e
@@ -397,13 +398,13 @@ def test_copy_as_cli_round_trips_through_the_cli(
     words = shell_words(command)
     assert words[:2] == ["chunkwise", "optimize"]
     seen: list[OptimizeRequest] = []
-    real = services.optimize
+    real = optimize_service.optimize
 
     def spy(context: Any, request: OptimizeRequest, **kwargs: Any) -> Any:
         seen.append(request)
         return real(context, request, **kwargs)
 
-    monkeypatch.setattr(services, "optimize", spy)
+    monkeypatch.setattr(optimize_service, "optimize", spy)
     monkeypatch.setenv("APP_CACHE_BACKEND", "memory")
     assert cli.main(words[1:]) == 0, capsys.readouterr().err
     assert len(seen) == 1

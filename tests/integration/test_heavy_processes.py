@@ -16,8 +16,9 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from app import services
 from app.models.optimize import OptimizeRequest
+from app.services.context import create_context
+from app.services.optimize import optimize as optimize_service
 from app.settings import Settings
 from tests.integration.conftest import RedisServer, Uvicorn
 from tests.integration.servers import redis_env, start_server
@@ -94,8 +95,8 @@ def test_the_heavy_lane_in_a_child_answers_as_the_threads_do(server: Uvicorn) ->
     url = server.base_url
     response = _cold_optimize(url)
     assert response.status_code == 200, response.text
-    in_threads = services.optimize(
-        services.create_context(Settings(cache_backend="memory", response_cache=False)),
+    in_threads = optimize_service(
+        create_context(Settings(cache_backend="memory", response_cache=False)),
         OptimizeRequest.model_validate(OPTIMIZE),
     ).model_dump(mode="json")
     body = response.json()

@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
-from app import services
 from app.models.forward import ForwardRequest
 from app.models.optimize import OptimizeRequest
 from app.models.simulate import SimulateRequest
+from app.services.context import create_context
+from app.services.forward import forward
+from app.services.optimize import optimize as optimize_service
+from app.services.simulate import simulate
 from app.settings import Settings
 from tests.integration.conftest import RedisServer
 
@@ -38,7 +41,7 @@ def _settings(server: RedisServer) -> Settings:
 
 
 def _run(server: RedisServer, call: Any) -> Any:
-    context = services.create_context(_settings(server))
+    context = create_context(_settings(server))
     try:
         return call(context), context.cache.stats.snapshot()
     finally:
@@ -70,9 +73,9 @@ def test_poisoned_latency_records_never_change_a_simulation(
     redis_server: RedisServer, raw: str, whole: bool
 ) -> None:
     request = SimulateRequest.model_validate(SIMULATE)
-    clean, _ = _run(redis_server, lambda c: services.simulate(c, request))
+    clean, _ = _run(redis_server, lambda c: simulate(c, request))
     _poison(redis_server, raw, whole=whole)
-    again, stats = _run(redis_server, lambda c: services.simulate(c, request))
+    again, stats = _run(redis_server, lambda c: simulate(c, request))
     assert (again.ttft_ms, again.tpot_ms, again.makespan_ms) == (
         clean.ttft_ms,
         clean.tpot_ms,
@@ -82,7 +85,7 @@ def test_poisoned_latency_records_never_change_a_simulation(
     parsable = not raw.startswith("[")
     assert stats["invalid"] == (clean.stats.shapes if parsable else 0)
     # ... and overwritten: the next run reads every record back as a hit.
-    third, stats = _run(redis_server, lambda c: services.simulate(c, request))
+    third, stats = _run(redis_server, lambda c: simulate(c, request))
     assert third.stats.forward_evaluations == 0 and stats["invalid"] == 0
 
 
@@ -96,11 +99,11 @@ def test_a_poisoned_forward_document_is_recomputed(redis_server: RedisServer, ra
             "query_length": 512,
         }
     )
-    clean, _ = _run(redis_server, lambda c: services.forward(c, request))
+    clean, _ = _run(redis_server, lambda c: forward(c, request))
     client = redis_server.client()
     (key,) = client.keys("chunkwise:v1:fwd:*")
     client.set(key, raw)
-    again, stats = _run(redis_server, lambda c: services.forward(c, request))
+    again, stats = _run(redis_server, lambda c: forward(c, request))
     assert again.latency_ms == clean.latency_ms and again.cache.misses == 1
     assert stats["invalid"] == (0 if raw.startswith("[") else 1)  # unparsable = a plain miss
     assert json.loads(client.get(key) or b"null")["latency_ms"] == clean.latency_ms
@@ -120,15 +123,15 @@ def test_a_forged_optimize_response_is_not_served(redis_server: RedisServer) -> 
     }
     request = OptimizeRequest.model_validate(body)
     other = OptimizeRequest.model_validate({**body, "input_length": 1024})
-    clean, _ = _run(redis_server, lambda c: services.optimize(c, request))
-    forged_source, _ = _run(redis_server, lambda c: services.optimize(c, other))
+    clean, _ = _run(redis_server, lambda c: optimize_service(c, request))
+    forged_source, _ = _run(redis_server, lambda c: optimize_service(c, other))
     client = redis_server.client()
     keys = sorted(client.keys("chunkwise:v1:resp:optimize:*"))
     assert len(keys) == 2
     forged = forged_source.model_dump(mode="json")
     for key in keys:  # every response key now holds the other request's body
         client.set(key, json.dumps(forged))
-    again, stats = _run(redis_server, lambda c: services.optimize(c, request))
+    again, stats = _run(redis_server, lambda c: optimize_service(c, request))
     assert again.best is not None and clean.best is not None
     assert again.best.throughput_tokens_s == clean.best.throughput_tokens_s
     assert not again.stats.cache.response_cache_hit and stats["invalid"] >= 1

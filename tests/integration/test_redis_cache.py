@@ -138,11 +138,14 @@ def test_a_frozen_redis_costs_one_socket_timeout_then_recovers(redis_server: Red
 def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -> None:
     """A fused simulation computed by one context is read back by another (another worker):
     the warm one computes nothing, and the mixed steps live under their own ``m`` keys."""
-    from app import services
     from app.core.cost import MixedShape
     from app.core.engine import plan_serving
     from app.core.scheduler import make_scheduler
     from app.models.simulate import SimulateRequest
+    from app.services.context import create_context
+    from app.services.resolve import resolve_profile
+    from app.services.simulate import simulate
+    from app.services.sizing import workload_spec
     from app.settings import Settings
 
     request = SimulateRequest.model_validate(
@@ -162,9 +165,9 @@ def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -
     raw.flushall()
     responses = []
     for _ in range(2):  # two contexts: nothing shared but Redis
-        context = services.create_context(settings)
+        context = create_context(settings)
         try:
-            responses.append(services.simulate(context, request))
+            responses.append(simulate(context, request))
         finally:
             context.close()
     cold, warm = responses
@@ -173,7 +176,7 @@ def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -
     assert warm.stats.cache.hits == cold.stats.shapes
     assert warm.ttft_ms == cold.ttft_ms and warm.makespan_ms == cold.makespan_ms
     plan = plan_serving(
-        services.workload_spec(request, 8, services.resolve_profile(request)),
+        workload_spec(request, 8, resolve_profile(request)),
         16,
         make_scheduler("vllm", mixed_latency="fused"),
     )

@@ -25,6 +25,9 @@ The engine's loop asks the scheduler interface, so the engine may import ``sched
 engine and the runner see the latency model only through the cost protocols (``app.core.cost``).
 Nothing in ``app.core`` but ``validation`` itself imports ``app.core.validation``; outside core,
 only the layers that run a validation (services, cli, api) do.
+
+No module of ``app`` reaches itself through its imports (:func:`test_no_import_cycles`): two
+modules that need each other share a piece that belongs to a third, below both.
 """
 
 from __future__ import annotations
@@ -75,6 +78,19 @@ CORE_ALLOWED: dict[str, set[str]] = {
     # Calibration: fitted values of device and engine-profile parameters, and intervals.
     "calibration": BASICS | {"catalog", "profiles"},
     "optimizer": BASICS | {"cost", "scheduler", "engine", "workload"},
+    # The resolved question: core values of every unit a request resolves to (the deployment,
+    # its runner, the workload spec, the scheduler, the run's parameters), evaluated above it.
+    "scenario": BASICS
+    | {
+        "cost",
+        "catalog",
+        "calibration",
+        "profiles",
+        "runner",
+        "scheduler",
+        "workload",
+        "optimizer",
+    },
     # Launch configurations: a row's engine command line from the engine profile's values.
     "deploy": BASICS | {"profiles"},
     "validation": {
@@ -124,22 +140,26 @@ def _core_modules() -> list[tuple[str, Path]]:
     return [(m, p) for m, p in _modules() if m.startswith("app.core.")]
 
 
+def _from_target(node: ast.ImportFrom, path: Path, module: str) -> str:
+    """The module a ``from ... import`` names, relative imports resolved against ``module``."""
+    if not node.level:
+        return node.module or ""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def _imports(path: Path, module: str) -> list[str]:
     """Every module ``path`` imports; ``from X import name`` also yields ``X.name`` when that is a
     module of ``app`` (a submodule reached as ``from app.core import engine`` counts)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names: list[str] = []
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
+            target = _from_target(node, path, module)
             names.append(target)
             names.extend(
                 f"{target}.{alias.name}"
@@ -147,6 +167,70 @@ def _imports(path: Path, module: str) -> list[str]:
                 if f"{target}.{alias.name}" in _MODULE_NAMES
             )
     return names
+
+
+def _cycle_edges(path: Path, module: str) -> set[str]:
+    """The modules of ``app`` that ``module`` needs loaded, for the cycle check: as
+    :func:`_imports`, except that ``from <ancestor package> import <submodules>`` is no edge to
+    the ancestor (a package is always set up before its modules run, and reaching a submodule
+    through it needs nothing of its ``__init__``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    edges: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            edges.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _from_target(node, path, module)
+            modules = {f"{target}.{a.name}" for a in node.names} & _MODULE_NAMES
+            edges.update(modules)
+            ancestor = module.startswith(f"{target}.")
+            if not (ancestor and len(modules) == len(node.names)):
+                edges.add(target)
+    return {edge for edge in edges if edge in _MODULE_NAMES and edge != module}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan's algorithm, iterative
+    so a long chain never reaches the recursion limit), each sorted; sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return sorted(cycles)
 
 
 def core_violations(module: str, targets: Iterable[str]) -> list[str]:
@@ -194,6 +278,37 @@ def test_only_services_cli_and_api_import_validation(module: str, path: Path) ->
         return
     offenders = [t for t in _imports(path, module) if _core_unit(t) == "validation"]
     assert offenders == [], f"{module} imports {offenders}"
+
+
+def test_no_import_cycles() -> None:
+    # Local imports and those under TYPE_CHECKING count: a cycle hidden in a function is still
+    # two modules that need each other.
+    graph = {module: _cycle_edges(path, module) for module, path in _modules()}
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_bites(tmp_path: Path) -> None:
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+    # The two circles this check was written for, as they were.
+    windows = tmp_path / "windows.py"
+    windows.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from app.core.workload.metrics import ServingPlan\n",
+        encoding="utf-8",
+    )
+    assert "app.core.workload.metrics" in _cycle_edges(windows, "app.core.workload.windows")
+    local = tmp_path / "disagg.py"
+    local.write_text("def f() -> None:\n    from app.services.simulate import x\n", "utf-8")
+    assert "app.services.simulate" in _cycle_edges(local, "app.services.disagg_simulate")
+    # A module reaching its siblings through its own package is no edge to the package ...
+    sibling = tmp_path / "commands.py"
+    sibling.write_text("from app.cli import emit, render\n", encoding="utf-8")
+    assert _cycle_edges(sibling, "app.cli.commands") == {"app.cli.emit", "app.cli.render"}
+    # ... but a name of the package's own is.
+    sibling.write_text("from app.cli import main\n", encoding="utf-8")
+    assert _cycle_edges(sibling, "app.cli.commands") == {"app.cli"}
 
 
 def test_every_core_unit_on_disk_is_in_the_table() -> None:

@@ -59,15 +59,14 @@ from app.core.chunking import require_int
 from app.core.cost import interrupt_of
 from app.core.engine import MS_PER_S
 from app.core.errors import InfeasibleError, InvalidParameterError
+from app.core.limits import DEFAULT_MAX_WORKERS, MAX_SEARCH_WORKERS, FirstToken, Pool
 from app.core.optimizer.agg import limit_reason
 from app.core.parallel import ParallelLayout
 from app.core.spec import WorkloadSpec
 from app.core.workload.disagg_serving import (
     DecodePool,
     DisaggServingResult,
-    FirstToken,
     KvTransfer,
-    Pool,
     PrefillPool,
     decode_step_ms,
     prefill_job_max,
@@ -107,9 +106,6 @@ NEAR_TIE = 0.01
 #: a decode pool of this many times its rate.
 PREFILL_PROBE_DECODE_HEADROOM = 2.0
 PREFILL_PROBE_TOLERANCE = 1 / 4
-#: Default and largest workers per pool the search may place.
-DEFAULT_MAX_WORKERS = 16
-MAX_SEARCH_WORKERS = 64
 
 TransferFor = Callable[[ParallelLayout, int], KvTransfer]
 _CLIMB = 2  # a heap entry's step: a neighbour of the best configuration so far

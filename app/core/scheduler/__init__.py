@@ -29,6 +29,7 @@ from app.core.scheduler.factory import (
     SCHEDULERS,
     default_scheduler,
     make_scheduler,
+    scheduler_options,
 )
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "VllmScheduler",
     "default_scheduler",
     "make_scheduler",
+    "scheduler_options",
 ]

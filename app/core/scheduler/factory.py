@@ -21,6 +21,24 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
 DEFAULT_SCHEDULER = DecodeFirstWithSlack.name
 
 
+#: The options each kind of policy takes (:func:`make_scheduler` rejects the others).
+_DECODE_FIRST_OPTIONS = ("slack_ratio", "prefill_order")
+_ENGINE_OPTIONS = ("max_num_seqs", "mixed_latency")
+
+
+def _own_options(name: str) -> tuple[str, ...]:
+    return _DECODE_FIRST_OPTIONS if name == DecodeFirstWithSlack.name else _ENGINE_OPTIONS
+
+
+def scheduler_options(scheduler: Scheduler) -> dict[str, object]:
+    """The name and the options that rebuild ``scheduler`` with :func:`make_scheduler`, each
+    with the value it runs with (defaults applied): what an answer echoes as its scheduler."""
+    described = scheduler.describe()
+    return {"name": scheduler.name} | {
+        option: described[option] for option in _own_options(scheduler.name)
+    }
+
+
 def default_scheduler() -> Scheduler:
     """The policy a simulation or search uses when none is given: the RFC's decode-first."""
     return DecodeFirstWithSlack()
@@ -43,14 +61,7 @@ def make_scheduler(
         "slack_ratio": slack_ratio,
         "prefill_order": prefill_order,
     }
-    own = (
-        ("slack_ratio", "prefill_order")
-        if name == DecodeFirstWithSlack.name
-        else (
-            "max_num_seqs",
-            "mixed_latency",
-        )
-    )
+    own = _own_options(name)
     for option, value in given.items():
         if value is not None and option not in own:
             raise InvalidParameterError(option, value, f"omitted for scheduler {name!r}")

@@ -40,7 +40,6 @@ import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from app.core.catalog.architecture import (
     AttentionKind,
@@ -56,6 +55,7 @@ from app.core.catalog.hardware import Device
 from app.core.catalog.quantization import AttentionQuantAction, LinearQuantAction, Quantization
 from app.core.cost import ForwardShape
 from app.core.errors import ChunkwiseError
+from app.core.limits import KernelSplit
 from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation
 from app.core.runner.comm import Collective
@@ -733,8 +733,6 @@ _GEMM_MODEL = _model(heads=1, kv_heads=1, head_dim=1, hidden=1)
 
 
 # -- held-out split ----------------------------------------------------------------------------
-KernelSplit = Literal["all", "train", "test"]
-KERNEL_SPLITS: tuple[KernelSplit, ...] = ("all", "train", "test")
 #: One shape in ``SPLIT_MODULUS`` is held out (``test``); the others are ``train``.
 SPLIT_MODULUS = 4
 

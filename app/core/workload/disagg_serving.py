@@ -59,21 +59,18 @@ import math
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
 
 from app.core.chunking import require_int
 from app.core.cost import LatencyModel
 from app.core.engine import evaluate_shapes, prefill_shape
 from app.core.errors import InvalidParameterError, SimulationError
+from app.core.limits import FirstToken, Pool
 from app.core.spec import WorkloadSpec
 from app.core.workload.closed_loop import default_num_requests
 from app.core.workload.coupled import BusiestRank
 from app.core.workload.metrics import MAX_REQUESTS
 
 MS_PER_S = 1e3
-Pool = Literal["prefill", "decode"]
-#: When the client gets the first token (see the module docstring).
-FirstToken = Literal["prefill", "admission", "decode_step"]
 FIRST_TOKEN_RULES: tuple[FirstToken, ...] = ("prefill", "admission", "decode_step")
 
 

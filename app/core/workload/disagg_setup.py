@@ -20,7 +20,8 @@ from typing import Protocol
 from app.core.chunking import require_int
 from app.core.cost import LatencyModel
 from app.core.errors import InfeasibleError
-from app.core.workload.disagg_serving import DecodePool, FirstToken, KvTransfer, PrefillPool
+from app.core.limits import FirstToken
+from app.core.workload.disagg_serving import DecodePool, KvTransfer, PrefillPool
 from app.core.workload.metrics import MAX_REQUESTS
 
 #: Bytes per GB of an interconnect tier's ``bandwidth_gb_s`` (decimal, as the catalog's).

@@ -223,7 +223,14 @@ def replay_serving(
     at = [*ends, 0.0]
     sent_ms = plan.records.sent_ms
     arrived = at if sent_ms is None else sent_ms
-    start_ms, end_ms, first, finish, cycle = measured_records(plan, ends)
+    start_ms, end_ms, first, finish, cycle = measured_records(
+        plan.records,
+        plan.engine.runs,
+        ends,
+        window=plan.window,
+        clients=plan.clients,
+        num_requests=plan.num_requests,
+    )
     decode_tokens = plan.engine.output_length - 1
     if cycle is None:
         counts_first, ttfts = _spans([(first, 0)], at, arrived)

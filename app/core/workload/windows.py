@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from app.core.errors import InvalidParameterError
 
 if TYPE_CHECKING:
-    from app.core.engine.plan import CycleCopies
-    from app.core.workload.metrics import ServingPlan
+    from app.core.engine.plan import CycleCopies, RequestRecords, StepRun
 
 Window = Literal["benchmark", "steady_state"]
 WINDOWS: tuple[Window, ...] = ("benchmark", "steady_state")
@@ -34,47 +33,62 @@ def check_window(window: object) -> Window:
     return window
 
 
-def steady_window(plan: ServingPlan, ends: Sequence[float]) -> tuple[float, float]:
+def steady_window(
+    records: RequestRecords,
+    runs: Sequence[StepRun],
+    ends: Sequence[float],
+    *,
+    clients: int,
+    num_requests: int,
+) -> tuple[float, float]:
     """From the end of the warm-up (first ``clients`` completions) to the last submission."""
     completed = 0
     start_ms = None
-    for run, t_ms in zip(plan.engine.runs, ends, strict=True):
+    for run, t_ms in zip(runs, ends, strict=True):
         completed += run.finished
-        if completed >= plan.clients:
+        if completed >= clients:
             start_ms = t_ms
             break
-    last = plan.records.last_arrival_run
+    last = records.last_arrival_run
     end_ms = ends[last] if last >= 0 else 0.0
     if start_ms is None or end_ms <= start_ms:
         raise InvalidParameterError(
             "num_requests",
-            plan.num_requests,
-            f"large enough that submissions go on after the first {plan.clients} completions "
+            num_requests,
+            f"large enough that submissions go on after the first {clients} completions "
             "(the steady-state window starts there and ends at the last submission)",
         )
     return start_ms, end_ms
 
 
 def measured_records(
-    plan: ServingPlan, ends: Sequence[float]
+    records: RequestRecords,
+    runs: Sequence[StepRun],
+    ends: Sequence[float],
+    *,
+    window: Window,
+    clients: int,
+    num_requests: int,
 ) -> tuple[float, float, Records, Records, CycleCopies | None]:
-    """The window ``(start_ms, end_ms)``, the first-token and finish records inside it, and
-    the skipped cycle those records still imply (:class:`~app.core.engine.plan.CycleCopies`:
-    the benchmark window takes every record, copies included, without expanding them)."""
-    records = plan.records
-    if plan.window == "benchmark":
+    """The window ``(start_ms, end_ms)`` of a serving run (its engine ``runs`` ending at
+    ``ends``), the first-token and finish records inside it, and the skipped cycle those
+    records still imply (:class:`~app.core.engine.plan.CycleCopies`: the benchmark window takes
+    every record, copies included, without expanding them)."""
+    if window == "benchmark":
         return 0.0, ends[-1], records.first, records.finish, records.cycle
 
     def at(run: int) -> float:
         return ends[run] if run >= 0 else 0.0
 
-    start_ms, end_ms = steady_window(plan, ends)
+    start_ms, end_ms = steady_window(
+        records, runs, ends, clients=clients, num_requests=num_requests
+    )
     first = tuple(r for r in records.all_first() if at(r[1]) >= start_ms and at(r[2]) <= end_ms)
     finish = tuple(r for r in records.all_finish() if at(r[1]) >= start_ms and at(r[2]) <= end_ms)
     if not first or not finish:
         raise InvalidParameterError(
             "num_requests",
-            plan.num_requests,
+            num_requests,
             "large enough that some requests run entirely inside the steady-state window",
         )
     return start_ms, end_ms, first, finish, None

@@ -9,11 +9,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.core.errors import InvalidParameterError
+from app.core.limits import FirstToken
 from app.core.spec import WorkloadSpec
 from app.core.workload.disagg_serving import (
     DecodePool,
     DisaggServingResult,
-    FirstToken,
     KvTransfer,
     PrefillPool,
     least_loaded_spread,
