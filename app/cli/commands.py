@@ -163,6 +163,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from app import services
     from app.core.errors import ChunkwiseError
 
+    if args.replicas is not None:
+        return _validate_replicas(args)
     if args.cases is not None:
         return _validate_case_file(args)
     try:
@@ -252,6 +254,32 @@ def _validate_case_file(args: argparse.Namespace) -> int:
         print(report.format_table())
     if args.csv is not None:
         Path(args.csv).write_text(report.to_csv(), encoding="utf-8")
+    return 0
+
+
+def _validate_replicas(args: argparse.Namespace) -> int:
+    """``validate --replicas FILE``: the file's replica floor; exit 0."""
+    from pathlib import Path
+
+    from app import services
+    from app.core.errors import ChunkwiseError
+
+    if args.kind or args.all or args.cases is not None:
+        return fail("--replicas reads one file; leave out --kind, --all and --cases")
+    try:
+        text = Path(args.replicas).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return fail(f"--replicas {args.replicas}: {err}")
+    try:
+        report, case_ids = services.validate_replicas(text)
+    except ChunkwiseError as err:
+        return fail(f"--replicas {args.replicas}: {err}")
+    if args.format == "json":
+        render.dump(report.to_dict())
+    else:
+        print(report.format_table())
+    if args.csv is not None:
+        Path(args.csv).write_text(report.to_csv(case_ids), encoding="utf-8")
     return 0
 
 

@@ -126,6 +126,14 @@ def _add_catalog_and_validate(sub: Subparsers[argparse.ArgumentParser]) -> None:
         "instead of --kind / --all); --csv writes one row per input row (case_id, "
         "ttft_ms_pred, tpot_ms_pred, error, ...)",
     )
+    validate.add_argument(
+        "--replicas",
+        default=None,
+        metavar="FILE.csv",
+        help="the replica floor of a measurement file: configurations measured more than "
+        "once, their spread per engine family and overall (instead of --kind / --all / "
+        "--cases); --csv writes one row per row of a replicated configuration",
+    )
     _add_calibration_flag(validate)
     validate.add_argument(
         "--drop-layout-duplicates",

@@ -27,7 +27,7 @@ from app.services.optimize import cached_optimize, optimize
 from app.services.resolve import ResolvedDeployment, resolve_profile
 from app.services.simulate import simulate
 from app.services.sizing import is_light_simulation, workload_spec
-from app.services.validate import validate, validate_cases, validation_kinds
+from app.services.validate import validate, validate_cases, validate_replicas, validation_kinds
 
 __all__ = [
     "CachedServingModel",
@@ -54,6 +54,7 @@ __all__ = [
     "simulate",
     "validate",
     "validate_cases",
+    "validate_replicas",
     "validation_kinds",
     "workload_spec",
 ]
