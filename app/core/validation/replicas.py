@@ -39,7 +39,7 @@ from typing import Any
 
 from app.core.catalog.models import resolve_model_name
 from app.core.errors import InvalidParameterError
-from app.core.validation.case_file import csv_lines, malformed_csv
+from app.core.validation.csv_text import csv_lines, malformed_csv
 from app.core.validation.report import PERCENT
 
 #: The columns that identify an aggregated row's configuration.
@@ -375,15 +375,23 @@ def _measured(row: Mapping[str, str], column: str) -> float:
     return value
 
 
-def replica_report(columns: Sequence[str], rows: Sequence[Mapping[str, str]]) -> ReplicaReport:
+def replica_report(
+    columns: Sequence[str], rows: Sequence[Mapping[str, str]], *, skip_unusable: bool = False
+) -> ReplicaReport:
     """Group ``rows`` by configuration, collapse copies, and measure the spread of the
     configurations measured more than once, per engine family (in order of first row) and
-    overall."""
+    overall. A row whose sizes or measurements do not parse raises, or with ``skip_unusable``
+    is left out (the replay refuses it on its own)."""
     found: dict[tuple[str, ...], list[Measurement]] = {}
     for index, row in enumerate(rows):
-        key = configuration_key(row, columns)
+        try:
+            key = configuration_key(row, columns)
+            ttft_ms, tpot_ms = _measured(row, "ttft_ms"), _measured(row, "tpot_ms")
+        except InvalidParameterError:
+            if skip_unusable:
+                continue
+            raise
         seen = found.setdefault(key, [])
-        ttft_ms, tpot_ms = _measured(row, "ttft_ms"), _measured(row, "tpot_ms")
         original = _original(seen, rows, row)
         if original is None:
             seen.append(
@@ -438,3 +446,109 @@ def replicas_of_text(text: str) -> tuple[ReplicaReport, list[str]]:
     """The replica report of a measurement file's text, and its rows' case ids."""
     columns, rows = read_replica_rows(text)
     return replica_report(columns, rows), [row["case_id"] for row in rows]
+
+
+# -- the model against the floor (validate --cases) -----------------------------------------
+#: A configuration whose model error against its centre exceeds this multiple of its own
+#: floor is model error; within it, the measurements' noise (the issue's 1.5x rule).
+MODEL_ERROR_FACTOR = 1.5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PredictedConfiguration:
+    """A replicated configuration and the model's prediction for it (every row of one
+    configuration replays the same inputs, so one prediction)."""
+
+    configuration: Configuration
+    ttft_ms_pred: float
+    tpot_ms_pred: float
+
+    def prediction(self, metric: str) -> float:
+        return self.ttft_ms_pred if metric == "ttft" else self.tpot_ms_pred
+
+    def error_log(self, metric: str) -> float:
+        """The model's ``|ln(predicted / centre)|``."""
+        return abs(math.log(self.prediction(metric) / self.configuration.centre_ms(metric)))
+
+    def floor_log(self, metric: str) -> float:
+        """The configuration's own version-blind floor (median ``|ln(x / centre)|``)."""
+        return statistics.median(self.configuration.centre_logs(metric))
+
+    def model_limited(self, metric: str) -> bool:
+        return self.error_log(metric) > MODEL_ERROR_FACTOR * self.floor_log(metric)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FloorComparison:
+    """One engine family's (or the file's) replicated configurations that the model predicts:
+    their version-blind floor, the model's median error against their centres, and how many
+    are model error (more than :data:`MODEL_ERROR_FACTOR` x their own floor)."""
+
+    group: str
+    configurations: int
+    ttft_floor_pct: float | None
+    tpot_floor_pct: float | None
+    ttft_model_pct: float | None
+    tpot_model_pct: float | None
+    ttft_model_limited: int
+    tpot_model_limited: int
+
+    def ratio(self, metric: str) -> float | None:
+        floor, model = getattr(self, f"{metric}_floor_pct"), getattr(self, f"{metric}_model_pct")
+        if floor is None or model is None:
+            return None
+        return math.inf if floor == 0 else model / floor
+
+    def verdict(self, metric: str) -> str:
+        """ "model" when the model's error exceeds 1.5x the floor, "noise" when not."""
+        ratio = self.ratio(metric)
+        if ratio is None:
+            return "-"
+        return "model" if ratio > MODEL_ERROR_FACTOR else "noise"
+
+
+def floor_comparison(group: str, predicted: Sequence[PredictedConfiguration]) -> FloorComparison:
+    def floor(metric: str) -> float | None:
+        return log_pct([x for p in predicted for x in p.configuration.centre_logs(metric)])
+
+    def model(metric: str) -> float | None:
+        return log_pct([p.error_log(metric) for p in predicted])
+
+    return FloorComparison(
+        group=group,
+        configurations=len(predicted),
+        ttft_floor_pct=floor("ttft"),
+        tpot_floor_pct=floor("tpot"),
+        ttft_model_pct=model("ttft"),
+        tpot_model_pct=model("tpot"),
+        ttft_model_limited=sum(p.model_limited("ttft") for p in predicted),
+        tpot_model_limited=sum(p.model_limited("tpot") for p in predicted),
+    )
+
+
+def predicted_configurations(
+    report: ReplicaReport, predictions: Mapping[int, tuple[float, float]]
+) -> tuple[PredictedConfiguration, ...]:
+    """The replicated configurations with a prediction (``predictions``: (TTFT, TPOT) by row
+    index, refused rows absent), with the prediction of their first predicted row."""
+    out = []
+    for c in report.replicated:
+        found = next((predictions[i] for i in c.rows if i in predictions), None)
+        if found is not None:
+            out.append(
+                PredictedConfiguration(
+                    configuration=c, ttft_ms_pred=found[0], tpot_ms_pred=found[1]
+                )
+            )
+    return tuple(out)
+
+
+def floor_comparisons(predicted: Sequence[PredictedConfiguration]) -> tuple[FloorComparison, ...]:
+    """Per engine family (in order of first row), then overall."""
+    families: dict[str, list[PredictedConfiguration]] = {}
+    for p in predicted:
+        families.setdefault(p.configuration.family, []).append(p)
+    return (
+        *(floor_comparison(f, ps) for f, ps in families.items()),
+        floor_comparison(OVERALL, predicted),
+    )

@@ -12,11 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.errors import InvalidParameterError
-from app.core.validation import CASE_COLUMNS
+from app.core.validation import CASE_COLUMNS, replay_case_file
 from app.core.validation.cases import SERVING_CASES
 from app.core.validation.replicas import (
     DISAGG_CONFIGURATION_COLUMNS,
+    MODEL_ERROR_FACTOR,
     REPLICA_OUT_COLUMNS,
+    PredictedConfiguration,
+    floor_comparisons,
     replicas_of_text,
     same_measurement,
 )
@@ -168,3 +171,48 @@ def test_the_shipped_measurements_group() -> None:
     report, _ = replicas_of_text(SERVING_CASES.read_text(encoding="utf-8"))
     distinct = sum(len(c.measurements) for c in report.configurations)
     assert distinct + report.copies == report.rows == 758
+
+
+def test_validate_cases_reads_the_model_against_the_floor() -> None:
+    """Two builds measuring one configuration (TTFT 100 and 121 ms: a 10 % floor) and a
+    third, refused row: the replay reports the family's floor, the model's error against
+    the configuration's centre and the 1.5x verdict, from the same prediction as the rows."""
+    again = {**ROW, "case_id": "b", "engine": "vllm 0.19.0", "ttft_ms": "121", "tpot_ms": "11"}
+    unknown = {**ROW, "case_id": "c", "model": "acme/Unknown-1B"}
+    report = replay_case_file(file_of(ROW, again, unknown))
+    (predicted,) = report.replicated
+    first = report.outcomes[0]
+    assert (predicted.ttft_ms_pred, predicted.tpot_ms_pred) == (
+        first.ttft_ms_pred,
+        first.tpot_ms_pred,
+    )
+    vllm, overall = report.floors
+    assert vllm.group == "vllm" and overall.group == "overall" and vllm.configurations == 1
+    assert vllm.ttft_floor_pct == pytest.approx(10.0)
+    assert first.ttft_ms_pred is not None
+    error = abs(math.log(first.ttft_ms_pred / math.sqrt(100 * 121)))
+    assert vllm.ttft_model_pct == pytest.approx((math.exp(error) - 1) * 100)
+    limited = error > MODEL_ERROR_FACTOR * math.log(1.1)
+    assert vllm.verdict("ttft") == ("model" if limited else "noise")
+    assert vllm.ttft_model_limited == int(limited)
+    assert [g.group for g in report.by_family] == ["vllm"] and report.by_family[0].rows == 3
+    assert "replica floor" in report.format_table()
+    body = report.to_dict()
+    assert body["floor"][0]["ttft_verdict"] == vllm.verdict("ttft")
+    assert body["replicated"][0]["case_ids"] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("predicted", "verdict"), [(110.0, "noise"), (115.0, "noise"), (200.0, "model")]
+)
+def test_the_one_and_a_half_rule(predicted: float, verdict: str) -> None:
+    """Measured 100 and 121 ms (centre 110, floor 10 %): a prediction within 1.5 x 10 % of
+    the centre (in |ln|) is noise, beyond it model error."""
+    rows = [ROW, {**ROW, "case_id": "b", "ttft_ms": "121", "tpot_ms": "11"}]
+    report, _ = replicas_of_text(file_of(*rows))
+    configuration = PredictedConfiguration(
+        configuration=report.replicated[0], ttft_ms_pred=predicted, tpot_ms_pred=10.0
+    )
+    (_, overall) = floor_comparisons((configuration,))
+    assert overall.verdict("ttft") == verdict
+    assert configuration.model_limited("ttft") is (verdict == "model")
