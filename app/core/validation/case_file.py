@@ -56,6 +56,7 @@ from app.core.validation.cases import (
 from app.core.validation.csv_text import csv_lines, malformed_csv
 from app.core.validation.intervals import CaseSpreads, case_spreads
 from app.core.validation.predict import ServingReplay
+from app.core.validation.recipes import DEFAULT_SETTINGS, RowSettings, row_settings
 from app.core.validation.replicas import (
     METRICS,
     MODEL_ERROR_FACTOR,
@@ -123,6 +124,10 @@ class RowOutcome:
     tpot_ms_interval: tuple[float, float] | None = None
     #: With a calibration: whether it covers the row, and why not.
     calibration_note: str = ""
+    #: How the engine settings of the row are known (:mod:`app.core.validation.recipes`):
+    #: ``recipe``, ``ambiguous`` or ``default``, and the recipe's note and source.
+    settings: str = "default"
+    settings_note: str = ""
 
     @property
     def refused(self) -> bool:
@@ -226,6 +231,8 @@ class CaseFileReport:
                     *_bounds(o.ttft_ms_interval),
                     *_bounds(o.tpot_ms_interval),
                     o.calibration_note,
+                    o.settings,
+                    o.settings_note,
                 ]
             )
         return buffer.getvalue()
@@ -332,6 +339,8 @@ OUT_COLUMNS = (
     "tpot_ms_lo",
     "tpot_ms_hi",
     "calibration_note",
+    "settings",
+    "settings_note",
 )
 
 
@@ -480,8 +489,11 @@ def row_deployment(row: Mapping[str, str]) -> tuple[str, str, str]:
     return model, _device(row["hardware"]), precision
 
 
-def row_case(row: Mapping[str, str]) -> ValidationCase:
-    """The serving case of one row (domain errors say why a row cannot be one)."""
+def row_case(
+    row: Mapping[str, str], engine_options: tuple[tuple[str, str | float], ...] = ()
+) -> ValidationCase:
+    """The serving case of one row (domain errors say why a row cannot be one), under
+    ``engine_options`` over its engine's profile (the replay's recipe settings)."""
     model, device, precision = row_deployment(row)
     return ValidationCase(
         kind=SERVING_TTFT_KIND,
@@ -499,6 +511,7 @@ def row_case(row: Mapping[str, str]) -> ValidationCase:
         source=SERVING_SOURCE,
         name=row["case_id"],
         engine=row["engine"],
+        engine_options=engine_options,
     )
 
 
@@ -507,11 +520,16 @@ RowPrediction = tuple[float, float, CaseSpreads | None]
 
 
 def row_outcome(
-    row: Mapping[str, str], predict: Callable[[Mapping[str, str]], RowPrediction]
+    row: Mapping[str, str],
+    predict: Callable[[Mapping[str, str]], RowPrediction],
+    settings: RowSettings = DEFAULT_SETTINGS,
 ) -> RowOutcome:
     """One row's outcome: ``predict(row)``'s (TTFT, TPOT) with their intervals when it gives
-    spreads (and the calibration's note), or the domain error's reason."""
+    spreads (and the calibration's note), or the domain error's reason; ``settings``: the
+    engine settings the prediction ran with and how they are known."""
     base: dict[str, Any] = {
+        "settings": settings.settings,
+        "settings_note": "; ".join(p for p in (settings.note, settings.source) if p),
         "case_id": row["case_id"],
         "hardware": row["hardware"],
         "engine_family": (row["engine"].split() or ["(blank)"])[0],
@@ -558,10 +576,14 @@ def replay_case_file(
     replay = ServingReplay(None if calibration is None else calibration.values)
 
     def predict(row: Mapping[str, str]) -> RowPrediction:
-        case = row_case(row)
+        case = row_case(row, row_settings(row).options)
         return (*replay.predict(case), case_spreads(case, calibration))
 
-    outcomes = {i: row_outcome(row, predict) for i, row in enumerate(rows) if i not in skip}
+    outcomes = {
+        i: row_outcome(row, predict, row_settings(row))
+        for i, row in enumerate(rows)
+        if i not in skip
+    }
     return file_report(rows, outcomes)
 
 

@@ -83,8 +83,9 @@ def engine_family(engine: str) -> str:
 
 def case_profile(case: ValidationCase) -> EngineProfile:
     """The engine profile a measured row ran under (its engine column's family; the
-    published TensorRT-LLM sweeps carry ``trtllm``)."""
-    return get_profile(engine_family(case.engine))
+    published TensorRT-LLM sweeps carry ``trtllm``), with the row's engine options."""
+    profile = get_profile(engine_family(case.engine))
+    return profile.with_overrides(dict(case.engine_options)) if case.engine_options else profile
 
 
 def engine_serving_model(
@@ -114,7 +115,8 @@ def engine_serving_model(
     return RunnerServingModel(runner, profile=profile, forwards=forwards)
 
 
-_Deployment = tuple[str, str, str, int, int, int, str]
+#: (engine, engine options, model, device, tp, dp, ep, precision)
+_Deployment = tuple[str, tuple[tuple[str, str | float], ...], str, str, int, int, int, str]
 
 
 class ServingReplay:
@@ -141,9 +143,9 @@ class ServingReplay:
     def _model(self, deployment: _Deployment) -> tuple[RunnerServingModel, MemoLatency]:
         found = self._models.get(deployment)
         if found is None:
-            engine, model, device, tp, dp, ep, precision = deployment
+            engine, options, model, device, tp, dp, ep, precision = deployment
             serving = engine_serving_model(
-                self._profile(engine),
+                self._profile(engine, options),
                 model,
                 device,
                 tp,
@@ -160,9 +162,10 @@ class ServingReplay:
         """Mean TTFT and TPOT (ms) of a closed loop of ``concurrency`` clients, benchmark
         window (every request counted, as the measurements were taken), under the row's
         engine profile: its policy, token budget, running cap, KV pool and host times."""
-        profile = self._profile(case_profile(case).name)
+        profile = self._profile(case_profile(case).name, case.engine_options)
         deployment = (
             profile.name,
+            case.engine_options,
             case.model,
             case.device,
             case.tp,
@@ -176,8 +179,13 @@ class ServingReplay:
             found = self._results[key] = self._simulate(deployment, profile, case)
         return found
 
-    def _profile(self, engine: str) -> EngineProfile:
-        return apply_to_profile(get_profile(engine), self._calibration)
+    def _profile(
+        self, engine: str, options: tuple[tuple[str, str | float], ...] = ()
+    ) -> EngineProfile:
+        profile = get_profile(engine)
+        if options:
+            profile = profile.with_overrides(dict(options))
+        return apply_to_profile(profile, self._calibration)
 
     def _simulate(
         self, deployment: _Deployment, profile: EngineProfile, case: ValidationCase
