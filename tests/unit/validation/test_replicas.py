@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.errors import InvalidParameterError
-from app.core.validation import CASE_COLUMNS, replay_case_file
+from app.core.validation import replay_case_file
 from app.core.validation.cases import SERVING_CASES
 from app.core.validation.replicas import (
     DISAGG_CONFIGURATION_COLUMNS,
@@ -23,35 +23,11 @@ from app.core.validation.replicas import (
     replicas_of_text,
     same_measurement,
 )
+from tests.unit.validation.test_case_file import ROW as CASE_ROW
+from tests.unit.validation.test_case_file import file_of
 
 SAMPLE = Path(__file__).parent / "disagg_sample.csv"
-ROW = {
-    "case_id": "a",
-    "model": "meta-llama/Llama-3.1-8B-Instruct",
-    "hardware": "H100 SXM 80GB",
-    "engine": "vllm 0.18.0",
-    "gemm_quant": "unrecorded",
-    "moe_quant": "",
-    "tp": "1",
-    "pp": "1",
-    "attn_dp": "1",
-    "moe_tp": "1",
-    "moe_ep": "0",
-    "num_devices": "1",
-    "isl": "1024",
-    "osl": "128",
-    "concurrency": "8",
-    "ttft_ms": "100",
-    "tpot_ms": "10",
-}
-
-
-def file_of(*rows: dict[str, str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CASE_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+ROW = {**CASE_ROW, "case_id": "a", "ttft_ms": "100", "tpot_ms": "10"}
 
 
 def test_a_configuration_ignores_the_engine_version_and_the_dump() -> None:
