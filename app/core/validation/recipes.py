@@ -24,6 +24,9 @@ Each row of the replay is then one of (the ``settings`` column of the validator'
 - ``ambiguous``: the recipe changed a setting while the row's image was in use (or the row's
   build names several images), so the measurement cannot be tied to one value: that setting
   stays the profile's default, the others apply, and the note says which values were in play;
+  or the entry's MTP variant (speculative decoding, ``<entry>-mtp``) ran the same image, so the
+  provenance does not say whether the row decoded speculatively: the plain recipe's settings
+  apply, without speculation, and the note names the variant;
 - ``default``: no recipe found for the row (the AIConfigurator TensorRT-LLM sweeps, builds
   whose image no config entry names): the engine profile's defaults.
 """
