@@ -9,7 +9,7 @@ hardware and engine, one container image per engine build, both versioned in the
 i.e. the image), ``model``, ``hardware``, ``gemm_quant`` and ``tp``, which is the key of
 :data:`RECIPE_SETTINGS` (``catalog/data/inferencex_recipe_settings.csv``): for every image the
 config history paired with that entry, the launch script at every commit in that period, and
-the two settings read from it:
+the two settings read from it (``python -m scripts.inferencex_recipes`` regenerates the table):
 
 - ``kv_cache_dtype``: ``fp8`` where the script passes ``--kv-cache-dtype fp8`` / ``fp8_e4m3``
   (SGLang, vLLM) or ``kv_cache_config: dtype: fp8`` (TensorRT-LLM); ``default`` where it sets
