@@ -163,10 +163,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from app.core.errors import ChunkwiseError
     from app.services.validate import validate
 
+    if args.kernels is not None and args.replicas is not None:
+        return fail("--kernels and --replicas are separate replays; give one")
     if args.kernels is not None:
         return _validate_kernels(args)
     if args.system is not None or args.engine is not None or args.split != "all":
         return fail("--system, --engine and --split go with --kernels")
+    if args.replicas is not None:
+        return _validate_replicas(args)
     if args.cases is not None:
         return _validate_case_file(args)
     try:
@@ -283,6 +287,32 @@ def _validate_case_file(args: argparse.Namespace) -> int:
         print(report.format_table())
     if args.csv is not None:
         Path(args.csv).write_text(report.to_csv(), encoding="utf-8")
+    return 0
+
+
+def _validate_replicas(args: argparse.Namespace) -> int:
+    """``validate --replicas FILE``: the file's replica floor; exit 0."""
+    from pathlib import Path
+
+    from app.core.errors import ChunkwiseError
+    from app.services.validate import validate_replicas
+
+    if args.kind or args.all or args.cases is not None:
+        return fail("--replicas reads one file; leave out --kind, --all and --cases")
+    try:
+        text = Path(args.replicas).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return fail(f"--replicas {args.replicas}: {err}")
+    try:
+        report, case_ids = validate_replicas(text)
+    except ChunkwiseError as err:
+        return fail(f"--replicas {args.replicas}: {err}")
+    if args.format == "json":
+        render.dump(report.to_dict())
+    else:
+        print(report.format_table())
+    if args.csv is not None:
+        Path(args.csv).write_text(report.to_csv(case_ids), encoding="utf-8")
     return 0
 
 

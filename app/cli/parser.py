@@ -150,6 +150,14 @@ def _add_catalog_and_validate(sub: Subparsers[argparse.ArgumentParser]) -> None:
         help="--kernels: every point (all), or only the train (3 of 4) or held-out test (1 of 4) "
         "shapes of a stable hash of the shape",
     )
+    validate.add_argument(
+        "--replicas",
+        default=None,
+        metavar="FILE.csv",
+        help="the replica floor of a measurement file: configurations measured more than "
+        "once, their spread per engine family and overall (instead of --kind / --all / "
+        "--cases); --csv writes one row per row of a replicated configuration",
+    )
     _add_calibration_flag(validate)
     validate.add_argument(
         "--drop-layout-duplicates",

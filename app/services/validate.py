@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the replay harness loads when a validation runs, not with app.services
     from app.core.calibration import CalibrationProfile
     from app.core.validation import CaseFileReport, ValidationReport
+    from app.core.validation.replicas import ReplicaReport
 
 
 def validation_kinds() -> tuple[str, ...]:
@@ -65,3 +66,15 @@ def validate_cases(
     return replay_case_file(
         text, drop_layout_duplicates=drop_layout_duplicates, calibration=calibration
     )
+
+
+def validate_replicas(text: str) -> tuple[ReplicaReport, list[str]]:
+    """The replica floor of a measurement file (CSV text with the configuration columns of
+    either measured file, see :mod:`app.core.validation.replicas`) and its rows' case ids.
+
+    A header without the columns a configuration needs, no rows or a measurement that is not a
+    positive number raise :class:`~app.core.errors.InvalidParameterError` naming the problem.
+    """
+    from app.core.validation.replicas import replicas_of_text
+
+    return replicas_of_text(text)

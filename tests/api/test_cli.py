@@ -524,6 +524,25 @@ def test_validate_cases_refuses_bad_input_in_one_line(
     assert needle in err and len(err.strip().splitlines()) == 1
 
 
+def test_validate_replicas_prints_the_floor_and_refuses_an_ungroupable_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = tmp_path / "mine.csv"
+    again = CASE_ROW.replace("a,", "b,", 1).replace("vllm 0.18.0", "vllm 0.19.0")
+    cases.write_text(f"{CASE_HEADER}\n{CASE_ROW}\n{again.replace(',300,', ',330,')}\n")
+    out = tmp_path / "out.csv"
+    code, printed, err = run(["validate", "--replicas", str(cases), "--csv", str(out)], capsys)
+    assert code == 0, err
+    assert "1 measured more than once" in printed and "vllm" in printed
+    assert [r["case_id"] for r in csv.DictReader(io.StringIO(out.read_text()))] == ["a", "b"]
+    code, printed, _ = run(["validate", "--replicas", str(cases), "--format", "json"], capsys)
+    assert code == 0 and json.loads(printed)["overall"]["pairs"] == 1
+    cases.write_text("case_id,model\nx,y\n", encoding="utf-8")
+    code, printed, err = run(["validate", "--replicas", str(cases)], capsys)
+    assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1
+    assert "missing ttft_ms, tpot_ms, hardware, engine" in err
+
+
 def test_msmodelings_other_flags(capsys: pytest.CaptureFixture[str]) -> None:
     """--jobs is accepted and ignored with a note, --dump-original-results prints every probe,
     --device A B is refused in one line."""

@@ -6,6 +6,7 @@ report.py    errors per case, summaries per kind and group, targets, CSV / table
 replay.py    LOADERS, load_cases, run_validation
 case_file.py any measurement file with the serving columns (validate --cases)
 disagg_file.py a measurement file of disaggregated deployments (prefill and decode pools)
+replicas.py  configurations measured more than once: the file's replica floor
 """
 
 from app.core.validation.case_file import (

@@ -53,8 +53,22 @@ from app.core.validation.cases import (
     ValidationCase,
     layout_duplicates,
 )
+from app.core.validation.csv_text import csv_lines, malformed_csv
 from app.core.validation.intervals import CaseSpreads, case_spreads
 from app.core.validation.predict import ServingReplay
+from app.core.validation.recipes import DEFAULT_SETTINGS, RowSettings, row_settings
+from app.core.validation.replicas import (
+    METRICS,
+    MODEL_ERROR_FACTOR,
+    OVERALL,
+    FloorComparison,
+    PredictedConfiguration,
+    configuration_columns,
+    floor_comparisons,
+    log_pct,
+    predicted_configurations,
+    replica_report,
+)
 from app.core.validation.report import P90, PERCENT, percentile
 
 #: The columns of a measurement file, in the order of the shared sample.
@@ -110,6 +124,10 @@ class RowOutcome:
     tpot_ms_interval: tuple[float, float] | None = None
     #: With a calibration: whether it covers the row, and why not.
     calibration_note: str = ""
+    #: How the engine settings of the row are known (:mod:`app.core.validation.recipes`):
+    #: ``recipe``, ``ambiguous`` or ``default``, and the recipe's note and source.
+    settings: str = "default"
+    settings_note: str = ""
 
     @property
     def refused(self) -> bool:
@@ -184,6 +202,12 @@ class CaseFileReport:
     overall: GroupErrors
     by_engine: tuple[GroupErrors, ...]
     by_model: tuple[GroupErrors, ...]
+    #: The errors per engine family, beside the replica floor of that family
+    #: (:mod:`app.core.validation.replicas`): the family's floor and the model's error on its
+    #: replicated configurations against their centres, then the file's.
+    by_family: tuple[GroupErrors, ...] = ()
+    floors: tuple[FloorComparison, ...] = ()
+    replicated: tuple[PredictedConfiguration, ...] = ()
 
     def to_csv(self) -> str:
         """One line per input row: ``case_id,ttft_ms_pred,tpot_ms_pred,error`` and the rest."""
@@ -207,6 +231,8 @@ class CaseFileReport:
                     *_bounds(o.ttft_ms_interval),
                     *_bounds(o.tpot_ms_interval),
                     o.calibration_note,
+                    o.settings,
+                    o.settings_note,
                 ]
             )
         return buffer.getvalue()
@@ -225,7 +251,37 @@ class CaseFileReport:
                 f"{_pct(g.tpot_median_ape_pct):>9s} {_pct(g.tpot_p90_ape_pct):>9s} "
                 f"{_share(g.interval_coverage):>6s}"
             )
-        return "\n".join(lines)
+        return "\n".join([*lines, *self._floor_lines()])
+
+    def _floor_lines(self) -> list[str]:
+        """Per engine family: the model's median error over all its rows, the replica floor
+        of its replicated configurations, the model's error against their centres, the ratio
+        and the 1.5x verdict, and how many configurations are model error."""
+        if not self.floors:
+            return []
+        errors = {g.group: g for g in (*self.by_family, self.overall)}
+        lines = [
+            "",
+            f"replica floor (validate --replicas): {self.floors[-1].configurations} replicated "
+            "configurations predicted; 'vs centre' = the model against each configuration's "
+            f"geometric mean; over {MODEL_ERROR_FACTOR}x the floor is model error",
+            f"{'engine family':14s} {'metric':6s} {'all rows':>8s} {'configs':>7s} "
+            f"{'floor':>7s} {'vs centre':>9s} {'ratio':>7s} {'verdict':>7s} {'model-limited':>13s}",
+        ]
+        for f in self.floors:
+            rows = errors.get(f.group)
+            for metric in METRICS:
+                median = None if rows is None else getattr(rows, f"{metric}_median_ape_pct")
+                ratio = f.ratio(metric)
+                limited = f"{getattr(f, f'{metric}_model_limited')} of {f.configurations}"
+                lines.append(
+                    f"{f.group:14s} {metric.upper():6s} {_pct(median):>8s} {f.configurations:7d} "
+                    f"{_pct(getattr(f, f'{metric}_floor_pct')):>7s} "
+                    f"{_pct(getattr(f, f'{metric}_model_pct')):>9s} "
+                    f"{'-' if ratio is None else f'{ratio:.1f}x':>7s} {f.verdict(metric):>7s} "
+                    f"{limited:>13s}"
+                )
+        return lines
 
     def to_dict(self) -> dict[str, Any]:
         def group(g: GroupErrors) -> dict[str, Any]:
@@ -235,10 +291,35 @@ class CaseFileReport:
             "overall": group(self.overall),
             "by_engine": [group(g) for g in self.by_engine],
             "by_model": [group(g) for g in self.by_model],
+            "by_family": [group(g) for g in self.by_family],
+            "floor": [
+                {
+                    **{field: getattr(f, field) for field in FloorComparison.__dataclass_fields__},
+                    **{f"{m}_verdict": f.verdict(m) for m in METRICS},
+                }
+                for f in self.floors
+            ],
+            "replicated": [_replicated(p) for p in self.replicated],
             "refused": [
                 {"case_id": o.case_id, "error": o.error} for o in self.outcomes if o.refused
             ],
         }
+
+
+def _replicated(p: PredictedConfiguration) -> dict[str, Any]:
+    c = p.configuration
+    out: dict[str, Any] = {
+        "engine_family": c.family,
+        "case_ids": [m.case_id for m in c.measurements],
+        "rows": len(c.rows),
+    }
+    for metric in METRICS:
+        out[f"{metric}_centre_ms"] = c.centre_ms(metric)
+        out[f"{metric}_ms_pred"] = p.prediction(metric)
+        out[f"{metric}_floor_pct"] = log_pct([p.floor_log(metric)])
+        out[f"{metric}_vs_centre_pct"] = log_pct([p.error_log(metric)])
+        out[f"{metric}_model_limited"] = p.model_limited(metric)
+    return out
 
 
 OUT_COLUMNS = (
@@ -258,6 +339,8 @@ OUT_COLUMNS = (
     "tpot_ms_lo",
     "tpot_ms_hi",
     "calibration_note",
+    "settings",
+    "settings_note",
 )
 
 
@@ -282,12 +365,6 @@ def _share(value: float | None) -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------
-def csv_lines(text: str) -> io.StringIO:
-    """``text`` as the csv module reads a file: newlines kept (a file saved with CR or CRLF
-    line ends parses; a newline inside a quoted field stays in it)."""
-    return io.StringIO(text, newline="")
-
-
 def read_case_rows(text: str, columns: Sequence[str] = CASE_COLUMNS) -> list[dict[str, str]]:
     """The rows of a measurement file with exactly ``columns``, after checking its header and
     size (domain errors that name the problem, a malformed CSV included)."""
@@ -295,11 +372,6 @@ def read_case_rows(text: str, columns: Sequence[str] = CASE_COLUMNS) -> list[dic
         return _read_rows(csv.DictReader(csv_lines(text)), columns)
     except csv.Error as exc:
         raise malformed_csv(exc) from None
-
-
-def malformed_csv(exc: csv.Error) -> InvalidParameterError:
-    """The 422 of a file the csv module cannot read (a stray quote, a field too large)."""
-    return InvalidParameterError("csv", str(exc), "a well-formed CSV file")
 
 
 def _read_rows(reader: csv.DictReader[str], columns: Sequence[str]) -> list[dict[str, str]]:
@@ -417,8 +489,11 @@ def row_deployment(row: Mapping[str, str]) -> tuple[str, str, str]:
     return model, _device(row["hardware"]), precision
 
 
-def row_case(row: Mapping[str, str]) -> ValidationCase:
-    """The serving case of one row (domain errors say why a row cannot be one)."""
+def row_case(
+    row: Mapping[str, str], engine_options: tuple[tuple[str, str | float], ...] = ()
+) -> ValidationCase:
+    """The serving case of one row (domain errors say why a row cannot be one), under
+    ``engine_options`` over its engine's profile (the replay's recipe settings)."""
     model, device, precision = row_deployment(row)
     return ValidationCase(
         kind=SERVING_TTFT_KIND,
@@ -436,6 +511,7 @@ def row_case(row: Mapping[str, str]) -> ValidationCase:
         source=SERVING_SOURCE,
         name=row["case_id"],
         engine=row["engine"],
+        engine_options=engine_options,
     )
 
 
@@ -444,11 +520,16 @@ RowPrediction = tuple[float, float, CaseSpreads | None]
 
 
 def row_outcome(
-    row: Mapping[str, str], predict: Callable[[Mapping[str, str]], RowPrediction]
+    row: Mapping[str, str],
+    predict: Callable[[Mapping[str, str]], RowPrediction],
+    settings: RowSettings = DEFAULT_SETTINGS,
 ) -> RowOutcome:
     """One row's outcome: ``predict(row)``'s (TTFT, TPOT) with their intervals when it gives
-    spreads (and the calibration's note), or the domain error's reason."""
+    spreads (and the calibration's note), or the domain error's reason; ``settings``: the
+    engine settings the prediction ran with and how they are known."""
     base: dict[str, Any] = {
+        "settings": settings.settings,
+        "settings_note": "; ".join(p for p in (settings.note, settings.source) if p),
         "case_id": row["case_id"],
         "hardware": row["hardware"],
         "engine_family": (row["engine"].split() or ["(blank)"])[0],
@@ -495,24 +576,52 @@ def replay_case_file(
     replay = ServingReplay(None if calibration is None else calibration.values)
 
     def predict(row: Mapping[str, str]) -> RowPrediction:
-        case = row_case(row)
+        case = row_case(row, row_settings(row).options)
         return (*replay.predict(case), case_spreads(case, calibration))
 
-    outcomes = tuple(row_outcome(row, predict) for i, row in enumerate(rows) if i not in skip)
-    return case_file_report(outcomes)
+    outcomes = {
+        i: row_outcome(row, predict, row_settings(row))
+        for i, row in enumerate(rows)
+        if i not in skip
+    }
+    return file_report(rows, outcomes)
 
 
-def case_file_report(outcomes: tuple[RowOutcome, ...]) -> CaseFileReport:
-    """The report of a file's outcomes: overall, per (hardware, engine family) and per
-    (hardware, engine family, model), groups in the order of their first row."""
+def case_file_report(
+    outcomes: tuple[RowOutcome, ...], replicated: tuple[PredictedConfiguration, ...] = ()
+) -> CaseFileReport:
+    """The report of a file's outcomes: overall, per (hardware, engine family), per (hardware,
+    engine family, model) and per engine family, groups in the order of their first row; with
+    the replica floor of the ``replicated`` configurations beside the family errors."""
     by_engine: dict[str, list[RowOutcome]] = {}
     by_model: dict[str, list[RowOutcome]] = {}
+    by_family: dict[str, list[RowOutcome]] = {}
     for o in outcomes:
         by_engine.setdefault(f"{o.hardware} | {o.engine_family}", []).append(o)
         by_model.setdefault(f"{o.hardware} | {o.engine_family} | {o.model}", []).append(o)
+        by_family.setdefault(o.engine_family.lower(), []).append(o)
     return CaseFileReport(
         outcomes=outcomes,
-        overall=_group_errors("overall", outcomes),
+        overall=_group_errors(OVERALL, outcomes),
         by_engine=tuple(_group_errors(g, items) for g, items in by_engine.items()),
         by_model=tuple(_group_errors(g, items) for g, items in by_model.items()),
+        by_family=tuple(_group_errors(g, items) for g, items in by_family.items()),
+        floors=floor_comparisons(replicated) if replicated else (),
+        replicated=replicated,
+    )
+
+
+def file_report(
+    rows: Sequence[Mapping[str, str]], outcomes: Mapping[int, RowOutcome]
+) -> CaseFileReport:
+    """The report of a replayed file (``outcomes`` by row index; rows left out are absent),
+    with the file's replica floor beside the errors."""
+    replicas = replica_report(configuration_columns(tuple(rows[0])), rows, skip_unusable=True)
+    predictions = {
+        i: (o.ttft_ms_pred, o.tpot_ms_pred)
+        for i, o in outcomes.items()
+        if o.ttft_ms_pred is not None and o.tpot_ms_pred is not None
+    }
+    return case_file_report(
+        tuple(outcomes.values()), predicted_configurations(replicas, predictions)
     )

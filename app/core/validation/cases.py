@@ -108,6 +108,9 @@ class ValidationCase:
     output_len: int = 0
     engine: str = ""
     group: str = ""  # summary group; the device when empty
+    #: Engine options over the engine's profile (a serving row's recipe settings,
+    #: :mod:`app.core.validation.recipes`), sorted (name, value) pairs.
+    engine_options: tuple[tuple[str, str | float], ...] = ()
 
     @property
     def label(self) -> str:

@@ -51,10 +51,8 @@ from app.core.runner.serving import RunnerServingModel
 from app.core.spec import WorkloadSpec
 from app.core.validation.case_file import (
     CaseFileReport,
-    case_file_report,
-    csv_lines,
+    file_report,
     int_column,
-    malformed_csv,
     measured_value,
     parallel_size,
     read_case_rows,
@@ -62,6 +60,7 @@ from app.core.validation.case_file import (
     row_outcome,
 )
 from app.core.validation.cases import layout_duplicates
+from app.core.validation.csv_text import csv_lines, malformed_csv
 from app.core.validation.predict import engine_family, engine_serving_model
 from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import (
@@ -292,10 +291,10 @@ def replay_disagg_file(text: str, *, drop_layout_duplicates: bool = False) -> Ca
     rows = read_case_rows(text, DISAGG_CASE_COLUMNS)
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = DisaggReplay()
-    outcomes = tuple(
+    outcomes = {
         # No intervals: the shipped residuals are the aggregated replay's.
-        row_outcome(row, lambda r: (*replay.predict(r), None))
+        i: row_outcome(row, lambda r: (*replay.predict(r), None))
         for i, row in enumerate(rows)
         if i not in skip
-    )
-    return case_file_report(outcomes)
+    }
+    return file_report(rows, outcomes)

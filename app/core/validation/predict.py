@@ -83,9 +83,13 @@ def engine_family(engine: str) -> str:
 
 def case_profile(case: ValidationCase) -> EngineProfile:
     """The engine profile a measured row ran under (its engine column's family; the
-    published TensorRT-LLM sweeps carry ``trtllm``)."""
+    published TensorRT-LLM sweeps carry ``trtllm``) as it runs on the row's device, with the
+    row's engine options."""
     device = get_device(case.device)
-    return device_profile(engine_family(case.engine), vendor=device.vendor, device_name=device.name)
+    profile = device_profile(
+        engine_family(case.engine), vendor=device.vendor, device_name=device.name
+    )
+    return profile.with_overrides(dict(case.engine_options)) if case.engine_options else profile
 
 
 def engine_serving_model(
@@ -115,7 +119,8 @@ def engine_serving_model(
     return RunnerServingModel(runner, profile=profile, forwards=forwards)
 
 
-_Deployment = tuple[str, str, str, int, int, int, str]
+#: (engine, engine options, model, device, tp, dp, ep, precision)
+_Deployment = tuple[str, tuple[tuple[str, str | float], ...], str, str, int, int, int, str]
 
 
 class ServingReplay:
@@ -142,9 +147,9 @@ class ServingReplay:
     def _model(self, deployment: _Deployment) -> tuple[RunnerServingModel, MemoLatency]:
         found = self._models.get(deployment)
         if found is None:
-            engine, model, device, tp, dp, ep, precision = deployment
+            engine, options, model, device, tp, dp, ep, precision = deployment
             serving = engine_serving_model(
-                self._profile(engine),
+                self._profile(engine, options),
                 model,
                 device,
                 tp,
@@ -161,9 +166,10 @@ class ServingReplay:
         """Mean TTFT and TPOT (ms) of a closed loop of ``concurrency`` clients, benchmark
         window (every request counted, as the measurements were taken), under the row's
         engine profile: its policy, token budget, running cap, KV pool and host times."""
-        profile = self._profile(case_profile(case).name)
+        profile = self._profile(case_profile(case).name, case.engine_options)
         deployment = (
             profile.name,
+            case.engine_options,
             case.model,
             case.device,
             case.tp,
@@ -177,8 +183,13 @@ class ServingReplay:
             found = self._results[key] = self._simulate(deployment, profile, case)
         return found
 
-    def _profile(self, engine: str) -> EngineProfile:
-        return apply_to_profile(get_profile(engine), self._calibration)
+    def _profile(
+        self, engine: str, options: tuple[tuple[str, str | float], ...] = ()
+    ) -> EngineProfile:
+        profile = get_profile(engine)
+        if options:
+            profile = profile.with_overrides(dict(options))
+        return apply_to_profile(profile, self._calibration)
 
     def _simulate(
         self, deployment: _Deployment, profile: EngineProfile, case: ValidationCase

@@ -1,0 +1,115 @@
+"""The engine settings a measured row ran with, from the public benchmark recipe it came from.
+
+The measured file's newer rows were benchmarked by SemiAnalysis InferenceX (docs/engine.md,
+"How the measured file's rows were benchmarked"): one launch script per model, precision,
+hardware and engine, one container image per engine build, both versioned in the repository
+``SemiAnalysisAI/InferenceX`` (``configs/nvidia-master.yaml`` names the image of each
+``<model>-<precision>-<hardware>-<engine>`` entry; ``benchmarks/.../<model>_<precision>_<hardware>
+[_trt].sh`` launches the server). A row carries its provenance in ``engine`` (family and build,
+i.e. the image), ``model``, ``hardware``, ``gemm_quant`` and ``tp``, which is the key of
+:data:`RECIPE_SETTINGS` (``catalog/data/inferencex_recipe_settings.csv``): for every image the
+config history paired with that entry, the launch script at every commit in that period, and
+the two settings read from it (``python -m scripts.inferencex_recipes`` regenerates the table):
+
+- ``kv_cache_dtype``: ``fp8`` where the script passes ``--kv-cache-dtype fp8`` / ``fp8_e4m3``
+  (SGLang, vLLM) or ``kv_cache_config: dtype: fp8`` (TensorRT-LLM); ``default`` where it sets
+  none, which is the engine's own default, the profile's rule (a 16-bit cache on vLLM and
+  SGLang, the checkpoint's FP8 on TensorRT-LLM);
+- ``memory_fraction``: SGLang's ``--mem-fraction-static``, vLLM's ``--gpu-memory-utilization``,
+  TensorRT-LLM's ``free_gpu_memory_fraction``, each the profile's ``memory_fraction``.
+
+Each row of the replay is then one of (the ``settings`` column of the validator's OUT):
+
+- ``recipe``: the settings its recipe states, applied as engine options;
+- ``ambiguous``: the recipe changed a setting while the row's image was in use (or the row's
+  build names several images), so the measurement cannot be tied to one value: that setting
+  stays the profile's default, the others apply, and the note says which values were in play;
+  or the entry's MTP variant (speculative decoding, ``<entry>-mtp``) ran the same image, so the
+  provenance does not say whether the row decoded speculatively: the plain recipe's settings
+  apply, without speculation, and the note names the variant;
+- ``default``: no recipe found for the row (the AIConfigurator TensorRT-LLM sweeps, builds
+  whose image no config entry names): the engine profile's defaults.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
+
+from app.core.catalog.models import resolve_model_name
+from app.core.validation.cases import DATA_DIR
+
+RECIPE_SETTINGS = DATA_DIR / "inferencex_recipe_settings.csv"
+RECIPE_SOURCE = "SemiAnalysisAI/InferenceX"
+Settings = Literal["recipe", "ambiguous", "default"]
+#: A recipe's KV-cache dtype -> the engine option (``default``: none, the profile's rule).
+_KV_OPTION: Mapping[str, str | None] = {"fp8": "fp8", "default": None}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowSettings:
+    """The engine options a row ran with and how they are known."""
+
+    settings: Settings = "default"
+    kv_cache_dtype: str | None = None
+    memory_fraction: float | None = None
+    note: str = ""
+    source: str = ""
+
+    @property
+    def options(self) -> tuple[tuple[str, str | float], ...]:
+        """The engine options to apply over the profile (sorted, hashable)."""
+        out: list[tuple[str, str | float]] = []
+        if self.kv_cache_dtype is not None:
+            out.append(("kv_cache_dtype", self.kv_cache_dtype))
+        if self.memory_fraction is not None:
+            out.append(("memory_fraction", self.memory_fraction))
+        return tuple(out)
+
+
+DEFAULT_SETTINGS = RowSettings()
+_Key = tuple[str, str, str, str, str]
+
+
+def _key(engine: str, model: str, hardware: str, gemm_quant: str, tp: str) -> _Key:
+    return (
+        " ".join(engine.split()).lower(),
+        resolve_model_name(model) or model.strip().lower(),
+        hardware.strip(),
+        gemm_quant.strip().lower(),
+        tp.strip(),
+    )
+
+
+@cache
+def recipe_table() -> dict[_Key, RowSettings]:
+    with RECIPE_SETTINGS.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    table: dict[_Key, RowSettings] = {}
+    for row in rows:
+        kv = row["kv_cache_dtype"]
+        memory = row["memory_fraction"]
+        settings = row["settings"]
+        if settings not in ("recipe", "ambiguous") or (kv and kv not in _KV_OPTION):
+            raise ValueError(f"{RECIPE_SETTINGS.name}: bad row {row}")  # a shipped-data bug
+        key = _key(row["engine"], row["model"], row["hardware"], row["gemm_quant"], row["tp"])
+        table[key] = RowSettings(
+            settings="recipe" if settings == "recipe" else "ambiguous",
+            kv_cache_dtype=_KV_OPTION[kv] if kv else None,
+            memory_fraction=float(memory) if memory else None,
+            note=row["note"],
+            source=f"{RECIPE_SOURCE}: {row['source']}",
+        )
+    return table
+
+
+def row_settings(row: Mapping[str, str]) -> RowSettings:
+    """The settings of a measured row (``engine``, ``model``, ``hardware``, ``gemm_quant``,
+    ``tp``): its recipe's for its tp, else for any tp, else the profile's defaults."""
+    table = recipe_table()
+    args = (row["engine"], row["model"], row["hardware"], row["gemm_quant"])
+    found = table.get(_key(*args, row.get("tp", ""))) or table.get(_key(*args, ""))
+    return DEFAULT_SETTINGS if found is None else found

@@ -1,0 +1,239 @@
+"""Regenerate ``app/core/catalog/data/inferencex_recipe_settings.csv``: the KV-cache dtype and
+memory fraction of each (engine build, model, hardware, quantization) of the measured agg file,
+read from the InferenceX launch scripts (``app/core/validation/recipes.py`` says how they are
+used).
+
+    python -m scripts.inferencex_recipes --repo PATH/TO/InferenceX [--write]
+
+``PATH/TO/InferenceX`` is a git clone of ``SemiAnalysisAI/InferenceX`` (full history). For each
+combination of the file's rows it walks the history of ``configs/nvidia-master.yaml`` (and its
+earlier ``.github/configs/`` path), takes the commits where the entry
+``<model>-<precision>-<hardware>-<engine>`` names an image whose tag is the row's build, reads
+the entry's launch script at each of them, and keeps the settings it passes. Several values in
+that period make the row ``ambiguous``; a memory fraction the script chooses by ``$TP`` is keyed
+by the row's ``tp``; an ``-mtp`` entry on the same image makes the row ``ambiguous`` too (it may
+have decoded speculatively). Without ``--write`` it prints the table. About 6 minutes (it parses
+every version of the config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import re
+import subprocess
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "app" / "core" / "catalog" / "data" / "inferencex_recipe_settings.csv"
+CASES = ROOT.parent / "shared" / "validation" / "measured_agg_serving_cases.csv"
+CONFIGS = (".github/configs/nvidia-master.yaml", "configs/nvidia-master.yaml")
+#: The rows of the measured file that come before its InferenceX-era rows (AIConfigurator's own
+#: TensorRT-LLM sweeps; see shared/validation/README.md).
+AICONFIGURATOR_ROWS = 758
+COLUMNS = (
+    "engine",
+    "model",
+    "hardware",
+    "gemm_quant",
+    "tp",
+    "kv_cache_dtype",
+    "memory_fraction",
+    "settings",
+    "note",
+    "source",
+)
+#: The row's columns -> the config entry's name parts.
+MODEL_PREFIX = {
+    "openai/gpt-oss-120b": "gptoss",
+    "moonshotai/Kimi-K2.5": "kimik2.5",
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5",
+    "zhipuai/GLM-5": "glm5",
+    "deepseek-ai/DeepSeek-R1": "dsr1",
+    "deepseek-ai/DeepSeek-V3": "dsr1",
+    "nvidia/DeepSeek-R1-NVFP4": "dsr1",
+}
+PRECISION = {"nvfp4": "fp4", "fp8": "fp8", "int4_wo": "int4", "unrecorded": "bf16"}
+RUNNER = {
+    "B200 180GB": "b200",
+    "B300 SXM 288GB": "b300",
+    "H100 SXM 80GB": "h100",
+    "H200 SXM 141GB": "h200",
+    "GB200 (NVL72)": "gb200",
+}
+FRAMEWORK = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trt"}
+KV_FLAGS = (
+    re.compile(r"--kv-cache-dtype[ =]+\"?([\w$]+)"),
+    re.compile(r"kv-cache-dtype:\s*([\w$]+)"),
+    re.compile(r"kv_cache_config:\s*\n(?:\s+\w+:.*\n)*?\s+dtype:\s*([\w$]+)"),
+)
+MEMORY_FLAGS = (
+    re.compile(r"--mem-fraction-static[ =]+\"?([\w.$]+)"),
+    re.compile(r"--gpu-memory-utilization[ =]+\"?([\w.$]+)"),
+    re.compile(r"gpu-memory-utilization:\s*([\w.$]+)"),
+    re.compile(r"free_gpu_memory_fraction:\s*\"?([\w.$]+)"),
+)
+TP_BRANCH = re.compile(r"^(?:if|elif) \[\[ \$TP -eq (\d+) \]\]")
+Entry = tuple[str, str]  # (config key, image)
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
+    ).stdout
+
+
+def config_history(repo: Path) -> dict[Entry, list[str]]:
+    """Every (entry, image) pair of the config's history and the commits (oldest first)."""
+    found: dict[Entry, list[str]] = defaultdict(list)
+    for commit in reversed(git(repo, "log", "--format=%H", "--", *CONFIGS).split()):
+        for path in CONFIGS:
+            text = git(repo, "show", f"{commit}:{path}")
+            if not text:
+                continue
+            data = yaml.safe_load(text)
+            for key, entry in (data or {}).items():
+                if isinstance(entry, dict) and "image" in entry:
+                    found[(key, str(entry["image"]))].append(commit)
+    return found
+
+
+def tag_matches(image: str, build: str) -> bool:
+    """Whether an image's tag is the row's build (``v0.5.9-cu130`` for ``0.5.9``; ``1.3.0rc14``
+    is not ``1.3.0rc1``; a bare ``nightly-dev`` is any nightly)."""
+    tag = image.rsplit(":", 1)[-1]
+    if build == "nightly-dev":
+        return tag.startswith("nightly-dev")
+    if build.startswith("nightly-dev-"):
+        return tag.replace("-cu13", "") == build
+    return tag in (build, f"v{build}") or tag.startswith((f"v{build}-", f"{build}-"))
+
+
+def settings_of(script: str) -> tuple[set[str], dict[str, set[str]]]:
+    """A launch script's KV-cache dtypes (``default`` when it passes none) and memory
+    fractions by TP (``""``: any TP), resolving ``$NAME`` through the script's assignments."""
+    kv = {v for flag in KV_FLAGS for v in flag.findall(script)}
+    memory = {v for flag in MEMORY_FLAGS for v in flag.findall(script)}
+    assigned: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    branch = ""
+    for line in script.splitlines():
+        stripped = line.strip()
+        if match := TP_BRANCH.match(stripped):
+            branch = match.group(1)
+        elif line.startswith(("else", "fi")):
+            branch = ""
+        elif match := re.match(r"([A-Z_]+)=\"?([\w.]+)\"?$", stripped):
+            assigned[match.group(1)][branch].add(match.group(2))
+
+    def resolve(values: Iterable[str]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = defaultdict(set)
+        for value in values:
+            name = value.lstrip("$").strip("{}")
+            for tp, found in (assigned.get(name, {}) if value.startswith("$") else {}).items():
+                out[tp] |= found
+            if not value.startswith("$"):
+                out[""].add(value)
+        return out
+
+    kv_values = {v for vs in resolve(kv).values() for v in vs} or {"default"}
+    named = {"fp8" if v.startswith("fp8") else "default" if v == "auto" else v for v in kv_values}
+    return named, resolve(memory)
+
+
+def script_paths(repo: Path, commit: str, entry_key: str) -> list[str]:
+    """The non-agentic launch scripts of an entry at a commit."""
+    prefix, precision, runner, framework = entry_key.split("-", 3)
+    suffix = "_trt" if framework == "trt" else ""
+    name = re.compile(rf"/{re.escape(prefix)}_{precision}_{runner}{suffix}(_docker|_slurm)?\.sh$")
+    files = git(repo, "ls-tree", "-r", "--name-only", commit, "benchmarks").split("\n")
+    return [f for f in files if "/agentic/" not in f and name.search(f)]
+
+
+def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
+    history = config_history(repo)
+    with cases.open(encoding="utf-8", newline="") as handle:
+        measured = list(csv.DictReader(handle))[AICONFIGURATOR_ROWS:]
+    combos = Counter((r["engine"], r["model"], r["hardware"], r["gemm_quant"]) for r in measured)
+    out: list[dict[str, str]] = []
+    for engine, model, hardware, quant in sorted(combos):
+        family, build = engine.split(" ", 1)
+        if model not in MODEL_PREFIX or build == "(version blank)":
+            continue
+        key = f"{MODEL_PREFIX[model]}-{PRECISION[quant]}-{RUNNER[hardware]}-{FRAMEWORK[family]}"
+        images = sorted(img for (k, img) in history if k == key and tag_matches(img, build))
+        if not images:
+            continue
+        kv: set[str] = set()
+        memory: dict[str, set[str]] = defaultdict(set)
+        sources: list[str] = []
+        for image in images:
+            for commit in history[(key, image)]:
+                for path in script_paths(repo, commit, key):
+                    got_kv, got_memory = settings_of(git(repo, "show", f"{commit}:{path}"))
+                    if not (got_kv <= kv and all(v <= memory[t] for t, v in got_memory.items())):
+                        sources.append(f"{path}@{commit[:10]}")
+                    kv |= got_kv
+                    for tp, values in got_memory.items():
+                        memory[tp] |= values
+        tags = " ".join(image.rsplit(":", 1)[-1] for image in images)
+        mtp = [img for img in images if img in {i for (k, i) in history if k == f"{key}-mtp"}]
+        for tp, values in sorted(memory.items()) or [("", set())]:
+            notes = []
+            if len(kv) > 1:
+                notes.append("kv_cache_dtype: " + " or ".join(sorted(kv)))
+            fractions = sorted({f"{float(v):g}" for v in values})
+            if len(fractions) > 1:
+                notes.append("memory_fraction: " + " or ".join(fractions))
+            note = (
+                "; ".join(notes) + f" across the recipe versions of image {tags}"
+                if notes
+                else f"image {tags}"
+            )
+            if tp:
+                note += f"; the script's memory fraction for TP{tp}"
+            if mtp:
+                note += (
+                    f"; the entry {key}-mtp (MTP speculative decoding) ran the same image,"
+                    " so the row may be a speculative run"
+                )
+            out.append(
+                {
+                    "engine": engine,
+                    "model": model,
+                    "hardware": hardware,
+                    "gemm_quant": quant,
+                    "tp": tp,
+                    "kv_cache_dtype": kv.copy().pop() if len(kv) == 1 else "",
+                    "memory_fraction": fractions[0] if len(fractions) == 1 else "",
+                    "settings": "ambiguous" if notes or mtp else "recipe",
+                    "note": note,
+                    "source": " ".join(sources),
+                }
+            )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, required=True, help="a clone of InferenceX")
+    parser.add_argument("--cases", type=Path, default=CASES, help="the measured agg file")
+    parser.add_argument("--write", action="store_true", help=f"write {TABLE}")
+    args = parser.parse_args()
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table_rows(args.repo, args.cases))
+    if args.write:
+        TABLE.write_text(buffer.getvalue(), encoding="utf-8")
+        print(f"wrote {TABLE}")
+    else:
+        print(buffer.getvalue(), end="")
+
+
+if __name__ == "__main__":
+    main()
