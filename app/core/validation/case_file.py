@@ -520,12 +520,14 @@ def row_layout(row: Mapping[str, str], model: str) -> tuple[int, int, int]:
     pp = _ranks(row, "pp")
     dp = _ranks(row, "attn_dp")
     ep = _ranks(row, "moe_ep")
+    moe_tp = _ranks(row, "moe_tp")
     architecture = get_model(model)
     heads = architecture.num_heads
     if heads % tp == 0 or dp > 1:
+        if architecture.moe is not None:
+            check_expert_split(tp, dp, moe_tp, ep)
         return tp * pp, dp, ep
     family = engine_family(row["engine"])
-    moe_tp = _ranks(row, "moe_tp")
     recorded = f"tp={tp}, pp={pp}, attn_dp={dp}, moe_tp={moe_tp}, moe_ep={ep}"
     if family not in WIDE_EP_FAMILIES:
         raise UnsupportedError(
@@ -543,6 +545,30 @@ def row_layout(row: Mapping[str, str], model: str) -> tuple[int, int, int]:
             "tp x ep product; docs/engine.md)"
         )
     return 1, tp, tp
+
+
+def check_expert_split(tp: int, dp: int, moe_tp: int, ep: int, pool: str = "") -> None:
+    """The runner's expert split: ``moe_ep`` expert-parallel ranks over the ``tp x attn_dp``
+    devices, each expert tensor-parallel over the rest; without expert parallelism, experts
+    tensor-parallel over one replica's ``tp`` ranks. A recorded split it cannot represent is
+    refused, naming the columns (``pool``: a disaggregated file's ``prefill`` / ``decode``)."""
+    column = f"{pool}_" if pool else ""
+    if moe_tp == ep == 1:
+        moe_tp = tp  # "none" in the source: the engines' default split over the tp ranks
+    if ep == 1 and dp > 1:
+        raise UnsupportedError(
+            f"{pool + ': ' if pool else ''}experts split by tensor parallelism across {dp} "
+            f"attention data-parallel ranks without expert parallelism ({column}tp={tp}, "
+            f"{column}attn_dp={dp}, {column}moe_tp={moe_tp}, {column}moe_ep={ep}) is not "
+            "modelled: without expert parallelism the runner splits experts over one "
+            "replica's tp ranks"
+        )
+    if moe_tp * ep != tp * dp:
+        raise InvalidParameterError(
+            f"{column}moe_tp",
+            moe_tp,
+            f"{column}moe_tp x {column}moe_ep = {column}tp x {column}attn_dp = {tp * dp}",
+        )
 
 
 def row_case(

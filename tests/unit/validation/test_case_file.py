@@ -232,15 +232,40 @@ def test_a_tp_that_does_not_divide_the_heads_otherwise_is_refused_naming_why(
 def test_the_recorded_layout_stands_whenever_tp_divides_the_heads(
     tp: int, ep: int, family: str
 ) -> None:
-    """The wide-EP reading never touches a layout the heads allow, and never invents one the
-    row does not record (experts over all tp ranks)."""
+    """The wide-EP reading never touches a layout the heads allow (whose expert split is the
+    devices': experts over 1 or all tp ranks, with moe_tp 1), and never invents one the row
+    does not record (experts over all tp ranks)."""
     row = {**KIMI_WIDE, "engine": f"{family} x", "tp": str(tp), "moe_ep": str(ep)}
+    experts = max(ep, 1)
     try:
         layout = row_layout(row, "moonshotai/Kimi-K2.5")
     except UnsupportedError:
-        assert 64 % tp and ep != tp
+        assert 64 % tp and experts != tp
+        return
+    except InvalidParameterError:
+        assert 64 % tp == 0 and experts not in (1, tp)
         return
     if 64 % tp == 0:
-        assert layout == (tp, 1, max(ep, 1))
+        assert layout == (tp, 1, experts) and experts in (1, tp)
     else:
-        assert layout == (1, tp, tp) and ep == tp
+        assert layout == (1, tp, tp) and experts == tp
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        (
+            {"tp": "1", "attn_dp": "4", "moe_tp": "4", "moe_ep": "1", "num_devices": "4"},
+            "experts split by tensor parallelism across 4 attention data-parallel ranks",
+        ),
+        ({"tp": "8", "moe_tp": "2", "moe_ep": "2", "num_devices": "8"}, "moe_tp x moe_ep = "),
+    ],
+)
+def test_an_expert_split_the_runner_cannot_represent_is_refused(
+    change: dict[str, str], text: str
+) -> None:
+    """As in the disaggregated replay: attention DP with the experts' matrices split over the
+    DP ranks (TensorRT-LLM's enable_attention_dp without EP), or a split that is not the
+    devices', is named, never replayed as another layout."""
+    (outcome,) = replay_case_file(file_of({**KIMI_WIDE, **change})).outcomes
+    assert outcome.refused and text in outcome.error, outcome.error
