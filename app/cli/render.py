@@ -444,6 +444,11 @@ def calibration_table(profile: dict[str, Any]) -> str:
         f"{ranges['osl'][1]}, concurrency {ranges['concurrency'][0]}-"
         f"{ranges['concurrency'][1]}, layouts {', '.join(ranges['layouts'])}",
     ]
+    lines.extend(
+        f"dropped {len(case_ids)} point(s) the product cannot place ({', '.join(case_ids)}): "
+        f"{reason}"
+        for reason, case_ids in profile.get("dropped", {}).items()
+    )
     return "\n".join(lines)
 
 

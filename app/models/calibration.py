@@ -69,5 +69,6 @@ class CalibrationResponse(BaseModel):
     expires_at_s: float = Field(description="Unix time, s, after which the stored profile is gone")
     profile: dict[str, Any] = Field(
         description="the profile: parameters (fitted), defaults, fixed (left, and why), "
-        "ranges, fit (in-sample and cross-validated median errors, convergence), residuals"
+        "ranges, fit (in-sample and cross-validated median errors, convergence), residuals, "
+        "and dropped (reason -> case ids of points whose deployment cannot run) when any"
     )

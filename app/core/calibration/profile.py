@@ -35,6 +35,8 @@ RANGE_FACTOR = 2.0
 #: Longest text field of a profile (names, reasons) and most layouts it records.
 MAX_TEXT = 300
 MAX_LAYOUTS = 64
+#: Most measured points a profile names (those a fit dropped; a fit takes at most 500 points).
+MAX_POINT_IDS = 500
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +97,9 @@ class CalibrationProfile:
     fit: FitStats
     ttft_spread: Spread
     tpot_spread: Spread
+    #: Points the fit could not place (the product cannot run their deployment: weights or one
+    #: request's KV do not fit, a layout the runner refuses): each reason with its case ids.
+    dropped: tuple[tuple[str, tuple[str, ...]], ...] = ()
     version: int = PROFILE_VERSION
 
     def __post_init__(self) -> None:
@@ -120,6 +125,9 @@ class CalibrationProfile:
         return "cal-" + hashlib.sha256(body.encode()).hexdigest()[:20]
 
     def _content(self) -> dict[str, Any]:
+        # ``dropped`` only when a point was dropped: a fit that placed every point keeps the
+        # content, and so the id, it had before the key existed.
+        dropped = {reason: list(case_ids) for reason, case_ids in self.dropped}
         return {
             "version": self.version,
             "device": self.device,
@@ -137,6 +145,7 @@ class CalibrationProfile:
             },
             "fit": {name: getattr(self.fit, name) for name in FitStats.__dataclass_fields__},
             "residuals": {"ttft": self.ttft_spread.to_dict(), "tpot": self.tpot_spread.to_dict()},
+            **({"dropped": dropped} if dropped else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -187,7 +196,9 @@ class CalibrationProfile:
 
 # -- reading a profile back (a saved file or an inline API object) ---------------------------
 _TOP = {"id", "version", "device", "engine", "model", "quantization", "parameters", "defaults",
-        "fixed", "ranges", "fit", "residuals"}  # fmt: skip
+        "fixed", "ranges", "fit", "residuals", "dropped"}  # fmt: skip
+#: Keys a profile saved before they existed may lack.
+_OPTIONAL = {"id", "dropped"}
 
 
 def _mapping(data: object, field: str) -> Mapping[str, Any]:
@@ -228,6 +239,22 @@ def _text(value: object, field: str) -> str:
     return value
 
 
+def _dropped(data: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The ``dropped`` map (reason -> case ids), bounded and checked."""
+    field = "calibration.dropped"
+    out: list[tuple[str, tuple[str, ...]]] = []
+    named = 0
+    for reason, case_ids in _mapping(data, field).items():
+        _text(reason, field)
+        if not isinstance(case_ids, list) or not case_ids:
+            raise InvalidParameterError(f"{field}.{reason}", case_ids, "a list of case ids")
+        named += len(case_ids)
+        if named > MAX_POINT_IDS:
+            raise InvalidParameterError(field, named, f"at most {MAX_POINT_IDS} case ids")
+        out.append((reason, tuple(_text(c, f"{field}.{reason}") for c in case_ids)))
+    return tuple(out)
+
+
 def profile_from_dict(data: object) -> CalibrationProfile:
     """A profile from its JSON form, every field checked (domain errors name the field). The
     ``id`` is recomputed from the content, never trusted."""
@@ -237,7 +264,7 @@ def profile_from_dict(data: object) -> CalibrationProfile:
         raise InvalidParameterError(
             f"calibration.{unknown[0]}", unknown[0], f"one of {sorted(_TOP)}"
         )
-    missing = sorted(_TOP - {"id"} - set(body))
+    missing = sorted(_TOP - _OPTIONAL - set(body))
     if missing:
         raise InvalidParameterError(f"calibration.{missing[0]}", None, "present")
     if body["version"] != PROFILE_VERSION:
@@ -256,6 +283,7 @@ def profile_from_dict(data: object) -> CalibrationProfile:
         raise InvalidParameterError(
             "calibration.ranges.layouts", layouts, f"a list of at most {MAX_LAYOUTS} layouts"
         )
+    dropped = _dropped(body.get("dropped", {}))
     fit = _mapping(body["fit"], "calibration.fit")
     residuals = _mapping(body["residuals"], "calibration.residuals")
     converged = fit.get("converged")
@@ -290,6 +318,7 @@ def profile_from_dict(data: object) -> CalibrationProfile:
             fit=stats,
             ttft_spread=Spread.from_dict(residuals.get("ttft"), "calibration.residuals.ttft"),
             tpot_spread=Spread.from_dict(residuals.get("tpot"), "calibration.residuals.tpot"),
+            dropped=dropped,
         )
     except InvalidParameterError as err:
         if err.field.startswith("calibration"):

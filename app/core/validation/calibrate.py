@@ -29,6 +29,13 @@ tell apart from the others:
 
 A request naming its free parameters gets exactly those (422 when there are fewer points than
 they need). The result states every parameter left at the catalog value and why.
+
+**Points the product cannot place.** A row that maps to a deployment the product cannot run
+(its weights or one request's KV do not fit, a layout the runner refuses: ``InfeasibleError``,
+``UnsupportedError`` at the catalog values, which no fitted parameter moves) is dropped from the
+fit and named in the profile's ``dropped`` (reason -> case ids), instead of refusing the whole
+profile; the fit needs :data:`MIN_POINTS` placed points. A row that is bad input (a number, a
+model, another deployment) still refuses the file.
 """
 
 from __future__ import annotations
@@ -58,11 +65,16 @@ from app.core.calibration.parameters import (
     bounds,
     defaults,
 )
-from app.core.calibration.profile import CalibrationProfile, FitStats, Range
+from app.core.calibration.profile import MAX_TEXT, CalibrationProfile, FitStats, Range
 from app.core.calibration.residuals import lookup, shipped_table
 from app.core.catalog.devices import get_device
 from app.core.catalog.models import get_model
-from app.core.errors import ChunkwiseError, InvalidParameterError
+from app.core.errors import (
+    ChunkwiseError,
+    InfeasibleError,
+    InvalidParameterError,
+    UnsupportedError,
+)
 from app.core.parallel import ParallelLayout
 from app.core.profiles import get_profile
 from app.core.runner.serving import ForwardMemo
@@ -199,10 +211,48 @@ def _median_ape(log_errors: Sequence[float]) -> float:
     return statistics.median(abs(math.expm1(e)) * PERCENT for e in log_errors)
 
 
+#: What makes a point unplaceable rather than bad input (see the module docstring).
+_UNPLACEABLE = (InfeasibleError, UnsupportedError)
+#: Dropped points: each reason with the case ids it dropped.
+Dropped = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def placed_points(replay: ServingReplay, points: Sequence[Point]) -> tuple[list[Point], Dropped]:
+    """The points ``replay`` can predict, and the others by reason (a reason longer than a
+    profile holds is cut); a point that fails as bad input refuses the file."""
+    placed: list[Point] = []
+    dropped: dict[str, list[str]] = {}
+    for p in points:
+        try:
+            replay.predict(p.case)
+        except _UNPLACEABLE as err:
+            reason = str(err)
+            if len(reason) > MAX_TEXT:
+                reason = reason[: MAX_TEXT - 3] + "..."
+            dropped.setdefault(reason, []).append(p.case.name)
+            continue
+        except ChunkwiseError as err:
+            raise _row_error(p.case.name, err) from None
+        placed.append(p)
+    if dropped and len(placed) < MIN_POINTS:
+        reason, case_ids = next(iter(dropped.items()))
+        raise InvalidParameterError(
+            "points",
+            len(placed),
+            f"at least {MIN_POINTS} points the product can place ({len(points) - len(placed)} "
+            f"dropped, e.g. {case_ids[0]}: {reason})",
+        )
+    return placed, tuple((reason, tuple(ids)) for reason, ids in dropped.items())
+
+
 def fit_calibration(
     points: Sequence[Point], *, free: Sequence[str] | None = None
 ) -> CalibrationProfile:
     """Fit the free parameters to ``points`` (see the module docstring)."""
+    # Every point must be predictable at all (memory and layout do not depend on the fit);
+    # those that are not are dropped with the reason.
+    plans: PlanMemo = {}  # the points' plans, shared by every evaluation (they need no latency)
+    points, dropped = placed_points(ServingReplay(None, plans), points)
     selection = choose_free(points, free)
     first = points[0].case
     device = get_device(first.device)
@@ -221,17 +271,9 @@ def fit_calibration(
         if selection[name] == "" and not SPECS[name].grid
     ]
     gridded = [name for name in PARAMETER_NAMES if selection[name] == "" and SPECS[name].grid]
-    # Every point must be predictable at all (memory and layout do not depend on the fit).
-    plans: PlanMemo = {}  # the points' plans, shared by every evaluation (they need no latency)
     # Device times, shared by evaluations whose efficiencies agree (host times, front-end
     # time and arrival spread move no forward): the grid and half the Jacobian's columns.
     forwards: ForwardMemo = {}
-    base = ServingReplay(None, plans)
-    for p in points:
-        try:
-            base.predict(p.case)
-        except ChunkwiseError as err:
-            raise _row_error(p.case.name, err) from None
 
     def residuals_at(chosen: dict[str, float]) -> Residuals:
         def residuals(values: dict[str, float], which: Sequence[int]) -> list[float]:
@@ -284,6 +326,7 @@ def fit_calibration(
         ),
         ttft_spread=Spread.of(cv_ttft),
         tpot_spread=Spread.of(cv_tpot),
+        dropped=dropped,
     )
 
 

@@ -22,7 +22,8 @@ How a row maps to a deployment, the way the product would map a user's:
   model whose checkpoint is natively FP4 in another format is that format (gpt-oss-120b's
   MXFP4, which the sample writes "nvfp4").
 - layout: ``tp x pp`` tensor-parallel ranks, ``attn_dp`` attention data-parallel replicas,
-  ``moe_ep`` expert-parallel ranks.
+  ``moe_ep`` expert-parallel ranks; a ``tp`` that does not divide the attention heads is read
+  as the engine runs it (:func:`row_layout`: wide expert parallelism, or the reason not).
 - engine: the engine column's first word (the family: ``vllm``, ``sglang``, ``trtllm``) picks
   the engine profile the row is simulated under (:mod:`app.core.profiles`: policy, token
   budget, running cap, KV pool and dtype, CUDA-graph limit, host and front-end time), as
@@ -43,7 +44,12 @@ from typing import Any
 from app.core.calibration.profile import CalibrationProfile
 from app.core.catalog.devices import get_device
 from app.core.catalog.models import get_model, model_names, resolve_model_name
-from app.core.errors import ChunkwiseError, InvalidParameterError, UnknownModelError
+from app.core.errors import (
+    ChunkwiseError,
+    InvalidParameterError,
+    UnknownModelError,
+    UnsupportedError,
+)
 from app.core.validation.cases import (
     SERVING_DEVICE_ALIASES,
     SERVING_PRECISIONS,
@@ -55,7 +61,7 @@ from app.core.validation.cases import (
 )
 from app.core.validation.csv_text import csv_lines, malformed_csv
 from app.core.validation.intervals import CaseSpreads, case_spreads
-from app.core.validation.predict import ServingReplay
+from app.core.validation.predict import ServingReplay, engine_family
 from app.core.validation.recipes import DEFAULT_SETTINGS, RowSettings, row_settings
 from app.core.validation.replicas import (
     METRICS,
@@ -489,19 +495,96 @@ def row_deployment(row: Mapping[str, str]) -> tuple[str, str, str]:
     return model, _device(row["hardware"]), precision
 
 
+#: Engine families that run a ``tp`` not dividing the attention heads as wide expert
+#: parallelism: attention data-parallel on each of the ``tp`` ranks (attention TP 1), experts
+#: spread over all of them (``moe_ep = tp``). No engine splits heads unevenly, so such a ``tp``
+#: is attention DP or not an engine layout. TensorRT-LLM: ``enable_attention_dp: true`` runs
+#: attention alone on every rank, the MoE over ``moe_expert_parallel_size`` x
+#: ``moe_tensor_parallel_size`` = ``tp`` ranks (its wide-EP / DeepSeek-R1 deployment guides).
+#: SGLang: ``--enable-dp-attention`` gives attention TP ``tp // dp_size``
+#: (``compute_dp_attention_world_info`` in ``sglang/srt/layers/dp_attention.py``); its wide-EP
+#: recipes (``--tp N --dp N --enable-dp-attention --ep N --moe-a2a-backend deepep``, the
+#: InferenceX "dep" layouts) set ``dp_size = tp``, attention TP 1. vLLM's attention DP is its
+#: ``--data-parallel-size``, which the files record in ``attn_dp``: a vLLM ``tp`` must divide
+#: the heads.
+WIDE_EP_FAMILIES: frozenset[str] = frozenset({"trtllm", "sglang"})
+
+
+def row_layout(row: Mapping[str, str], model: str) -> tuple[int, int, int]:
+    """The ``(tp, dp, ep)`` a row's engine ran (``model``: its catalog id): the recorded
+    layout, or, when ``tp`` does not divide the attention heads, the wide-EP layout
+    ``(1, tp, tp)`` of a :data:`WIDE_EP_FAMILIES` engine whose row records experts over all
+    ``tp`` ranks (``moe_ep = tp``, no ``attn_dp``, no ``pp``). Any other such row is refused
+    naming what the engine cannot have run (the tp / expert split it records)."""
+    tp = _positive_int(row, "tp")
+    pp = _ranks(row, "pp")
+    dp = _ranks(row, "attn_dp")
+    ep = _ranks(row, "moe_ep")
+    moe_tp = _ranks(row, "moe_tp")
+    architecture = get_model(model)
+    heads = architecture.num_heads
+    if heads % tp == 0 or dp > 1:
+        if architecture.moe is not None:
+            check_expert_split(tp, dp, moe_tp, ep)
+        return tp * pp, dp, ep
+    family = engine_family(row["engine"])
+    recorded = f"tp={tp}, pp={pp}, attn_dp={dp}, moe_tp={moe_tp}, moe_ep={ep}"
+    if family not in WIDE_EP_FAMILIES:
+        raise UnsupportedError(
+            f"tp={tp} does not divide the {heads} attention heads of {model} ({recorded}): "
+            f"{family or 'the engine'} runs attention tensor-parallel over tp ranks (its "
+            "attention data parallelism is attn_dp)"
+        )
+    if architecture.moe is None or ep != tp or moe_tp != 1 or pp != 1:
+        raise UnsupportedError(
+            f"tp={tp} does not divide the {heads} attention heads of {model}, so {family} can "
+            "only have run it as wide expert parallelism (attention data-parallel on every "
+            f"rank, experts over all {tp}: moe_ep={tp}, moe_tp=1, pp=1); the row records "
+            f"{recorded}, not that layout, and not how the devices were split otherwise (in "
+            "the measured sample such a tp is a disaggregated deployment's GPU total or a "
+            "tp x ep product; docs/engine.md)"
+        )
+    return 1, tp, tp
+
+
+def check_expert_split(tp: int, dp: int, moe_tp: int, ep: int, pool: str = "") -> None:
+    """The runner's expert split: ``moe_ep`` expert-parallel ranks over the ``tp x attn_dp``
+    devices, each expert tensor-parallel over the rest; without expert parallelism, experts
+    tensor-parallel over one replica's ``tp`` ranks. A recorded split it cannot represent is
+    refused, naming the columns (``pool``: a disaggregated file's ``prefill`` / ``decode``)."""
+    column = f"{pool}_" if pool else ""
+    if moe_tp == ep == 1:
+        moe_tp = tp  # "none" in the source: the engines' default split over the tp ranks
+    if ep == 1 and dp > 1:
+        raise UnsupportedError(
+            f"{pool + ': ' if pool else ''}experts split by tensor parallelism across {dp} "
+            f"attention data-parallel ranks without expert parallelism ({column}tp={tp}, "
+            f"{column}attn_dp={dp}, {column}moe_tp={moe_tp}, {column}moe_ep={ep}) is not "
+            "modelled: without expert parallelism the runner splits experts over one "
+            "replica's tp ranks"
+        )
+    if moe_tp * ep != tp * dp:
+        raise InvalidParameterError(
+            f"{column}moe_tp",
+            moe_tp,
+            f"{column}moe_tp x {column}moe_ep = {column}tp x {column}attn_dp = {tp * dp}",
+        )
+
+
 def row_case(
     row: Mapping[str, str], engine_options: tuple[tuple[str, str | float], ...] = ()
 ) -> ValidationCase:
     """The serving case of one row (domain errors say why a row cannot be one), under
     ``engine_options`` over its engine's profile (the replay's recipe settings)."""
     model, device, precision = row_deployment(row)
+    tp, dp, ep = row_layout(row, model)
     return ValidationCase(
         kind=SERVING_TTFT_KIND,
         model=model,
         device=device,
-        tp=_positive_int(row, "tp") * _ranks(row, "pp"),
-        dp=_ranks(row, "attn_dp"),
-        ep=_ranks(row, "moe_ep"),
+        tp=tp,
+        dp=dp,
+        ep=ep,
         precision=precision,
         concurrency=_positive_int(row, "concurrency"),
         query_len=_positive_int(row, "isl"),

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from app.core.catalog.devices import get_device
 from app.core.catalog.hardware import Device
 from app.core.catalog.models import get_model
-from app.core.errors import InvalidParameterError, UnsupportedError
+from app.core.errors import InvalidParameterError
 from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
 from app.core.profiles import get_profile
@@ -51,6 +51,7 @@ from app.core.runner.serving import RunnerServingModel
 from app.core.spec import WorkloadSpec
 from app.core.validation.case_file import (
     CaseFileReport,
+    check_expert_split,
     file_report,
     int_column,
     measured_value,
@@ -155,29 +156,8 @@ def pool_layout(row: Mapping[str, str], pool: str, *, is_moe: bool) -> PoolLayou
     moe_tp = parallel_size(row, f"{pool}_moe_tp")
     ep = parallel_size(row, f"{pool}_moe_ep")
     if is_moe:
-        _check_expert_split(pool, tp, dp, moe_tp, ep)
+        check_expert_split(tp, dp, moe_tp, ep, pool)
     return PoolLayout(workers=workers, tp=tp, dp=dp, ep=ep)
-
-
-def _check_expert_split(pool: str, tp: int, dp: int, moe_tp: int, ep: int) -> None:
-    """The runner's expert split: ``moe_ep`` expert-parallel ranks over the worker's
-    ``tp x attn_dp`` devices, each expert tensor-parallel over the rest; without expert
-    parallelism, experts tensor-parallel over one replica's ``tp`` ranks."""
-    if moe_tp == ep == 1:
-        moe_tp = tp  # "none" in the source: the engines' default split over the tp ranks
-    if ep == 1 and dp > 1:
-        raise UnsupportedError(
-            f"{pool}: experts split by tensor parallelism across {dp} attention data-parallel "
-            f"ranks without expert parallelism ({pool}_tp={tp}, {pool}_attn_dp={dp}, "
-            f"{pool}_moe_tp={moe_tp}, {pool}_moe_ep={ep}) is not modelled: without expert "
-            "parallelism the runner splits experts over one replica's tp ranks"
-        )
-    if moe_tp * ep != tp * dp:
-        raise InvalidParameterError(
-            f"{pool}_moe_tp",
-            moe_tp,
-            f"{pool}_moe_tp x {pool}_moe_ep = {pool}_tp x {pool}_attn_dp = {tp * dp}",
-        )
 
 
 def kv_transfer(device: Device, devices: int, bytes_per_request: float) -> KvTransfer:

@@ -137,6 +137,10 @@ def test_profile_round_trips_through_json_with_a_content_id() -> None:
         (("fit", "converged"), "yes", "calibration.fit.converged"),
         (("version",), 2, "calibration.version"),
         (("extra",), 1, "calibration.extra"),
+        (("dropped",), ["a"], "calibration.dropped"),
+        (("dropped",), {"no room": []}, "calibration.dropped.no room"),
+        (("dropped",), {"no room": [3]}, "calibration.dropped.no room"),
+        (("dropped",), {"no room": ["x"] * 501}, "calibration.dropped"),
     ],
 )
 def test_a_malformed_profile_names_its_field(

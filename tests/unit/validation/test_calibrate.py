@@ -9,6 +9,8 @@ import math
 
 import pytest
 
+from app.cli.render import calibration_table
+from app.core.calibration.profile import profile_from_dict
 from app.core.errors import InvalidParameterError
 from app.core.validation import CASE_COLUMNS, replay_case_file
 from app.core.validation.calibrate import calibrate_case_file, calibration_points, choose_free
@@ -120,3 +122,25 @@ def test_the_arrival_spread_is_recovered_from_points_that_had_it() -> None:
     assert choose_free(calibration_points(_csv(one)))["arrival_spread"] == (
         "needs two distinct concurrencies, one of them at least 2"
     )
+
+
+def test_a_point_the_product_cannot_place_is_dropped_with_its_reason() -> None:
+    """One request's KV of a 400,000-token prompt does not fit one H100 beside Qwen3-32B: the
+    fit drops that point, names it with the reason, and fits the others; the profile keeps
+    the drop through its JSON form."""
+    rows = _rows()[:4]
+    huge = {**rows[0], "case_id": "huge", "isl": "400000"}
+    profile = calibrate_case_file(_csv([*rows, huge]))
+    assert profile.fit.points == len(rows)
+    ((reason, case_ids),) = profile.dropped
+    assert case_ids == ("huge",) and "no room for one request's KV" in reason
+    body = profile.to_dict()
+    assert body["dropped"] == {reason: ["huge"]}
+    again = profile_from_dict(body)
+    assert again.dropped == profile.dropped and again.id == profile.id
+    assert "dropped 1 point(s) the product cannot place (huge)" in calibration_table(body)
+    placed_all = calibrate_case_file(_csv(rows))
+    assert placed_all.dropped == () and "dropped" not in placed_all.to_dict()
+    assert placed_all.id != profile.id
+    with pytest.raises(InvalidParameterError, match="points the product can place"):
+        calibrate_case_file(_csv([rows[0], huge]))

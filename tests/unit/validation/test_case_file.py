@@ -6,8 +6,10 @@ import csv
 import io
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from app.core.errors import InvalidParameterError
+from app.core.errors import InvalidParameterError, UnsupportedError
 from app.core.validation import (
     CASE_COLUMNS,
     MAX_CASE_ROWS,
@@ -17,7 +19,7 @@ from app.core.validation import (
     replay_case_file,
     run_validation,
 )
-from app.core.validation.case_file import OUT_COLUMNS, row_case
+from app.core.validation.case_file import OUT_COLUMNS, row_case, row_layout
 from app.core.validation.cases import SERVING_CASES
 
 ROW = {
@@ -171,3 +173,99 @@ def test_an_fp4_label_of_a_natively_fp4_checkpoint_is_its_native_format() -> Non
     assert row_case(llama).precision == "NVFP4"
     fp8 = {**ROW, "model": "openai/gpt-oss-120b", "gemm_quant": "fp8", "moe_quant": "fp8"}
     assert row_case(fp8).precision == "FP8"
+
+
+KIMI_WIDE = {
+    **ROW,
+    "model": "moonshotai/Kimi-K2.5",  # 64 attention heads, 384 experts
+    "hardware": "B200 180GB",
+    "engine": "trtllm 1.2.0",
+    "gemm_quant": "nvfp4",
+    "moe_quant": "nvfp4",
+    "tp": "12",
+    "moe_tp": "1",
+    "moe_ep": "12",
+    "num_devices": "12",
+    "concurrency": "24",
+}
+
+
+def test_a_tp_that_does_not_divide_the_heads_is_wide_ep_where_the_engine_runs_it() -> None:
+    """TensorRT-LLM and SGLang run tp=12 of a 64-head MoE as attention DP 12 with experts over
+    the 12 ranks: the same prediction as the row written with that layout explicitly."""
+    explicit = {**KIMI_WIDE, "case_id": "explicit", "tp": "1", "attn_dp": "12"}
+    sglang = {**KIMI_WIDE, "case_id": "sglang", "engine": "sglang 0.5.9"}
+    for row in (KIMI_WIDE, sglang):
+        case = row_case(row)
+        assert (case.tp, case.dp, case.ep) == (1, 12, 12)
+    report = replay_case_file(file_of(KIMI_WIDE, explicit))
+    wide, written = report.outcomes
+    assert wide.error == "" and wide.ttft_ms_pred is not None
+    assert (wide.ttft_ms_pred, wide.tpot_ms_pred) == (written.ttft_ms_pred, written.tpot_ms_pred)
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        ({"engine": "vllm 0.17.0"}, "vllm runs attention tensor-parallel"),
+        ({"moe_tp": "12", "moe_ep": "1"}, "records tp=12, pp=1, attn_dp=1, moe_tp=12, moe_ep=1"),
+        ({"moe_tp": "2", "moe_ep": "6"}, "moe_tp=2, moe_ep=6"),
+        ({"moe_ep": "0"}, "moe_ep=1"),
+        ({"pp": "2", "num_devices": "24"}, "pp=2"),
+        ({"tp": "5", "moe_ep": "5", "num_devices": "5"}, "a divisor of num_experts=384"),
+        (
+            {"model": "meta-llama/Llama-3.1-70B", "gemm_quant": "fp8", "moe_quant": "fp8"},
+            "wide expert parallelism",
+        ),
+    ],
+)
+def test_a_tp_that_does_not_divide_the_heads_otherwise_is_refused_naming_why(
+    change: dict[str, str], text: str
+) -> None:
+    """Not wide EP as recorded (another engine, another expert split, a dense model, pp), or
+    wide EP whose experts do not split evenly: refused with the recorded layout named."""
+    (outcome,) = replay_case_file(file_of({**KIMI_WIDE, **change})).outcomes
+    assert outcome.refused and text in outcome.error, outcome.error
+
+
+@given(tp=st.integers(1, 80), ep=st.integers(0, 80), family=st.sampled_from(["trtllm", "sglang"]))
+def test_the_recorded_layout_stands_whenever_tp_divides_the_heads(
+    tp: int, ep: int, family: str
+) -> None:
+    """The wide-EP reading never touches a layout the heads allow (whose expert split is the
+    devices': experts over 1 or all tp ranks, with moe_tp 1), and never invents one the row
+    does not record (experts over all tp ranks)."""
+    row = {**KIMI_WIDE, "engine": f"{family} x", "tp": str(tp), "moe_ep": str(ep)}
+    experts = max(ep, 1)
+    try:
+        layout = row_layout(row, "moonshotai/Kimi-K2.5")
+    except UnsupportedError:
+        assert 64 % tp and experts != tp
+        return
+    except InvalidParameterError:
+        assert 64 % tp == 0 and experts not in (1, tp)
+        return
+    if 64 % tp == 0:
+        assert layout == (tp, 1, experts) and experts in (1, tp)
+    else:
+        assert layout == (1, tp, tp) and experts == tp
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        (
+            {"tp": "1", "attn_dp": "4", "moe_tp": "4", "moe_ep": "1", "num_devices": "4"},
+            "experts split by tensor parallelism across 4 attention data-parallel ranks",
+        ),
+        ({"tp": "8", "moe_tp": "2", "moe_ep": "2", "num_devices": "8"}, "moe_tp x moe_ep = "),
+    ],
+)
+def test_an_expert_split_the_runner_cannot_represent_is_refused(
+    change: dict[str, str], text: str
+) -> None:
+    """As in the disaggregated replay: attention DP with the experts' matrices split over the
+    DP ranks (TensorRT-LLM's enable_attention_dp without EP), or a split that is not the
+    devices', is named, never replayed as another layout."""
+    (outcome,) = replay_case_file(file_of({**KIMI_WIDE, **change})).outcomes
+    assert outcome.refused and text in outcome.error, outcome.error
