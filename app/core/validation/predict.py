@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from app.core.calibration.parameters import apply_to_device, apply_to_profile
 from app.core.catalog.devices import get_device
+from app.core.catalog.hardware import Device
 from app.core.catalog.models import get_model
 from app.core.catalog.quantization import Quantization, parse_quantization
 from app.core.cost import ForwardShape
@@ -219,15 +220,7 @@ class ServingReplay:
     ) -> tuple[float, float]:
         serving, memo = self._model(deployment)
         device = serving.runner.device
-        data = WorkloadSpec(
-            input_length=case.query_len,
-            output_length=case.output_len,
-            max_batched_tokens=profile.token_budget(
-                device.hbm_capacity_gb, device.name, device.vendor
-            ),
-            ttft_overhead_ms=profile.request_frontend_ms,
-            arrival_spread=profile.arrival_spread,
-        )
+        data = _engine_workload(profile, device, case.query_len, case.output_len)
         # The memo does not know the KV pool: the running cap is the engine's and the pool's.
         capacity = serving.kv_capacity_requests(
             case.query_len + case.output_len, data.max_batched_tokens
@@ -267,15 +260,7 @@ class ServingReplay:
         deployment = (key, run.model, run.device, run.tp, run.dp, run.ep, run.precision)
         serving, memo = self._model(deployment, profile)
         device = serving.runner.device
-        data = WorkloadSpec(
-            input_length=run.input_length,
-            output_length=run.output_length,
-            max_batched_tokens=profile.token_budget(
-                device.hbm_capacity_gb, device.name, device.vendor
-            ),
-            ttft_overhead_ms=profile.request_frontend_ms,
-            arrival_spread=profile.arrival_spread,
-        )
+        data = _engine_workload(profile, device, run.input_length, run.output_length)
         result = simulate_poisson_serving(
             data,
             run.request_rate,
@@ -294,6 +279,19 @@ class ServingReplay:
 
     def tpot_ms(self, case: ValidationCase) -> float:
         return self.predict(case)[1]
+
+
+def _engine_workload(
+    profile: EngineProfile, device: Device, input_length: int, output_length: int
+) -> WorkloadSpec:
+    """The lengths under the engine's token budget on the device and its front-end time."""
+    return WorkloadSpec(
+        input_length=input_length,
+        output_length=output_length,
+        max_batched_tokens=profile.token_budget(device.hbm_capacity_gb, device.name, device.vendor),
+        ttft_overhead_ms=profile.request_frontend_ms,
+        arrival_spread=profile.arrival_spread,
+    )
 
 
 def predictors() -> dict[str, Predictor]:

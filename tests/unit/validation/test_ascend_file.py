@@ -32,6 +32,19 @@ A2 = "ATLAS_800_A2_313T_64G"
 A3 = "ATLAS_800_A3_752T_128G_DIE"
 
 
+def _run(**fields: object) -> BenchmarkRun:
+    """A vLLM BF16 run on A2 cards without data or expert parallelism, all sent at once."""
+    base: dict[str, object] = {
+        "engine": "vllm",
+        "device": A2,
+        "dp": 1,
+        "ep": 1,
+        "precision": "BF16",
+        "request_rate": ALL_AT_ONCE_RATE,
+    }
+    return BenchmarkRun(**{**base, **fields})  # type: ignore[arg-type]
+
+
 def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_COLUMNS) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
@@ -49,19 +62,16 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
             5,
             "tpot",
             39.0,
-            BenchmarkRun(
-                engine="vllm",
+            _run(
                 model="Qwen/Qwen3.5-397B-A17B",
                 device=A3,
                 tp=16,
-                dp=1,
                 ep=16,
                 precision="W8A8",
                 input_length=8192,
                 output_length=1024,
                 num_requests=28,
                 max_concurrency=7,
-                request_rate=ALL_AT_ONCE_RATE,
                 max_batched_tokens=16384,
                 max_num_seqs=64,
             ),
@@ -71,10 +81,8 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
             12,
             "ttft",
             5880.0,
-            BenchmarkRun(
-                engine="vllm",
+            _run(
                 model="Qwen/Qwen3.5-397B-A17B",
-                device=A2,
                 tp=8,
                 dp=2,
                 ep=16,
@@ -83,7 +91,6 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 output_length=1024,
                 num_requests=28,
                 max_concurrency=7,
-                request_rate=ALL_AT_ONCE_RATE,
             ),
         ),
         # Qwen3-32B baseline on 4 x 800T A2: a natural-EOS dataset at its printed means
@@ -91,19 +98,13 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
             146,
             "tpot",
             55.1,
-            BenchmarkRun(
-                engine="vllm",
+            _run(
                 model="Qwen/Qwen3-32B",
-                device=A2,
                 tp=4,
-                dp=1,
-                ep=1,
-                precision="BF16",
                 input_length=150,
                 output_length=2700,
                 num_requests=100,
                 max_concurrency=1,
-                request_rate=ALL_AT_ONCE_RATE,
                 max_batched_tokens=40960,
             ),
         ),
@@ -112,14 +113,9 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
             316,
             "ttft",
             587.30,
-            BenchmarkRun(
-                engine="vllm",
+            _run(
                 model="Qwen/Qwen3-30B-A3B",
-                device=A2,
                 tp=4,
-                dp=1,
-                ep=1,
-                precision="BF16",
                 input_length=128,
                 output_length=128,
                 num_requests=200,
@@ -132,19 +128,13 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
             281,
             "ttft",
             2463.0,
-            BenchmarkRun(
-                engine="vllm",
+            _run(
                 model="Qwen/Qwen2.5-72B-Instruct",
-                device=A2,
                 tp=4,
-                dp=1,
-                ep=1,
-                precision="BF16",
                 input_length=1024,
                 output_length=10,
                 num_requests=100,
                 max_concurrency=25,
-                request_rate=ALL_AT_ONCE_RATE,
             ),
         ),
     ],
