@@ -1,40 +1,23 @@
-"""Replay the published Ascend serving results the product can represent (vLLM-Ascend rows of
-``shared/validation/ascend_serving_points.csv``) through ``services.simulate``, and print the
-error of every point and the median absolute errors.
+"""Replay the published Ascend serving results the product represents (the rows of
+``shared/validation/ascend_serving_points.csv``, vendored in ``bench/data``) through
+``services.simulate``, and print the error of every point and the median absolute errors.
 
-    python -m bench.ascend_serving [--csv OUT.csv]
+    python -m bench.ascend_serving [--csv OUT.csv] [--coverage]
 
-Which rows, and why only these (the file has 342 rows, one metric each):
-
-- taken: text-only runs of a model in the catalog, on a stated Atlas A2 / A3 device, with a
-  stated layout, lengths and load, whose source the file's ``SOURCES.md`` rates high or
-  medium: Qwen3-32B on an Atlas 800T A2 node (4 cards, vLLM-Ascend v0.13.0rc1, six datasets
-  at two or three concurrencies, the baseline rows without suffix decoding), Qwen3.5-397B
-  W8A8 on an A3 node (TP16) and on two A2 nodes (TP8 x DP2), Qwen3-30B-A3B on four A2 cards
-  (rate 1/s) and Qwen2.5-72B on four 800T A2 cards (the cold TTFT of the KV-pool pages);
-- left out: hardware not stated (Llama-3.1-8B, Qwen3-8B, Qwen2.5-7B guides), multimodal
-  inputs, models without a config in the catalog (QwQ-32B, Qwen3.5-4B, Hunyuan, InternLM2,
-  Hy3, Kimi-K2.6, Qwen3-Omni, Qwen3-Next), prefill-only or PD-instance measurements,
-  Ascend950PR and 310P cards, speculative and suffix decoding.
-
-How a row is replayed: the vLLM profile (the rows are vLLM-Ascend); the source's
-``max-num-batched-tokens``; a load of ``N`` requests at concurrency ``C`` is
-``benchmark_serving --request-rate inf --max-concurrency C --num-prompts N`` (every request
-sent at once, at most ``C`` in flight: the workload ``poisson`` at an unbounded rate, which
-is a closed loop of exactly ``N`` requests), a request rate is that rate's Poisson arrivals.
-Natural-EOS datasets are replayed at their printed mean input and output lengths. Devices:
-the Atlas 800T / 800I A2 cards as the 910B3 (``ATLAS_800_A2_313T_64G``, what the QwQ-32B page
-states for its 800I A2; decode is memory-bound, and the A2 variants share 64 GB at 1.6 TiB/s),
-an A3 node as 16 dies of ``ATLAS_800_A3_752T_128G_DIE``.
+Which rows, and how a row becomes a request, is the product's column mapping
+(:mod:`app.core.validation.ascend_file`, what ``chunkwise validate --cases
+ascend_serving_points.csv`` replays; its docstring documents every column and the refusals):
+the rows of one published run (same deployment, lengths and load) are one point here, with
+its mean TTFT and TPOT where the source printed them. This script adds what the validator does
+not: the run through ``services.simulate`` (the request a user would send), the Ascend
+residual groups (``scripts/residuals.py``) and the 80 % intervals' coverage.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import functools
 import math
-import re
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,148 +34,95 @@ from app.core.calibration.residuals import (
     shipped_table,
 )
 from app.core.catalog.models import get_model
+from app.core.errors import ChunkwiseError
+from app.core.validation import ASCEND_CASE_COLUMNS, BenchmarkRun, read_case_rows
+from app.core.validation.ascend_file import ascend_row
 from app.models.simulate import SimulateRequest, SimulateResponse
 from app.services.context import create_context
 from app.services.simulate import simulate
 from app.settings import Settings
 from bench import ascend_eagle3
 
-#: ``shared/validation/ascend_serving_points.csv``, vendored: the points cite its data rows.
+#: ``shared/validation/ascend_serving_points.csv``, vendored: the points are its data rows.
 SOURCE = Path(__file__).resolve().parent / "data" / "ascend_serving_points.csv"
-A2 = "ATLAS_800_A2_313T_64G"
-A3 = "ATLAS_800_A3_752T_128G_DIE"
-#: A request rate no benchmark reaches: every request is sent at t = 0 (``--request-rate inf``).
-ALL_AT_ONCE_RATE = 1.0e6
 
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One published run: its deployment, its load and what it measured (None: not printed)."""
+    """One published run: the rows it comes from, the run and what it measured (None: not
+    printed)."""
 
-    name: str
+    name: str  # the 0-based data rows of ascend_serving_points.csv ("rows 146")
     deployment: str  # the points of one deployment differ in load and lengths only
-    rows: str  # the 0-based data rows of ascend_serving_points.csv it comes from
-    model: str
-    device: str
-    quantization: str
-    tp: int
-    dp: int
-    ep: int
-    max_batched_tokens: int
-    isl: int
-    osl: int
-    num_requests: int
-    concurrency: int | None  # at most this many in flight (None: no cap)
-    request_rate: float  # requests/s (ALL_AT_ONCE_RATE: all sent at once)
+    run: BenchmarkRun
     ttft_ms: float | None
     tpot_ms: float | None
 
 
-def _qwen3_32b(
-    dataset: str, rows: str, isl: int, osl: int, requests: int, runs: tuple[tuple[int, float], ...]
-) -> tuple[Point, ...]:
-    """The suffix-decoding page's baseline runs of one dataset: (concurrency, mean TPOT)."""
+def points(text: str) -> tuple[Point, ...]:
+    """The represented rows of a published-Ascend-results file, one point per run (in the
+    order of its first row; the same run published by two sources is two points); refused
+    rows are left out (the validator reports them)."""
+    found: dict[tuple[str, BenchmarkRun], dict[str, Any]] = {}
+    for index, row in enumerate(read_case_rows(text, ASCEND_CASE_COLUMNS)):
+        try:
+            mapped = ascend_row(row)
+        except ChunkwiseError:
+            continue
+        key = (row["source"], mapped.run)
+        entry = found.setdefault(key, {"rows": [], "ttft": None, "tpot": None})
+        entry["rows"].append(str(index))
+        entry[mapped.metric] = mapped.measured_ms
     return tuple(
         Point(
-            name=f"Q32-{dataset}-c{c}",
-            deployment="Qwen3-32B 4 x 800T A2",
-            rows=rows,
-            model="Qwen/Qwen3-32B",
-            device=A2,
-            quantization="DISABLED",
-            tp=4,
-            dp=1,
-            ep=1,
-            max_batched_tokens=40960,
-            isl=isl,
-            osl=osl,
-            num_requests=requests,
-            concurrency=c,
-            request_rate=ALL_AT_ONCE_RATE,
-            ttft_ms=None,
-            tpot_ms=tpot,
+            name="rows " + ",".join(entry["rows"]),
+            deployment=f"{run.model} {run.tp * run.dp} x {run.device}",
+            run=run,
+            ttft_ms=entry["ttft"],
+            tpot_ms=entry["tpot"],
         )
-        for c, tpot in runs
+        for (_, run), entry in found.items()
     )
 
 
-POINTS: tuple[Point, ...] = (
-    *_qwen3_32b("HumanEval", "146-157", 150, 2700, 100, ((1, 55.1), (15, 61.6), (26, 64.7))),
-    *_qwen3_32b("ARC", "158-169", 76, 960, 100, ((1, 52.8), (8, 59.1), (15, 59.8))),
-    *_qwen3_32b("GSM8K", "170-181", 67, 1570, 100, ((1, 55.5), (17, 61.5), (26, 63.9))),
-    *_qwen3_32b("ShareGPT", "182-193", 666, 231, 327, ((1, 54.1), (8, 58.8), (14, 61.8))),
-    *_qwen3_32b("BoolQ", "194-205", 207, 314, 100, ((1, 54.1), (16, 60.0), (32, 62.7))),
-    *_qwen3_32b("AGIEval", "206-217", 735, 1880, 100, ((1, 53.1), (24, 64.0), (34, 70.0))),
-    Point("Q35-397B-A3-c7", "Qwen3.5-397B A3", "4-5", "Qwen/Qwen3.5-397B-A17B", A3,
-          "W8A8_DYNAMIC", 16, 1, 16, 16384, 8192, 1024, 28, 7, ALL_AT_ONCE_RATE, 2730.0, 39.0),
-    Point("Q35-397B-2xA2-c7", "Qwen3.5-397B 2 x A2", "12-13", "Qwen/Qwen3.5-397B-A17B", A2,
-          "W8A8_DYNAMIC", 8, 2, 16, 16384, 8192, 1024, 28, 7, ALL_AT_ONCE_RATE, 5880.0, 40.8),
-    Point("Q3-30B-A3B-rate1", "Qwen3-30B-A3B 4 x A2", "316,319", "Qwen/Qwen3-30B-A3B", A2,
-          "DISABLED", 4, 1, 1, 8192, 128, 128, 200, None, 1.0, 587.30, 23.89),
-    Point("Q25-72B-c25", "Qwen2.5-72B 4 x 800T A2", "281", "Qwen/Qwen2.5-72B-Instruct", A2,
-          "DISABLED", 4, 1, 1, 8192, 1024, 10, 100, 25, ALL_AT_ONCE_RATE, 2463.0, None),
-)  # fmt: skip
-
-
-@functools.cache
-def _source_rows() -> tuple[dict[str, str], ...]:
-    with SOURCE.open(encoding="utf-8", newline="") as handle:
-        return tuple(csv.DictReader(handle))
-
-
-def cited_rows(point: Point) -> list[dict[str, str]]:
-    """The source rows ``point.rows`` names ("146-157", "316,319": 0-based data rows)."""
-    rows = _source_rows()
-    indices: list[int] = []
-    for part in point.rows.split(","):
-        first, _, last = part.partition("-")
-        indices.extend(range(int(first), int(last or first) + 1))
-    return [rows[i] for i in indices]
-
-
-def check_source(point: Point) -> None:
-    """The measured values are the cited rows' (mean TTFT as ``mean_ttft`` or ``ttft`` in ms or
-    s, mean TPOT as ``mean_tpot`` in ms); raises when one is not there."""
-    rows = cited_rows(point)
-    for value, metrics in ((point.ttft_ms, ("mean_ttft", "ttft")), (point.tpot_ms, ("mean_tpot",))):
-        if value is None:
-            continue
-        printed = {
-            float(r["value"].replace(",", "")) * (1000.0 if r["unit"] == "s" else 1.0)
-            for r in rows
-            if r["metric"] in metrics and _same_load(point, r["concurrency_or_rate"])
-        }
-        if not any(abs(v - value) < 1e-6 for v in printed):
-            raise ValueError(f"{point.name}: {value} is not among rows {point.rows}: {printed}")
-
-
-def _same_load(point: Point, load: str) -> bool:
-    """The row's load names the point's request count and its concurrency (or rate)."""
-    numbers = {int(n) for n in re.findall(r"\d+", load)}
-    bound = point.concurrency if point.concurrency is not None else int(point.request_rate)
-    return point.num_requests in numbers and bound in numbers
+POINTS: tuple[Point, ...] = points(SOURCE.read_text(encoding="utf-8"))
 
 
 def request(point: Point) -> SimulateRequest:
+    """The ``/v1/simulate`` request of a point's run (a poisson load: every request sent at
+    once up to ``max_concurrency`` in flight is the client's ``--request-rate inf``)."""
+    run = point.run
     body: dict[str, Any] = {
-        "model": point.model,
-        "device": point.device,
-        "engine": "vllm",
-        "quantize_linear_action": point.quantization,
-        "tp_size": point.tp,
-        "dp_size": point.dp,
-        "ep_size": point.ep,
-        "num_devices": point.tp * point.dp,
-        "input_length": point.isl,
-        "output_length": point.osl,
-        "max_batched_tokens": point.max_batched_tokens,
+        "model": run.model,
+        "device": run.device,
+        "engine": run.engine,
+        "quantize_linear_action": _LINEAR_ACTIONS[run.precision],
+        "tp_size": run.tp,
+        "dp_size": run.dp,
+        "ep_size": run.ep,
+        "num_devices": run.tp * run.dp,
+        "input_length": run.input_length,
+        "output_length": run.output_length,
         "workload": "poisson",
-        "request_rate": point.request_rate,
-        "num_requests": point.num_requests,
+        "request_rate": run.request_rate,
+        "num_requests": run.num_requests,
     }
-    if point.concurrency is not None:
-        body["max_concurrency"] = point.concurrency
+    if run.max_batched_tokens is not None:
+        body["max_batched_tokens"] = run.max_batched_tokens
+    if run.max_num_seqs is not None:
+        body["engine_options"] = {"max_num_seqs": run.max_num_seqs}
+    if run.max_concurrency is not None:
+        body["max_concurrency"] = run.max_concurrency
     return SimulateRequest.model_validate(body)
+
+
+#: The validator's precision -> the request's linear-layer action.
+_LINEAR_ACTIONS: Mapping[str, str] = {
+    "BF16": "DISABLED",
+    "FP16": "DISABLED",
+    "W8A8": "W8A8_DYNAMIC",
+    "W4A16": "W4A16",
+}
 
 
 def error_pct(predicted: float, measured: float) -> float:
@@ -208,7 +138,7 @@ def replay() -> list[dict[str, Any]]:
         out.append(
             {
                 "name": point.name,
-                "rows": point.rows,
+                "deployment": point.deployment,
                 "ttft_ms": point.ttft_ms,
                 "ttft_ms_pred": result.ttft_ms,
                 "tpot_ms": point.tpot_ms,
@@ -287,8 +217,6 @@ def main(argv: list[str] | None = None) -> int:
         "--coverage", action="store_true", help="also the 80 %% intervals' coverage of them"
     )
     args = parser.parse_args(argv)
-    for point in POINTS:
-        check_source(point)
     rows = replay()
     errors: dict[str, list[float]] = {"ttft_ms": [], "tpot_ms": []}
     for row in rows:
@@ -301,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             error = error_pct(predicted, measured)
             errors[metric].append(error)
             cells.append(f"{metric} {measured:9,.1f} -> {predicted:9,.1f} ({error:+6.1f}%)")
-        print(f"{row['name']:<20} " + "  ".join(cells))
+        print(f"{row['name']:<14} {row['deployment']:<52} " + "  ".join(cells))
     for metric, values in errors.items():
         if values:
             print(

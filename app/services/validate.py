@@ -45,23 +45,32 @@ def validate_cases(
 ) -> CaseFileReport:
     """Replay every row of a measurement file (CSV text with the columns of
     ``measured_agg_serving_cases.csv``, or of ``measured_disagg_serving_cases.csv``: a header
-    naming the prefill and decode pools is replayed disaggregated); a row that cannot be
-    predicted carries its reason.
+    naming the prefill and decode pools is replayed disaggregated, or of
+    ``ascend_serving_points.csv``: published Ascend results, one metric per row); a row that
+    cannot be predicted carries its reason.
 
     A header with missing or unknown columns, no rows or more than ``MAX_CASE_ROWS`` raise
     :class:`~app.core.errors.InvalidParameterError` naming the problem.
     """
     from app.core.errors import InvalidParameterError
-    from app.core.validation import is_disagg_header, replay_case_file, replay_disagg_file
+    from app.core.validation import (
+        is_ascend_header,
+        is_disagg_header,
+        replay_ascend_file,
+        replay_case_file,
+        replay_disagg_file,
+    )
 
+    if calibration is not None and (is_disagg_header(text) or is_ascend_header(text)):
+        raise InvalidParameterError(
+            "--calibration",
+            calibration.id,
+            "an aggregated measurement file (a calibration "
+            "profile is fitted to and applied on aggregated deployments)",
+        )
+    if is_ascend_header(text):
+        return replay_ascend_file(text)
     if is_disagg_header(text):
-        if calibration is not None:
-            raise InvalidParameterError(
-                "--calibration",
-                calibration.id,
-                "an aggregated measurement file (a calibration "
-                "profile is fitted to and applied on aggregated deployments)",
-            )
         return replay_disagg_file(text, drop_layout_duplicates=drop_layout_duplicates)
     return replay_case_file(
         text, drop_layout_duplicates=drop_layout_duplicates, calibration=calibration

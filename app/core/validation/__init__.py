@@ -7,8 +7,14 @@ replay.py    LOADERS, load_cases, run_validation
 case_file.py any measurement file with the serving columns (validate --cases)
 disagg_file.py a measurement file of disaggregated deployments (prefill and decode pools)
 replicas.py  configurations measured more than once: the file's replica floor
+ascend_file.py published Ascend serving results (one metric per row, free-text load columns)
 """
 
+from app.core.validation.ascend_file import (
+    ASCEND_CASE_COLUMNS,
+    is_ascend_header,
+    replay_ascend_file,
+)
 from app.core.validation.case_file import (
     CASE_COLUMNS,
     MAX_CASE_ROWS,
@@ -38,6 +44,8 @@ from app.core.validation.disagg_file import (
     replay_disagg_file,
 )
 from app.core.validation.predict import (
+    ALL_AT_ONCE_RATE,
+    BenchmarkRun,
     ServingReplay,
     engine_serving_model,
     predictors,
@@ -46,6 +54,8 @@ from app.core.validation.replay import LOADERS, load_cases, run_validation
 from app.core.validation.report import CaseResult, ErrorSummary, ValidationReport
 
 __all__ = [
+    "ALL_AT_ONCE_RATE",
+    "ASCEND_CASE_COLUMNS",
     "CASE_COLUMNS",
     "DISAGG_CASE_COLUMNS",
     "LOADERS",
@@ -56,6 +66,7 @@ __all__ = [
     "TARGET_DEVICE_MEDIAN_APE_PCT",
     "TARGET_KIND",
     "TARGET_MEDIAN_APE_PCT",
+    "BenchmarkRun",
     "CaseFileReport",
     "CaseResult",
     "DisaggReplay",
@@ -66,6 +77,7 @@ __all__ = [
     "ValidationCase",
     "ValidationReport",
     "engine_serving_model",
+    "is_ascend_header",
     "is_disagg_header",
     "load_agg_serving_cases",
     "load_cases",
@@ -73,6 +85,7 @@ __all__ = [
     "load_published_points",
     "predictors",
     "read_case_rows",
+    "replay_ascend_file",
     "replay_case_file",
     "replay_disagg_file",
     "row_case",

@@ -37,6 +37,7 @@ import csv
 import io
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -134,6 +135,9 @@ class RowOutcome:
     #: ``recipe``, ``ambiguous`` or ``default``, and the recipe's note and source.
     settings: str = "default"
     settings_note: str = ""
+    #: A refused row's reason without its value, what the report counts refusals by (blank:
+    #: the file's rows are not counted by reason).
+    refusal: str = ""
 
     @property
     def refused(self) -> bool:
@@ -215,6 +219,17 @@ class CaseFileReport:
     floors: tuple[FloorComparison, ...] = ()
     replicated: tuple[PredictedConfiguration, ...] = ()
 
+    @property
+    def refusal_counts(self) -> tuple[tuple[str, int], ...]:
+        """Refused rows per reason (rows that carry one), the most frequent first."""
+        counts = Counter(o.refusal for o in self.outcomes if o.refused and o.refusal)
+        return tuple(counts.most_common())
+
+    @property
+    def represented_share(self) -> float:
+        """The share of the rows predicted (not refused)."""
+        return sum(not o.refused for o in self.outcomes) / len(self.outcomes)
+
     def to_csv(self) -> str:
         """One line per input row: ``case_id,ttft_ms_pred,tpot_ms_pred,error`` and the rest."""
         buffer = io.StringIO()
@@ -257,6 +272,12 @@ class CaseFileReport:
                 f"{_pct(g.tpot_median_ape_pct):>9s} {_pct(g.tpot_p90_ape_pct):>9s} "
                 f"{_share(g.interval_coverage):>6s}"
             )
+        if self.refusal_counts:
+            lines.append(
+                f"represented {self.represented_share:.1%} of {len(self.outcomes)} rows; "
+                "refused per reason:"
+            )
+            lines.extend(f"{count:5d}  {reason}" for reason, count in self.refusal_counts)
         return "\n".join([*lines, *self._floor_lines()])
 
     def _floor_lines(self) -> list[str]:
@@ -309,6 +330,7 @@ class CaseFileReport:
             "refused": [
                 {"case_id": o.case_id, "error": o.error} for o in self.outcomes if o.refused
             ],
+            "refusal_counts": dict(self.refusal_counts),
         }
 
 
@@ -355,7 +377,7 @@ def _bounds(interval: tuple[float, float] | None) -> tuple[str, str]:
 
 
 def _number(value: float | None) -> str:
-    return "" if value is None else f"{value:.6g}"
+    return "" if value is None or math.isnan(value) else f"{value:.6g}"
 
 
 def _signed(value: float | None) -> str:

@@ -11,9 +11,11 @@ case and a TPOT case); for one :func:`~app.core.validation.run_validation` call.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from app.core.calibration.parameters import apply_to_device, apply_to_profile
 from app.core.catalog.devices import get_device
+from app.core.catalog.hardware import Device
 from app.core.catalog.models import get_model
 from app.core.catalog.quantization import Quantization, parse_quantization
 from app.core.cost import ForwardShape
@@ -35,7 +37,12 @@ from app.core.validation.cases import (
     TARGET_KIND,
     ValidationCase,
 )
-from app.core.workload import ranks_are_coupled, simulate_serving
+from app.core.workload import (
+    DEFAULT_POISSON_SEED,
+    ranks_are_coupled,
+    simulate_poisson_serving,
+    simulate_serving,
+)
 from app.core.workload.closed_loop import PlanMemo
 
 Predictor = Callable[[ValidationCase], float]
@@ -121,6 +128,30 @@ def engine_serving_model(
 
 #: (engine, engine options, model, device, tp, dp, ep, precision)
 _Deployment = tuple[str, tuple[tuple[str, str | float], ...], str, str, int, int, int, str]
+#: A request rate no benchmark reaches: every request is sent at t = 0 (``--request-rate inf``,
+#: the benchmark clients' default), at most ``max_concurrency`` in flight.
+ALL_AT_ONCE_RATE = 1.0e6
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchmarkRun:
+    """One published benchmark run: a deployment (catalog model and device, layout, the
+    validator's precision, the engine column), its lengths and its load."""
+
+    engine: str
+    model: str
+    device: str
+    tp: int
+    dp: int
+    ep: int
+    precision: str
+    input_length: int
+    output_length: int
+    num_requests: int
+    max_concurrency: int | None  # None: no cap on requests in flight
+    request_rate: float  # requests/s; ALL_AT_ONCE_RATE: every request sent at t = 0
+    max_batched_tokens: int | None = None  # None: the engine profile's
+    max_num_seqs: int | None = None  # None: the engine profile's
 
 
 class ServingReplay:
@@ -144,12 +175,16 @@ class ServingReplay:
         self._models: dict[_Deployment, tuple[RunnerServingModel, MemoLatency]] = {}
         self._results: dict[tuple[_Deployment, int, int, int], tuple[float, float]] = {}
 
-    def _model(self, deployment: _Deployment) -> tuple[RunnerServingModel, MemoLatency]:
+    def _model(
+        self, deployment: _Deployment, profile: EngineProfile | None = None
+    ) -> tuple[RunnerServingModel, MemoLatency]:
+        """``deployment``'s serving model under ``profile`` (default: the profile its first
+        field names; a profile with overrides is keyed by a first field that says them)."""
         found = self._models.get(deployment)
         if found is None:
             engine, options, model, device, tp, dp, ep, precision = deployment
             serving = engine_serving_model(
-                self._profile(engine, options),
+                profile or self._profile(engine, options),
                 model,
                 device,
                 tp,
@@ -196,15 +231,7 @@ class ServingReplay:
     ) -> tuple[float, float]:
         serving, memo = self._model(deployment)
         device = serving.runner.device
-        data = WorkloadSpec(
-            input_length=case.query_len,
-            output_length=case.output_len,
-            max_batched_tokens=profile.token_budget(
-                device.hbm_capacity_gb, device.name, device.vendor
-            ),
-            ttft_overhead_ms=profile.request_frontend_ms,
-            arrival_spread=profile.arrival_spread,
-        )
+        data = _engine_workload(profile, device, case.query_len, case.output_len)
         # The memo does not know the KV pool: the running cap is the engine's and the pool's.
         capacity = serving.kv_capacity_requests(
             case.query_len + case.output_len, data.max_batched_tokens
@@ -226,11 +253,56 @@ class ServingReplay:
         )
         return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
 
+    def predict_benchmark(self, run: BenchmarkRun) -> tuple[float, float]:
+        """Mean TTFT and TPOT (ms) of a benchmark client's run (``vllm bench serve``,
+        ``ais_bench``): ``run.num_requests`` requests arriving at ``run.request_rate`` (all at
+        once at ``ALL_AT_ONCE_RATE``), at most ``run.max_concurrency`` in flight, every request
+        counted; under the engine profile of ``run.engine``, with the source's token budget and
+        running cap when it printed them (what ``/v1/simulate`` runs for a poisson request)."""
+        base = device_profile(
+            engine_family(run.engine), vendor=get_device(run.device).vendor, device_name=run.device
+        )
+        overrides = {
+            "max_batched_tokens": run.max_batched_tokens,
+            "max_num_seqs": run.max_num_seqs,
+        }
+        profile = self._profile(base.name).with_overrides(overrides)
+        key = f"{profile.name} max_num_seqs={run.max_num_seqs} budget={run.max_batched_tokens}"
+        deployment = (key, (), run.model, run.device, run.tp, run.dp, run.ep, run.precision)
+        serving, memo = self._model(deployment, profile)
+        device = serving.runner.device
+        data = _engine_workload(profile, device, run.input_length, run.output_length)
+        result = simulate_poisson_serving(
+            data,
+            run.request_rate,
+            memo,
+            profile.scheduler_for(device.hbm_capacity_gb, device.name),
+            dp=run.dp,
+            num_requests=run.num_requests,
+            seed=DEFAULT_POISSON_SEED,
+            max_concurrency=run.max_concurrency,
+            max_num_seqs=profile.running_cap(device.hbm_capacity_gb, device.name),
+        )
+        return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
+
     def ttft_ms(self, case: ValidationCase) -> float:
         return self.predict(case)[0]
 
     def tpot_ms(self, case: ValidationCase) -> float:
         return self.predict(case)[1]
+
+
+def _engine_workload(
+    profile: EngineProfile, device: Device, input_length: int, output_length: int
+) -> WorkloadSpec:
+    """The lengths under the engine's token budget on the device and its front-end time."""
+    return WorkloadSpec(
+        input_length=input_length,
+        output_length=output_length,
+        max_batched_tokens=profile.token_budget(device.hbm_capacity_gb, device.name, device.vendor),
+        ttft_overhead_ms=profile.request_frontend_ms,
+        arrival_spread=profile.arrival_spread,
+    )
 
 
 def predictors() -> dict[str, Predictor]:

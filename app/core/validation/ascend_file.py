@@ -1,0 +1,427 @@
+"""Replay a file of published Ascend serving results (``chunkwise validate --cases FILE``).
+
+A file has exactly the columns of ``shared/validation/ascend_serving_points.csv``
+(:data:`ASCEND_CASE_COLUMNS`), recognised by its header (:func:`is_ascend_header`): one
+published metric per row, with the run's deployment and load written as the source printed
+them (partly free text). Each row is one point: the mapping below turns it into a
+:class:`~app.core.validation.predict.BenchmarkRun` that
+:meth:`~app.core.validation.predict.ServingReplay.predict_benchmark` simulates (rows of one run
+share the simulation), or refuses it with the column and the setting that cannot be
+represented. The report and the OUT CSV are the aggregated replay's
+(:class:`~app.core.validation.case_file.CaseFileReport`; ``case_id`` is ``row<N>``, the 0-based
+data row); the report counts the refusals per reason.
+
+Column mapping (checked in this order; the first that fails names the refusal):
+
+- ``metric`` / ``unit``: ``mean_ttft`` and ``mean_tpot`` (``ttft`` / ``tpot`` too, unless the
+  notes say the column is not labelled) in ms or s. Medians, p99, ITL and throughputs are
+  refused: the replay predicts mean TTFT and TPOT, what the other ``--cases`` files hold.
+- ``hardware`` (:data:`HARDWARE_RULES`, first match): a card that is not stated, or stated as
+  "A2/A3", is refused; an Atlas A3 node is 16 dies of ``ATLAS_800_A3_752T_128G_DIE`` (the
+  Atlas 800 A3's die, msmodeling's A3 device); an Atlas 800T/800I A2, an "atlas A2" or a 910B
+  card is ``ATLAS_800_A2_313T_64G`` (the 910B3, which vLLM-Ascend's QwQ-32B page states for
+  its Atlas 800I A2; the A2 variants share 64 GB at 1.6 TB/s and decode is memory-bound);
+  cards without a catalog device (Atlas 300I Duo / 310P, Ascend950PR, the first-generation
+  Ascend 910) are refused.
+- ``model``: the catalog resolves the name (``Qwen3.5-397B-A17B-w8a8`` -> the base
+  architecture); others are refused by name.
+- ``engine``: the family named in the text (``vLLM-Ascend`` -> ``vllm``, ``SGLang`` ->
+  ``sglang``), which on an Ascend device is the engine's NPU build; others are refused.
+- ``precision``: ``bf16`` / ``fp16`` (dummy weights included: same shapes), ``w8a8`` (vLLM-
+  Ascend's W8A8 dynamic), ``w4a16``; unstated or mixed formats (``w8a8-mxfp8``) are refused.
+- layout: ``tp`` and ``dp`` plain integers; ``ep`` ``yes`` is expert parallelism over all
+  ``tp x dp`` ranks, blank or ``no`` none, or an integer; ``num_devices``' leading integer
+  (``per instance``: one instance) must be ``tp x dp`` (pipeline or context parallel,
+  stated in ``tp``/``dp`` notes, is refused: not plain integers).
+- ``isl`` / ``osl``: ``N input tokens / M req`` (``N generated / M req``) is the dataset's
+  mean ``N / M``; ``avg N`` the printed mean; else the leading number (``1,024``, ``64K`` =
+  65,536). Images or video inputs, variable lengths (``~``), prefill-only runs and
+  unstated lengths are refused.
+- ``concurrency_or_rate``: the requests (``N prompts``, ``N requests``, ``single request``;
+  for a ``qps`` row the ``/ M req`` of ``isl``), the cap (``concurrency N``,
+  ``max-concurrency=N``) and the rate (``request-rate R``, ``qps R``, ``request rate R``; ``inf``
+  or unstated: the clients' default, all sent at once). A run without a request count, or a
+  decode batch size instead of a client load, is refused.
+- ``spec_decode``: ``none`` only; MTP without its per-position acceptance and suffix decoding
+  are refused (the product's MTP takes the acceptance of every drafted position).
+- ``notes``: ``max-num-batched-tokens N`` and ``max-num-seqs N`` are the engine's settings;
+  eager execution (``enforce-eager``) and KV-cache hits of an unstated share are refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from app.core.catalog.models import get_model, resolve_model_name
+from app.core.errors import ChunkwiseError, UnsupportedError
+from app.core.validation.case_file import (
+    CaseFileReport,
+    RowOutcome,
+    case_file_report,
+    read_case_rows,
+)
+from app.core.validation.cases import MS_PER_S
+from app.core.validation.csv_text import csv_lines, malformed_csv
+from app.core.validation.predict import ALL_AT_ONCE_RATE, BenchmarkRun, ServingReplay
+
+__all__ = [
+    "ASCEND_CASE_COLUMNS",
+    "HARDWARE_RULES",
+    "AscendRow",
+    "RowRefusal",
+    "ascend_row",
+    "is_ascend_header",
+    "replay_ascend_file",
+]
+
+#: The columns of a published Ascend results file, in the order of the shared file.
+ASCEND_CASE_COLUMNS: tuple[str, ...] = (
+    "source",
+    "model",
+    "hardware",
+    "num_devices",
+    "tp",
+    "dp",
+    "ep",
+    "precision",
+    "engine",
+    "isl",
+    "osl",
+    "concurrency_or_rate",
+    "spec_decode",
+    "metric",
+    "value",
+    "unit",
+    "notes",
+)
+#: Columns only this file has: a header with any of them is read as one.
+_ASCEND_MARKERS = frozenset({"concurrency_or_rate", "spec_decode", "metric"})
+
+A3_DIE = "ATLAS_800_A3_752T_128G_DIE"
+A2_CARD = "ATLAS_800_A2_313T_64G"
+#: ``hardware`` text (lower case) -> catalog device, or None: refused with the rule's reason.
+#: First match wins; the refusals come first so that "not stated ... A2 series" stays unstated.
+HARDWARE_RULES: tuple[tuple[str, str | None, str], ...] = (
+    (r"not stated|not explicit|usually", None, "the card is not stated"),
+    (r"a2\s*/\s*a3", None, "the source does not say A2 or A3"),
+    (r"310p|300i", None, "no catalog device for the Atlas 300I Duo (310P)"),
+    (r"950", None, "no catalog device for the Ascend950PR"),
+    (r"\ba3\b", A3_DIE, "an Atlas 800 A3 die"),
+    (r"\ba2\b|910b", A2_CARD, "an Atlas 800 A2 card (910B3)"),
+    (r"\b910\b", None, "no catalog device for the first-generation Ascend 910"),
+)
+_METRICS: Mapping[str, str] = {
+    "mean_ttft": "ttft",
+    "ttft": "ttft",
+    "mean_tpot": "tpot",
+    "tpot": "tpot",
+}
+_UNITS_MS: Mapping[str, float] = {"ms": 1.0, "s": MS_PER_S}
+_PRECISIONS: Mapping[str, str] = {
+    "bf16": "BF16",
+    "fp16": "FP16",
+    "w8a8": "W8A8",
+    "w4a16": "W4A16",
+}
+_ENGINES: tuple[tuple[str, str], ...] = (("vllm", "vllm"), ("sglang", "sglang"))
+_NUMBER = r"(\d[\d,]*(?:\.\d+)?)"
+_PER_REQUEST = re.compile(_NUMBER + r"\s+(?:input tokens|generated)\s*/\s*(\d+)\s*req")
+_REQUESTS = re.compile(r"(?:\(|\b)(?:\d+\s*/\s*)?(\d+)\s+(?:prompts|requests)\b")
+_CAP = re.compile(r"concurrency\s*=?\s*(\d+)", re.IGNORECASE)
+_RATE = re.compile(r"(?:request[- ]rate|qps)\s*=?\s*(inf|\d+(?:\.\d+)?)", re.IGNORECASE)
+
+
+class RowRefusal(UnsupportedError):
+    """A row whose ``column`` holds a setting the replay cannot represent (``reason``)."""
+
+    def __init__(self, column: str, reason: str, value: str) -> None:
+        self.column = column
+        self.reason = reason
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        super().__init__(f"{column}: {reason} ({shown!r})")
+
+    @property
+    def key(self) -> str:
+        """What the report counts refusals by: the column and the reason, not the value."""
+        return f"{self.column}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AscendRow:
+    """One represented row: the run it measured, which metric and the value in ms."""
+
+    run: BenchmarkRun
+    metric: str  # "ttft" or "tpot"
+    measured_ms: float
+
+
+def is_ascend_header(text: str) -> bool:
+    """Whether a measurement file's header names the published-Ascend-results columns."""
+    try:
+        first = next(csv.reader(csv_lines(text)), [])
+    except csv.Error as exc:
+        raise malformed_csv(exc) from None
+    return bool(_ASCEND_MARKERS & {c.strip() for c in first})
+
+
+# -- columns ---------------------------------------------------------------------------------
+def _metric(row: Mapping[str, str]) -> tuple[str, float]:
+    metric = row["metric"].lower()
+    if metric not in _METRICS:
+        raise RowRefusal("metric", "not a mean TTFT or TPOT", row["metric"])
+    if metric in ("ttft", "tpot") and "not labelled" in row["notes"].lower():
+        raise RowRefusal("metric", "not labelled mean or median", row["metric"])
+    scale = _UNITS_MS.get(row["unit"].lower())
+    if scale is None:
+        raise RowRefusal("unit", "not ms or s", row["unit"])
+    try:
+        value = float(row["value"].replace(",", ""))
+    except ValueError:
+        raise RowRefusal("value", "not a number", row["value"]) from None
+    if not (math.isfinite(value) and value > 0):
+        raise RowRefusal("value", "not a number > 0", row["value"])
+    return _METRICS[metric], value * scale
+
+
+def _device(hardware: str) -> str:
+    text = hardware.lower()
+    for pattern, device, reason in HARDWARE_RULES:
+        if re.search(pattern, text):
+            if device is None:
+                raise RowRefusal("hardware", reason, hardware)
+            return device
+    raise RowRefusal("hardware", "no catalog device named", hardware)
+
+
+def _model(name: str) -> str:
+    hf_id = resolve_model_name(name)
+    if hf_id is None:
+        raise RowRefusal("model", "not in the catalog", name)
+    get_model(hf_id)  # an architecture the runner cannot represent is refused here
+    return hf_id
+
+
+def _engine(text: str) -> str:
+    lowered = text.lower()
+    for needle, family in _ENGINES:
+        if needle in lowered:
+            return family
+    raise RowRefusal("engine", "not vLLM-Ascend or SGLang", text)
+
+
+def _precision(text: str) -> str:
+    head = re.split(r"[\s,(]", text.strip().lower(), maxsplit=1)[0]
+    if head not in _PRECISIONS:
+        raise RowRefusal("precision", "not stated or a mixed format", text)
+    return _PRECISIONS[head]
+
+
+def _int(column: str, text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise RowRefusal(column, "not a plain parallel size", text)
+    return int(text)
+
+
+def _layout(row: Mapping[str, str], is_moe: bool) -> tuple[int, int, int]:
+    tp, dp = _int("tp", row["tp"]), _int("dp", row["dp"])
+    ep_text = row["ep"].strip().lower()
+    if ep_text in ("", "no"):
+        ep = 1
+    elif ep_text == "yes":
+        ep = tp * dp if is_moe else 1
+    else:
+        ep = _int("ep", ep_text)
+    devices = re.match(r"\s*(\d+)", row["num_devices"])
+    if devices is None:
+        raise RowRefusal("num_devices", "not stated", row["num_devices"])
+    if int(devices.group(1)) != tp * dp:
+        raise RowRefusal("num_devices", f"not tp x dp = {tp * dp}", row["num_devices"])
+    return tp, dp, ep
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _length(column: str, text: str) -> int:
+    lowered = text.lower()
+    if re.search(r"image|video|vision|ocr", lowered):
+        raise RowRefusal(column, "multimodal input", text)
+    if "prefill-only" in lowered:
+        raise RowRefusal(column, "a prefill-only measurement", text)
+    if "~" in lowered or "variable" in lowered:
+        raise RowRefusal(column, "variable lengths", text)
+    per_request = _PER_REQUEST.search(lowered)
+    if per_request is not None:
+        value = _number(per_request.group(1)) / int(per_request.group(2))
+    else:
+        found = re.match(r"\s*(?:avg\s+)?" + _NUMBER + r"\s*(k\b)?", lowered)
+        if found is None:
+            raise RowRefusal(column, "not stated", text)
+        value = _number(found.group(1)) * (1024 if found.group(2) else 1)
+    if value < 1:
+        raise RowRefusal(column, "not stated", text)
+    return round(value)
+
+
+def _load(row: Mapping[str, str]) -> tuple[int, int | None, float]:
+    """(requests, cap on requests in flight, rate) of ``concurrency_or_rate``."""
+    text = row["concurrency_or_rate"]
+    lowered = text.lower()
+    if "batch size" in lowered:
+        raise RowRefusal("concurrency_or_rate", "a decode batch size, not a client load", text)
+    cap_found = _CAP.search(text)
+    cap = int(cap_found.group(1)) if cap_found else None
+    rate_found = _RATE.search(text)
+    rate = ALL_AT_ONCE_RATE
+    if rate_found is not None and rate_found.group(1) != "inf":
+        rate = float(rate_found.group(1))
+    requests_found = _REQUESTS.search(lowered)
+    if requests_found is not None:
+        requests = int(requests_found.group(1))
+    elif "single request" in lowered:
+        requests = 1
+    elif (isl := _PER_REQUEST.search(row["isl"].lower())) is not None:
+        requests = int(isl.group(2))
+    else:
+        raise RowRefusal("concurrency_or_rate", "number of requests not stated", text)
+    if rate_found is None and cap is None and "default inf" not in lowered:
+        raise RowRefusal("concurrency_or_rate", "neither a concurrency nor a rate", text)
+    if requests < 1 or (cap is not None and cap < 1) or rate <= 0:
+        raise RowRefusal("concurrency_or_rate", "not a positive load", text)
+    return requests, cap, rate
+
+
+def _spec_decode(text: str) -> None:
+    lowered = text.strip().lower()
+    if lowered.startswith("none"):
+        return
+    if lowered.startswith("mtp"):
+        raise RowRefusal("spec_decode", "MTP without per-position acceptance", text)
+    if "suffix" in lowered:
+        raise RowRefusal("spec_decode", "suffix decoding is not modelled", text)
+    raise RowRefusal("spec_decode", "speculative decoding not represented", text)
+
+
+def _setting(notes: str, flag: str) -> int | None:
+    found = re.search(re.escape(flag) + r"[\s=]+(\d+)", notes)
+    return int(found.group(1)) if found else None
+
+
+def _notes(notes: str) -> tuple[int | None, int | None]:
+    lowered = notes.lower()
+    if "enforce-eager" in lowered or "eager mode" in lowered:
+        raise RowRefusal("notes", "eager execution is not modelled", notes)
+    hit = re.search(r"cache hit|hit kv cache|dram hit", lowered)
+    if hit and not re.search(r"\bno (?:kv )?cache hit|\bcold\b", lowered):
+        raise RowRefusal("notes", "a KV-cache hit of unstated share", notes)
+    return _setting(lowered, "max-num-batched-tokens"), _setting(lowered, "max-num-seqs")
+
+
+def ascend_row(row: Mapping[str, str]) -> AscendRow:
+    """The run and measurement of one row, or :class:`RowRefusal` naming the column."""
+    metric, measured_ms = _metric(row)
+    device = _device(row["hardware"])
+    model = _model(row["model"])
+    engine = _engine(row["engine"])
+    precision = _precision(row["precision"])
+    tp, dp, ep = _layout(row, get_model(model).is_moe)
+    input_length = _length("isl", row["isl"])
+    output_length = _length("osl", row["osl"])
+    requests, cap, rate = _load(row)
+    _spec_decode(row["spec_decode"])
+    budget, max_num_seqs = _notes(row["notes"])
+    run = BenchmarkRun(
+        engine=engine,
+        model=model,
+        device=device,
+        tp=tp,
+        dp=dp,
+        ep=ep,
+        precision=precision,
+        input_length=input_length,
+        output_length=output_length,
+        num_requests=requests,
+        max_concurrency=cap,
+        request_rate=rate,
+        max_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+    )
+    return AscendRow(run=run, metric=metric, measured_ms=measured_ms)
+
+
+# -- replay ----------------------------------------------------------------------------------
+def replay_ascend_file(text: str) -> CaseFileReport:
+    """Predict every row of a published-Ascend-results file or refuse it with its reason."""
+    rows = read_case_rows(text, ASCEND_CASE_COLUMNS)
+    replay = ServingReplay()
+    results: dict[BenchmarkRun, tuple[float, float] | ChunkwiseError] = {}
+    outcomes: list[RowOutcome] = []
+    for index, row in enumerate(rows):
+        try:
+            mapped = ascend_row(row)
+        except ChunkwiseError as err:
+            reason = err.key if isinstance(err, RowRefusal) else str(err)
+            outcomes.append(
+                _outcome(index, row, None, _device_or_text(row["hardware"]), err, reason)
+            )
+            continue
+        run = mapped.run
+        found = results.get(run)
+        if found is None:
+            try:
+                found = replay.predict_benchmark(run)
+            except ChunkwiseError as err:
+                found = err
+            results[run] = found
+        if isinstance(found, ChunkwiseError):
+            outcomes.append(_outcome(index, row, mapped, run.device, found, str(found)))
+        else:
+            outcomes.append(_outcome(index, row, mapped, run.device, found, ""))
+    return case_file_report(tuple(outcomes))
+
+
+def _outcome(
+    index: int,
+    row: Mapping[str, str],
+    mapped: AscendRow | None,
+    hardware: str,
+    result: tuple[float, float] | ChunkwiseError,
+    refusal: str,
+) -> RowOutcome:
+    """A row's outcome: the measured metric (the other one NaN), predictions or the reason."""
+    measured = {"ttft": math.nan, "tpot": math.nan}
+    if mapped is not None:
+        measured[mapped.metric] = mapped.measured_ms
+    failed = isinstance(result, ChunkwiseError)
+    return RowOutcome(
+        case_id=f"row{index}",
+        hardware=hardware,
+        engine_family=_family_or_text(row["engine"]),
+        model=row["model"],
+        measured_ttft_ms=measured["ttft"],
+        measured_tpot_ms=measured["tpot"],
+        ttft_ms_pred=None if isinstance(result, ChunkwiseError) else result[0],
+        tpot_ms_pred=None if isinstance(result, ChunkwiseError) else result[1],
+        error=str(result) if failed else "",
+        refusal=refusal,
+    )
+
+
+def _device_or_text(hardware: str) -> str:
+    """A refused row's group: its catalog device when the hardware maps, else the text."""
+    try:
+        return _device(hardware)
+    except RowRefusal:
+        return hardware
+
+
+def _family_or_text(engine: str) -> str:
+    try:
+        return _engine(engine)
+    except RowRefusal:
+        return (engine.split() or ["(blank)"])[0]

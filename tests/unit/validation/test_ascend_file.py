@@ -1,0 +1,247 @@
+"""``validate --cases`` on published Ascend results: the column mapping of
+``ascend_serving_points.csv`` (rows of the vendored copy in ``bench/data``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.errors import ChunkwiseError, InvalidParameterError
+from app.core.validation import (
+    ALL_AT_ONCE_RATE,
+    ASCEND_CASE_COLUMNS,
+    BenchmarkRun,
+    is_ascend_header,
+    is_disagg_header,
+    replay_ascend_file,
+)
+from app.core.validation.ascend_file import RowRefusal, ascend_row
+from app.core.validation.case_file import OUT_COLUMNS
+
+FILE = Path(__file__).resolve().parents[3] / "bench" / "data" / "ascend_serving_points.csv"
+TEXT = FILE.read_text(encoding="utf-8")
+ROWS: list[dict[str, str]] = list(csv.DictReader(io.StringIO(TEXT)))
+A2 = "ATLAS_800_A2_313T_64G"
+A3 = "ATLAS_800_A3_752T_128G_DIE"
+
+
+def _run(**fields: object) -> BenchmarkRun:
+    """A vLLM BF16 run on A2 cards without data or expert parallelism, all sent at once."""
+    base: dict[str, object] = {
+        "engine": "vllm",
+        "device": A2,
+        "dp": 1,
+        "ep": 1,
+        "precision": "BF16",
+        "request_rate": ALL_AT_ONCE_RATE,
+    }
+    return BenchmarkRun(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_COLUMNS) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({c: r.get(c, "") for c in columns} for r in rows)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("index", "metric", "measured_ms", "run"),
+    [
+        # Qwen3.5-397B W8A8 on one A3 node: TP16 x EP16, 8k/1k at 7 clients of 28 prompts,
+        # the launch's max-num-batched-tokens and max-num-seqs
+        (
+            5,
+            "tpot",
+            39.0,
+            _run(
+                model="Qwen/Qwen3.5-397B-A17B",
+                device=A3,
+                tp=16,
+                ep=16,
+                precision="W8A8",
+                input_length=8192,
+                output_length=1024,
+                num_requests=28,
+                max_concurrency=7,
+                max_batched_tokens=16384,
+                max_num_seqs=64,
+            ),
+        ),
+        # the same on two A2 nodes, TP8 x DP2 with experts over all 16 ranks; TTFT in s
+        (
+            12,
+            "ttft",
+            5880.0,
+            _run(
+                model="Qwen/Qwen3.5-397B-A17B",
+                tp=8,
+                dp=2,
+                ep=16,
+                precision="W8A8",
+                input_length=8192,
+                output_length=1024,
+                num_requests=28,
+                max_concurrency=7,
+            ),
+        ),
+        # Qwen3-32B baseline on 4 x 800T A2: a natural-EOS dataset at its printed means
+        (
+            146,
+            "tpot",
+            55.1,
+            _run(
+                model="Qwen/Qwen3-32B",
+                tp=4,
+                input_length=150,
+                output_length=2700,
+                num_requests=100,
+                max_concurrency=1,
+                max_batched_tokens=40960,
+            ),
+        ),
+        # Qwen3-30B-A3B on "atlas A2 64G * 4": Poisson at 1 req/s, 200 prompts, no cap
+        (
+            316,
+            "ttft",
+            587.30,
+            _run(
+                model="Qwen/Qwen3-30B-A3B",
+                tp=4,
+                input_length=128,
+                output_length=128,
+                num_requests=200,
+                max_concurrency=None,
+                request_rate=1.0,
+            ),
+        ),
+        # the cold TTFT of the KV-pool page (the "no KV cache hit" step is represented)
+        (
+            281,
+            "ttft",
+            2463.0,
+            _run(
+                model="Qwen/Qwen2.5-72B-Instruct",
+                tp=4,
+                input_length=1024,
+                output_length=10,
+                num_requests=100,
+                max_concurrency=25,
+            ),
+        ),
+    ],
+)
+def test_known_rows_map_to_known_runs(
+    index: int, metric: str, measured_ms: float, run: BenchmarkRun
+) -> None:
+    mapped = ascend_row(ROWS[index])
+    assert (mapped.metric, mapped.measured_ms, mapped.run) == (metric, measured_ms, run)
+
+
+def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
+    """``ShareGPT (42659 input tokens / 200 req)``: 213 tokens; ``qps 4``: 200 requests at 4/s."""
+    row = {**ROWS[28 + 6], "hardware": "Atlas 800I A2", "model": "Qwen/Qwen3-8B"}  # mean_tpot
+    mapped = ascend_row(row)
+    assert (mapped.run.input_length, mapped.run.output_length) == (213, 218)
+    assert (mapped.run.num_requests, mapped.run.request_rate) == (200, 4.0)
+    assert mapped.run.max_concurrency is None
+
+
+@pytest.mark.parametrize(
+    ("index", "reason"),
+    [
+        (2, "metric: not a mean TTFT or TPOT"),  # output throughput
+        (1, "isl: multimodal input"),  # 480p image
+        (20, "metric: not a mean TTFT or TPOT"),  # median TTFT
+        (22, "hardware: the card is not stated"),  # mean TPOT, /dev/davinci7
+        (90, "hardware: the source does not say A2 or A3"),
+        (129, "hardware: no catalog device for the Atlas 300I Duo (310P)"),
+        (101 + 2, "hardware: no catalog device for the Ascend950PR"),
+        (125, "model: not in the catalog"),  # QwQ-32B mean TTFT
+        (148, "spec_decode: suffix decoding is not modelled"),
+        (282, "notes: a KV-cache hit of unstated share"),
+        (324, "metric: not labelled mean or median"),
+    ],
+)
+def test_refusals_name_the_column_and_the_setting(index: int, reason: str) -> None:
+    with pytest.raises(RowRefusal) as err:
+        ascend_row(ROWS[index])
+    assert err.value.key == reason
+    assert str(err.value).startswith(reason)
+
+
+def test_the_file_replays_with_every_row_predicted_or_refused_by_reason() -> None:
+    report = replay_ascend_file(TEXT)
+    assert len(report.outcomes) == len(ROWS)
+    assert [o.case_id for o in report.outcomes] == [f"row{i}" for i in range(len(ROWS))]
+    refused = [o for o in report.outcomes if o.refused]
+    assert sum(n for _, n in report.refusal_counts) == len(refused) == report.overall.refused
+    assert all(o.error and o.refusal for o in refused)
+    predicted = [o for o in report.outcomes if not o.refused]
+    # every represented row measured exactly one of TTFT and TPOT
+    assert predicted and all(
+        math.isnan(o.measured_ttft_ms) != math.isnan(o.measured_tpot_ms) for o in predicted
+    )
+    assert {o.hardware for o in predicted} == {A2, A3}
+    assert math.isclose(report.represented_share, len(predicted) / len(ROWS))
+    lines = report.to_csv().splitlines()
+    assert tuple(lines[0].split(",")) == OUT_COLUMNS and len(lines) == len(ROWS) + 1
+    assert ",nan," not in report.to_csv()  # an unmeasured metric is blank
+    table = report.format_table()
+    assert "ATLAS_800_A2_313T_64G | vllm | Qwen3-32B" in table
+    assert f"represented {report.represented_share:.1%} of {len(ROWS)} rows" in table
+    assert report.to_dict()["refusal_counts"] == dict(report.refusal_counts)
+
+
+def test_rows_of_one_run_share_one_simulation() -> None:
+    report = replay_ascend_file(_csv([ROWS[4], ROWS[5]]))
+    ttft, tpot = report.outcomes
+    assert (ttft.ttft_ms_pred, ttft.tpot_ms_pred) == (tpot.ttft_ms_pred, tpot.tpot_ms_pred)
+    assert ttft.ttft_error_pct is not None and ttft.tpot_error_pct is None
+    assert tpot.tpot_error_pct is not None and tpot.ttft_error_pct is None
+
+
+def test_the_header_decides_and_a_wrong_one_names_the_columns() -> None:
+    assert is_ascend_header(TEXT) and not is_disagg_header(TEXT)
+    assert not is_ascend_header("case_id,model,hardware\n")
+    with pytest.raises(InvalidParameterError, match="missing notes"):
+        replay_ascend_file(_csv([ROWS[5]], ASCEND_CASE_COLUMNS[:-1]))
+    with pytest.raises(InvalidParameterError, match="at least one measurement row"):
+        replay_ascend_file(_csv([]))
+
+
+_FREE_TEXT = ("hardware", "num_devices", "tp", "dp", "ep", "precision", "isl", "osl")
+_LOAD = ("concurrency_or_rate", "spec_decode", "metric", "value", "unit", "notes")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    index=st.integers(0, len(ROWS) - 1),
+    column=st.sampled_from(_FREE_TEXT + _LOAD),
+    text=st.text(alphabet=st.characters(codec="utf-8"), max_size=40),
+)
+def test_any_text_in_a_column_is_mapped_or_refused_by_name(
+    index: int, column: str, text: str
+) -> None:
+    """Free text never escapes as anything but a domain error, and a mapped row is a run the
+    simulator accepts (positive lengths, loads and sizes)."""
+    row = {**ROWS[index], column: text}
+    try:
+        mapped = ascend_row(row)
+    except RowRefusal as err:
+        assert err.column in ASCEND_CASE_COLUMNS
+        return
+    except ChunkwiseError:
+        return
+    run = mapped.run
+    assert min(run.tp, run.dp, run.ep, run.input_length, run.output_length) >= 1
+    assert run.num_requests >= 1 and run.request_rate > 0 and mapped.measured_ms > 0
+    assert run.max_concurrency is None or run.max_concurrency >= 1
