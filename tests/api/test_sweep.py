@@ -3,6 +3,7 @@ by scenario, a process pool giving the in-process rows, resume, error rows, outp
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ from app.core.sweep import expand_grid
 from app.services import sweep
 from app.services.context import ServiceContext, create_context
 from app.settings import Settings
+from tests.api.helpers import run
 
 BASE = {
     "engine": "msmodeling",
@@ -161,3 +163,132 @@ def test_a_scenario_key_is_the_same_in_a_fresh_interpreter(context: ServiceConte
     )
     keys = [t.scenario_key for t in sweep.prepare(context, expand_grid(SIMULATE_GRID))]
     assert json.loads(done.stdout) == keys
+
+
+# -- validation before anything runs ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("grid", "field"),
+    [
+        ({"input_length": [128, "long"]}, "input_length"),
+        ({"no_such_field": [1]}, "no_such_field"),
+        ({"device": ["NO_SUCH_DEVICE"]}, "device"),
+        ({"engine_options.no_such_option": [1]}, "engine_options.no_such_option"),
+    ],
+)
+def test_a_bad_scenario_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], grid: dict[str, Any], field: str
+) -> None:
+    spec = spec_file(tmp_path, {**SIMULATE_GRID, "grid": grid, "exclude": []})
+    out = tmp_path / "out.csv"
+    code, _, err = run(["sweep", str(spec), "--out", str(out)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and f"{field}=" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "shown"),
+    [
+        ("spec.txt", "x", "spec='spec.txt'"),
+        ("spec.json", "{not json", "JSON"),
+        ("spec.yaml", "a: [1,", "YAML"),
+        ("spec.yaml", "operation: simulate\ngrid: {}\n", "grid="),
+    ],
+)
+def test_a_bad_spec_file_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str, shown: str
+) -> None:
+    spec = tmp_path / name
+    spec.write_text(text, encoding="utf-8")
+    code, _, err = run(["sweep", str(spec), "--out", str(tmp_path / "o.csv")], capsys)
+    assert code == 2 and err.count("\n") == 1 and shown in err, err
+
+
+def test_an_unknown_output_type_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = spec_file(tmp_path, SIMULATE_GRID)
+    code, _, err = run(["sweep", str(spec), "--out", str(tmp_path / "o.xlsx")], capsys)
+    assert code == 2 and "out='o.xlsx'" in err
+
+
+# -- the command: formats, CSV specs, resume -------------------------------------------------
+def read_out(path: Path) -> list[dict[str, Any]]:
+    return sweep.read_rows(path)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json", ".parquet"])
+def test_each_output_format_holds_every_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "operation: simulate\n"
+        f"base: {json.dumps({**BASE, 'concurrency': 1})}\n"
+        "grid:\n  input_length: [128, 256]\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / f"out{suffix}"
+    code, _, err = run(["sweep", str(spec), "--out", str(out)], capsys)
+    assert code == 0, err
+    rows = read_out(out)
+    assert [str(r["input_length"]) for r in rows] == ["128", "256"]
+    assert list(rows[0]) == ["input_length", *sweep.RESULT_COLUMNS]
+    assert all(str(r["scenario_key"]).startswith("scenario:") for r in rows)
+    assert "wrote 2 rows (0 with an error)" in err
+
+
+def test_a_csv_spec_runs_each_row_as_its_operation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.csv"
+    spec.write_text(
+        "operation,engine,model,device,input_length,output_length,concurrency,num_devices,tpot_limit_ms\n"
+        "simulate,msmodeling,Qwen/Qwen3-0.6B,TEST_DEVICE,128,16,2,,\n"
+        "simulate,msmodeling,Qwen/Qwen3-0.6B,TEST_DEVICE,128,16,2,,1e3\n"
+        "optimize,msmodeling,Qwen/Qwen3-0.6B,TEST_DEVICE,128,16,,1,50\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.json"
+    code, _, err = run(["sweep", str(spec), "--out", str(out)], capsys)
+    assert code == 0, err
+    simulated, limited, optimized = json.loads(out.read_text())
+    assert limited["tpot_limit_ms"] == 1000.0
+    assert limited["scenario_key"] != simulated["scenario_key"]
+    assert simulated["operation"] == "simulate" and simulated["concurrency"] == 2
+    assert simulated["best_tp"] is None and simulated["feasible"] is True
+    assert optimized["operation"] == "optimize" and optimized["best_tp"] == 1
+
+
+def test_a_sweep_resumes_from_its_partial_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = spec_file(tmp_path, SIMULATE_GRID)
+    full = tmp_path / "full.csv"
+    assert run(["sweep", str(spec), "--out", str(full)], capsys)[0] == 0
+    with full.open(newline="") as handle:
+        lines = list(csv.reader(handle))
+    # an interrupted sweep: the header and two rows, one of them marked so a re-run would show
+    partial = tmp_path / "partial.csv"
+    lines[1][lines[0].index("ttft_ms")] = "-1"
+    with partial.open("w", newline="") as handle:
+        csv.writer(handle).writerows(lines[:3])
+    code, _, err = run(["sweep", str(spec), "--out", str(partial)], capsys)
+    assert code == 0, err
+    assert "2 already in partial.csv, 3 to run" in err
+    resumed = read_out(partial)
+    keys = sorted(r["scenario_key"] for r in read_out(full))
+    assert sorted(r["scenario_key"] for r in resumed) == keys
+    assert resumed[0]["ttft_ms"] == "-1"  # kept, not re-run
+    code, _, err = run(["sweep", str(spec), "--out", str(partial)], capsys)
+    assert "5 already in partial.csv, 0 to run" in err and len(read_out(partial)) == 5
+
+
+def test_progress_is_a_line_per_tenth_off_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = spec_file(tmp_path, SIMULATE_GRID)
+    code, _, err = run(["sweep", str(spec), "--out", str(tmp_path / "o.csv")], capsys)
+    assert code == 0
+    lines = [line for line in err.splitlines() if "scenarios," in line and "/s" in line]
+    assert [line.split()[2] for line in lines] == ["1/5", "2/5", "3/5", "4/5", "5/5"]
