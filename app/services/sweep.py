@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 #: The spec file types, by suffix.
 SPEC_SUFFIXES = (".json", ".yaml", ".yml", ".csv")
+#: What a YAML spec needs when PyYAML is absent.
+YAML_NEEDS = "JSON or CSV, or install pyyaml (pip install 'chunkwise[sweep]')"
 #: The columns every row has after its sweep values.
 RESULT_COLUMNS = (
     "operation",
@@ -84,8 +86,10 @@ def load_points(path: Path) -> tuple[SweepPoint, ...]:
         except json.JSONDecodeError as err:
             raise InvalidParameterError("spec", path.name, f"JSON ({err.msg})") from None
     else:
-        import yaml
-
+        try:
+            import yaml
+        except ImportError:
+            raise InvalidParameterError("spec", path.name, YAML_NEEDS) from None
         try:
             document = yaml.safe_load(text)
         except yaml.YAMLError as err:

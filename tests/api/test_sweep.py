@@ -292,3 +292,23 @@ def test_progress_is_a_line_per_tenth_off_a_terminal(
     assert code == 0
     lines = [line for line in err.splitlines() if "scenarios," in line and "/s" in line]
     assert [line.split()[2] for line in lines] == ["1/5", "2/5", "3/5", "4/5", "5/5"]
+
+
+@pytest.mark.parametrize(
+    ("module", "spec_name", "out_name", "named"),
+    [("pyarrow", "spec.json", "o.parquet", "pyarrow"), ("yaml", "spec.yaml", "o.csv", "pyyaml")],
+)
+def test_a_missing_optional_library_is_a_one_line_error_naming_it(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    module: str,
+    spec_name: str,
+    out_name: str,
+    named: str,
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
+    spec = tmp_path / spec_name
+    spec.write_text(json.dumps(SIMULATE_GRID), encoding="utf-8")  # JSON is YAML too
+    code, _, err = run(["sweep", str(spec), "--out", str(tmp_path / out_name)], capsys)
+    assert code == 2 and err.count("\n") == 1 and named in err, err
