@@ -312,3 +312,14 @@ def test_a_missing_optional_library_is_a_one_line_error_naming_it(
     spec.write_text(json.dumps(SIMULATE_GRID), encoding="utf-8")  # JSON is YAML too
     code, _, err = run(["sweep", str(spec), "--out", str(tmp_path / out_name)], capsys)
     assert code == 2 and err.count("\n") == 1 and named in err, err
+
+
+def test_plan_rows_hold_the_sla_statistics_and_whether_replicas_meet_it(
+    context: ServiceContext,
+) -> None:
+    base = {**BASE, "request_rate": 5, "tpot_limit_ms": 50, "ttft_limit_ms": 2000}
+    document = {"operation": "plan", "base": base, "grid": {"tpot_limit_ms": [50, 0.001]}}
+    rows = {row["tpot_limit_ms"]: row for row in rows_of(context, document)}
+    assert rows[50]["feasible"] is True and 0 < rows[50]["tpot_ms"] <= 50
+    assert rows[0.001]["feasible"] is False and rows[0.001]["error"] is None
+    assert all(row["throughput_tokens_s"] is None for row in rows.values())
