@@ -323,3 +323,23 @@ def test_plan_rows_hold_the_sla_statistics_and_whether_replicas_meet_it(
     assert rows[50]["feasible"] is True and 0 < rows[50]["tpot_ms"] <= 50
     assert rows[0.001]["feasible"] is False and rows[0.001]["error"] is None
     assert all(row["throughput_tokens_s"] is None for row in rows.values())
+
+
+@pytest.mark.parametrize("suffix", [".json", ".parquet"])
+def test_a_json_or_parquet_sweep_resumes_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    spec = spec_file(tmp_path, SIMULATE_GRID)
+    out = tmp_path / f"out{suffix}"
+    assert run(["sweep", str(spec), "--out", str(out)], capsys)[0] == 0
+    full = read_out(out)
+    sweep.write_rows(out, list(full[0]), full[:2])  # as an interruption after two rows left it
+    code, _, err = run(["sweep", str(spec), "--out", str(out), "--processes", "2"], capsys)
+    assert code == 0 and "2 already in" in err and "3 to run" in err, err
+    resumed = read_out(out)
+    assert resumed[:2] == full[:2]
+
+    def by_key(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(rows, key=lambda row: str(row["scenario_key"]))
+
+    assert by_key(resumed) == by_key(full)  # the re-run rows (2 processes) as the first run's
