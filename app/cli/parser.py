@@ -21,6 +21,7 @@ from app.cli.commands import (
 )
 from app.cli.emit import add_emit_flag
 from app.cli.serve import cmd_serve
+from app.cli.sweep import cmd_sweep
 from app.core.calibration.parameters import PARAMETER_NAMES
 from app.core.limits import (
     DEFAULT_MAX_WORKERS,
@@ -551,6 +552,23 @@ def _add_serve(sub: Subparsers[argparse.ArgumentParser]) -> None:
     serve.set_defaults(func=cmd_serve)
 
 
+def _add_sweep(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    sweep = sub.add_parser(
+        "sweep",
+        help="run every scenario of a sweep spec (a YAML/JSON grid or CSV rows) locally",
+    )
+    sweep.add_argument("spec", help="the spec: .yaml/.yml/.json grid document, or .csv rows")
+    sweep.add_argument(
+        "--out",
+        required=True,
+        help="the rows: .csv, .json or .parquet (pyarrow); rows already in it are skipped",
+    )
+    sweep.add_argument(
+        "--processes", type=int, default=1, help="worker processes (1: in this process)"
+    )
+    sweep.set_defaults(func=cmd_sweep)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="chunkwise", description=DESCRIPTION)
     # Subcommand parsers are Parser too (one-line usage errors, exit 2).
@@ -565,6 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_optimize,
         _add_simulate,
         _add_plan,
+        _add_sweep,
     ):
         add(sub)
     return parser

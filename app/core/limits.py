@@ -112,3 +112,10 @@ MAX_POOL_LINK_FIXED_MS = 60_000.0
 #: search, so the wire models and the CLI name them without loading the search).
 DEFAULT_MAX_WORKERS = 16
 MAX_SEARCH_WORKERS = 64
+
+# -- sweeps (``chunkwise sweep``) ------------------------------------------------------------------
+#: Most scenarios one sweep spec may expand to (the grid's cross product before its exclude
+#: rules, or a CSV's rows): a bigger spec is refused before anything runs.
+MAX_SWEEP_SCENARIOS = 100_000
+SweepOperation = Literal["simulate", "optimize", "plan"]
+SWEEP_OPERATIONS: tuple[SweepOperation, ...] = ("simulate", "optimize", "plan")

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -324,15 +325,19 @@ with contextlib.redirect_stdout(io.StringIO()):
 print(code)
 print("\\n".join(sorted(sys.modules)))
 """
+#: Where the per-command import check's sweep writes its rows.
+SWEEP_OUT = str(Path(tempfile.gettempdir()) / f"chunkwise-test-cli-sweep-{os.getpid()}.csv")
 SERVER_ONLY = ("redis", "fastapi", "starlette", "uvicorn")
 #: Modules only some commands need: each command may load only its own.
 COMMAND_ONLY = {
     "app.core.validation": "validate",
     "app.models.catalog": ("models", "devices"),
     "app.models.forward": "forward",
-    "app.models.simulate": "simulate",
+    "app.models.simulate": ("simulate", "sweep"),
     "app.services.optimize": "optimize",
-    "app.services.simulate": "simulate",
+    "app.services.simulate": ("simulate", "sweep"),
+    "app.services.sweep": "sweep",
+    "app.core.sweep": "sweep",
     "app.services.forward": "forward",
     "app.services.validate": "validate",
     # Only asked for: a launch (--emit), a disaggregated mode, a calibration, a capacity plan.
@@ -340,7 +345,7 @@ COMMAND_ONLY = {
     "app.services.deploy": (),
     "app.services.disagg_optimize": (),
     "app.services.disagg_simulate": (),
-    "app.core.workload.disagg_serving": ("simulate", "validate"),
+    "app.core.workload.disagg_serving": ("simulate", "validate", "sweep"),
     "app.services.capacity": (),
     "app.models.calibration": (),
     "app.models.capacity": (),
@@ -356,8 +361,9 @@ COMMAND_ONLY = {
         ["models"],
         ["devices"],
         ["validate", "--format", "json"],
+        ["sweep", "docs/examples/sweep.yaml", "--out", SWEEP_OUT],
     ],
-    ids=["optimize", "simulate", "forward", "models", "devices", "validate"],
+    ids=["optimize", "simulate", "forward", "models", "devices", "validate", "sweep"],
 )
 def test_cli_commands_load_no_server_or_redis_modules(argv: list[str]) -> None:
     """Start-up: a CLI-only command with the in-process cache imports no HTTP stack and no
@@ -373,6 +379,7 @@ def test_cli_commands_load_no_server_or_redis_modules(argv: list[str]) -> None:
         timeout=120,
         check=False,
     )
+    Path(SWEEP_OUT).unlink(missing_ok=True)  # the sweep's rows (only its imports count)
     code, *modules = done.stdout.splitlines()
     assert code in ("0", "1"), done.stderr  # validate exits 1 while its targets are unmet
     assert "app.services" in modules  # every command goes through the service layer

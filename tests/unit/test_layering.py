@@ -91,6 +91,8 @@ CORE_ALLOWED: dict[str, set[str]] = {
         "workload",
         "optimizer",
     },
+    # A sweep spec expanded into request bodies (the services validate and resolve them).
+    "sweep": {"errors", "limits"},
     # Launch configurations: a row's engine command line from the engine profile's values.
     "deploy": BASICS | {"profiles"},
     "validation": {
