@@ -5,12 +5,13 @@
 
 Per (system, engine, GEMM quantization) it fits, on the TRAIN split only (``split_of``: the
 shape text's CRC-32 not 0 mod 4), the terms of the runner's GEMM roofline
-(:mod:`app.core.runner.kernel_fit`): a compute efficiency curve over ``log2(M)`` knots, one
-memory efficiency and a fixed cost. The flops and bytes of every point are the runner's own
-(``ForwardBuilder.gemm`` on the same plan ``validate --kernels`` builds); only the efficiencies
-are free. The loss is the mean absolute log error (a robust stand-in for the median relative
-error), minimised by coordinate descent over bounded grids that narrow each round. Train and
-test residuals (median absolute % error) go into the file beside each curve.
+(:mod:`app.core.runner.kernel_fit`): a compute efficiency table over ``log2(M)`` x
+``log2(K x N)`` knots, a memory efficiency over the ``log2(K x N)`` knots and a fixed cost.
+The flops and bytes of every point are the runner's own (``ForwardBuilder.gemm`` on the same
+plan ``validate --kernels`` builds); only the efficiencies are free. The loss is the mean
+absolute log error (a robust stand-in for the median relative error), minimised by coordinate
+descent over bounded grids that narrow each round. Train and test residuals (median absolute %
+error) go into the file beside each curve.
 
 Needs pyarrow and numpy (``pip install 'chunkwise[kernels]'``); never imported by ``app``.
 """
@@ -45,6 +46,8 @@ from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
 
 #: Knots of the compute-efficiency curve (rows M): a tile-count ramp per factor of four.
 M_KNOTS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0)
+#: Knots of the weight size K x N (elements): more output tiles fill more of the device.
+NK_KNOTS = (2.0**20, 2.0**24, 2.0**28)
 #: Measured GEMM dtype -> runner action (the fitted labels: ``kernel_fit.gemm_label``'s range).
 FIT_LABELS = {
     "bfloat16": LinearQuantAction.DISABLED,
@@ -56,9 +59,9 @@ FIT_LABELS = {
     "nvfp4": LinearQuantAction.NVFP4,
 }
 MIN_POINTS = 20
-MAX_FIT_POINTS = 20_000  # train points per group the optimiser sees (every k-th, deterministic)
-ROUNDS = 6
-GRID = 25
+MAX_FIT_POINTS = 8_000  # train points per group the optimiser sees (every k-th, deterministic)
+ROUNDS = 5
+GRID = 15
 BOUNDS = {"compute": (0.002, 1.0), "memory": (0.05, 1.0)}
 MAX_FIXED_US = 300.0
 PERCENT = 100.0
@@ -83,19 +86,34 @@ def _terms(system: str, label: str) -> tuple[float, float, float, float, float]:
     )
 
 
-def _efficiency(m: np.ndarray, effs: np.ndarray) -> np.ndarray:
-    """The curve of :class:`~app.core.runner.kernel_fit.GemmCurve` at ``m`` (vectorised)."""
-    return np.interp(np.log2(m), np.log2(np.array(M_KNOTS)), effs)
+def _weights(x: np.ndarray, knots: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Lower knot index and the share of the upper knot, linear in log2 (clamped)."""
+    pos = np.interp(np.log2(x), np.log2(np.array(knots)), np.arange(len(knots), dtype=float))
+    low = np.minimum(np.floor(pos).astype(int), len(knots) - 2)
+    return low, pos - low
 
 
-def _predict_s(p: dict[str, Any], params: tuple[np.ndarray, float, float]) -> np.ndarray:
-    effs, mem, fixed_s = params
-    compute = p["flops"] / (p["peak"] * _efficiency(p["m"], effs))
-    memory = p["bytes"] / (p["bw"] * mem)
+def _efficiency(p: dict[str, Any], table: np.ndarray) -> np.ndarray:
+    """The curve of :class:`~app.core.runner.kernel_fit.GemmCurve` (bilinear, vectorised)."""
+    i, t = p["m_at"]
+    j, u = p["nk_at"]
+    return (
+        table[i, j] * (1 - t) * (1 - u)
+        + table[i + 1, j] * t * (1 - u)
+        + table[i, j + 1] * (1 - t) * u
+        + table[i + 1, j + 1] * t * u
+    )
+
+
+def _predict_s(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> np.ndarray:
+    table, mem, fixed_s = params
+    compute = p["flops"] / (p["peak"] * _efficiency(p, table))
+    j, u = p["nk_at"]
+    memory = p["bytes"] / (p["bw"] * (mem[j] * (1 - u) + mem[j + 1] * u))
     return np.maximum(compute, memory) + fixed_s
 
 
-def _loss(p: dict[str, Any], params: tuple[np.ndarray, float, float]) -> float:
+def _loss(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> float:
     return float(np.mean(np.abs(np.log(_predict_s(p, params) / p["measured"]))))
 
 
@@ -104,28 +122,50 @@ def _grid(value: float, low: float, high: float, span: float) -> np.ndarray:
     return np.unique(np.append(np.geomspace(lo, hi, GRID), value))
 
 
-def _fit(p: dict[str, Any], floor_s: float) -> tuple[np.ndarray, float, float]:
-    effs = np.full(len(M_KNOTS), 0.5)
-    mem, fixed_s = 0.7, max(floor_s, 5 * S_PER_US)
+def _descend(
+    p: dict[str, Any], params: list[Any], array: np.ndarray, index: Any, bounds: Any, span: float
+) -> None:
+    """Set ``array[index]`` to the grid value of least loss (the other parameters fixed)."""
+    best, best_loss = array[index], math.inf
+    for v in _grid(float(array[index]), *bounds, span):
+        array[index] = v
+        table, mem, fixed = params
+        loss = _loss(p, (table, mem, float(fixed[0])))
+        if loss < best_loss:
+            best, best_loss = v, loss
+    array[index] = best
+
+
+def _fit(p: dict[str, Any], floor_s: float) -> tuple[np.ndarray, np.ndarray, float]:
+    table = np.full((len(M_KNOTS), len(NK_KNOTS)), 0.5)
+    mem = np.full(len(NK_KNOTS), 0.7)
+    fixed = np.array([max(floor_s, 5 * S_PER_US)])
     span = 8.0
     for _ in range(ROUNDS):
-        for grid in (_grid(fixed_s, floor_s, MAX_FIXED_US * S_PER_US, span),):
-            fixed_s = min(grid, key=lambda v: _loss(p, (effs, mem, v)))
-        mem = min(_grid(mem, *BOUNDS["memory"], span), key=lambda v: _loss(p, (effs, v, fixed_s)))
+        params: list[Any] = [table, mem, fixed]
+        _descend_fixed(p, table, mem, fixed, floor_s, span)
+        for j in range(len(NK_KNOTS)):
+            _descend(p, params, mem, j, BOUNDS["memory"], span)
         for i in range(len(M_KNOTS)):
-            best, best_loss = effs[i], math.inf
-            for v in _grid(effs[i], *BOUNDS["compute"], span):
-                trial = effs.copy()
-                trial[i] = v
-                loss = _loss(p, (trial, mem, fixed_s))
-                if loss < best_loss:
-                    best, best_loss = v, loss
-            effs[i] = best
+            for j in range(len(NK_KNOTS)):
+                _descend(p, params, table, (i, j), BOUNDS["compute"], span)
         span = math.sqrt(span)
-    return effs, mem, fixed_s
+    return table, mem, float(fixed[0])
 
 
-def _median_abs_pct(p: dict[str, Any], params: tuple[np.ndarray, float, float]) -> float:
+def _descend_fixed(
+    p: dict[str, Any],
+    table: np.ndarray,
+    mem: np.ndarray,
+    fixed: np.ndarray,
+    floor_s: float,
+    span: float,
+) -> None:
+    grid = _grid(float(fixed[0]), floor_s, MAX_FIXED_US * S_PER_US, span)
+    fixed[0] = min(grid, key=lambda v: _loss(p, (table, mem, float(v))))
+
+
+def _median_abs_pct(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> float:
     if not len(p["m"]):
         return math.nan
     err = (_predict_s(p, params) - p["measured"]) / p["measured"]
@@ -163,6 +203,8 @@ def _arrays(raw: dict[str, list[Any]], system: str, label: str, split: str) -> d
     m, n, k = (np.array(raw[c])[keep] for c in ("m", "n", "k"))
     return {
         "m": m,
+        "m_at": _weights(m, M_KNOTS),
+        "nk_at": _weights(n * k, NK_KNOTS),
         "flops": FLOPS_PER_MAC * m * n * k,
         "bytes": k * n * wbytes + m * k * in_bytes + m * n * ACTIVATION_BYTES,
         "measured": np.array(raw["measured"])[keep],
@@ -173,7 +215,13 @@ def _arrays(raw: dict[str, list[Any]], system: str, label: str, split: str) -> d
 
 def _thin(p: dict[str, Any]) -> dict[str, Any]:
     step = max(1, len(p["m"]) // MAX_FIT_POINTS)
-    return {key: v[::step] if isinstance(v, np.ndarray) else v for key, v in p.items()}
+
+    def thin(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return tuple(thin(x) for x in v)
+        return v[::step] if isinstance(v, np.ndarray) else v
+
+    return {key: thin(v) for key, v in p.items()}
 
 
 def _wheel_version(root: Path) -> str:
@@ -206,8 +254,9 @@ def main(argv: list[str] | None = None) -> int:
                 "engine_versions": sorted(versions[(system, engine)]),
                 "quantization": label,
                 "m_knots": list(M_KNOTS),
-                "compute_efficiency": [round(float(e), 4) for e in effs],
-                "memory_efficiency": round(float(mem), 4),
+                "nk_knots": list(NK_KNOTS),
+                "compute_efficiency": [[round(float(e), 4) for e in row] for row in effs],
+                "memory_efficiency": [round(float(e), 4) for e in mem],
                 "fixed_us": round(fixed_s / S_PER_US, 3),
                 "train": {"points": len(train["m"]), "median_abs_error_pct": 0.0},
                 "test": {"points": len(test["m"]), "median_abs_error_pct": 0.0},
@@ -215,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rounded = (
             np.array(entries[-1]["compute_efficiency"]),
-            entries[-1]["memory_efficiency"],
+            np.array(entries[-1]["memory_efficiency"]),
             entries[-1]["fixed_us"] * S_PER_US,
         )
         entries[-1]["train"]["median_abs_error_pct"] = _median_abs_pct(train, rounded)
@@ -232,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             "licence": "Apache-2.0 (see NOTICE)",
             "split": "train: crc32(shape text) % 4 != 0 (app.core.validation.kernels.split_of)",
             "script": "python -m scripts.fit_kernels",
-            "model": "max(flops / (peak * compute_efficiency(M)), bytes / (hbm * "
-            "memory_efficiency)) + fixed_us; compute_efficiency linear in log2(M) between knots",
+            "model": "max(flops / (peak * compute_efficiency(M, K*N)), bytes / (hbm * "
+            "memory_efficiency(K*N))) + fixed_us; bilinear in log2(M), log2(K*N) between knots",
         },
         "gemm": entries,
     }

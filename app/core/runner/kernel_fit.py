@@ -5,13 +5,15 @@ kernel tables (``aiconfigurator-core``, Apache-2.0; ``NOTICE``, ``docs/kernels.m
 split only. Per (catalog device, engine, GEMM quantization) it holds the terms of the runner's own
 GEMM roofline, as shape-dependent curves rather than latencies::
 
-    time = max(flops / (peak_flops * compute_efficiency(M)), hbm_bytes / (peak_bw * memory_eff))
-           + fixed_us
+    time = max(flops / (peak_flops * compute_efficiency(M, K x N)),
+               hbm_bytes / (peak_bw * memory_eff(K x N))) + fixed_us
 
-``compute_efficiency(M)`` is piecewise linear in ``log2(M)`` between the ``m_knots`` (clamped
-outside them): the tile-occupancy ramp of a GEMM as the token count grows. ``memory_eff`` is the
-share of the HBM peak the weight stream reaches, ``fixed_us`` the kernel's floor (prologue,
-epilogue, a wave's minimum; it stands in for the captured-graph launch cost).
+``compute_efficiency(M, K x N)`` is bilinear in ``log2(M)`` and ``log2(K x N)`` between the
+``m_knots`` and ``nk_knots`` (clamped outside them): the tile-occupancy ramp of a GEMM as the
+token count and the weight (the output tiles) grow. ``memory_eff(K x N)`` is the share of the
+HBM peak the weight stream reaches (a small weight does not fill the memory pipes), linear in
+``log2(K x N)``; ``fixed_us`` the kernel's floor (prologue, epilogue, a wave's minimum; it
+stands in for the captured-graph launch cost).
 
 A device, engine or quantization the file has no curve for keeps the runner's physics-derived
 defaults (:mod:`app.core.runner.plan`); every op says which priced it (``OpCost.source``). A
@@ -71,37 +73,62 @@ def gemm_label(quantization: Quantization, native_linear: str | None) -> str | N
     return _GEMM_LABELS.get(action)
 
 
+def _position(x: float, knots: tuple[float, ...]) -> tuple[int, float]:
+    """The knot interval of ``x`` and its share of the way to the upper knot, linear in
+    ``log2`` (clamped to the end knots)."""
+    if x <= knots[0]:
+        return 0, 0.0
+    if x >= knots[-1]:
+        return len(knots) - 2, 1.0
+    i = bisect.bisect_right(knots, x) - 1
+    return i, math.log2(x / knots[i]) / math.log2(knots[i + 1] / knots[i])
+
+
+def _check_knots(name: str, knots: tuple[float, ...]) -> None:
+    if len(knots) < 2 or any(k <= 0 for k in knots):
+        raise ValueError(f"{name} needs two or more positive knots")
+    if any(b <= a for a, b in itertools.pairwise(knots)):
+        raise ValueError(f"{name} must increase")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GemmCurve:
-    """One (device, engine, quantization)'s fitted GEMM terms (see the module doc)."""
+    """One (device, engine, quantization)'s fitted GEMM terms (see the module doc): the
+    compute efficiency per (M knot, K x N knot), the memory efficiency per K x N knot."""
 
     m_knots: tuple[float, ...]
-    compute_efficiency: tuple[float, ...]
-    memory_efficiency: float
+    nk_knots: tuple[float, ...]
+    compute_efficiency: tuple[tuple[float, ...], ...]  # [m knot][nk knot]
+    memory_efficiency: tuple[float, ...]  # [nk knot]
     fixed_us: float
 
     def __post_init__(self) -> None:
-        knots, effs = self.m_knots, self.compute_efficiency
-        if not knots or len(knots) != len(effs):
-            raise ValueError("m_knots and compute_efficiency need the same, non-zero length")
-        if any(k <= 0 for k in knots) or any(b <= a for a, b in itertools.pairwise(knots)):
-            raise ValueError("m_knots must be positive and increasing")
-        if not all(0 < e <= 1 for e in (*effs, self.memory_efficiency)):
+        _check_knots("m_knots", self.m_knots)
+        _check_knots("nk_knots", self.nk_knots)
+        rows = self.compute_efficiency
+        if len(rows) != len(self.m_knots) or any(len(r) != len(self.nk_knots) for r in rows):
+            raise ValueError("compute_efficiency needs one row per m knot, one value per nk knot")
+        if len(self.memory_efficiency) != len(self.nk_knots):
+            raise ValueError("memory_efficiency needs one value per nk knot")
+        if not all(0 < e <= 1 for e in (*(e for r in rows for e in r), *self.memory_efficiency)):
             raise ValueError("efficiencies must lie in (0, 1]")
         if not (math.isfinite(self.fixed_us) and self.fixed_us >= 0):
             raise ValueError("fixed_us must be a number >= 0")
 
-    def compute_efficiency_at(self, m: float) -> float:
-        """The compute efficiency at ``m`` rows: linear in ``log2(m)`` between the knots."""
-        knots, effs = self.m_knots, self.compute_efficiency
-        if m <= knots[0]:
-            return effs[0]
-        if m >= knots[-1]:
-            return effs[-1]
-        i = bisect.bisect_right(knots, m)
-        lo, hi = knots[i - 1], knots[i]
-        t = math.log2(m / lo) / math.log2(hi / lo)
-        return effs[i - 1] + t * (effs[i] - effs[i - 1])
+    def compute_efficiency_at(self, m: float, nk: float) -> float:
+        """The compute efficiency at ``m`` rows of a ``nk``-element weight (bilinear in
+        ``log2``)."""
+        i, t = _position(m, self.m_knots)
+        j, u = _position(nk, self.nk_knots)
+        low, high = self.compute_efficiency[i], self.compute_efficiency[i + 1]
+        return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
+            (1 - u) * high[j] + u * high[j + 1]
+        )
+
+    def memory_efficiency_at(self, nk: float) -> float:
+        """The memory efficiency of a ``nk``-element weight (linear in ``log2``)."""
+        j, u = _position(nk, self.nk_knots)
+        return (1 - u) * self.memory_efficiency[j] + u * self.memory_efficiency[j + 1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,12 +137,15 @@ class FittedGemm:
 
     curve: GemmCurve
     peak_flops_per_s: float
-    hbm_bytes_per_s: float  # the HBM peak times the fitted memory efficiency
+    peak_hbm_bytes_per_s: float
     fixed_s: float
     source: str  # ``fitted:<engine>``
 
-    def flops_per_s(self, m: float) -> float:
-        return self.peak_flops_per_s * self.curve.compute_efficiency_at(m)
+    def flops_per_s(self, m: float, nk: float) -> float:
+        return self.peak_flops_per_s * self.curve.compute_efficiency_at(m, nk)
+
+    def hbm_bytes_per_s(self, nk: float) -> float:
+        return self.peak_hbm_bytes_per_s * self.curve.memory_efficiency_at(nk)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,11 +188,17 @@ def parse_kernel_fit(body: Any) -> KernelFit:
         key = tuple(entry.get(name) for name in ("device", "engine", "quantization"))
         if not all(isinstance(part, str) and part for part in key):
             raise KernelFitError(f"kernel fit: entry without device/engine/quantization: {key}")
+        table = entry.get("compute_efficiency")
+        if not isinstance(table, list):
+            raise KernelFitError(f"kernel fit: 'compute_efficiency' is not a list in {key}")
         try:
             curve = GemmCurve(
                 m_knots=_numbers(entry, "m_knots"),
-                compute_efficiency=_numbers(entry, "compute_efficiency"),
-                memory_efficiency=_number(entry, "memory_efficiency"),
+                nk_knots=_numbers(entry, "nk_knots"),
+                compute_efficiency=tuple(
+                    _numbers({"row": row, "device": key}, "row") for row in table
+                ),
+                memory_efficiency=_numbers(entry, "memory_efficiency"),
                 fixed_us=_number(entry, "fixed_us"),
             )
         except ValueError as err:
@@ -212,7 +248,7 @@ def fitted_gemm(
     return FittedGemm(
         curve=curve,
         peak_flops_per_s=peak_flops_per_s,
-        hbm_bytes_per_s=peak_hbm_bytes_per_s * curve.memory_efficiency,
+        peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
         fixed_s=max(curve.fixed_us * S_PER_US, graph_launch_s),
         source=FITTED_SOURCE_PREFIX + engine,
     )

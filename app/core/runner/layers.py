@@ -270,8 +270,8 @@ class ForwardBuilder:
         ``rows_per_weight`` is the M each weight sees (MoE: tokens per expert), which sets
         the GEMM efficiency ramp ``m / (m + half-efficiency M)`` (the plan's, per path).
         A plain GEMM (neither) on a path with a fitted curve (``plan.gemm_fit``) is priced by
-        the curve instead: its compute efficiency at ``m``, its memory efficiency and its
-        fixed cost (never below the builder's launch cost).
+        the curve instead: its compute efficiency at ``m`` and ``k x n``, its memory efficiency
+        at ``k x n`` and its fixed cost (never below the builder's launch cost).
         """
         p = self.plan
         quantized = quantized and not self.sixteen_bit
@@ -290,8 +290,8 @@ class ForwardBuilder:
                 count=count,
                 flops=flops,
                 hbm_bytes=hbm_bytes,
-                flops_per_s=fit.flops_per_s(m),
-                hbm_bytes_per_s=fit.hbm_bytes_per_s,
+                flops_per_s=fit.flops_per_s(m, k * n),
+                hbm_bytes_per_s=fit.hbm_bytes_per_s(k * n),
                 launch_s=fit.fixed_s if fit.fixed_s > launch else launch,
                 source=fit.source,
             )

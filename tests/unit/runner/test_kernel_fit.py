@@ -42,10 +42,12 @@ DECODE = ForwardShape(is_decode=True, concurrency=8, query_len=1, seq_len=1024)
 PREFILL = ForwardShape(is_decode=False, concurrency=1, query_len=2048, seq_len=2048)
 CURVE = GemmCurve(
     m_knots=(1.0, 4.0, 16.0),
-    compute_efficiency=(0.1, 0.3, 0.9),
-    memory_efficiency=0.8,
+    nk_knots=(2.0**20, 2.0**24),
+    compute_efficiency=((0.1, 0.2), (0.3, 0.4), (0.9, 1.0)),
+    memory_efficiency=(0.6, 0.8),
     fixed_us=5.0,
 )
+SMALL, LARGE = 2.0**20, 2.0**24
 
 
 def _entry(**change: Any) -> dict[str, Any]:
@@ -54,8 +56,9 @@ def _entry(**change: Any) -> dict[str, Any]:
         "engine": "vllm",
         "quantization": "bfloat16",
         "m_knots": [1, 4, 16],
-        "compute_efficiency": [0.1, 0.3, 0.9],
-        "memory_efficiency": 0.8,
+        "nk_knots": [2**20, 2**24],
+        "compute_efficiency": [[0.1, 0.2], [0.3, 0.4], [0.9, 1.0]],
+        "memory_efficiency": [0.6, 0.8],
         "fixed_us": 5.0,
     }
     entry.update(change)
@@ -66,12 +69,15 @@ def _doc(*entries: dict[str, Any]) -> dict[str, Any]:
     return {"format": KERNEL_FIT_FORMAT, "source": {"version": "0.12.0"}, "gemm": list(entries)}
 
 
-def test_curve_is_linear_in_log2_m_between_knots_and_clamped_outside() -> None:
-    assert CURVE.compute_efficiency_at(4) == pytest.approx(0.3)
-    assert CURVE.compute_efficiency_at(2) == pytest.approx(0.2)  # halfway from 1 to 4 in log2
-    assert CURVE.compute_efficiency_at(8) == pytest.approx(0.6)
-    assert CURVE.compute_efficiency_at(0.5) == pytest.approx(0.1)
-    assert CURVE.compute_efficiency_at(1e6) == pytest.approx(0.9)
+def test_curve_is_bilinear_in_log2_between_knots_and_clamped_outside() -> None:
+    assert CURVE.compute_efficiency_at(4, SMALL) == pytest.approx(0.3)
+    assert CURVE.compute_efficiency_at(2, SMALL) == pytest.approx(0.2)  # halfway 1 -> 4 in log2
+    assert CURVE.compute_efficiency_at(8, LARGE) == pytest.approx(0.7)
+    assert CURVE.compute_efficiency_at(2, 2.0**22) == pytest.approx(0.25)  # both halfway
+    assert CURVE.compute_efficiency_at(0.5, 1.0) == pytest.approx(0.1)
+    assert CURVE.compute_efficiency_at(1e6, 2.0**40) == pytest.approx(1.0)
+    assert CURVE.memory_efficiency_at(2.0**22) == pytest.approx(0.7)
+    assert CURVE.memory_efficiency_at(1.0) == pytest.approx(0.6)
 
 
 def test_parse_reads_a_well_formed_table() -> None:
@@ -87,8 +93,11 @@ def test_parse_reads_a_well_formed_table() -> None:
         {"format": "other", "source": {}, "gemm": []},
         {"format": KERNEL_FIT_FORMAT, "gemm": []},
         _doc(_entry(device="")),
-        _doc(_entry(memory_efficiency=1.5)),
-        _doc(_entry(compute_efficiency=[0.1, 0.3])),
+        _doc(_entry(memory_efficiency=[0.6, 1.5])),
+        _doc(_entry(memory_efficiency=0.8)),
+        _doc(_entry(compute_efficiency=[[0.1, 0.2], [0.3, 0.4]])),
+        _doc(_entry(compute_efficiency=[0.1, 0.3, 0.9])),
+        _doc(_entry(nk_knots=[2**20])),
         _doc(_entry(m_knots=[4, 1, 16])),
         _doc(_entry(fixed_us="5")),
         _doc(_entry(fixed_us=-1)),
@@ -155,10 +164,10 @@ def test_fitted_gemm_time_is_the_curve_by_hand() -> None:
         * m
         * k
         * n
-        / (device.peak_bf16_tflops * 1e12 * curve.compute_efficiency_at(m))
+        / (device.peak_bf16_tflops * 1e12 * curve.compute_efficiency_at(m, k * n))
     )
     hbm = k * n * BYTES_16BIT + 2 * m * k * BYTES_16BIT
-    memory_s = hbm / (device.hbm_bandwidth_gb_s * 1e9 * curve.memory_efficiency)
+    memory_s = hbm / (device.hbm_bandwidth_gb_s * 1e9 * curve.memory_efficiency_at(k * n))
     fixed_s = max(curve.fixed_us * 1e-6, device.graph_kernel_launch_us * 1e-6)
     assert op.source == "fitted:vllm"
     assert op.time_ms == pytest.approx((max(compute_s, memory_s) + fixed_s) * MS_PER_S)
