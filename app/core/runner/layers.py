@@ -281,26 +281,21 @@ class ForwardBuilder:
         flops = FLOPS_PER_MAC * m * k * n
         hbm_bytes = weights + m * k * in_bytes + m * n * ACTIVATION_BYTES
         fit = p.gemm_fit if quantized else p.bf16_gemm_fit
+        launch, source = self.launch_s, DEFAULT_SOURCE
         if fit is not None and weight_rows is None and rows_per_weight is None:
-            launch = self.launch_s
-            self._roofline(
-                name=name,
-                category=category,
-                scope=scope,
-                count=count,
-                flops=flops,
-                hbm_bytes=hbm_bytes,
-                flops_per_s=fit.flops_per_s(m, k * n),
-                hbm_bytes_per_s=fit.hbm_bytes_per_s(k * n),
-                launch_s=fit.fixed_s if fit.fixed_s > launch else launch,
-                source=fit.source,
+            rate, bandwidth, source = (
+                fit.flops_per_s(m, k * n),
+                fit.hbm_bytes_per_s(k * n),
+                fit.source,
             )
-            return
-        rows = m if rows_per_weight is None else rows_per_weight
-        if quantized:
-            rate = p.gemm_flops_per_s * (rows / (rows + p.gemm_half_efficiency_tokens))
+            launch = fit.fixed_s if fit.fixed_s > launch else launch
         else:
-            rate = p.bf16_flops_per_s * (rows / (rows + p.bf16_half_efficiency_tokens))
+            rows = m if rows_per_weight is None else rows_per_weight
+            if quantized:
+                rate = p.gemm_flops_per_s * (rows / (rows + p.gemm_half_efficiency_tokens))
+            else:
+                rate = p.bf16_flops_per_s * (rows / (rows + p.bf16_half_efficiency_tokens))
+            bandwidth = p.hbm_bytes_per_s
         self._roofline(
             name=name,
             category=category,
@@ -309,8 +304,9 @@ class ForwardBuilder:
             flops=flops,
             hbm_bytes=hbm_bytes,
             flops_per_s=rate,
-            hbm_bytes_per_s=p.hbm_bytes_per_s,
-            launch_s=self.launch_s,
+            hbm_bytes_per_s=bandwidth,
+            launch_s=launch,
+            source=source,
         )
 
     def elementwise(
