@@ -44,7 +44,7 @@ def engine_quantization(profile: EngineProfile, quantization: Quantization) -> Q
 
 #: Engine profile -> the engine whose fitted kernel curves (``app.core.runner.kernel_fit``)
 #: price its serving forwards. Empty for now, on purpose: with only the GEMMs fitted, the agg
-#: file's TPOT median error rises from 11.4 % to 14.9 % (TTFT 38.6 -> 38.9 %) because attention
+#: file's TPOT median error rises from 11.3 % to 14.4 % (TTFT 38.6 -> 38.5 %) because attention
 #: and MoE, still on the defaults, stay 25-80 % too fast (docs/kernels.md, "Serving effect").
 #: ``{"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}`` switches it on.
 SERVING_KERNEL_ENGINES: Mapping[str, str] = {}
