@@ -89,6 +89,10 @@ class OpOut(BaseModel):
     )
     total_ms: float = Field(description="count x time_ms, ms")
     bound: str = Field(description=f"what dominated its time: {_BOUND}")
+    source: str = Field(
+        description="what priced it: default (physics-derived rates) or fitted:<engine> (the "
+        "engine's curves fitted to measured kernels, docs/kernels.md)"
+    )
 
 
 class CategoryOut(BaseModel):

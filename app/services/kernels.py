@@ -198,16 +198,21 @@ def validate_kernels(
         ) from None
     tables = list_tables(find_data_dir(root), system, engine)
     acc = _Accumulator(errors={}, refusals=Counter())
-    pricers: dict[str, KernelPricer | None] = {}
-    memo: dict[str, dict[tuple[object, ...], KernelPrediction]] = {}
+    pricers: dict[tuple[str, str], KernelPricer | None] = {}
+    memos: dict[tuple[str, str], dict[str, dict[tuple[object, ...], KernelPrediction]]] = {}
     sink = _CsvSink(csv_path) if csv_path is not None else None
     try:
         for table in tables:
-            if table.system not in pricers:
+            # Per (system, engine): the engine's fitted curves price its kernels.
+            # Tables come sorted by system: a new system drops the last one's memos.
+            owner = (table.system, table.engine)
+            if owner not in pricers:
+                if all(system != table.system for system, _ in pricers):
+                    memos.clear()
                 name = SYSTEM_DEVICES.get(table.system)
-                pricers[table.system] = KernelPricer(get_device(name)) if name else None
-                memo.clear()  # keys are priced per system
-            _price_table(table, pricers[table.system], memo, acc, sink, split)
+                pricers[owner] = KernelPricer(get_device(name), table.engine) if name else None
+            memo = memos.setdefault(owner, {})  # keys are priced per system and engine
+            _price_table(table, pricers[owner], memo, acc, sink, split)
     finally:
         if sink is not None:
             sink.close()

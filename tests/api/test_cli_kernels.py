@@ -96,10 +96,11 @@ def test_every_point_is_predicted_or_refused_in_the_csv(
     rows = list(csv.DictReader(io.StringIO(out_csv.read_text(encoding="utf-8"))))
     assert len(rows) == len(GEMM_ROWS) + 2 + 1 + 1  # one row per measured point
     assert set(REQUIRED_COLUMNS) <= set(rows[0])
-    pricer = KernelPricer(get_device("NVIDIA_H100_SXM_80G"))
+    device = get_device("NVIDIA_H100_SXM_80G")
     gemm = [r for r in rows if r["op"] == "gemm" and r["predicted_ms"]]
     assert len(gemm) == 3
     for row in gemm:
+        pricer = KernelPricer(device, row["engine"])  # the engine's fitted curves
         shape = dict(part.split("=") for part in row["shape"].split())
         key = (row["quantization"], int(shape["m"]), int(shape["n"]), int(shape["k"]))
         expected = pricer.price(KernelFamily.GEMM, key).predicted_ms

@@ -29,6 +29,7 @@ from app.core.catalog.architecture import (
 from app.core.catalog.quantization import BYTES_16BIT
 from app.core.cost import ForwardShape
 from app.core.runner.comm import Collective, collective_time_s
+from app.core.runner.kernel_fit import DEFAULT_SOURCE
 from app.core.runner.ops import (
     MS_PER_S,
     OpCategory,
@@ -188,6 +189,7 @@ class ForwardBuilder:
         flops_per_s: float,
         hbm_bytes_per_s: float,
         launch_s: float,
+        source: str = DEFAULT_SOURCE,
     ) -> None:
         if self.detail:
             op = roofline(
@@ -200,6 +202,7 @@ class ForwardBuilder:
                 flops_per_s=flops_per_s,
                 hbm_bytes_per_s=hbm_bytes_per_s,
                 launch_s=launch_s,
+                source=source,
             )
             self._record(op)
         else:
@@ -266,27 +269,44 @@ class ForwardBuilder:
         ``weight_rows`` overrides the weight elements read (MoE: only touched experts);
         ``rows_per_weight`` is the M each weight sees (MoE: tokens per expert), which sets
         the GEMM efficiency ramp ``m / (m + half-efficiency M)`` (the plan's, per path).
+        A plain GEMM (neither) on a path with a fitted curve (``plan.gemm_fit``) is priced by
+        the curve instead: its compute efficiency at ``m`` and ``k x n``, its memory efficiency
+        at ``k x n`` and its fixed cost (never below the builder's launch cost).
         """
         p = self.plan
         quantized = quantized and not self.sixteen_bit
         wbytes = p.weight_bytes_per_param if quantized else BYTES_16BIT
         in_bytes = p.gemm_input_bytes if quantized else ACTIVATION_BYTES
-        rows = m if rows_per_weight is None else rows_per_weight
-        if quantized:
-            rate = p.gemm_flops_per_s * (rows / (rows + p.gemm_half_efficiency_tokens))
-        else:
-            rate = p.bf16_flops_per_s * (rows / (rows + p.bf16_half_efficiency_tokens))
         weights = (k * n if weight_rows is None else weight_rows) * wbytes
+        flops = FLOPS_PER_MAC * m * k * n
+        hbm_bytes = weights + m * k * in_bytes + m * n * ACTIVATION_BYTES
+        fit = p.gemm_fit if quantized else p.bf16_gemm_fit
+        launch, source = self.launch_s, DEFAULT_SOURCE
+        if fit is not None and weight_rows is None and rows_per_weight is None:
+            rate, bandwidth, source = (
+                fit.flops_per_s(m, k * n),
+                fit.hbm_bytes_per_s(k * n),
+                fit.source,
+            )
+            launch = fit.fixed_s if fit.fixed_s > launch else launch
+        else:
+            rows = m if rows_per_weight is None else rows_per_weight
+            if quantized:
+                rate = p.gemm_flops_per_s * (rows / (rows + p.gemm_half_efficiency_tokens))
+            else:
+                rate = p.bf16_flops_per_s * (rows / (rows + p.bf16_half_efficiency_tokens))
+            bandwidth = p.hbm_bytes_per_s
         self._roofline(
             name=name,
             category=category,
             scope=scope,
             count=count,
-            flops=FLOPS_PER_MAC * m * k * n,
-            hbm_bytes=weights + m * k * in_bytes + m * n * ACTIVATION_BYTES,
+            flops=flops,
+            hbm_bytes=hbm_bytes,
             flops_per_s=rate,
-            hbm_bytes_per_s=p.hbm_bytes_per_s,
-            launch_s=self.launch_s,
+            hbm_bytes_per_s=bandwidth,
+            launch_s=launch,
+            source=source,
         )
 
     def elementwise(

@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.runner.kernel_fit import DEFAULT_SOURCE
+
 MS_PER_S = 1e3
 
 
@@ -49,6 +51,9 @@ class OpCost:
     time_ms: float
     total_ms: float
     bound: Bound
+    #: What priced it: ``default`` (the physics-derived rates) or ``fitted:<engine>`` (the
+    #: engine's measured-kernel curves, :mod:`app.core.runner.kernel_fit`).
+    source: str = DEFAULT_SOURCE
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +71,7 @@ class OpCost:
             "time_ms": self.time_ms,
             "total_ms": self.total_ms,
             "bound": self.bound.value,
+            "source": self.source,
         }
 
 
@@ -89,6 +95,7 @@ def roofline(
     flops_per_s: float,
     hbm_bytes_per_s: float,
     launch_s: float,
+    source: str = DEFAULT_SOURCE,
 ) -> OpCost:
     """A compute op: ``max(flops / flops_per_s, hbm_bytes / hbm_bytes_per_s) + launch_s``."""
     compute_s = flops / flops_per_s
@@ -116,6 +123,7 @@ def roofline(
         time_ms=time_ms,
         total_ms=time_ms * count,
         bound=bound,
+        source=source,
     )
 
 

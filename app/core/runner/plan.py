@@ -34,6 +34,7 @@ from app.core.catalog.quantization import (
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation
+from app.core.runner.kernel_fit import GEMM_16BIT, FittedGemm, fitted_gemm, gemm_label
 
 FLOPS_PER_TFLOP = 1e12
 S_PER_US = 1e-6
@@ -93,6 +94,10 @@ class ShardPlan:
     #: The checkpoint's parts that stay 16-bit beside its quantized GEMMs (run at its native
     #: quantization; :data:`~app.core.catalog.architecture.SIXTEEN_BIT_PARTS`).
     sixteen_bit_parts: frozenset[str] = frozenset()
+    #: Measured-kernel GEMM curves of the engine that runs the model (``kernel_fit``), for the
+    #: quantized and the 16-bit path; None: the physics-derived rates and ramps above.
+    gemm_fit: FittedGemm | None = None
+    bf16_gemm_fit: FittedGemm | None = None
 
     @property
     def tokens_scale(self) -> float:
@@ -307,7 +312,10 @@ def build_plan(
     parallel: ParallelLayout,
     quantization: Quantization,
     mxfp4_activation: Mxfp4Activation = "fp4",
+    kernel_engine: str | None = None,
 ) -> ShardPlan:
+    """``kernel_engine``: the engine whose measured-kernel curves price the GEMMs on ``device``
+    (:mod:`app.core.runner.kernel_fit`; None, or no curve: the defaults)."""
     notes: list[str] = []
     sixteen_bit = _sixteen_bit_parts(model, quantization, notes)
     tp, pp = parallel.tp, parallel.pp
@@ -332,6 +340,27 @@ def build_plan(
     )
     kv_el = quantization.kv_bytes_per_element
     per_layer_kv, kv_full, kv_sliding = _kv_bytes_per_token(model, kv_local, pp, kv_el)
+    hbm_peak = device.hbm_bandwidth_gb_s * BYTES_PER_GB
+    graph_launch_s = device.graph_kernel_launch_us * S_PER_US
+    label = gemm_label(quantization, model.native_linear)
+    if quantization.linear is LinearQuantAction.MXFP4 or compute is not fmt.compute_dtype:
+        label = None  # another matrix path than the measured kernels'
+    gemm_fit = fitted_gemm(
+        device=device.name,
+        engine=kernel_engine,
+        label=label,
+        peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops) * FLOPS_PER_TFLOP,
+        peak_hbm_bytes_per_s=hbm_peak,
+        graph_launch_s=graph_launch_s,
+    )
+    bf16_fit = fitted_gemm(
+        device=device.name,
+        engine=kernel_engine,
+        label=GEMM_16BIT,
+        peak_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP,
+        peak_hbm_bytes_per_s=hbm_peak,
+        graph_launch_s=graph_launch_s,
+    )
 
     return ShardPlan(
         model=model,
@@ -371,6 +400,8 @@ def build_plan(
         linear_value_heads_local=linear_v_local,
         state_bytes_per_request=_state_bytes_per_request(model, tp, pp),
         sixteen_bit_parts=sixteen_bit,
+        gemm_fit=gemm_fit,
+        bf16_gemm_fit=bf16_fit,
     )
 
 

@@ -167,6 +167,8 @@ class ModelRunner:
     captured a graph for (a larger one runs eagerly).
     ``mxfp4_activation``: the activations MXFP4 GEMMs run with (an engine's kernels; ``fp4``:
     the device's FP4 path).
+    ``kernel_engine``: the engine (``vllm``, ``sglang``, ``trtllm``) whose measured-kernel
+    curves price the GEMMs where ``kernel_fit`` has them for the device (None: the defaults).
     """
 
     __slots__ = (
@@ -174,6 +176,7 @@ class ModelRunner:
         "decode_graph_max_batch",
         "decode_graph_mode",
         "device",
+        "kernel_engine",
         "model",
         "mxfp4_activation",
         "num_mtp_tokens",
@@ -195,6 +198,7 @@ class ModelRunner:
         decode_graph_mode: bool = True,
         decode_graph_max_batch: int | None = None,
         mxfp4_activation: Mxfp4Activation = "fp4",
+        kernel_engine: str | None = None,
     ) -> None:
         if reserved_memory_gb is None:
             reserved_memory_gb = DEFAULT_RESERVED_MEMORY_GB
@@ -219,8 +223,10 @@ class ModelRunner:
             )
         self.mxfp4_activation: Mxfp4Activation = mxfp4_activation
         self.plan: ShardPlan = build_plan(
-            model, device, self.parallel, self.quantization, mxfp4_activation
+            model, device, self.parallel, self.quantization, mxfp4_activation, kernel_engine
         )
+        fitted = self.plan.gemm_fit is not None or self.plan.bf16_gemm_fit is not None
+        self.kernel_engine = kernel_engine if fitted else None
         self._identity = self._digest()
 
     # -- identity ---------------------------------------------------------------------------
@@ -248,6 +254,8 @@ class ModelRunner:
                 and self.mxfp4_activation != "fp4"
                 else {}
             ),
+            # Only where a fitted curve prices an op: default-priced runners keep their keys.
+            **({} if self.kernel_engine is None else {"kernel_engine": self.kernel_engine}),
         }
 
     def _digest(self) -> str:

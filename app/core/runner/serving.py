@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from app.core.catalog.architecture import ModelArchitecture
 from app.core.catalog.hardware import BYTES_PER_GB, Device
@@ -42,6 +42,14 @@ def engine_quantization(profile: EngineProfile, quantization: Quantization) -> Q
     return quantization
 
 
+#: Engine profile -> the engine whose fitted kernel curves (``app.core.runner.kernel_fit``)
+#: price its serving forwards. Empty for now, on purpose: with only the GEMMs fitted, the agg
+#: file's TPOT median error rises from 11.3 % to 14.4 % (TTFT 38.6 -> 38.5 %) because attention
+#: and MoE, still on the defaults, stay 25-80 % too fast (docs/kernels.md, "Serving effect").
+#: ``{"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}`` switches it on.
+SERVING_KERNEL_ENGINES: Mapping[str, str] = {}
+
+
 def engine_runner(
     profile: EngineProfile,
     model: ModelArchitecture,
@@ -54,7 +62,8 @@ def engine_runner(
 ) -> ModelRunner:
     """The runner of a deployment as ``profile``'s engine runs it: its reserve per device, its
     MXFP4 kernels' activations and its CUDA-graph decode limit (``reserved_memory_gb`` given:
-    the user's reserve wins)."""
+    the user's reserve wins). Its measured-kernel curves (``kernel_engine``) apply where
+    :data:`SERVING_KERNEL_ENGINES` names the profile."""
     vendor = device.vendor
     reserved = reserved_memory_gb
     if reserved is None:
@@ -72,6 +81,7 @@ def engine_runner(
             device.hbm_capacity_gb, vendor, layout.tp * layout.pp
         ),
         mxfp4_activation=profile.mxfp4_activation,
+        kernel_engine=SERVING_KERNEL_ENGINES.get(profile.name),
     )
 
 

@@ -35,6 +35,7 @@ in ``_eager``), which pays the eager cost.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import zlib
@@ -59,6 +60,7 @@ from app.core.limits import KernelSplit
 from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation
 from app.core.runner.comm import Collective
+from app.core.runner.kernel_fit import FP8_BLOCK
 from app.core.runner.layers import MLA_Q_ABSORB, MLA_V_UP, ForwardBuilder, attended_pairs
 from app.core.runner.plan import ShardPlan, build_plan
 
@@ -373,10 +375,12 @@ def _model(
 
 
 class KernelPricer:
-    """Prices the measured shapes of one system on its catalog device (plans are memoised)."""
+    """Prices the measured shapes of one system on its catalog device (plans are memoised);
+    ``engine``: the engine whose fitted kernel curves the runner applies (None: the defaults)."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, engine: str | None = None) -> None:
         self.device = device
+        self.engine = engine
         self._plans: dict[tuple[object, ...], ShardPlan] = {}
         self._latencies: dict[tuple[object, ...], float] = {}
         self._builders: dict[tuple[int, bool], ForwardBuilder] = {}
@@ -440,9 +444,17 @@ class KernelPricer:
         if linear is None:
             raise _Refused(f"GEMM dtype {dtype or '?'}: no runner quantization")
         rows, cols, depth = _positive(m, "m"), _positive(n, "n"), _positive(k, "k")
+        # A block-scaled FP8 checkpoint is a DeepSeek-style one (``native_linear`` FP8).
+        model = _GEMM_BLOCK_FP8_MODEL if dtype == FP8_BLOCK else _GEMM_MODEL
         plan = self._plan(
-            ("gemm", linear),
-            lambda: build_plan(_GEMM_MODEL, self.device, _SINGLE, Quantization(linear=linear)),
+            ("gemm", linear, model.native_linear),
+            lambda: build_plan(
+                model,
+                self.device,
+                _SINGLE,
+                Quantization(linear=linear),
+                kernel_engine=self.engine,
+            ),
         )
         builder = self._builder(plan)
         builder.gemm("gemm", _SCOPE, 1, rows, depth, cols)
@@ -730,6 +742,7 @@ _OP_NCCL = KernelFamily.NCCL.value
 _BF16 = Quantization()
 # GEMMs read only the plan's rates, bytes and fixed costs: any one-layer model serves.
 _GEMM_MODEL = _model(heads=1, kv_heads=1, head_dim=1, hidden=1)
+_GEMM_BLOCK_FP8_MODEL = dataclasses.replace(_GEMM_MODEL, native_linear=LinearQuantAction.FP8.value)
 
 
 # -- held-out split ----------------------------------------------------------------------------

@@ -1,0 +1,254 @@
+"""Kernel efficiencies fitted to measured kernels (``data/kernel_fit.json``), read with json.
+
+The file is written by ``python -m scripts.fit_kernels`` from NVIDIA AIConfigurator's measured
+kernel tables (``aiconfigurator-core``, Apache-2.0; ``NOTICE``, ``docs/kernels.md``), on the train
+split only. Per (catalog device, engine, GEMM quantization) it holds the terms of the runner's own
+GEMM roofline, as shape-dependent curves rather than latencies::
+
+    time = max(flops / (peak_flops * compute_efficiency(M, K x N)),
+               hbm_bytes / (peak_bw * memory_eff(K x N))) + fixed_us
+
+``compute_efficiency(M, K x N)`` is bilinear in ``log2(M)`` and ``log2(K x N)`` between the
+``m_knots`` and ``nk_knots`` (clamped outside them): the tile-occupancy ramp of a GEMM as the
+token count and the weight (the output tiles) grow. ``memory_eff(K x N)`` is the share of the
+HBM peak the weight stream reaches (a small weight does not fill the memory pipes), linear in
+``log2(K x N)``; ``fixed_us`` the kernel's floor (prologue, epilogue, a wave's minimum; it
+stands in for the captured-graph launch cost).
+
+A device, engine or quantization the file has no curve for keeps the runner's physics-derived
+defaults (:mod:`app.core.runner.plan`); every op says which priced it (``OpCost.source``). A
+missing or malformed file raises :class:`KernelFitError` on first use, never a silent default.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from app.core.catalog.quantization import LinearQuantAction, Quantization
+from app.core.errors import ChunkwiseError
+
+KERNEL_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit.json"
+KERNEL_FIT_FORMAT = "chunkwise-kernel-fit/1"
+#: ``OpCost.source`` of an op priced by the physics-derived defaults.
+DEFAULT_SOURCE = "default"
+FITTED_SOURCE_PREFIX = "fitted:"
+#: The 16-bit GEMM's table label (the path of unquantized and 16-bit-kept layers).
+GEMM_16BIT = "bfloat16"
+S_PER_US = 1e-6
+
+#: Runner linear action -> the measured GEMM table's ``gemm_dtype``. FP8 is split by the
+#: checkpoint: a DeepSeek-style ``quant_method: fp8`` config (``native_linear`` FP8) carries
+#: 128 x 128 block scales (``fp8_block``), any other FP8 run per-tensor scales (``fp8``).
+#: W8A8 runs the SmoothQuant INT8 kernels (``sq``); MXFP4 and W4A8 have no measured GEMM table.
+_GEMM_LABELS: Mapping[LinearQuantAction, str] = {
+    LinearQuantAction.DISABLED: GEMM_16BIT,
+    LinearQuantAction.FP8: "fp8",
+    LinearQuantAction.W8A16_STATIC: "int8_wo",
+    LinearQuantAction.W8A16_DYNAMIC: "int8_wo",
+    LinearQuantAction.W4A16: "int4_wo",
+    LinearQuantAction.W8A8_STATIC: "sq",
+    LinearQuantAction.W8A8_DYNAMIC: "sq",
+    LinearQuantAction.NVFP4: "nvfp4",
+}
+FP8_BLOCK = "fp8_block"
+
+
+class KernelFitError(ChunkwiseError):
+    """The fitted kernel table is missing or malformed (a packaging error, not bad input)."""
+
+
+def gemm_label(quantization: Quantization, native_linear: str | None) -> str | None:
+    """The measured GEMM table a run's quantized GEMMs are priced from (None: no table)."""
+    action = quantization.linear
+    if action is LinearQuantAction.FP8 and native_linear == LinearQuantAction.FP8.value:
+        return FP8_BLOCK
+    return _GEMM_LABELS.get(action)
+
+
+def _position(x: float, knots: tuple[float, ...]) -> tuple[int, float]:
+    """The knot interval of ``x`` and its share of the way to the upper knot, linear in
+    ``log2`` (clamped to the end knots)."""
+    if x <= knots[0]:
+        return 0, 0.0
+    if x >= knots[-1]:
+        return len(knots) - 2, 1.0
+    i = bisect.bisect_right(knots, x) - 1
+    return i, math.log2(x / knots[i]) / math.log2(knots[i + 1] / knots[i])
+
+
+def _check_knots(name: str, knots: tuple[float, ...]) -> None:
+    if len(knots) < 2 or any(k <= 0 for k in knots):
+        raise ValueError(f"{name} needs two or more positive knots")
+    if any(b <= a for a, b in itertools.pairwise(knots)):
+        raise ValueError(f"{name} must increase")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmCurve:
+    """One (device, engine, quantization)'s fitted GEMM terms (see the module doc): the
+    compute efficiency per (M knot, K x N knot), the memory efficiency per K x N knot."""
+
+    m_knots: tuple[float, ...]
+    nk_knots: tuple[float, ...]
+    compute_efficiency: tuple[tuple[float, ...], ...]  # [m knot][nk knot]
+    memory_efficiency: tuple[float, ...]  # [nk knot]
+    fixed_us: float
+
+    def __post_init__(self) -> None:
+        _check_knots("m_knots", self.m_knots)
+        _check_knots("nk_knots", self.nk_knots)
+        rows = self.compute_efficiency
+        if len(rows) != len(self.m_knots) or any(len(r) != len(self.nk_knots) for r in rows):
+            raise ValueError("compute_efficiency needs one row per m knot, one value per nk knot")
+        if len(self.memory_efficiency) != len(self.nk_knots):
+            raise ValueError("memory_efficiency needs one value per nk knot")
+        if not all(0 < e <= 1 for e in (*(e for r in rows for e in r), *self.memory_efficiency)):
+            raise ValueError("efficiencies must lie in (0, 1]")
+        if not (math.isfinite(self.fixed_us) and self.fixed_us >= 0):
+            raise ValueError("fixed_us must be a number >= 0")
+
+    def compute_efficiency_at(self, m: float, nk: float) -> float:
+        """The compute efficiency at ``m`` rows of a ``nk``-element weight (bilinear in
+        ``log2``)."""
+        i, t = _position(m, self.m_knots)
+        j, u = _position(nk, self.nk_knots)
+        low, high = self.compute_efficiency[i], self.compute_efficiency[i + 1]
+        return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
+            (1 - u) * high[j] + u * high[j + 1]
+        )
+
+    def memory_efficiency_at(self, nk: float) -> float:
+        """The memory efficiency of a ``nk``-element weight (linear in ``log2``)."""
+        j, u = _position(nk, self.nk_knots)
+        return (1 - u) * self.memory_efficiency[j] + u * self.memory_efficiency[j + 1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FittedGemm:
+    """A fitted curve on one plan's path: absolute peaks, resolved once in the plan."""
+
+    curve: GemmCurve
+    peak_flops_per_s: float
+    peak_hbm_bytes_per_s: float
+    fixed_s: float
+    source: str  # ``fitted:<engine>``
+
+    def flops_per_s(self, m: float, nk: float) -> float:
+        return self.peak_flops_per_s * self.curve.compute_efficiency_at(m, nk)
+
+    def hbm_bytes_per_s(self, nk: float) -> float:
+        return self.peak_hbm_bytes_per_s * self.curve.memory_efficiency_at(nk)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelFit:
+    """The whole fitted table: GEMM curves by (device name, engine, GEMM label)."""
+
+    gemm: Mapping[tuple[str, str, str], GemmCurve]
+    source: Mapping[str, Any]
+
+    def gemm_curve(self, device: str, engine: str, label: str) -> GemmCurve | None:
+        return self.gemm.get((device, engine, label))
+
+
+def _number(entry: Mapping[str, Any], name: str) -> float:
+    value = entry.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise KernelFitError(f"kernel fit: {name!r} is not a number in {entry.get('device')}")
+    return float(value)
+
+
+def _numbers(entry: Mapping[str, Any], name: str) -> tuple[float, ...]:
+    values = entry.get(name)
+    if not isinstance(values, list):
+        raise KernelFitError(f"kernel fit: {name!r} is not a list in {entry.get('device')}")
+    return tuple(_number({name: v, "device": entry.get("device")}, name) for v in values)
+
+
+def parse_kernel_fit(body: Any) -> KernelFit:
+    """A :class:`KernelFit` from the decoded json (raises :class:`KernelFitError`)."""
+    if not isinstance(body, dict) or body.get("format") != KERNEL_FIT_FORMAT:
+        raise KernelFitError(f"kernel fit: not a {KERNEL_FIT_FORMAT} document")
+    entries = body.get("gemm")
+    source = body.get("source")
+    if not isinstance(entries, list) or not isinstance(source, dict):
+        raise KernelFitError("kernel fit: needs a 'source' object and a 'gemm' list")
+    curves: dict[tuple[str, str, str], GemmCurve] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise KernelFitError("kernel fit: a 'gemm' entry is not an object")
+        key = tuple(entry.get(name) for name in ("device", "engine", "quantization"))
+        if not all(isinstance(part, str) and part for part in key):
+            raise KernelFitError(f"kernel fit: entry without device/engine/quantization: {key}")
+        table = entry.get("compute_efficiency")
+        if not isinstance(table, list):
+            raise KernelFitError(f"kernel fit: 'compute_efficiency' is not a list in {key}")
+        try:
+            curve = GemmCurve(
+                m_knots=_numbers(entry, "m_knots"),
+                nk_knots=_numbers(entry, "nk_knots"),
+                compute_efficiency=tuple(
+                    _numbers({"row": row, "device": key}, "row") for row in table
+                ),
+                memory_efficiency=_numbers(entry, "memory_efficiency"),
+                fixed_us=_number(entry, "fixed_us"),
+            )
+        except ValueError as err:
+            raise KernelFitError(f"kernel fit: {key}: {err}") from None
+        if key in curves:
+            raise KernelFitError(f"kernel fit: {key} appears twice")
+        curves[key] = curve  # type: ignore[index]
+    return KernelFit(gemm=curves, source=source)
+
+
+def load_kernel_fit(path: Path = KERNEL_FIT_PATH) -> KernelFit:
+    """Read and check the fitted table at ``path`` (raises :class:`KernelFitError`)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise KernelFitError(f"kernel fit: cannot read {path} ({err.strerror})") from None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise KernelFitError(f"kernel fit: {path} is not json ({err.msg})") from None
+    return parse_kernel_fit(body)
+
+
+@cache
+def kernel_fit() -> KernelFit:
+    """The packaged table, read once on first use."""
+    return load_kernel_fit()
+
+
+def fitted_gemm(
+    *,
+    device: str,
+    engine: str | None,
+    label: str | None,
+    peak_flops_per_s: float,
+    peak_hbm_bytes_per_s: float,
+    graph_launch_s: float,
+) -> FittedGemm | None:
+    """The fitted GEMM of ``engine``'s ``label`` kernels on ``device`` (None: the defaults).
+
+    The fitted floor never undercuts the captured-graph launch cost it stands in for."""
+    if engine is None or label is None:
+        return None
+    curve = kernel_fit().gemm_curve(device, engine, label)
+    if curve is None:
+        return None
+    return FittedGemm(
+        curve=curve,
+        peak_flops_per_s=peak_flops_per_s,
+        peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
+        fixed_s=max(curve.fixed_us * S_PER_US, graph_launch_s),
+        source=FITTED_SOURCE_PREFIX + engine,
+    )

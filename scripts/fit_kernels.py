@@ -1,0 +1,294 @@
+"""Fit the runner's GEMM efficiency curves to AIConfigurator's measured kernels (issue 30).
+
+    python -m scripts.fit_kernels --kernels kernels/wheel \
+        [--out app/core/runner/data/kernel_fit.json]
+
+Per (system, engine, GEMM quantization) it fits, on the TRAIN split only (``split_of``: the
+shape text's CRC-32 not 0 mod 4), the terms of the runner's GEMM roofline
+(:mod:`app.core.runner.kernel_fit`): a compute efficiency table over ``log2(M)`` x
+``log2(K x N)`` knots, a memory efficiency over the ``log2(K x N)`` knots and a fixed cost.
+The flops and bytes of every point are the runner's own (``ForwardBuilder.gemm`` on the same
+plan ``validate --kernels`` builds); only the efficiencies are free. The loss is the mean
+absolute log error (a robust stand-in for the median relative error), minimised by coordinate
+descent over bounded grids that narrow each round. Train and test residuals (median absolute %
+error) go into the file beside each curve.
+
+Needs pyarrow and numpy (``pip install 'chunkwise[kernels]'``); never imported by ``app``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.core.catalog.devices import get_device
+from app.core.catalog.hardware import BYTES_PER_GB
+from app.core.catalog.quantization import LinearQuantAction, Quantization
+from app.core.parallel import ParallelLayout
+from app.core.runner.kernel_fit import (
+    FP8_BLOCK,
+    KERNEL_FIT_FORMAT,
+    KERNEL_FIT_PATH,
+    S_PER_US,
+)
+from app.core.runner.layers import ACTIVATION_BYTES, FLOPS_PER_MAC
+from app.core.runner.plan import FLOPS_PER_TFLOP, build_plan
+from app.core.validation.kernels import SYSTEM_DEVICES, split_of
+from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
+
+#: Knots of the compute-efficiency curve (rows M): a tile-count ramp per factor of four.
+M_KNOTS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0)
+#: Knots of the weight size K x N (elements): more output tiles fill more of the device.
+NK_KNOTS = (2.0**20, 2.0**24, 2.0**28)
+#: Measured GEMM dtype -> runner action (the fitted labels: ``kernel_fit.gemm_label``'s range).
+FIT_LABELS = {
+    "bfloat16": LinearQuantAction.DISABLED,
+    "fp8": LinearQuantAction.FP8,
+    FP8_BLOCK: LinearQuantAction.FP8,
+    "int8_wo": LinearQuantAction.W8A16_STATIC,
+    "int4_wo": LinearQuantAction.W4A16,
+    "sq": LinearQuantAction.W8A8_STATIC,
+    "nvfp4": LinearQuantAction.NVFP4,
+}
+MIN_POINTS = 20
+MAX_FIT_POINTS = 8_000  # train points per group the optimiser sees (every k-th, deterministic)
+ROUNDS = 5
+GRID = 15
+BOUNDS = {"compute": (0.002, 1.0), "memory": (0.05, 1.0)}
+MAX_FIXED_US = 300.0
+PERCENT = 100.0
+
+
+def _terms(system: str, label: str) -> tuple[float, float, float, float, float]:
+    """Weight bytes per element, input bytes per element, peak flops/s, peak HBM bytes/s and
+    the graph launch floor (s) of ``label`` GEMMs on ``system``'s device (the runner's plan)."""
+    device = get_device(SYSTEM_DEVICES[system])
+    action = FIT_LABELS[label]
+    from app.core.validation.kernels import _GEMM_MODEL  # the one-layer GEMM model
+
+    plan = build_plan(_GEMM_MODEL, device, ParallelLayout(), Quantization(linear=action))
+    fmt = plan.quantization.linear_format
+    peak = (device.peak_tflops(fmt.compute_dtype) or device.peak_bf16_tflops) * FLOPS_PER_TFLOP
+    return (
+        plan.weight_bytes_per_param,
+        plan.gemm_input_bytes,
+        peak,
+        device.hbm_bandwidth_gb_s * BYTES_PER_GB,
+        device.graph_kernel_launch_us * S_PER_US,
+    )
+
+
+def _weights(x: np.ndarray, knots: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Lower knot index and the share of the upper knot, linear in log2 (clamped)."""
+    pos = np.interp(np.log2(x), np.log2(np.array(knots)), np.arange(len(knots), dtype=float))
+    low = np.minimum(np.floor(pos).astype(int), len(knots) - 2)
+    return low, pos - low
+
+
+def _efficiency(p: dict[str, Any], table: np.ndarray) -> np.ndarray:
+    """The curve of :class:`~app.core.runner.kernel_fit.GemmCurve` (bilinear, vectorised)."""
+    i, t = p["m_at"]
+    j, u = p["nk_at"]
+    return (
+        table[i, j] * (1 - t) * (1 - u)
+        + table[i + 1, j] * t * (1 - u)
+        + table[i, j + 1] * (1 - t) * u
+        + table[i + 1, j + 1] * t * u
+    )
+
+
+def _predict_s(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> np.ndarray:
+    table, mem, fixed_s = params
+    compute = p["flops"] / (p["peak"] * _efficiency(p, table))
+    j, u = p["nk_at"]
+    memory = p["bytes"] / (p["bw"] * (mem[j] * (1 - u) + mem[j + 1] * u))
+    return np.maximum(compute, memory) + fixed_s
+
+
+def _loss(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> float:
+    return float(np.mean(np.abs(np.log(_predict_s(p, params) / p["measured"]))))
+
+
+def _grid(value: float, low: float, high: float, span: float) -> np.ndarray:
+    lo, hi = max(low, value / span), min(high, value * span)
+    return np.unique(np.append(np.geomspace(lo, hi, GRID), value))
+
+
+def _descend(
+    p: dict[str, Any], params: list[Any], array: np.ndarray, index: Any, bounds: Any, span: float
+) -> None:
+    """Set ``array[index]`` to the grid value of least loss (the other parameters fixed)."""
+    best, best_loss = array[index], math.inf
+    for v in _grid(float(array[index]), *bounds, span):
+        array[index] = v
+        table, mem, fixed = params
+        loss = _loss(p, (table, mem, float(fixed[0])))
+        if loss < best_loss:
+            best, best_loss = v, loss
+    array[index] = best
+
+
+def _fit(p: dict[str, Any], floor_s: float) -> tuple[np.ndarray, np.ndarray, float]:
+    table = np.full((len(M_KNOTS), len(NK_KNOTS)), 0.5)
+    mem = np.full(len(NK_KNOTS), 0.7)
+    fixed = np.array([max(floor_s, 5 * S_PER_US)])
+    span = 8.0
+    for _ in range(ROUNDS):
+        params: list[Any] = [table, mem, fixed]
+        _descend_fixed(p, table, mem, fixed, floor_s, span)
+        for j in range(len(NK_KNOTS)):
+            _descend(p, params, mem, j, BOUNDS["memory"], span)
+        for i in range(len(M_KNOTS)):
+            for j in range(len(NK_KNOTS)):
+                _descend(p, params, table, (i, j), BOUNDS["compute"], span)
+        span = math.sqrt(span)
+    return table, mem, float(fixed[0])
+
+
+def _descend_fixed(
+    p: dict[str, Any],
+    table: np.ndarray,
+    mem: np.ndarray,
+    fixed: np.ndarray,
+    floor_s: float,
+    span: float,
+) -> None:
+    grid = _grid(float(fixed[0]), floor_s, MAX_FIXED_US * S_PER_US, span)
+    fixed[0] = min(grid, key=lambda v: _loss(p, (table, mem, float(v))))
+
+
+def _median_abs_pct(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> float:
+    if not len(p["m"]):
+        return math.nan
+    err = (_predict_s(p, params) - p["measured"]) / p["measured"]
+    return round(float(np.median(np.abs(err))) * PERCENT, 2)
+
+
+def _collect(root: Path) -> tuple[dict[tuple[str, str, str], dict[str, list[Any]]], dict]:
+    """Every usable GEMM point by (system, engine, label), with its split and engine version."""
+    points: dict[tuple[str, str, str], dict[str, list[Any]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    versions: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for table in list_tables(find_data_dir(root), None, None):
+        if table.table != "gemm_perf" or table.system not in SYSTEM_DEVICES:
+            continue
+        data = _read(table.path)
+        shapes = _shape_text(data).to_pylist()
+        cols = {c: data.column(c).to_pylist() for c in ("gemm_dtype", "m", "n", "k", "latency")}
+        versions[(table.system, table.engine)].add(table.version)
+        for i, label in enumerate(cols["gemm_dtype"]):
+            latency = cols["latency"][i]
+            if label not in FIT_LABELS or latency is None or latency <= 0:
+                continue
+            group = points[(table.system, table.engine, label)]
+            group["split"].append(split_of(shapes[i] or ""))
+            for c in ("m", "n", "k"):
+                group[c].append(float(cols[c][i]))
+            group["measured"].append(latency / 1e3)  # ms -> s
+    return points, versions
+
+
+def _arrays(raw: dict[str, list[Any]], system: str, label: str, split: str) -> dict[str, Any]:
+    wbytes, in_bytes, peak, bw, _ = _terms(system, label)
+    keep = np.array([s == split for s in raw["split"]])
+    m, n, k = (np.array(raw[c])[keep] for c in ("m", "n", "k"))
+    return {
+        "m": m,
+        "m_at": _weights(m, M_KNOTS),
+        "nk_at": _weights(n * k, NK_KNOTS),
+        "flops": FLOPS_PER_MAC * m * n * k,
+        "bytes": k * n * wbytes + m * k * in_bytes + m * n * ACTIVATION_BYTES,
+        "measured": np.array(raw["measured"])[keep],
+        "peak": peak,
+        "bw": bw,
+    }
+
+
+def _thin(p: dict[str, Any]) -> dict[str, Any]:
+    step = max(1, len(p["m"]) // MAX_FIT_POINTS)
+
+    def thin(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return tuple(thin(x) for x in v)
+        return v[::step] if isinstance(v, np.ndarray) else v
+
+    return {key: thin(v) for key, v in p.items()}
+
+
+def _wheel_version(root: Path) -> str:
+    for meta in sorted(root.glob("*.dist-info/METADATA")):
+        found = re.search(r"^Version: (\S+)", meta.read_text(encoding="utf-8"), re.M)
+        if found:
+            return found.group(1)
+    return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
+    parser.add_argument("--out", type=Path, default=KERNEL_FIT_PATH)
+    args = parser.parse_args(argv)
+    points, versions = _collect(args.kernels)
+    entries = []
+    for (system, engine, label), raw in sorted(points.items()):
+        train = _arrays(raw, system, label, "train")
+        test = _arrays(raw, system, label, "test")
+        if len(train["m"]) < MIN_POINTS:
+            continue
+        params = _fit(_thin(train), _terms(system, label)[4])
+        effs, mem, fixed_s = params
+        entries.append(
+            {
+                "device": SYSTEM_DEVICES[system],
+                "system": system,
+                "engine": engine,
+                "engine_versions": sorted(versions[(system, engine)]),
+                "quantization": label,
+                "m_knots": list(M_KNOTS),
+                "nk_knots": list(NK_KNOTS),
+                "compute_efficiency": [[round(float(e), 4) for e in row] for row in effs],
+                "memory_efficiency": [round(float(e), 4) for e in mem],
+                "fixed_us": round(fixed_s / S_PER_US, 3),
+                "train": {"points": len(train["m"]), "median_abs_error_pct": 0.0},
+                "test": {"points": len(test["m"]), "median_abs_error_pct": 0.0},
+            }
+        )
+        rounded = (
+            np.array(entries[-1]["compute_efficiency"]),
+            np.array(entries[-1]["memory_efficiency"]),
+            entries[-1]["fixed_us"] * S_PER_US,
+        )
+        entries[-1]["train"]["median_abs_error_pct"] = _median_abs_pct(train, rounded)
+        entries[-1]["test"]["median_abs_error_pct"] = _median_abs_pct(test, rounded)
+        print(
+            f"{system} {engine} {label}: train {entries[-1]['train']} test {entries[-1]['test']}",
+            file=sys.stderr,
+        )
+    body = {
+        "format": KERNEL_FIT_FORMAT,
+        "source": {
+            "package": "aiconfigurator-core",
+            "version": _wheel_version(args.kernels),
+            "licence": "Apache-2.0 (see NOTICE)",
+            "split": "train: crc32(shape text) % 4 != 0 (app.core.validation.kernels.split_of)",
+            "script": "python -m scripts.fit_kernels",
+            "model": "max(flops / (peak * compute_efficiency(M, K*N)), bytes / (hbm * "
+            "memory_efficiency(K*N))) + fixed_us; bilinear in log2(M), log2(K*N) between knots",
+        },
+        "gemm": entries,
+    }
+    args.out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""The fitted kernel table (``app/core/runner/data/kernel_fit.json``) and how the runner uses it.
+
+Known answers: the curve at a knot and halfway (in log2 M) between two; a fitted GEMM's time
+by hand from its curve. The loader refuses a missing or malformed table loudly; a device or
+engine without a curve keeps the physics-derived defaults and says so per op.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.catalog import get_device, get_model
+from app.core.catalog.quantization import BYTES_16BIT, parse_quantization
+from app.core.cost import ForwardShape
+from app.core.parallel import ParallelLayout
+from app.core.runner import ModelRunner
+from app.core.runner.kernel_fit import (
+    DEFAULT_SOURCE,
+    FP8_BLOCK,
+    KERNEL_FIT_FORMAT,
+    GemmCurve,
+    KernelFitError,
+    gemm_label,
+    kernel_fit,
+    load_kernel_fit,
+    parse_kernel_fit,
+)
+from app.core.runner.layers import FLOPS_PER_MAC
+from app.core.runner.ops import MS_PER_S, OpCategory
+from app.core.validation.kernels import KernelFamily, KernelPricer
+
+H100 = "NVIDIA_H100_SXM_80G"
+ATLAS = "ATLAS_800_A2_376T_64G"
+LLAMA = "meta-llama/Llama-3.1-8B"
+MIXTRAL = "mistralai/Mixtral-8x7B-v0.1"
+DECODE = ForwardShape(is_decode=True, concurrency=8, query_len=1, seq_len=1024)
+PREFILL = ForwardShape(is_decode=False, concurrency=1, query_len=2048, seq_len=2048)
+CURVE = GemmCurve(
+    m_knots=(1.0, 4.0, 16.0),
+    nk_knots=(2.0**20, 2.0**24),
+    compute_efficiency=((0.1, 0.2), (0.3, 0.4), (0.9, 1.0)),
+    memory_efficiency=(0.6, 0.8),
+    fixed_us=5.0,
+)
+SMALL, LARGE = 2.0**20, 2.0**24
+
+
+def _entry(**change: Any) -> dict[str, Any]:
+    entry = {
+        "device": H100,
+        "engine": "vllm",
+        "quantization": "bfloat16",
+        "m_knots": [1, 4, 16],
+        "nk_knots": [2**20, 2**24],
+        "compute_efficiency": [[0.1, 0.2], [0.3, 0.4], [0.9, 1.0]],
+        "memory_efficiency": [0.6, 0.8],
+        "fixed_us": 5.0,
+    }
+    entry.update(change)
+    return entry
+
+
+def _doc(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"format": KERNEL_FIT_FORMAT, "source": {"version": "0.12.0"}, "gemm": list(entries)}
+
+
+def test_curve_is_bilinear_in_log2_between_knots_and_clamped_outside() -> None:
+    assert CURVE.compute_efficiency_at(4, SMALL) == pytest.approx(0.3)
+    assert CURVE.compute_efficiency_at(2, SMALL) == pytest.approx(0.2)  # halfway 1 -> 4 in log2
+    assert CURVE.compute_efficiency_at(8, LARGE) == pytest.approx(0.7)
+    assert CURVE.compute_efficiency_at(2, 2.0**22) == pytest.approx(0.25)  # both halfway
+    assert CURVE.compute_efficiency_at(0.5, 1.0) == pytest.approx(0.1)
+    assert CURVE.compute_efficiency_at(1e6, 2.0**40) == pytest.approx(1.0)
+    assert CURVE.memory_efficiency_at(2.0**22) == pytest.approx(0.7)
+    assert CURVE.memory_efficiency_at(1.0) == pytest.approx(0.6)
+
+
+def test_parse_reads_a_well_formed_table() -> None:
+    fit = parse_kernel_fit(_doc(_entry()))
+    assert fit.gemm_curve(H100, "vllm", "bfloat16") == CURVE
+    assert fit.gemm_curve(H100, "sglang", "bfloat16") is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"format": "other", "source": {}, "gemm": []},
+        {"format": KERNEL_FIT_FORMAT, "gemm": []},
+        _doc(_entry(device="")),
+        _doc(_entry(memory_efficiency=[0.6, 1.5])),
+        _doc(_entry(memory_efficiency=0.8)),
+        _doc(_entry(compute_efficiency=[[0.1, 0.2], [0.3, 0.4]])),
+        _doc(_entry(compute_efficiency=[0.1, 0.3, 0.9])),
+        _doc(_entry(nk_knots=[2**20])),
+        _doc(_entry(m_knots=[4, 1, 16])),
+        _doc(_entry(fixed_us="5")),
+        _doc(_entry(fixed_us=-1)),
+        _doc(_entry(), _entry()),
+    ],
+)
+def test_parse_refuses_a_malformed_table(body: Any) -> None:
+    with pytest.raises(KernelFitError):
+        parse_kernel_fit(body)
+
+
+def test_load_refuses_a_missing_or_non_json_file(tmp_path: Path) -> None:
+    with pytest.raises(KernelFitError, match="cannot read"):
+        load_kernel_fit(tmp_path / "absent.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{", encoding="utf-8")
+    with pytest.raises(KernelFitError, match="not json"):
+        load_kernel_fit(broken)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_doc(_entry())), encoding="utf-8")
+    assert load_kernel_fit(good).gemm_curve(H100, "vllm", "bfloat16") == CURVE
+
+
+def test_packaged_table_carries_its_provenance() -> None:
+    fit = kernel_fit()
+    assert fit.source["package"] == "aiconfigurator-core"
+    assert fit.source["version"] == "0.12.0"
+    body = json.loads(Path(load_kernel_fit.__defaults__[0]).read_text(encoding="utf-8"))  # type: ignore[index]
+    for entry in body["gemm"]:
+        assert entry["train"]["points"] >= 20
+        assert entry["engine_versions"]
+        assert math.isfinite(entry["test"]["median_abs_error_pct"])
+    for engine in ("vllm", "sglang", "trtllm"):
+        for label in ("bfloat16", "fp8", FP8_BLOCK):
+            assert fit.gemm_curve(H100, engine, label) is not None
+
+
+def test_gemm_label_splits_fp8_by_checkpoint() -> None:
+    fp8 = parse_quantization("FP8")
+    assert gemm_label(fp8, "FP8") == FP8_BLOCK
+    assert gemm_label(fp8, None) == "fp8"
+    assert gemm_label(parse_quantization(), None) == "bfloat16"
+    assert gemm_label(parse_quantization("MXFP4"), "MXFP4") is None
+
+
+def _runner(device: str, model: str = LLAMA, engine: str | None = "vllm") -> ModelRunner:
+    return ModelRunner(
+        get_model(model), get_device(device), ParallelLayout(tp=1), kernel_engine=engine
+    )
+
+
+def test_fitted_gemm_time_is_the_curve_by_hand() -> None:
+    runner = _runner(H100)
+    fit = runner.plan.gemm_fit
+    assert fit is not None
+    curve = kernel_fit().gemm_curve(H100, "vllm", "bfloat16")
+    assert fit.curve == curve and curve is not None
+    op = next(o for o in runner.run_inference(DECODE).breakdown.ops if o.name == "o_proj")
+    m = DECODE.concurrency
+    k = n = get_model(LLAMA).hidden_size
+    device = get_device(H100)
+    compute_s = (
+        FLOPS_PER_MAC
+        * m
+        * k
+        * n
+        / (device.peak_bf16_tflops * 1e12 * curve.compute_efficiency_at(m, k * n))
+    )
+    hbm = k * n * BYTES_16BIT + 2 * m * k * BYTES_16BIT
+    memory_s = hbm / (device.hbm_bandwidth_gb_s * 1e9 * curve.memory_efficiency_at(k * n))
+    fixed_s = max(curve.fixed_us * 1e-6, device.graph_kernel_launch_us * 1e-6)
+    assert op.source == "fitted:vllm"
+    assert op.time_ms == pytest.approx((max(compute_s, memory_s) + fixed_s) * MS_PER_S)
+
+
+def test_only_plain_gemms_are_fitted_and_every_op_says_so() -> None:
+    ops = _runner(H100, MIXTRAL).run_inference(PREFILL).breakdown.ops
+    fitted = {o.name for o in ops if o.source != DEFAULT_SOURCE}
+    assert {"qkv_proj", "o_proj", "lm_head", "router"} <= fitted  # the router: a plain GEMM
+    assert not {"experts_up", "experts_down"} & fitted  # grouped GEMMs: not fitted yet
+    assert all(o.source == DEFAULT_SOURCE for o in ops if o.category is OpCategory.ATTENTION)
+
+
+@pytest.mark.parametrize(
+    ("device", "engine"), [(ATLAS, "vllm"), (H100, "msmodeling"), (H100, None)]
+)
+def test_without_a_curve_the_defaults_price_every_op(device: str, engine: str | None) -> None:
+    runner = _runner(device, engine=engine)
+    default = _runner(device, engine=None)
+    assert runner.plan.gemm_fit is None and runner.plan.bf16_gemm_fit is None
+    assert runner.kernel_engine is None
+    assert "kernel_engine" not in runner.identity_dict()
+    assert runner.identity() == default.identity()
+    result = runner.run_inference(PREFILL)
+    assert all(o.source == DEFAULT_SOURCE for o in result.breakdown.ops)
+    assert result.latency_ms == default.run_inference(PREFILL).latency_ms
+
+
+def test_the_engine_is_part_of_a_fitted_runner_identity() -> None:
+    assert _runner(H100, engine="vllm").identity() != _runner(H100, engine="sglang").identity()
+    assert _runner(H100, engine="vllm").identity() != _runner(H100, engine=None).identity()
+
+
+def test_validate_prices_block_fp8_from_its_own_curve() -> None:
+    key = ("fp8_block", 1, 4096, 4096)
+    device = get_device(H100)
+    by_engine = {
+        engine: KernelPricer(device, engine).price(KernelFamily.GEMM, key).predicted_ms
+        for engine in (None, "vllm", "trtllm")
+    }
+    per_tensor = KernelPricer(device, "vllm").price(KernelFamily.GEMM, ("fp8", 1, 4096, 4096))
+    assert len(set(by_engine.values())) == 3
+    assert per_tensor.predicted_ms != by_engine["vllm"]
