@@ -161,6 +161,13 @@ SERVICE_STATS_PREFIX = "chunkwise_service_"
 SERVICE_STATS_INTERVAL_S = 1.0
 
 
+#: The HTTP methods a metric names (RFC 9110's and PATCH); any other is counted as ``other``.
+METRIC_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+OTHER_METHOD = "other"
+
+
 def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROCESS_ENV) or None
 
@@ -192,6 +199,10 @@ class Metrics:
         ProcessCollector(registry=self.registry)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """One request, under bounded labels: a method outside :data:`METRIC_METHODS` counts as
+        ``other`` (5,000 invented method names took /metrics from 0.6 to 10.3 MB), the route is
+        the matched template or ``<unmatched>``."""
+        method = method if method in METRIC_METHODS else OTHER_METHOD
         self.requests.labels(method, route, str(status)).inc()
         self.duration.labels(method, route).observe(seconds)
         if self.directory is not None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 from fastapi.testclient import TestClient
 
 from app.main import create_app
@@ -50,6 +52,27 @@ def test_metrics_exposes_requests_and_cache_counters(client: TestClient) -> None
     assert 'chunkwise_cache_errors_total{backend="memory"} 0.0' in text
     assert "chunkwise_forward_evaluations_total" in text
     assert "chunkwise_http_request_duration_seconds_bucket" in text
+
+
+def _label_values(text: str, label: str) -> set[str]:
+    return set(re.findall(rf'^chunkwise_http_\w+\{{[^}}]*\b{label}="([^"]*)"', text, re.M))
+
+
+def test_metric_labels_are_bounded(client: TestClient) -> None:
+    """N4: invented method names and paths add no label values: an unknown method counts as
+    ``other``, an unmatched path as ``<unmatched>`` (5,000 invented methods took /metrics from
+    0.6 to 10.3 MB)."""
+    before = len(client.get("/metrics").content)
+    for i in range(300):
+        client.request(f"M{i:04d}X", f"/invented/{i}")
+        client.get(f"/nothing-{i}")
+    text = client.get("/metrics").text
+    assert _label_values(text, "method") <= {"GET", "other"}
+    assert "other" in _label_values(text, "method")
+    routes = _label_values(text, "route")
+    assert not any(r.startswith(("/invented", "/nothing")) for r in routes), routes
+    assert "<unmatched>" in routes
+    assert len(text.encode()) < before + 8 * 1024  # a few new series, not 600
 
 
 def test_request_id_is_echoed_or_generated(client: TestClient) -> None:
