@@ -60,8 +60,13 @@ class Settings(BaseSettings):
     heavy_processes: int | None = Field(default=None, ge=0, le=64)
     # The light lane's slots (chunk plans, forwards, small simulations); 0: one lane for all.
     max_light_computations: int = Field(default=4, ge=0, le=256)
-    # A request body that stops arriving for this long is answered 408 (slow or half-sent).
+    # A request body not whole this long after the app starts reading it is answered 408
+    # (slow, trickled or half-sent).
     body_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    # The request line and headers must be whole this long after the connection opens or
+    # the previous response ends (chunkwise serve): a partial head is answered 408, a
+    # connection that sent nothing is closed.
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
     max_queued_computations: int = Field(default=256, ge=0)
     # The interpreter's thread switch interval in a worker (Python's default is 5 ms).
     gil_switch_interval_s: float = Field(default=0.001, gt=0, le=0.1)

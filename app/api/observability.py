@@ -240,14 +240,15 @@ class Metrics:
 
 class _BodyGuard:
     """One request's body as the app reads it: a streamed body that grows past the limit, or
-    one that stops arriving for ``timeout_s`` (half-sent, a slow client), fails the read; the
-    framework turns a failed read into its own 400, which the middleware drops for a 413 or a
-    408. The timeout applies only while the body is incomplete: later reads wait for a
-    disconnect, legitimately."""
+    one not whole ``timeout_s`` after the app first reads it (half-sent, a slow client, a byte
+    trickled now and then), fails the read; the framework turns a failed read into its own
+    400, which the middleware drops for a 413 or a 408. The timeout applies only while the
+    body is incomplete: later reads wait for a disconnect, legitimately."""
 
     __slots__ = (
         "_receive",
         "answered",
+        "deadline",
         "done",
         "limit",
         "received",
@@ -265,6 +266,7 @@ class _BodyGuard:
         self.too_large = False
         self.timed_out = False
         self.answered = False
+        self.deadline: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -273,8 +275,10 @@ class _BodyGuard:
     async def receive(self) -> Message:
         if self.done:
             return await self._receive()
+        if self.deadline is None:  # the whole body, not each piece: a trickle is cut too
+            self.deadline = time.monotonic() + self.timeout_s
         try:
-            with anyio.fail_after(self.timeout_s):
+            with anyio.fail_after(max(0.0, self.deadline - time.monotonic())):
                 message = await self._receive()
         except TimeoutError:
             self.timed_out = True

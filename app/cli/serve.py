@@ -37,8 +37,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         access_log=False,  # the app logs one access line per request, with its request id
         # The h11 parser bounds the request line and headers (httptools accepts any size: a
-        # 100 MB header was read whole); idle keep-alive connections close after 5 s.
-        http="h11",
+        # 100 MB header was read whole), with a head deadline (APP_HEADER_TIMEOUT_S) and a 431
+        # (app/api/http_protocol.py); idle keep-alive connections close after 5 s.
+        http="app.api.http_protocol:BoundedH11Protocol",
         h11_max_incomplete_event_size=limits.MAX_HEADER_BYTES,
         timeout_keep_alive=5,
     )

@@ -119,7 +119,8 @@ def test_serve_listens_on_app_port(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APP_PORT", "9123")
     assert main(["serve"]) == 0 and seen["port"] == 9123
     assert main(["serve", "--port", "8001"]) == 0 and seen["port"] == 8001
-    assert seen["http"] == "h11" and seen["h11_max_incomplete_event_size"] == 64 * 1024
+    assert seen["http"] == "app.api.http_protocol:BoundedH11Protocol"  # h11, bounded (N13)
+    assert seen["h11_max_incomplete_event_size"] == 64 * 1024
 
 
 def test_dockerfile_copies_only_existing_paths() -> None:

@@ -1,6 +1,8 @@
-"""Issue 15's W4 against ``chunkwise serve`` on loopback: the request line and headers are
-bounded (a 100 MB header was read whole before), and a body that stops arriving is answered
-408 after ``APP_BODY_TIMEOUT_S`` of silence (300 half-sent bodies stayed open before)."""
+"""Issue 15's W4 and issue 34's N13 against ``chunkwise serve`` on loopback, with real
+sockets: the request line and headers are bounded in size (a 1 MiB head is answered 431, not a
+TCP reset) and in time (``APP_HEADER_TIMEOUT_S``: an idle connection is closed, a trickled head
+answered 408), and a body not whole ``APP_BODY_TIMEOUT_S`` after it starts is answered 408,
+whether it stopped or trickles (300 half-sent bodies stayed open before, tricklers a minute)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 BODY_TIMEOUT_S = 0.5
+HEADER_TIMEOUT_S = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         APP_CACHE_BACKEND="memory",
         APP_LOG_LEVEL="warning",
         APP_BODY_TIMEOUT_S=str(BODY_TIMEOUT_S),
+        APP_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
         PYTHONPATH=str(ROOT),
     )
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
@@ -78,8 +82,83 @@ def test_a_header_past_the_bound_is_refused(server: str) -> None:
         except (BrokenPipeError, ConnectionResetError):
             pass  # the server stopped reading: what the bound is for
         answer = _read_all(sock, 5)
-    assert not answer.startswith(b"HTTP/1.1 200"), answer[:200]
-    assert answer == b"" or answer.startswith(b"HTTP/1.1 4")
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert b"application/problem+json" in answer and b"headers-too-large" in answer
+
+
+def test_a_one_mib_header_sent_whole_is_answered_431_not_reset(server: str) -> None:
+    """The client writes its whole 1 MiB head before reading: the server answers, shuts its
+    side and drains, so the client reads the 431 (a close with unread data was a reset)."""
+    big = b"y" * (1024 * 1024)
+    with socket.create_connection(("127.0.0.1", _port(server)), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + big + b"\r\n\r\n")
+        answer = _read_all(sock, 10)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+
+
+def test_an_idle_connection_is_closed(server: str) -> None:
+    with socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as sock:
+        started = time.monotonic()
+        answer = _read_all(sock, HEADER_TIMEOUT_S + 5)
+        waited = time.monotonic() - started
+    assert answer == b""
+    assert HEADER_TIMEOUT_S * 0.8 <= waited < HEADER_TIMEOUT_S + 3
+
+
+def test_a_trickled_head_is_answered_408(server: str) -> None:
+    with socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        answer = b""
+        sock.settimeout(0.2)
+        while time.monotonic() - started < HEADER_TIMEOUT_S + 5:
+            try:
+                sock.sendall(b"X")  # one byte of a header line every 0.2 s
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            answer += chunk
+            if not chunk or b"\r\n\r\n" in answer:
+                break
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"header-timeout" in answer
+    assert waited < HEADER_TIMEOUT_S + 3
+
+
+def test_a_trickled_body_is_answered_408(server: str) -> None:
+    """One byte every 0.2 s never leaves the connection silent for the body timeout; the body
+    as a whole is still late."""
+    with socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as sock:
+        sock.sendall(
+            b"POST /v1/chunk-plan HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n"
+        )
+        started = time.monotonic()
+        answer = b""
+        sock.settimeout(0.2)
+        for _ in range(99):
+            try:
+                sock.sendall(b" ")
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            answer += chunk
+            if not chunk or b"body-timeout" in answer:
+                break
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert waited < BODY_TIMEOUT_S + 3
+
+
+def test_keep_alive_still_serves_a_second_request(server: str) -> None:
+    with httpx.Client(base_url=server, timeout=5) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/healthz").status_code == 200
 
 
 def test_a_normal_header_is_served(server: str) -> None:
