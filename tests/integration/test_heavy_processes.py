@@ -189,3 +189,31 @@ def test_by_default_redis_workers_compute_in_one_child_and_memory_workers_in_thr
     assert Settings(cache_backend="memory").heavy_process_count == 0
     assert Settings(cache_backend="redis", heavy_processes=0).heavy_process_count == 0
     assert Settings(cache_backend="redis", heavy_processes=3).heavy_process_count == 3
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for a reaper has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_killed_worker_takes_its_child_with_it(server: Uvicorn) -> None:
+    """A SIGKILLed worker runs no clean-up; its heavy-lane child notices the pipe its parent
+    held close and exits (it lived on for minutes, holding memory and a Redis connection)."""
+    assert server.process is not None
+    deadline = time.monotonic() + 60
+    while not (children := _pool_children(server)) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the pool starts its child with the worker
+    assert children, server.logs()
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    orphans = [pid for pid in children if _alive(pid)]
+    for pid in orphans:  # clean up before failing
+        os.kill(pid, signal.SIGKILL)
+    assert not orphans, f"the worker's children outlived it: {orphans}"
