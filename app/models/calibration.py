@@ -27,7 +27,7 @@ class CalibrationRequest(BaseModel):
     """Measured runs, as objects with the columns of ``measured_agg_serving_cases.csv`` or as
     that CSV's text, and the fit's options."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     points: list[dict[str, PointValue]] | None = Field(
         default=None,

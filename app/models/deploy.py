@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, Strict, create_model
+from pydantic import BaseModel, ConfigDict, Field, Strict, create_model
 from pydantic.fields import FieldInfo
 
 from app.core import limits
@@ -118,15 +118,23 @@ _QUERY_FIELDS: dict[str, Any] = {
     for name, info in DeployRequest.model_fields.items()
     if name not in _BODY_ONLY
 }
+
+
+class _QueryModel(StrictModel):
+    """Unknown parameters are an error; values arrive as text ("8" is the number 8)."""
+
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
 #: GET /v1/deploy's query parameters: the POST body's fields (same names, bounds, defaults and
 #: descriptions) but a catalog device name only and no engine_options.
 if TYPE_CHECKING:
 
-    class DeployQuery(StrictModel):
+    class DeployQuery(_QueryModel):
         """Built at run time from DeployRequest's fields (below)."""
 
 else:
-    DeployQuery = create_model("DeployQuery", __base__=StrictModel, **_QUERY_FIELDS)
+    DeployQuery = create_model("DeployQuery", __base__=_QueryModel, **_QUERY_FIELDS)
 
 
 class DeployCommand(BaseModel):

@@ -37,9 +37,11 @@ PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 
 
 class StrictModel(BaseModel):
-    """Unknown fields are an error (a typo must not silently fall back to a default)."""
+    """Unknown fields are an error (a typo must not silently fall back to a default), and so is
+    a value of another JSON type: ``false`` is not a number, ``0`` not a boolean, ``"0.1"`` not
+    a number (strict mode; an integer is still a valid number)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class InlineModel(StrictModel):

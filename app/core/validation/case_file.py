@@ -36,6 +36,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -426,40 +427,50 @@ def _read_rows(reader: csv.DictReader[str], columns: Sequence[str]) -> list[dict
 
 
 # -- mapping ---------------------------------------------------------------------------------
+#: A file's numbers are plain ASCII decimals: Python's ``int`` and ``float`` also read
+#: ``1_000``, other scripts' digits (``١٠٠``), ``inf`` and ``nan``, none of which a measurement
+#: file means.
+_INTEGER = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _positive_int(row: Mapping[str, str], column: str, default: int | None = None) -> int:
     text = row[column]
     if not text and default is not None:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidParameterError(column, text, "a positive integer") from None
-    if value < 1:
-        raise InvalidParameterError(column, text, "a positive integer")
-    return value
+    if not _INTEGER.fullmatch(text) or int(text) < 1:
+        raise InvalidParameterError(column, text, "a positive integer (ASCII digits)")
+    return int(text)
 
 
 def _ranks(row: Mapping[str, str], column: str) -> int:
     """A parallel size where 0 or blank means "not split" (the sample writes ``moe_ep`` 0 for
     dense models), as the earlier serving loader read it."""
     text = row[column] or "1"
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidParameterError(column, text, "an integer >= 0") from None
-    if value < 0:
-        raise InvalidParameterError(column, text, "an integer >= 0")
-    return max(1, value)
+    if not _INTEGER.fullmatch(text):
+        raise InvalidParameterError(column, text, "an integer >= 0 (ASCII digits)")
+    return max(1, int(text))
 
 
 def _measured(row: Mapping[str, str], column: str) -> float:
-    try:
-        value = float(row[column])
-    except ValueError:
-        raise InvalidParameterError(column, row[column], "a finite number > 0") from None
+    text = row[column]
+    value = float(text) if _DECIMAL.fullmatch(text) else math.nan
     if not (math.isfinite(value) and value > 0):
-        raise InvalidParameterError(column, row[column], "a finite number > 0")
+        raise InvalidParameterError(column, text, "a finite number > 0 (an ASCII decimal)")
     return value
+
+
+def _check_devices(row: Mapping[str, str]) -> None:
+    """``num_devices`` (blank: derived) is the row's layout: ``tp x pp x attn_dp`` devices."""
+    if not row["num_devices"]:
+        return
+    layout = _positive_int(row, "tp") * _ranks(row, "pp") * _ranks(row, "attn_dp")
+    if _positive_int(row, "num_devices") != layout:
+        raise InvalidParameterError(
+            "num_devices",
+            row["num_devices"],
+            f"tp x pp x attn_dp = {layout} (the row's layout), or blank",
+        )
 
 
 def _device(hardware: str) -> str:
@@ -599,6 +610,7 @@ def row_case(
     """The serving case of one row (domain errors say why a row cannot be one), under
     ``engine_options`` over its engine's profile (the replay's recipe settings)."""
     model, device, precision = row_deployment(row)
+    _check_devices(row)
     tp, dp, ep = row_layout(row, model)
     return ValidationCase(
         kind=SERVING_TTFT_KIND,
@@ -660,10 +672,7 @@ def row_outcome(
 
 
 def _float_or_nan(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
+    return float(text) if _DECIMAL.fullmatch(text) else math.nan
 
 
 def replay_case_file(
