@@ -97,6 +97,13 @@ MAX_INLINE_LAYERS = 1024
 MAX_INLINE_DEPTH = 32
 MAX_INLINE_NODES = 200_000
 
+#: A cached figure beyond these is a bad cache value (counted, logged, recomputed and
+#: overwritten), never served: a latency in ms (a forward, step or request; about 31,700 years)
+#: and a memory figure in GB (10^15 GB). A cached 1e308 ms forward turned every figure of a
+#: simulation to 0.0. A forward computed beyond them is served but not cached.
+MAX_CACHED_LATENCY_MS = 1e15
+MAX_CACHED_MEMORY_GB = 1e15
+
 #: Largest per-request front-end time (TTFT overhead) an engine profile may set, ms.
 MAX_TTFT_OVERHEAD_MS = 60_000.0
 #: Largest closed-loop arrival spread (share of a wave's re-submissions one step late): past

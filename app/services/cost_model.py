@@ -56,14 +56,19 @@ class ForwardRecord:
     def from_json(cls, value: JSONValue) -> ForwardRecord | None:
         """The record a cached array holds, or ``None`` when it fails the schema: exactly
         ``2 + len(MEMORY_KEYS)`` JSON numbers (no booleans, strings or nulls), all finite, the
-        latency > 0 and the memory figures other than ``available_gb`` >= 0 (memory left and
-        available may be negative: the forward does not fit)."""
+        latency in (0, ``MAX_CACHED_LATENCY_MS``], the memory figures at most
+        ``MAX_CACHED_MEMORY_GB`` in size and those other than ``available_gb`` >= 0 (memory
+        left and available may be negative: the forward does not fit)."""
         if not isinstance(value, list) or len(value) != 2 + len(MEMORY_KEYS):
             return None
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
             return None
         numbers = [float(v) for v in value]
-        if not all(math.isfinite(v) for v in numbers) or not numbers[0] > 0:
+        if not all(math.isfinite(v) for v in numbers):
+            return None
+        if not 0 < numbers[0] <= limits.MAX_CACHED_LATENCY_MS:
+            return None
+        if any(abs(v) > limits.MAX_CACHED_MEMORY_GB for v in numbers[1:]):
             return None
         memory = dict(zip(MEMORY_KEYS, numbers[2:], strict=True))
         if any(v < 0 for k, v in memory.items() if k != "available_gb"):
@@ -173,7 +178,9 @@ class CachedServingModel:
                 self.usage.misses += 1
                 record = self._evaluator.evaluate(shape)
                 computed += 1
-                self._pending[key] = record.to_json()
+                stored = record.to_json()
+                if ForwardRecord.from_json(stored) is not None:  # else served, not cached
+                    self._pending[key] = stored
                 if computed % 64 == 0:
                     self.check_deadline()
             self._local[shape] = record

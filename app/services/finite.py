@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from app.core import limits
+
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
@@ -24,6 +26,36 @@ def non_finite_paths(document: object, path: str = "") -> list[str]:
         ]
     if isinstance(document, list | tuple):
         return [p for i, v in enumerate(document) for p in non_finite_paths(v, f"{path}[{i}]")]
+    return []
+
+
+#: The figures a response may hold below zero: memory left and available (the forward or the
+#: configuration does not fit).
+SIGNED_FIGURES = frozenset({"memory_left_gb", "available_gb"})
+
+
+def out_of_range_paths(document: object, path: str = "", key: str = "") -> list[str]:
+    """Where a (cached) response document holds a figure no answer has: not finite, below zero
+    (but :data:`SIGNED_FIGURES`), a latency (``*_ms``) beyond ``MAX_CACHED_LATENCY_MS``."""
+    if isinstance(document, bool):
+        return []
+    if isinstance(document, int | float):
+        bad = (
+            not math.isfinite(document)
+            or (document < 0 and key not in SIGNED_FIGURES)
+            or (key.endswith("_ms") and document > limits.MAX_CACHED_LATENCY_MS)
+        )
+        return [path or "<value>"] if bad else []
+    if isinstance(document, dict):
+        return [
+            p
+            for k, v in document.items()
+            for p in out_of_range_paths(v, f"{path}.{k}" if path else str(k), str(k))
+        ]
+    if isinstance(document, list | tuple):
+        return [
+            p for i, v in enumerate(document) for p in out_of_range_paths(v, f"{path}[{i}]", key)
+        ]
     return []
 
 

@@ -21,6 +21,7 @@ from app.core.runner import (
     parallel_layout,
 )
 from app.services.context import ServiceContext
+from app.services.finite import out_of_range_paths
 from app.services.resolve import resolve_deployment
 
 if TYPE_CHECKING:  # the wire models load with the first forward, not with app.services
@@ -117,13 +118,14 @@ def _counters(context: ServiceContext, *, hit: bool) -> CacheCounters:
 def _cached_forward(
     context: ServiceContext, key: str, cached: JSONValue, request: ForwardRequest
 ) -> ForwardResponse | None:
-    """A cached forward document that passes the response schema with finite, non-negative
-    numbers; anything else is rejected (counted, logged once) and recomputed."""
+    """A cached forward document that passes the response schema with every figure in its
+    range (:func:`out_of_range_paths`); anything else is rejected (counted, logged once) and
+    recomputed."""
     from pydantic import ValidationError
 
     from app.models.forward import ForwardResponse
 
-    if isinstance(cached, dict) and all_finite(cached):
+    if isinstance(cached, dict) and all_finite(cached) and not out_of_range_paths(cached):
         try:
             response = ForwardResponse.model_validate(
                 {**cached, "input": request, "cache": _counters(context, hit=True)}

@@ -12,6 +12,7 @@ from app.cache import JSONValue, all_finite, response_key
 from app.core.runner import RUNNER_MODEL_VERSION
 from app.models.common import CacheCounters
 from app.models.optimize import DisaggOptimizeResponse, OptimizeRequest, OptimizeResponse
+from app.services.finite import out_of_range_paths
 
 if TYPE_CHECKING:
     from app.services.context import ServiceContext
@@ -36,13 +37,16 @@ def cached_response(
 ) -> ResponseT | None:
     """A response-cache hit, re-stamped with this request's timing and cache counters.
 
-    Checked like any cached value: the response ``schema``, only finite numbers, and the echo
-    of exactly this request (a body stored under another request's key is not its answer);
-    anything else is rejected (counted, logged once) and the search runs and overwrites it."""
+    Checked like any cached value: the response ``schema``, every figure in its range (finite,
+    not negative but memory left, a latency within ``MAX_CACHED_LATENCY_MS``: a forged body
+    with ``ttft_ms: -5.0`` is no answer), and the echo of exactly this request (a body stored
+    under another request's key is not its answer); anything else is rejected (counted,
+    logged once) and the search runs and overwrites it."""
     if cached is None:
         return None
     try:
-        response = schema.model_validate(cached) if all_finite(cached) else None
+        in_range = all_finite(cached) and not out_of_range_paths(cached)
+        response = schema.model_validate(cached) if in_range else None
     except ValidationError:
         response = None
     if response is None or response.input != request:

@@ -97,6 +97,11 @@ def test_fit_store_apply_delete(client: TestClient) -> None:
         ({"points": _rows(1)}, "at least 2 measured points"),
         ({"points": [{**_rows(2)[0], "colour": "red"}, _rows(2)[1]]}, "points[0].colour"),
         ({"points": [_rows(2)[0], {**_rows(2)[1], "tpot_ms": "-3"}]}, "tpot_ms"),
+        # N1: measurements outside their physical range (1e-306 overflowed the fit: a 500).
+        ({"points": [{**_rows(2)[0], "ttft_ms": 1e-306}, _rows(2)[1]]}, "].ttft_ms"),
+        ({"points": [{**_rows(2)[0], "ttft_ms": "5e-324"}, _rows(2)[1]]}, "].ttft_ms"),
+        ({"points": [_rows(2)[0], {**_rows(2)[1], "tpot_ms": 1e-4}]}, "].tpot_ms"),
+        ({"points": [_rows(2)[0], {**_rows(2)[1], "tpot_ms": 1e12}]}, "].tpot_ms"),
         ({"csv": "case_id,model\nx,y\n"}, "missing hardware"),
         ({"points": _rows(2), "csv": "x"}, "exactly one of points and csv"),
         ({"points": _rows(3), "free": ["warp_speed"]}, "free"),

@@ -30,7 +30,7 @@ SIMULATE = {
     "tp_size": 2,
 }
 #: Written in place of a record's latency (the rest of the record kept) ...
-IN_RECORD = ["-1", "0", "NaN", "Infinity", '"12.5"', "true", "null"]
+IN_RECORD = ["-1", "0", "NaN", "Infinity", '"12.5"', "true", "null", "1e308", "1.5e15"]
 #: ... or in place of the whole record: an object, or JSON nested past its recursion limit
 #: (unparsable: a plain miss rather than an invalid value).
 WHOLE = ['{"breakdown": 1}', "[" * 5000 + "]" * 5000]
@@ -135,3 +135,74 @@ def test_a_forged_optimize_response_is_not_served(redis_server: RedisServer) -> 
     assert again.best is not None and clean.best is not None
     assert again.best.throughput_tokens_s == clean.best.throughput_tokens_s
     assert not again.stats.cache.response_cache_hit and stats["invalid"] >= 1
+
+
+def test_a_memory_figure_beyond_its_range_is_recomputed(redis_server: RedisServer) -> None:
+    request = SimulateRequest.model_validate(SIMULATE)
+    clean, _ = _run(redis_server, lambda c: services.simulate(c, request))
+    client = redis_server.client()
+    for key in _lat_keys(redis_server):
+        record = json.loads(client.get(key) or b"null")
+        client.set(key, json.dumps([record[0], -1e300, *record[2:]]))
+    again, stats = _run(redis_server, lambda c: services.simulate(c, request))
+    assert again.model_dump(exclude={"stats"}) == clean.model_dump(exclude={"stats"})
+    assert stats["invalid"] == clean.stats.shapes
+
+
+def _optimize_body() -> dict[str, Any]:
+    return {
+        "model": "Qwen/Qwen3-8B",
+        "device": "NVIDIA_H100_SXM_80G",
+        "num_devices": 2,
+        "input_length": 2048,
+        "output_length": 256,
+        "max_batched_tokens": 2048,
+        "tpot_limit_ms": 50,
+    }
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("ttft_ms", -5.0), ("tpot_ms", 1e300), ("throughput_tokens_s", -1.0)],
+)
+def test_a_forged_optimize_body_echoing_its_request_is_not_served(
+    redis_server: RedisServer, where: str, value: float
+) -> None:
+    """N1: every served figure is checked, not only the echo: a body under the request's own
+    key that echoes it exactly but holds a figure no answer has is a bad cache value."""
+    request = OptimizeRequest.model_validate(_optimize_body())
+    clean, _ = _run(redis_server, lambda c: services.optimize(c, request))
+    assert clean.best is not None
+    client = redis_server.client()
+    (key,) = client.keys("chunkwise:v1:resp:optimize:*")
+    forged = json.loads(client.get(key) or b"null")
+    forged["best"][where] = value
+    client.set(key, json.dumps(forged))
+    again, stats = _run(redis_server, lambda c: services.optimize(c, request))
+    assert not again.stats.cache.response_cache_hit and stats["invalid"] == 1
+    assert again.best is not None
+    assert getattr(again.best, where) == getattr(clean.best, where)
+    # ... and overwritten with the computed answer.
+    assert json.loads(client.get(key) or b"null")["best"][where] == getattr(clean.best, where)
+
+
+def test_a_forward_document_with_a_negative_figure_is_recomputed(
+    redis_server: RedisServer,
+) -> None:
+    request = ForwardRequest.model_validate(
+        {
+            "model": "Qwen/Qwen3-8B",
+            "device": "NVIDIA_H100_SXM_80G",
+            "num_queries": 1,
+            "query_length": 512,
+        }
+    )
+    clean, _ = _run(redis_server, lambda c: services.forward(c, request))
+    client = redis_server.client()
+    (key,) = client.keys("chunkwise:v1:fwd:*")
+    document = json.loads(client.get(key) or b"null")
+    document["latency_ms"] = 1e300
+    client.set(key, json.dumps(document))
+    again, stats = _run(redis_server, lambda c: services.forward(c, request))
+    assert again.latency_ms == clean.latency_ms and again.cache.misses == 1
+    assert stats["invalid"] == 1

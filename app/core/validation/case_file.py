@@ -431,6 +431,12 @@ def _read_rows(reader: csv.DictReader[str], columns: Sequence[str]) -> list[dict
 #: ``1_000``, other scripts' digits (``١٠٠``), ``inf`` and ``nan``, none of which a measurement
 #: file means.
 _INTEGER = re.compile(r"[0-9]+")
+#: The physical range of a measured mean latency (TTFT or TPOT), ms: no token is served in less
+#: than a microsecond, and a benchmark whose mean exceeds a day measured no serving deployment.
+#: Outside it a measurement is a 422 naming its column (a 1e-306 ms TTFT overflowed the fit's
+#: log errors: a 500).
+MIN_MEASURED_MS = 1e-3
+MAX_MEASURED_MS = 86_400_000.0
 _DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
@@ -455,8 +461,12 @@ def _ranks(row: Mapping[str, str], column: str) -> int:
 def _measured(row: Mapping[str, str], column: str) -> float:
     text = row[column]
     value = float(text) if _DECIMAL.fullmatch(text) else math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidParameterError(column, text, "a finite number > 0 (an ASCII decimal)")
+    if not MIN_MEASURED_MS <= value <= MAX_MEASURED_MS:  # NaN fails too
+        raise InvalidParameterError(
+            column,
+            text,
+            f"a latency in [{MIN_MEASURED_MS:g}, {MAX_MEASURED_MS:g}] ms (an ASCII decimal)",
+        )
     return value
 
 
