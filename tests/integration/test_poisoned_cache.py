@@ -139,12 +139,12 @@ def test_a_forged_optimize_response_is_not_served(redis_server: RedisServer) -> 
 
 def test_a_memory_figure_beyond_its_range_is_recomputed(redis_server: RedisServer) -> None:
     request = SimulateRequest.model_validate(SIMULATE)
-    clean, _ = _run(redis_server, lambda c: services.simulate(c, request))
+    clean, _ = _run(redis_server, lambda c: simulate(c, request))
     client = redis_server.client()
     for key in _lat_keys(redis_server):
         record = json.loads(client.get(key) or b"null")
         client.set(key, json.dumps([record[0], -1e300, *record[2:]]))
-    again, stats = _run(redis_server, lambda c: services.simulate(c, request))
+    again, stats = _run(redis_server, lambda c: simulate(c, request))
     assert again.model_dump(exclude={"stats"}) == clean.model_dump(exclude={"stats"})
     assert stats["invalid"] == clean.stats.shapes
 
@@ -171,14 +171,14 @@ def test_a_forged_optimize_body_echoing_its_request_is_not_served(
     """N1: every served figure is checked, not only the echo: a body under the request's own
     key that echoes it exactly but holds a figure no answer has is a bad cache value."""
     request = OptimizeRequest.model_validate(_optimize_body())
-    clean, _ = _run(redis_server, lambda c: services.optimize(c, request))
+    clean, _ = _run(redis_server, lambda c: optimize_service(c, request))
     assert clean.best is not None
     client = redis_server.client()
     (key,) = client.keys("chunkwise:v1:resp:optimize:*")
     forged = json.loads(client.get(key) or b"null")
     forged["best"][where] = value
     client.set(key, json.dumps(forged))
-    again, stats = _run(redis_server, lambda c: services.optimize(c, request))
+    again, stats = _run(redis_server, lambda c: optimize_service(c, request))
     assert not again.stats.cache.response_cache_hit and stats["invalid"] == 1
     assert again.best is not None
     assert getattr(again.best, where) == getattr(clean.best, where)
@@ -197,12 +197,12 @@ def test_a_forward_document_with_a_negative_figure_is_recomputed(
             "query_length": 512,
         }
     )
-    clean, _ = _run(redis_server, lambda c: services.forward(c, request))
+    clean, _ = _run(redis_server, lambda c: forward(c, request))
     client = redis_server.client()
     (key,) = client.keys("chunkwise:v1:fwd:*")
     document = json.loads(client.get(key) or b"null")
     document["latency_ms"] = 1e300
     client.set(key, json.dumps(document))
-    again, stats = _run(redis_server, lambda c: services.forward(c, request))
+    again, stats = _run(redis_server, lambda c: forward(c, request))
     assert again.latency_ms == clean.latency_ms and again.cache.misses == 1
     assert stats["invalid"] == 1
