@@ -20,7 +20,10 @@ class ModelInfo(BaseModel):
     )
     num_layers: int = Field(description="decoder layers")
     hidden_size: int = Field(description="width of the hidden state, elements per token")
-    architecture: dict[str, Any] = Field(description="every number the latency model reads")
+    architecture: dict[str, Any] = Field(
+        description="every number the latency model reads, and max_context_tokens: the most "
+        "tokens one request may hold (input + output; null: the config states no limit)"
+    )
 
 
 class ModelList(BaseModel):

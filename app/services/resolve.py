@@ -41,6 +41,7 @@ from app.models.workload import (
     SchedulerOptions,
     WorkloadMixin,
 )
+from app.services.context_length import check_context_length
 
 __all__ = [
     "ResolvedDeployment",
@@ -175,8 +176,10 @@ def resolve_deployment(
         quantization = engine_quantization(profile, quantization)
     device = resolve_device(request.device)
     check_engine_runs_on(profile.name, vendor=device.vendor, device_name=device.name)
+    model = resolve_model(request.model, allow_paths=allow_paths)
+    check_context_length(request, model)
     return ResolvedDeployment(
-        model=resolve_model(request.model, allow_paths=allow_paths),
+        model=model,
         device=device,
         quantization=quantization,
         reserved_memory_gb=request.reserved_memory_gb,

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.api.helpers import long_context_qwen3_32b
+
 MODEL = "Qwen/Qwen3-32B"
 DEVICE = "ATLAS_800_A2_376T_64G"
 
@@ -362,9 +364,11 @@ def test_api_forward_matches_the_cli_document(
 
 def test_simulation_size_is_bounded(client: TestClient) -> None:
     too_many_chunks = {**SIMULATE, "input_length": 1_048_576, "max_batched_tokens": 512}
+    too_many_chunks["model"] = long_context_qwen3_32b(factor=33.0)
     body = problem(client.post("/v1/simulate", json=too_many_chunks), 422)
     assert body["type"].endswith("search-limit") and "raise max_batched_tokens" in body["detail"]
     product = {**SIMULATE, "input_length": 65536, "max_batched_tokens": 64, "concurrency": 2048}
+    product["model"] = long_context_qwen3_32b()
     body = problem(client.post("/v1/simulate", json=product), 422)
     assert "lower concurrency to <= 1024" in body["detail"]
     # Over replicas the bound is per replica, and the advice names the total.
@@ -380,6 +384,7 @@ def test_optimize_search_cap_shrinks_by_default_and_refuses_when_explicit(
     client: TestClient,
 ) -> None:
     long_prompt = {**OPTIMIZE, "input_length": 262_144, "max_batched_tokens": 512}  # 512 chunks
+    long_prompt["model"] = long_context_qwen3_32b()
     assert client.post("/v1/optimize", json=long_prompt).status_code == 200
     explicit = {**long_prompt, "max_batch_size": 4096}
     body = problem(client.post("/v1/optimize", json=explicit), 422)
@@ -780,6 +785,7 @@ def test_optimize_refuses_poisson(client: TestClient) -> None:
 
 def test_poisson_size_is_bounded(client: TestClient) -> None:
     many = {**POISSON, "input_length": 65536, "max_batched_tokens": 512, "num_requests": 2000}
+    many["model"] = long_context_qwen3_32b()
     body = problem(client.post("/v1/simulate", json=many), 422)
     assert body["type"].endswith("search-limit")
     assert "lower num_requests to <= 1024" in body["detail"]

@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.cli import main
+from tests.api.helpers import long_context_qwen3_32b
 
 BODY = {
     "model": "Qwen/Qwen3-32B",
@@ -46,7 +47,8 @@ def test_a_plan_covers_the_target_within_the_sla(client: TestClient) -> None:
 def test_an_sla_nothing_meets_is_a_200_saying_why(client: TestClient) -> None:
     plan = client.post("/v1/plan", json={**BODY, "ttft_limit_ms": 1}).json()
     assert not plan["feasible"] and plan["replicas"] == 0 and "idle replica" in plan["reason"]
-    memory = client.post("/v1/plan", json={**BODY, "input_length": 1_000_000}).json()
+    long_prompt = {**BODY, "model": long_context_qwen3_32b(), "input_length": 1_000_000}
+    memory = client.post("/v1/plan", json=long_prompt).json()
     assert not memory["feasible"] and memory["reason"].startswith("memory")
 
 

@@ -58,7 +58,7 @@ def test_a_value_of_another_json_type_is_a_422_naming_it(
 ) -> None:
     if path == "/v1/forward":
         body = {k: v for k, v in body.items() if k not in ("input_length", "output_length")}
-    assert_names_field(client.post(path, json=body), field)  # type: ignore[arg-type]
+    assert_names_field(client.post(path, json=body), field)
 
 
 def test_a_boolean_point_value_is_a_422_naming_it(client: TestClient) -> None:

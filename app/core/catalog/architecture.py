@@ -259,6 +259,11 @@ _NEW_FIELDS_AT_DEFAULT = frozenset(
 )
 
 
+#: Fields that bound a request but change no forward's cost: left out of the runner identity
+#: (:meth:`ModelArchitecture.cost_dict`), so adding one keeps every latency-cache key.
+_REQUEST_BOUND_FIELDS = frozenset({"max_context_tokens"})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelArchitecture:
     """Everything the latency and memory model reads from a config (sizes in elements)."""
@@ -296,6 +301,10 @@ class ModelArchitecture:
     # attention output (2 x num_heads x head_dim outputs).
     attn_output_gate: bool = False
     linear_attention: LinearAttentionDims | None = None
+    #: The most tokens (prompt + output) one request may hold: the config's position limit,
+    #: rope-scaled when it declares so (:func:`app.core.catalog.hf_config.context_limit`);
+    #: None: the config states none (no check).
+    max_context_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for field in (
@@ -341,6 +350,19 @@ class ModelArchitecture:
         if self.linear_attention is None and self.num_linear_attention_layers:
             raise InvalidParameterError(
                 "linear_attention", None, "Gated DeltaNet sizes for linear-attention layers"
+            )
+
+    def check_context(self, *, field: str, value: int, tokens: int, what: str) -> None:
+        """A request holding ``tokens`` (``what``: how they add up) beyond the model's context
+        is an :class:`InvalidParameterError` naming ``field`` (given as ``value``) and the
+        limit."""
+        limit = self.max_context_tokens
+        if limit is not None and tokens > limit:
+            raise InvalidParameterError(
+                field,
+                value,
+                f"{what} = {tokens:,} within {self.name}'s context of {limit:,} tokens "
+                "(max_position_embeddings, rope-scaled when the config says so)",
             )
 
     # -- derived sizes -----------------------------------------------------------------------
@@ -507,6 +529,11 @@ class ModelArchitecture:
         idle = m.num_experts - m.experts_per_token
         per_expert = self.mlp_matrices * self.hidden_size * m.expert_intermediate_size
         return self.num_params - self.num_moe_layers * idle * per_expert
+
+    def cost_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the fields that change no forward's cost (the runner
+        identity's model part)."""
+        return {k: v for k, v in self.to_dict().items() if k not in _REQUEST_BOUND_FIELDS}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

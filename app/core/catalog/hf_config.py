@@ -81,6 +81,33 @@ def _int(config: Mapping[str, Any], *keys: str, default: int | None = None) -> i
     return default
 
 
+#: The keys a config names its position limit by (the first present wins): Llama-style
+#: ``max_position_embeddings``, GPT-2/GPT-J ``n_positions``.
+_POSITION_KEYS = ("max_position_embeddings", "n_positions")
+#: Rope scalings whose ``max_position_embeddings`` already is the extended length (Llama 3.1's
+#: ``llama3``, Phi-3's ``longrope`` / ``su``) or that extend nothing (``default``, ``mrope``).
+_UNSCALED_ROPE = frozenset({"llama3", "longrope", "su", "default", "mrope"})
+
+
+def context_limit(config: Mapping[str, Any]) -> int | None:
+    """The most tokens one request may hold, as vLLM derives its ``max_model_len`` default
+    (vllm/config.py, ``_get_and_verify_max_len``): the config's position limit; with a
+    ``rope_scaling`` of another type and a ``factor``, that limit times the factor, the limit
+    being ``original_max_position_embeddings`` for ``yarn`` (DeepSeek-V3: 4,096 x 40 =
+    163,840). None: the config names no limit."""
+    limit = next((_int(config, key) for key in _POSITION_KEYS if config.get(key) is not None), None)
+    rope = _rope_config(config)
+    kind = str(rope.get("rope_type") or rope.get("type") or "default").lower()
+    if limit is None or kind in _UNSCALED_ROPE or rope.get("factor") is None:
+        return limit
+    factor = rope["factor"]
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor > 0:
+        raise InvalidParameterError("rope_scaling.factor", factor, "a number > 0")
+    if kind == "yarn":
+        limit = _int(rope, "original_max_position_embeddings", default=limit)
+    return max(1, int(limit * factor))
+
+
 def _bool(config: Mapping[str, Any], key: str, default: bool) -> bool:
     value = config.get(key)
     return default if value is None else bool(value)
@@ -305,6 +332,7 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
         "attention_bias": _bool(config, "attention_bias", model_type == "qwen2"),
         "mlp_bias": _bool(config, "mlp_bias", False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe") or _bool(config, "use_qk_norm", False),
+        "max_context_tokens": context_limit(config),
         **_quantization_fields(config),
     }
     windows = _windows(config, layers, model_type)
@@ -506,6 +534,7 @@ def _parallel_model(config: Mapping[str, Any], label: str, model_type: str) -> M
             mlp_bias=True,
             tie_word_embeddings=_bool(config, "tie_word_embeddings", False),
             rotary_dim=_int(config, "rotary_dim", default=h // heads),
+            max_context_tokens=context_limit(config),
         )
     h = _int(config, "hidden_size")
     heads = _int(config, "num_attention_heads")
@@ -531,4 +560,5 @@ def _parallel_model(config: Mapping[str, Any], label: str, model_type: str) -> M
         mlp_bias=_bool(config, "bias", False),
         tie_word_embeddings=_bool(config, "tie_word_embeddings", True),
         rotary_dim=h // heads,
+        max_context_tokens=context_limit(config),
     )

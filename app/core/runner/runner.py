@@ -235,7 +235,7 @@ class ModelRunner:
         p = self.parallel
         return {
             "version": RUNNER_MODEL_VERSION,
-            "model": self.model.to_dict(),
+            "model": self.model.cost_dict(),
             "device": self.device.to_dict(),
             "parallel": {"tp": p.tp, "dp": p.dp, "ep": p.ep, "pp": p.pp},
             "quantization": self.quantization.to_dict(),
