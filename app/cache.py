@@ -157,9 +157,10 @@ class LatencyCache(Protocol):
         """Values for ``keys`` in order; ``None`` for a miss. Never raises for backend errors."""
         ...
 
-    def set_many(self, items: Mapping[str, JSONValue], *, ttl_s: int | None = None) -> None:
+    def set_many(self, items: Mapping[str, JSONValue], *, ttl_s: int | None = None) -> bool:
         """Store every item (one round trip; ``ttl_s``: their expiry instead of the backend's
-        default, where the backend expires keys). Never raises for backend errors."""
+        default, where the backend expires keys). Never raises for backend errors: False when
+        the backend did not take them (unreachable, refusing writes), True otherwise."""
         ...
 
     def delete_many(self, keys: Sequence[str]) -> None:
@@ -209,11 +210,11 @@ class MemoryLatencyCache:
         self.stats.add(hits=hits, misses=len(out) - hits)
         return out
 
-    def set_many(self, items: Mapping[str, JSONValue], *, ttl_s: int | None = None) -> None:
+    def set_many(self, items: Mapping[str, JSONValue], *, ttl_s: int | None = None) -> bool:
         # An LRU: keys leave by eviction (values that expire say so themselves).
         encoded = _encode_all(items)
         if not encoded:
-            return
+            return True
         with self._lock:
             for key, raw in encoded.items():
                 old = self._data.pop(key, None)
@@ -227,6 +228,7 @@ class MemoryLatencyCache:
                 key, raw = self._data.popitem(last=False)
                 self._bytes -= len(key) + len(raw)
         self.stats.add(writes=len(encoded))
+        return True
 
     def delete_many(self, keys: Sequence[str]) -> None:
         with self._lock:
@@ -302,7 +304,7 @@ class RedisLatencyCache:
         with self._lock:
             was_reachable = self._reachable
             self._reachable = False
-            self._last_error = f"{type(exc).__name__}: {exc}"
+            self._last_error = _describe(exc)
             self._down_until = time.monotonic() + self.retry_interval_s
         if was_reachable:
             logger.warning(
@@ -331,7 +333,7 @@ class RedisLatencyCache:
         self.stats.add(errors=1)
         with self._lock:
             first = not self._refusal
-            self._refusal = f"{type(exc).__name__}: {exc}"
+            self._refusal = _describe(exc)
             self._refusing_until = time.monotonic() + self.retry_interval_s
         if first:
             logger.warning(
@@ -368,10 +370,12 @@ class RedisLatencyCache:
         self.stats.add(hits=hits, misses=len(out) - hits)
         return out
 
-    def set_many(self, items: Mapping[str, JSONValue], *, ttl_s: int | None = None) -> None:
+    def set_many(self, items: Mapping[str, JSONValue], *, ttl_s: int | None = None) -> bool:
         encoded = _encode_all(items)
-        if not encoded or self._skipping() or self._refusing():
-            return
+        if not encoded:
+            return True
+        if self._skipping() or self._refusing():
+            return False
         try:
             pipe = self._client.pipeline(transaction=False)
             for key, raw in encoded.items():
@@ -380,13 +384,14 @@ class RedisLatencyCache:
         except self._refusals as exc:
             self._succeeded()  # it answered
             self._refused(exc)
-            return
+            return False
         except self._errors as exc:
             self._failed("pipelined SET", exc)
-            return
+            return False
         self._succeeded()
         self._accepted()
         self.stats.add(writes=len(encoded))
+        return True
 
     def delete_many(self, keys: Sequence[str]) -> None:
         if not keys or self._skipping():
@@ -405,23 +410,21 @@ class RedisLatencyCache:
             self._failed("PING", exc)
             return CacheHealth(backend=self.backend, reachable=False, detail=self._last_error)
         self._succeeded()
+        # Probe with one small write, every time: a Redis that filled up refuses the writes of
+        # every process (a heavy lane's children write, the worker may not), and one accepted
+        # write clears a refusal without waiting for traffic (which an unready worker does
+        # not get).
+        try:
+            self._client.set(PROBE_KEY, "1", ex=PROBE_TTL_S)
+        except self._refusals as exc:
+            self._refused(exc)
+        except self._errors as exc:
+            self._failed("probe SET", exc)
+            return CacheHealth(backend=self.backend, reachable=False, detail=self._last_error)
+        else:
+            self._accepted()
         with self._lock:
             refusal = self._refusal
-        if refusal and not self._refusing():
-            # Writes were refused and the pause is over: probe with one small write, so a
-            # readiness check clears the state without waiting for traffic (which an unready
-            # worker does not get).
-            try:
-                self._client.set(PROBE_KEY, "1", ex=PROBE_TTL_S)
-            except self._refusals as exc:
-                self._refused(exc)
-            except self._errors as exc:
-                self._failed("probe SET", exc)
-                return CacheHealth(backend=self.backend, reachable=False, detail=self._last_error)
-            else:
-                self._accepted()
-            with self._lock:
-                refusal = self._refusal
         if refusal:
             return CacheHealth(
                 backend=self.backend,
@@ -487,6 +490,19 @@ def all_finite(value: JSONValue) -> bool:
         elif isinstance(item, float) and not math.isfinite(item):
             return False
     return True
+
+
+#: Longest error text a health answer or a log line quotes.
+MAX_ERROR_TEXT = 200
+
+
+def _describe(exc: BaseException) -> str:
+    """An error of the backend as health answers and logs show it: its class and the server's
+    message, without the command (redis-py prefixes a pipeline's error with the command and
+    its key, "Command # 1 (SET calibration:cal-... ...) of pipeline caused error: ...": no key
+    or value appears in any error text)."""
+    text = str(exc).rpartition(" of pipeline caused error: ")[2]
+    return f"{type(exc).__name__}: {text}"[:MAX_ERROR_TEXT]
 
 
 def _redact(url: str) -> str:

@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     # After a Redis failure, requests skip Redis for this long before trying to reconnect.
     redis_retry_interval_s: float = Field(default=1.0, ge=0)
 
+    # Worker processes serving one port (`chunkwise serve --workers` sets it): with more than
+    # one and the in-process cache, calibrations are refused (each worker would remember its
+    # own: a profile stored by one would 404 on the next).
+    workers: int = Field(default=1, ge=1, le=1024)
+
     # Identical optimize requests are answered from the cache backend (whole response).
     response_cache: bool = True
     # CPU-bound computations per worker process: running at once, and waiting before a 503.

@@ -21,6 +21,11 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
             (404, "No stored calibration with that id (unknown or expired)"),
             (405, "Method not allowed on this path"),
             (413, "Body over the size limit"),
+            (
+                503,
+                "Overloaded, or the profile could not be stored (the cache backend did not "
+                "take the write: Retry-After; several workers without a shared store)",
+            ),
         )
     },
 }

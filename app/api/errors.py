@@ -14,6 +14,7 @@ InfeasibleError                    422     cannot run at all (results say why ot
 DeadlineExceededError              504     ``Retry-After``
 OverloadedError (api.compute)      503     every computation slot and queue place taken
 ChildProcessLostError              503     a heavy-lane child died (pool restarted)
+CalibrationStoreError              503     not stored (``Retry-After`` when a retry helps)
 other ChunkwiseError               400
 HTTPException                      its own status (404 unknown route, 405, ...)
 anything else                      500     logged with the request id; a bug
@@ -45,6 +46,7 @@ from app.core.errors import (
     UnsupportedError,
 )
 from app.models.common import Problem, ProblemFieldError, problem_dict
+from app.services.calibration import CalibrationStoreError
 from app.services.processes import ChildProcessLostError
 
 logger = logging.getLogger("chunkwise.api")
@@ -195,6 +197,19 @@ async def _overloaded(request: Request, exc: Exception) -> ProblemResponse:
     )
 
 
+async def _store(request: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, CalibrationStoreError)
+    retry = exc.retry_after_s
+    return problem_response(
+        request,
+        503,
+        "Calibration not stored",
+        str(exc),
+        kind="calibration-store",
+        headers=None if retry is None else {"Retry-After": str(retry)},
+    )
+
+
 async def _http(request: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, StarletteHTTPException)
     title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
@@ -233,5 +248,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ChunkwiseError, _domain)
     app.add_exception_handler(OverloadedError, _overloaded)
     app.add_exception_handler(ChildProcessLostError, _overloaded)
+    app.add_exception_handler(CalibrationStoreError, _store)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(Exception, _unhandled)

@@ -9,6 +9,8 @@ import tempfile
 
 #: prometheus_client's switch to its multiprocess mode (read when a worker imports it).
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: The setting (``Settings.workers``) the workers learn their count from.
+WORKERS_ENV = "APP_WORKERS"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -17,11 +19,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.core import limits
     from app.settings import Settings
 
+    # The workers read their count (APP_WORKERS): with several and the in-process cache they
+    # refuse to store calibrations rather than keep one a sibling cannot read.
+    os.environ[WORKERS_ENV] = str(args.workers)
     settings = Settings()
     if args.workers > 1 and settings.cache_backend == "memory":
         print(
-            "chunkwise: warning: each of the workers keeps its own in-process latency cache; "
-            "set APP_CACHE_BACKEND=redis and APP_REDIS_URL to share one",
+            "chunkwise: warning: each of the workers keeps its own in-process latency cache "
+            "and POST /v1/calibrations is refused (503); set APP_CACHE_BACKEND=redis and "
+            "APP_REDIS_URL to share one",
             file=sys.stderr,
         )
     if args.workers > 1:

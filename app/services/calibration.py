@@ -45,6 +45,25 @@ class UnknownCalibrationError(UnknownNameError):
     kind = "calibration"
 
 
+class CalibrationStoreError(Exception):
+    """A profile that cannot be stored where every later request reads it (a 503: answering
+    201 with an id that then 404s would lose it silently). ``retry_after_s``: when a retry may
+    succeed (None: not before the deployment changes)."""
+
+    retry_after_s: int | None = 1
+
+
+class StoreUnavailableError(CalibrationStoreError):
+    """The cache backend did not take the write (unreachable, full, read-only)."""
+
+
+class UnsharedStoreError(CalibrationStoreError):
+    """Several workers serve the port and each has its own in-process cache: a profile one
+    stored, the others would not know."""
+
+    retry_after_s = None
+
+
 def _rows_csv(points: Sequence[Mapping[str, object]]) -> str:
     """Points given as objects with the measurement file's columns -> that file's text."""
     from app.core.validation import CASE_COLUMNS
@@ -102,11 +121,23 @@ def store(context: ServiceContext, profile: CalibrationProfile) -> StoredCalibra
         raise InvalidParameterError(
             "calibration", "<profile>", f"at most {MAX_PROFILE_BYTES} bytes"
         )
-    expires = time.time() + context.settings.calibration_ttl_s
-    context.cache.set_many(
+    settings = context.settings
+    if settings.workers > 1 and context.cache.backend == "memory":
+        raise UnsharedStoreError(
+            f"calibrations need the shared store: {settings.workers} workers each keep their "
+            "own in-process cache, so a profile one stored the others would not know; set "
+            "APP_CACHE_BACKEND=redis and APP_REDIS_URL (or serve with one worker)"
+        )
+    expires = time.time() + settings.calibration_ttl_s
+    stored = context.cache.set_many(
         {KEY_PREFIX + profile.id: {"profile": body, "expires_at_s": expires}},
-        ttl_s=context.settings.calibration_ttl_s,
+        ttl_s=settings.calibration_ttl_s,
     )
+    if not stored:
+        raise StoreUnavailableError(
+            f"the calibration was not stored: the {context.cache.backend} cache backend did "
+            "not take the write (unreachable or refusing writes, see /readyz); retry shortly"
+        )
     return StoredCalibration(profile=profile, expires_at_s=expires)
 
 

@@ -70,6 +70,16 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_healthcheck() -> None:
     assert cmd[cmd.index("--host") + 1] == "0.0.0.0"
 
 
+def test_the_image_defaults_to_the_shared_store() -> None:
+    """Its two workers share one Redis (the compose file's): a calibration one stores, the
+    other reads (issue 34: on the in-process cache it answered 200 or 404 by worker)."""
+    final = stages(dockerfile_instructions())[-1]
+    env = " ".join(a for i, a in final if i == "ENV")
+    assert "APP_CACHE_BACKEND=redis" in env and "APP_REDIS_URL=redis://redis:6379/0" in env
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert "redis" in compose["services"]
+
+
 def test_the_healthcheck_probes_the_port_the_service_listens_on() -> None:
     """Both follow APP_PORT: serve takes it when --port is not given, the probe reads it."""
     final = stages(dockerfile_instructions())[-1]
@@ -165,3 +175,20 @@ def test_compose_environment_is_valid_settings(monkeypatch: pytest.MonkeyPatch) 
     settings = Settings()
     assert settings.cache_backend == "redis"
     assert settings.redis_url == "redis://redis:6379/0"
+
+
+def test_serve_tells_its_workers_how_many_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers' Settings.workers (APP_WORKERS) comes from --workers: with several on the
+    in-process cache, a worker refuses to store a calibration the others cannot read."""
+    import os
+
+    import uvicorn
+
+    from app.cli import main
+    from app.settings import Settings
+
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
+    monkeypatch.setenv("APP_WORKERS", "1")  # restored after the test
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/nonexistent")  # leave the env unchanged
+    assert main(["serve", "--workers", "3"]) == 0
+    assert os.environ["APP_WORKERS"] == "3" and Settings().workers == 3

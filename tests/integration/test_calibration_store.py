@@ -5,6 +5,7 @@ forged value under its key reads as unknown, never a 500."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -55,3 +56,88 @@ def test_a_forged_stored_value_is_unknown(redis_server: RedisServer, forged: str
         assert client.get(f"/v1/calibrations/{cid}").status_code == 404
         response = client.post("/v1/simulate", json={**SIMULATE, "calibration": cid})
         assert response.status_code == 422 and "stored calibration" in response.json()["detail"]
+
+
+# -- a calibration that cannot be stored is never a 201 (issue 34) -----------------------------
+def _refused(response: Any, *, retry: bool) -> dict[str, Any]:
+    """A 503 problem that says the profile was not stored, quoting no key."""
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert ("retry-after" in response.headers) == retry
+    assert "calibration:" not in response.text and '"cal-' not in response.text
+    problem: dict[str, Any] = response.json()
+    assert problem["type"].endswith("calibration-store")
+    return problem
+
+
+def _fill(server: RedisServer) -> None:
+    client = server.client()
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", "1")  # below what the server already uses: writes refused
+
+
+def test_a_calibration_redis_does_not_take_is_a_503(redis_server: RedisServer) -> None:
+    settings = Settings(
+        cache_backend="redis", redis_url=redis_server.url, redis_retry_interval_s=0.0
+    )
+    with TestClient(create_app(settings)) as client:
+        _fill(redis_server)
+        try:
+            full = client.post("/v1/calibrations", json={"points": _rows()})
+            _refused(full, retry=True)
+            ready = client.get("/readyz")  # the refused write named a key: not quoted here
+            assert ready.status_code == 503 and "calibration:" not in ready.text
+        finally:
+            redis_server.client().config_set("maxmemory", "0")
+        redis_server.stop()
+        down = client.post("/v1/calibrations", json={"points": _rows()})
+        _refused(down, retry=True)
+        assert redis_server.process is None
+        assert not list(_stored_keys_after_restart(redis_server))
+
+
+def _stored_keys_after_restart(server: RedisServer) -> list[Any]:
+    server.start()
+    return list(server.client().keys(KEY_PREFIX + "*"))
+
+
+def test_several_workers_without_a_shared_store_refuse_calibrations() -> None:
+    settings = Settings(cache_backend="memory", workers=2, log_level="warning")
+    with TestClient(create_app(settings)) as client:
+        response = client.post("/v1/calibrations", json={"points": _rows()})
+        problem = _refused(response, retry=False)
+        assert "APP_CACHE_BACKEND=redis" in problem["detail"]
+    with TestClient(create_app(Settings(cache_backend="memory", workers=1))) as client:
+        assert client.post("/v1/calibrations", json={"points": _rows()}).status_code == 201
+
+
+def test_readyz_sees_a_full_redis_the_worker_never_wrote_to(redis_server: RedisServer) -> None:
+    """The heavy lane's child (a real process) writes; the worker does not: readiness probes
+    a write itself, so a full Redis is a 503 whichever process met it."""
+    settings = Settings(
+        cache_backend="redis",
+        redis_url=redis_server.url,
+        redis_retry_interval_s=0.0,
+        heavy_processes=1,
+        log_level="warning",
+    )
+    optimize = {
+        "model": "Qwen/Qwen3-8B",
+        "device": "NVIDIA_H100_SXM_80G",
+        "num_devices": 1,
+        "input_length": 1024,
+        "output_length": 64,
+        "tpot_limit_ms": 50,
+    }
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/readyz").status_code == 200
+        _fill(redis_server)
+        try:
+            assert client.post("/v1/optimize", json=optimize).status_code == 200  # in the child
+            ready = client.get("/readyz")
+            assert ready.status_code == 503, ready.text
+            assert ready.json()["cache"]["writable"] is False
+            assert "OutOfMemoryError" in ready.json()["detail"]
+        finally:
+            redis_server.client().config_set("maxmemory", "0")
+        assert client.get("/readyz").status_code == 200
