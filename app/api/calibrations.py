@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Response
@@ -49,8 +48,10 @@ async def create_calibration(
     sees it). The profile states which parameters were fitted and why the others were not,
     the fit's errors and its cross-validated errors. Fewer points than the free parameters
     need, runs of several devices, engines, models or quantizations, or a non-positive
-    measurement: 422 naming the problem."""
-    stored = await gate.run(partial(service.create_calibration, context, request))
+    measurement: 422 naming the problem. The fit runs in the heavy lane (a child process when
+    the worker has them) under the request deadline (``APP_REQUEST_DEADLINE_S``: 504 past it);
+    at most ``MAX_CALIBRATION_POINTS`` points per fit (README, "Bounds")."""
+    stored = await gate.run_service("calibrate", service.create_calibration, context, request)
     return _response(stored)
 
 

@@ -97,6 +97,11 @@ MAX_INLINE_LAYERS = 1024
 MAX_INLINE_DEPTH = 32
 MAX_INLINE_NODES = 200_000
 
+#: Measured points one calibration fit takes (each is replayed by a serving simulation per
+#: model evaluation, some 20-60 evaluations a fit; 45 points of one deployment took 4.1 s here,
+#: 150 of another 73 s): the fit also stops at the request deadline (APP_REQUEST_DEADLINE_S).
+MAX_CALIBRATION_POINTS = 500
+
 #: A cached figure beyond these is a bad cache value (counted, logged, recomputed and
 #: overwritten), never served: a latency in ms (a forward, step or request; about 31,700 years)
 #: and a memory figure in GB (10^15 GB). A cached 1e308 ms forward turned every figure of a

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.core import limits
 from app.core.calibration.parameters import PARAMETER_NAMES
 from app.models.workload import EngineName
 
@@ -15,9 +16,9 @@ if TYPE_CHECKING:
 else:
     ParameterName = Literal[PARAMETER_NAMES]
 
-#: Points one fit takes (each is replayed by a serving simulation per model evaluation), and
-#: the longest CSV text a request may carry instead.
-MAX_POINTS = 500
+#: Points one fit takes (``limits.MAX_CALIBRATION_POINTS``), and the longest CSV text a request
+#: may carry instead.
+MAX_POINTS = limits.MAX_CALIBRATION_POINTS
 MAX_CSV_CHARS = 150_000
 
 PointValue = str | int | float | None

@@ -28,9 +28,10 @@ from app.core.calibration import (
     profile_from_dict,
 )
 from app.core.calibration.residuals import lookup, shipped_table
-from app.core.errors import InvalidParameterError, UnknownNameError
+from app.core.errors import DeadlineExceededError, InvalidParameterError, UnknownNameError
 from app.core.profiles import EngineProfile
-from app.services.context import ServiceContext
+from app.models.calibration import CalibrationRequest
+from app.services.context import ServiceContext, deadline_from
 from app.services.resolve import ResolvedDeployment
 
 if TYPE_CHECKING:  # the calibration wire models load with the calibrations API, not a search
@@ -82,12 +83,26 @@ def _rows_csv(points: Sequence[Mapping[str, object]]) -> str:
 
 
 def calibrate_text(
-    text: str, *, engine: str | None = None, free: Sequence[str] | None = None
+    text: str,
+    *,
+    engine: str | None = None,
+    free: Sequence[str] | None = None,
+    deadline: float | None = None,
 ) -> CalibrationProfile:
-    """The profile fitted to a measurement file's rows (domain errors name a bad input)."""
+    """The profile fitted to a measurement file's rows (domain errors name a bad input);
+    ``deadline`` (monotonic time): past it the fit stops with :class:`DeadlineExceededError`."""
     from app.core.validation.calibrate import calibrate_case_file
 
-    return calibrate_case_file(text, engine=engine, free=free)
+    def interrupt() -> None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise DeadlineExceededError(
+                "the calibration fit ran past its deadline (APP_REQUEST_DEADLINE_S); fit fewer "
+                "points"
+            )
+
+    return calibrate_case_file(
+        text, engine=engine, free=free, interrupt=None if deadline is None else interrupt
+    )
 
 
 def calibrate_points(
@@ -95,8 +110,9 @@ def calibrate_points(
     *,
     engine: str | None = None,
     free: Sequence[str] | None = None,
+    deadline: float | None = None,
 ) -> CalibrationProfile:
-    return calibrate_text(_rows_csv(points), engine=engine, free=free)
+    return calibrate_text(_rows_csv(points), engine=engine, free=free, deadline=deadline)
 
 
 def load_profile_text(text: str) -> CalibrationProfile:
@@ -256,10 +272,15 @@ def uncertainty(
 
 
 def create_calibration(context: ServiceContext, request: CalibrationRequest) -> StoredCalibration:
-    """``POST /v1/calibrations``: fit the request's points and store the profile."""
+    """``POST /v1/calibrations``: fit the request's points under the request deadline
+    (``APP_REQUEST_DEADLINE_S``, from the request's arrival) and store the profile."""
     free = None if request.free is None else list(request.free)
+    deadline = deadline_from(context.settings)
     if request.points is not None:
-        profile = calibrate_points(request.points, engine=request.engine, free=free)
+        profile = calibrate_points(
+            request.points, engine=request.engine, free=free, deadline=deadline
+        )
     else:
-        profile = calibrate_text(request.csv or "", engine=request.engine, free=free)
+        text = request.csv or ""
+        profile = calibrate_text(text, engine=request.engine, free=free, deadline=deadline)
     return store(context, profile)

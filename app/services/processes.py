@@ -60,6 +60,7 @@ def _init_child(settings_json: str) -> None:
     its computations need (the services and the request models a pickled request unpickles
     into), before the first request arrives."""
     _die_with_parent()
+    import app.models.calibration
     import app.models.optimize
     import app.models.simulate  # noqa: F401  # imported for their unpickling, not used here
 
@@ -69,11 +70,17 @@ def _init_child(settings_json: str) -> None:
 
 def _services() -> dict[str, Callable[..., Any]]:
     """The computations a child runs, by name (imported in the child)."""
+    from app.services.calibration import create_calibration
     from app.services.capacity import plan
     from app.services.optimize import optimize
     from app.services.simulate import simulate
 
-    return {"optimize": optimize, "simulate": simulate, "plan": plan}
+    return {
+        "optimize": optimize,
+        "simulate": simulate,
+        "plan": plan,
+        "calibrate": create_calibration,
+    }
 
 
 def _run_in_child(name: str, request: Any, started_s: float | None) -> tuple[Any, dict[str, int]]:

@@ -186,3 +186,23 @@ def test_cli_refuses_a_malformed_profile(
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "calibration" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_fit_past_the_request_deadline_is_a_504_promptly() -> None:
+    """N2: the fit runs under APP_REQUEST_DEADLINE_S (40 points take seconds; 150 took 73 s
+    whatever the deadline)."""
+    import time
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    settings = Settings(cache_backend="memory", request_deadline_s=0.2, log_level="warning")
+    with TestClient(create_app(settings)) as client:
+        started = time.monotonic()
+        response = client.post("/v1/calibrations", json={"points": _rows(40)})
+        waited = time.monotonic() - started
+    assert response.status_code == 504, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["retry-after"] == "1"
+    assert "calibration fit ran past its deadline" in response.json()["detail"]
+    assert waited < 2.0

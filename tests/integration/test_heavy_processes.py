@@ -217,3 +217,24 @@ def test_a_killed_worker_takes_its_child_with_it(server: Uvicorn) -> None:
     for pid in orphans:  # clean up before failing
         os.kill(pid, signal.SIGKILL)
     assert not orphans, f"the worker's children outlived it: {orphans}"
+
+
+def test_a_calibration_fit_runs_in_the_child_under_the_deadline(server: Uvicorn) -> None:
+    """N2: the fit is heavy-lane work: in the child, under the 1 s deadline (504 past it),
+    and what the child stored the worker reads back."""
+    from tests.api.test_calibrations import _rows
+
+    url = server.base_url
+    for _ in range(5):  # the first request may meet the child still importing (504)
+        small = httpx.post(f"{url}/v1/calibrations", json={"points": _rows(4)}, timeout=60)
+        if small.status_code != 504:
+            break
+    assert small.status_code == 201, small.text
+    read = httpx.get(f"{url}/v1/calibrations/{small.json()['id']}", timeout=10)
+    assert read.status_code == 200
+    started = time.monotonic()
+    large = httpx.post(f"{url}/v1/calibrations", json={"points": _rows(45)}, timeout=60)
+    assert large.status_code == 504, large.text
+    assert "calibration fit ran past its deadline" in large.json()["detail"]
+    assert time.monotonic() - started < 5
+    assert _pool_children(server)  # the child answered, it was not lost

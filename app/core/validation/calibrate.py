@@ -45,6 +45,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from app.core import limits
 from app.core.calibration.fit import (
     FitResult,
     FreeParameter,
@@ -86,7 +87,7 @@ from app.core.workload.closed_loop import PlanMemo
 #: Fewest points a fit takes (one free parameter and one point to cross-validate it).
 MIN_POINTS = 2
 #: Most points one fit takes (a replay of each point per model evaluation).
-MAX_POINTS = 500
+MAX_POINTS = limits.MAX_CALIBRATION_POINTS
 #: Iterations of the refit at a grid value other than the profile's (it starts from the first
 #: fit: a few steps settle what the new spread moved).
 REFIT_ITERATIONS = 4
@@ -196,10 +197,15 @@ def choose_free(points: Sequence[Point], requested: Sequence[str] | None = None)
 
 
 def _log_errors(
-    replay: ServingReplay, points: Sequence[Point], which: Sequence[int]
+    replay: ServingReplay,
+    points: Sequence[Point],
+    which: Sequence[int],
+    interrupt: Callable[[], None] | None = None,
 ) -> list[float]:
     out: list[float] = []
     for i in which:
+        if interrupt is not None:
+            interrupt()  # the caller's deadline: raises once it passed
         p = points[i]
         ttft, tpot = replay.predict(p.case)
         out.append(math.log(ttft / p.ttft_ms) if ttft > 0 else math.inf)
@@ -217,12 +223,19 @@ _UNPLACEABLE = (InfeasibleError, UnsupportedError)
 Dropped = tuple[tuple[str, tuple[str, ...]], ...]
 
 
-def placed_points(replay: ServingReplay, points: Sequence[Point]) -> tuple[list[Point], Dropped]:
+def placed_points(
+    replay: ServingReplay,
+    points: Sequence[Point],
+    interrupt: Callable[[], None] | None = None,
+) -> tuple[list[Point], Dropped]:
     """The points ``replay`` can predict, and the others by reason (a reason longer than a
-    profile holds is cut); a point that fails as bad input refuses the file."""
+    profile holds is cut); a point that fails as bad input refuses the file. ``interrupt``
+    (the caller's deadline check) runs before every point's replay."""
     placed: list[Point] = []
     dropped: dict[str, list[str]] = {}
     for p in points:
+        if interrupt is not None:
+            interrupt()
         try:
             replay.predict(p.case)
         except _UNPLACEABLE as err:
@@ -246,13 +259,18 @@ def placed_points(replay: ServingReplay, points: Sequence[Point]) -> tuple[list[
 
 
 def fit_calibration(
-    points: Sequence[Point], *, free: Sequence[str] | None = None
+    points: Sequence[Point],
+    *,
+    free: Sequence[str] | None = None,
+    interrupt: Callable[[], None] | None = None,
 ) -> CalibrationProfile:
-    """Fit the free parameters to ``points`` (see the module docstring)."""
+    """Fit the free parameters to ``points`` (see the module docstring). ``interrupt`` (the
+    caller's deadline check) is called before every point's replay and raises
+    :class:`~app.core.errors.DeadlineExceededError` once the deadline passed."""
     # Every point must be predictable at all (memory and layout do not depend on the fit);
     # those that are not are dropped with the reason.
     plans: PlanMemo = {}  # the points' plans, shared by every evaluation (they need no latency)
-    points, dropped = placed_points(ServingReplay(None, plans), points)
+    points, dropped = placed_points(ServingReplay(None, plans), points, interrupt)
     selection = choose_free(points, free)
     first = points[0].case
     device = get_device(first.device)
@@ -277,7 +295,8 @@ def fit_calibration(
 
     def residuals_at(chosen: dict[str, float]) -> Residuals:
         def residuals(values: dict[str, float], which: Sequence[int]) -> list[float]:
-            return _log_errors(ServingReplay({**values, **chosen}, plans, forwards), points, which)
+            replay = ServingReplay({**values, **chosen}, plans, forwards)
+            return _log_errors(replay, points, which, interrupt)
 
         return residuals
 
@@ -395,7 +414,13 @@ def _range(values: Iterable[int]) -> Range:
 
 
 def calibrate_case_file(
-    text: str, *, engine: str | None = None, free: Sequence[str] | None = None
+    text: str,
+    *,
+    engine: str | None = None,
+    free: Sequence[str] | None = None,
+    interrupt: Callable[[], None] | None = None,
 ) -> CalibrationProfile:
-    """``chunkwise calibrate FILE.csv``: the profile fitted to every row of a file."""
-    return fit_calibration(calibration_points(text, engine=engine), free=free)
+    """``chunkwise calibrate FILE.csv``: the profile fitted to every row of a file
+    (``interrupt``: the caller's deadline check, see :func:`fit_calibration`)."""
+    points = calibration_points(text, engine=engine)
+    return fit_calibration(points, free=free, interrupt=interrupt)
