@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import anyio
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from app import __version__
 from app.api import calibrations, catalog, deploy, forward, health, planning
+from app.api.auth import authenticate, load_key_digests
 from app.api.compute import ComputeGate
 from app.api.errors import PROBLEM_JSON, install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
@@ -134,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    app.state.key_digests = load_key_digests(settings)  # empty: authentication off
     app.state.context = None
     app.state.metrics = Metrics(lambda: app.state.context)
     app.add_middleware(
@@ -148,17 +150,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             CORSMiddleware,
             allow_origins=settings.cors_origin_list,
             allow_methods=["GET", "POST"],
-            allow_headers=["content-type", "x-request-id"],
+            allow_headers=["authorization", "content-type", "x-request-id"],
             expose_headers=["x-request-id", "retry-after"],
             max_age=CORS_MAX_AGE_S,
         )
     install_error_handlers(app)
-    app.include_router(health.router)
-    app.include_router(planning.router)
-    app.include_router(forward.router)
-    app.include_router(catalog.router)
-    app.include_router(calibrations.router)
-    app.include_router(deploy.router)
+    app.include_router(health.router)  # open, like the docs and the dashboard's files
+    keyed = [Depends(authenticate)]  # a bearer token when APP_API_KEYS(_FILE) configures keys
+    for resource in (planning, forward, catalog, calibrations, deploy):
+        app.include_router(resource.router, dependencies=keyed)
     app.mount("/static", RevalidatedStaticFiles(directory=WEB_DIR), name="static")
 
     _problem_schemas_in_their_media_type(app)

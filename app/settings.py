@@ -80,6 +80,13 @@ class Settings(BaseSettings):
     # Wall-clock budget of one optimize/simulate computation.
     request_deadline_s: float = Field(default=30.0, gt=0)
 
+    # Bearer-token authentication of /v1 (off when both are empty): API_KEYS, comma-separated
+    # tokens; API_KEYS_FILE, a file of "sha256:<hex digest>" lines (one hashed token each, #
+    # comments). A request without a valid `Authorization: Bearer <token>` gets 401; stored
+    # calibrations belong to the key that created them (another key gets 404).
+    api_keys: str = Field(default="", repr=False)
+    api_keys_file: str = ""
+
     log_level: str = "info"
     # Origins a browser page may call the API from (comma-separated, for example
     # "https://dash.example.com,http://localhost:3000"); empty: none (no CORS headers at all).

@@ -30,7 +30,7 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 router = APIRouter(prefix="/v1/calibrations", tags=["calibration"], responses=RESPONSES)
 CalibrationIdPath = Annotated[
-    str, Path(description="the id POST /v1/calibrations returned (cal- and 20 hex digits)")
+    str, Path(description="the id POST /v1/calibrations returned (cal- and 32 hex digits)")
 ]
 
 

@@ -60,6 +60,7 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "content": {PROBLEM_JSON: {}}, "description": description}
     for status, description in (
         (400, "Malformed request or domain error (problem+json)"),
+        (401, "No valid bearer token, when the service has API keys (problem+json)"),
         (422, "Invalid payload, unknown name or unsupported configuration (problem+json)"),
         (503, "Overloaded: every computation slot busy (problem+json)"),
         (504, "Computation deadline exceeded (problem+json)"),
@@ -212,7 +213,9 @@ async def _store(request: Request, exc: Exception) -> ProblemResponse:
 
 async def _http(request: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, StarletteHTTPException)
-    title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
+    title = {401: "Unauthorized", 404: "Not found", 405: "Method not allowed"}.get(
+        exc.status_code, "HTTP error"
+    )
     detail = exc.detail if isinstance(exc.detail, str) else ""
     headers = dict(exc.headers) if exc.headers else None
     if exc.status_code == 405:

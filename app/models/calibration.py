@@ -65,7 +65,8 @@ class CalibrationResponse(BaseModel):
     """A stored calibration profile (apply it with ``calibration: "<id>"``)."""
 
     id: str = Field(
-        description="the stored profile's id: cal- and 20 hex digits (give it as calibration)"
+        description="the stored profile's id: cal- and 32 random hex digits (128 bits; give "
+        "it as calibration)"
     )
     expires_at_s: float = Field(description="Unix time, s, after which the stored profile is gone")
     profile: dict[str, Any] = Field(

@@ -260,8 +260,8 @@ class DeploymentMixin(StrictModel):
 #: One parallel size (tp, dp, ep, pp of a layout): the bound every request shares.
 ParallelSize = Annotated[int, Field(strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE)]
 
-#: The id of a stored calibration profile (``cal-`` and 20 hex digits).
-CalibrationId = Annotated[str, StringConstraints(pattern=r"^cal-[0-9a-f]{20}$")]
+#: The id of a stored calibration profile (``cal-`` and 32 random hex digits, 128 bits).
+CalibrationId = Annotated[str, StringConstraints(pattern=r"^cal-[0-9a-f]{32}$")]
 
 
 class WorkloadMixin(LengthsMixin):

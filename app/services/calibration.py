@@ -6,6 +6,11 @@ so every worker sees it; the in-process cache otherwise, where an LRU eviction c
 early), with an expiry time inside the value (``calibration_ttl_s``) and, on Redis, the same
 TTL on the key. A profile's JSON is at most :data:`MAX_PROFILE_BYTES`. A request names a stored
 profile by id or sends one inline; either way it is read once per request, never refitted.
+
+Ids are random (128 bits: nobody computes one from a CSV), and a profile belongs to the
+request's owner (:data:`~app.services.context.REQUEST_OWNER`, the digest of its API key when
+authentication is on): another owner reading, applying or deleting it is told it does not
+exist, exactly as for an unknown id.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import csv
 import dataclasses
 import io
 import json
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +37,7 @@ from app.core.calibration.residuals import lookup, shipped_table
 from app.core.errors import DeadlineExceededError, InvalidParameterError, UnknownNameError
 from app.core.profiles import EngineProfile
 from app.models.calibration import CalibrationRequest
-from app.services.context import ServiceContext, deadline_from
+from app.services.context import REQUEST_OWNER, ServiceContext, deadline_from
 from app.services.resolve import ResolvedDeployment
 
 if TYPE_CHECKING:  # the calibration wire models load with the calibrations API, not a search
@@ -131,6 +137,11 @@ class StoredCalibration:
     expires_at_s: float
 
 
+def new_calibration_id() -> str:
+    """``cal-`` and 32 random hex digits (128 bits)."""
+    return "cal-" + secrets.token_hex(16)
+
+
 def store(context: ServiceContext, profile: CalibrationProfile) -> StoredCalibration:
     body = profile.to_dict()
     if len(json.dumps(body)) > MAX_PROFILE_BYTES:
@@ -145,23 +156,36 @@ def store(context: ServiceContext, profile: CalibrationProfile) -> StoredCalibra
             "APP_CACHE_BACKEND=redis and APP_REDIS_URL (or serve with one worker)"
         )
     expires = time.time() + settings.calibration_ttl_s
+    calibration_id = new_calibration_id()
+    value = {
+        "id": calibration_id,
+        "owner": REQUEST_OWNER.get(),
+        "profile": body,
+        "expires_at_s": expires,
+    }
     stored = context.cache.set_many(
-        {KEY_PREFIX + profile.id: {"profile": body, "expires_at_s": expires}},
-        ttl_s=settings.calibration_ttl_s,
+        {KEY_PREFIX + calibration_id: value}, ttl_s=settings.calibration_ttl_s
     )
     if not stored:
         raise StoreUnavailableError(
             f"the calibration was not stored: the {context.cache.backend} cache backend did "
             "not take the write (unreachable or refusing writes, see /readyz); retry shortly"
         )
-    return StoredCalibration(profile=profile, expires_at_s=expires)
+    return StoredCalibration(
+        profile=dataclasses.replace(profile, stored_id=calibration_id), expires_at_s=expires
+    )
 
 
 def fetch(context: ServiceContext, calibration_id: str) -> StoredCalibration:
-    """The stored profile, or :class:`UnknownCalibrationError` (also for an expired one, or a
-    stored value that does not read back as a profile)."""
+    """The stored profile, or :class:`UnknownCalibrationError` (also for an expired one, one
+    of another owner, or a stored value that does not read back as a profile)."""
     value = context.cache.get_many([KEY_PREFIX + calibration_id])[0]
-    if isinstance(value, dict) and isinstance(value.get("expires_at_s"), int | float):
+    if (
+        isinstance(value, dict)
+        and value.get("id") == calibration_id
+        and value.get("owner") == REQUEST_OWNER.get()
+        and isinstance(value.get("expires_at_s"), int | float)
+    ):
         expires = float(value["expires_at_s"])
         if expires > time.time():
             try:
@@ -169,8 +193,8 @@ def fetch(context: ServiceContext, calibration_id: str) -> StoredCalibration:
             except InvalidParameterError:
                 context.cache.stats.reject(KEY_PREFIX + calibration_id, "not a calibration")
             else:
-                if profile.id == calibration_id:
-                    return StoredCalibration(profile=profile, expires_at_s=expires)
+                stored = dataclasses.replace(profile, stored_id=calibration_id)
+                return StoredCalibration(profile=stored, expires_at_s=expires)
     raise UnknownCalibrationError(calibration_id, ["the id a POST /v1/calibrations returned"])
 
 

@@ -90,6 +90,11 @@ REQUEST_STARTED_S: ContextVar[float | None] = ContextVar(
 )
 
 
+#: The owner of the current request (the SHA-256 digest of its API key, set by the API's
+#: authentication; None: authentication is off, or the CLI): stored calibrations belong to it.
+REQUEST_OWNER: ContextVar[str | None] = ContextVar("chunkwise_request_owner", default=None)
+
+
 def deadline_from(settings: Settings) -> float:
     """The monotonic time the current computation must end by (from the request's arrival when
     the API set it, else from now: the CLI)."""

@@ -27,7 +27,12 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from app.services.context import REQUEST_STARTED_S, ServiceContext, create_context
+from app.services.context import (
+    REQUEST_OWNER,
+    REQUEST_STARTED_S,
+    ServiceContext,
+    create_context,
+)
 from app.settings import Settings
 
 logger = logging.getLogger("chunkwise.processes")
@@ -83,17 +88,22 @@ def _services() -> dict[str, Callable[..., Any]]:
     }
 
 
-def _run_in_child(name: str, request: Any, started_s: float | None) -> tuple[Any, dict[str, int]]:
+def _run_in_child(
+    name: str, request: Any, started_s: float | None, owner: str | None = None
+) -> tuple[Any, dict[str, int]]:
     """``name``'s service on ``request`` in the child, its deadline counting from
-    ``started_s`` (the request's arrival in the worker); with what it added to the child's
-    counters, which the worker's ``/metrics`` reports."""
+    ``started_s`` (the request's arrival in the worker), on behalf of ``owner`` (the request's
+    key digest); with what it added to the child's counters, which the worker's ``/metrics``
+    reports."""
     context = _CHILD["context"]  # the pool's initializer built it
     stats = context.stats
     before = (stats.forward_evaluations, stats.response_cache_hits)
     token = REQUEST_STARTED_S.set(started_s)
+    owned = REQUEST_OWNER.set(owner)
     try:
         result = _services()[name](context, request)
     finally:
+        REQUEST_OWNER.reset(owned)
         REQUEST_STARTED_S.reset(token)
     counted = {
         "forward_evaluations": stats.forward_evaluations - before[0],
@@ -147,10 +157,11 @@ class HeavyProcesses:
         what the child counted is added to ``context``'s counters."""
 
         def call() -> Any:  # the gate's thread: its context carries the arrival time
-            started_s = REQUEST_STARTED_S.get()
+            started_s, owner = REQUEST_STARTED_S.get(), REQUEST_OWNER.get()
             pool = self.pool
             try:
-                result, counted = pool.submit(_run_in_child, name, request, started_s).result()
+                future = pool.submit(_run_in_child, name, request, started_s, owner)
+                result, counted = future.result()
             except BrokenProcessPool as exc:
                 self._replace(pool)
                 raise ChildProcessLostError(

@@ -127,7 +127,7 @@ def test_a_file_with_cr_line_ends_is_read(client: TestClient) -> None:
 
 
 @pytest.mark.parametrize(
-    "calibration", ["cal-nothex", {"version": 1}, {"id": "x"}, "cal-" + "0" * 20]
+    "calibration", ["cal-nothex", {"version": 1}, {"id": "x"}, "cal-" + "0" * 32]
 )
 def test_a_bad_calibration_reference_is_a_422(client: TestClient, calibration: object) -> None:
     response = client.post("/v1/simulate", json={**SIMULATE, "calibration": calibration})

@@ -175,6 +175,8 @@ def test_compose_environment_is_valid_settings(monkeypatch: pytest.MonkeyPatch) 
     settings = Settings()
     assert settings.cache_backend == "redis"
     assert settings.redis_url == "redis://redis:6379/0"
+    # Authentication on: compose refuses to start without the tokens.
+    assert environment["APP_API_KEYS"].startswith("${CHUNKWISE_API_KEYS:?")
 
 
 def test_serve_tells_its_workers_how_many_they_are(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -74,7 +74,7 @@ def test_calibrate_apply_and_optimize_with_intervals(
     expect(page.get_by_role("button", name="Apply to the form")).to_be_disabled()
     created = fit_in_page(page, tmp_path)
     cal_id = str(created["id"])
-    assert re.fullmatch(r"cal-[0-9a-f]{20}", cal_id)
+    assert re.fullmatch(r"cal-[0-9a-f]{32}", cal_id)
     stored = httpx.get(f"{base_url}/v1/calibrations/{cal_id}").json()
     profile = stored["profile"]
     assert profile == created["profile"]

@@ -50,7 +50,7 @@ def test_two_workers_share_a_calibration(redis_server: RedisServer) -> None:
     ],
 )
 def test_a_forged_stored_value_is_unknown(redis_server: RedisServer, forged: str) -> None:
-    cid = "cal-" + "ab" * 10
+    cid = "cal-" + "ab" * 16
     redis_server.client().set(KEY_PREFIX + cid, forged)
     with TestClient(create_app(_settings(redis_server))) as client:
         assert client.get(f"/v1/calibrations/{cid}").status_code == 404

@@ -238,3 +238,26 @@ def test_a_calibration_fit_runs_in_the_child_under_the_deadline(server: Uvicorn)
     assert "calibration fit ran past its deadline" in large.json()["detail"]
     assert time.monotonic() - started < 5
     assert _pool_children(server)  # the child answered, it was not lost
+
+
+def test_the_child_stores_a_calibration_for_the_requests_key(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The owner (the request's key digest) travels to the child that fits and stores."""
+    from tests.api.test_calibrations import _rows
+
+    env = redis_env(redis_server, heavy_processes="1", api_keys="key-a,key-b")
+    process = start_server(Uvicorn(env, workers=1), tmp_path / "uvicorn.log", timeout_s=60)
+    try:
+        url = process.base_url
+        mine, theirs = ({"Authorization": f"Bearer key-{k}"} for k in "ab")
+        assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 401
+        created = httpx.post(
+            f"{url}/v1/calibrations", json={"points": _rows(4)}, headers=mine, timeout=60
+        )
+        assert created.status_code == 201, created.text
+        path = f"{url}/v1/calibrations/{created.json()['id']}"
+        assert httpx.get(path, headers=theirs, timeout=10).status_code == 404
+        assert httpx.get(path, headers=mine, timeout=10).status_code == 200
+    finally:
+        process.stop()

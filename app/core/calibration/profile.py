@@ -101,6 +101,9 @@ class CalibrationProfile:
     #: request's KV do not fit, a layout the runner refuses): each reason with its case ids.
     dropped: tuple[tuple[str, tuple[str, ...]], ...] = ()
     version: int = PROFILE_VERSION
+    #: The id it is stored under (``POST /v1/calibrations``: random, 128 bits), when read
+    #: from the store; None: :attr:`id` is a digest of the content.
+    stored_id: str | None = None
 
     def __post_init__(self) -> None:
         check_values(dict(self.parameters))
@@ -120,7 +123,10 @@ class CalibrationProfile:
 
     @property
     def id(self) -> str:
-        """A digest of the content (the same fit has the same id everywhere)."""
+        """The id it is stored under, else a digest of the content (the same fit has the same
+        digest everywhere)."""
+        if self.stored_id is not None:
+            return self.stored_id
         body = json.dumps(self._content(), sort_keys=True, separators=(",", ":"))
         return "cal-" + hashlib.sha256(body.encode()).hexdigest()[:20]
 

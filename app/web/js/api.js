@@ -7,15 +7,34 @@ export class ApiError extends Error {
   }
 }
 
-async function request(method, path, body, signal) {
+// With API keys configured (APP_API_KEYS), /v1 answers 401 without one: the dashboard then asks
+// for the key once and keeps it in this tab's sessionStorage (never in the URL or a cookie).
+const KEY_STORAGE = "chunkwise-api-key";
+
+function keyHeaders() {
+  const key = window.sessionStorage.getItem(KEY_STORAGE);
+  return key ? { authorization: `Bearer ${key}` } : {};
+}
+
+async function request(method, path, body, signal, asked = false) {
   let response;
   try {
     response = await fetch(path, {
       method,
       signal,
-      headers: body === undefined ? {} : { "content-type": "application/json" },
+      headers: {
+        ...keyHeaders(),
+        ...(body === undefined ? {} : { "content-type": "application/json" }),
+      },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
+    if (response.status === 401 && !asked) {
+      const key = window.prompt("This Chunkwise service needs an API key (Bearer token):");
+      if (key) {
+        window.sessionStorage.setItem(KEY_STORAGE, key.trim());
+        return request(method, path, body, signal, true);
+      }
+    }
   } catch (err) {
     if (err.name === "AbortError") throw err;
     throw new ApiError({
