@@ -112,15 +112,7 @@ def test_a_poisoned_forward_document_is_recomputed(redis_server: RedisServer, ra
 def test_a_forged_optimize_response_is_not_served(redis_server: RedisServer) -> None:
     """D9: a body stored under a request's response-cache key that echoes another request (or
     any body failing the schema) is not that request's answer."""
-    body = {
-        "model": "Qwen/Qwen3-8B",
-        "device": "NVIDIA_H100_SXM_80G",
-        "num_devices": 2,
-        "input_length": 2048,
-        "output_length": 256,
-        "max_batched_tokens": 2048,
-        "tpot_limit_ms": 50,
-    }
+    body = _optimize_body()
     request = OptimizeRequest.model_validate(body)
     other = OptimizeRequest.model_validate({**body, "input_length": 1024})
     clean, _ = _run(redis_server, lambda c: optimize_service(c, request))
