@@ -36,7 +36,6 @@ from app.core.calibration import (
 from app.core.calibration.residuals import lookup, shipped_table
 from app.core.errors import DeadlineExceededError, InvalidParameterError, UnknownNameError
 from app.core.profiles import EngineProfile
-from app.models.calibration import CalibrationRequest
 from app.services.context import REQUEST_OWNER, ServiceContext, deadline_from
 from app.services.resolve import ResolvedDeployment
 
