@@ -106,24 +106,14 @@ def kubernetes_text(
             f"              mountPath: {_q(CONFIG_DIR)}",
             "              readOnly: true",
         ]
-    for index, path in enumerate(platform.host_paths):
-        lines += [
-            f"            - name: driver-{index}",
-            f"              mountPath: {_q(path)}",
-            "              readOnly: true",
-        ]
+    lines += _driver_mounts(platform)
     lines += [
         "      volumes:",
         "        - name: dshm",
         "          emptyDir:",
         "            medium: Memory",
     ]
-    for index, path in enumerate(platform.host_paths):
-        lines += [
-            f"        - name: driver-{index}",
-            "          hostPath:",
-            f"            path: {_q(path)}",
-        ]
+    lines += _driver_volumes(platform)
     if files:
         lines += [
             "        - name: config",
@@ -144,19 +134,50 @@ def kubernetes_text(
         f"      port: {port}",
         "      targetPort: http",
     ]
-    if files:
-        lines += [
-            "---",
-            "apiVersion: v1",
-            "kind: ConfigMap",
-            "metadata:",
-            f"  name: {_q(name + '-config')}",
-            "data:",
-        ]
-        for file_name, text in files.items():
-            lines.append(f"  {_q(file_name)}: |")
-            lines += _block(text, 4)
+    lines += _config_map(name, files)
     return "\n".join(lines) + "\n"
+
+
+def _config_map(name: str, files: Mapping[str, str]) -> list[str]:
+    """The ConfigMap holding the launch's config files (none without files)."""
+    if not files:
+        return []
+    lines = [
+        "---",
+        "apiVersion: v1",
+        "kind: ConfigMap",
+        "metadata:",
+        f"  name: {_q(name + '-config')}",
+        "data:",
+    ]
+    for file_name, text in files.items():
+        lines.append(f"  {_q(file_name)}: |")
+        lines += _block(text, 4)
+    return lines
+
+
+def _driver_mounts(platform: Platform) -> list[str]:
+    """The container's read-only mounts of the host's driver paths (an NPU pod's)."""
+    lines: list[str] = []
+    for index, path in enumerate(platform.host_paths):
+        lines += [
+            f"            - name: driver-{index}",
+            f"              mountPath: {_q(path)}",
+            "              readOnly: true",
+        ]
+    return lines
+
+
+def _driver_volumes(platform: Platform) -> list[str]:
+    """The pod's hostPath volumes behind :func:`_driver_mounts`."""
+    lines: list[str] = []
+    for index, path in enumerate(platform.host_paths):
+        lines += [
+            f"        - name: driver-{index}",
+            "          hostPath:",
+            f"            path: {_q(path)}",
+        ]
+    return lines
 
 
 def compose_text(
