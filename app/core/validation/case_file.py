@@ -34,6 +34,7 @@ How a row maps to a deployment, the way the product would map a user's:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import re
@@ -62,7 +63,13 @@ from app.core.validation.cases import (
     layout_duplicates,
 )
 from app.core.validation.csv_text import csv_lines, malformed_csv
-from app.core.validation.intervals import CaseSpreads, case_spreads
+from app.core.validation.group_out import (
+    DeploymentResidual,
+    IntervalCheck,
+    format_checks,
+    leave_deployment_out,
+)
+from app.core.validation.intervals import CaseSpreads, case_residual, case_spreads
 from app.core.validation.predict import ServingReplay, engine_family
 from app.core.validation.recipes import DEFAULT_SETTINGS, RowSettings, row_settings
 from app.core.validation.replicas import (
@@ -219,6 +226,9 @@ class CaseFileReport:
     by_family: tuple[GroupErrors, ...] = ()
     floors: tuple[FloorComparison, ...] = ()
     replicated: tuple[PredictedConfiguration, ...] = ()
+    #: The uncalibrated 80 % intervals checked leave-deployment-out
+    #: (:mod:`app.core.validation.group_out`): per engine family, then overall.
+    interval_checks: tuple[IntervalCheck, ...] = ()
 
     @property
     def refusal_counts(self) -> tuple[tuple[str, int], ...]:
@@ -279,7 +289,7 @@ class CaseFileReport:
                 "refused per reason:"
             )
             lines.extend(f"{count:5d}  {reason}" for reason, count in self.refusal_counts)
-        return "\n".join([*lines, *self._floor_lines()])
+        return "\n".join([*lines, *self._floor_lines(), *format_checks(self.interval_checks)])
 
     def _floor_lines(self) -> list[str]:
         """Per engine family: the model's median error over all its rows, the replica floor
@@ -328,6 +338,10 @@ class CaseFileReport:
                 for f in self.floors
             ],
             "replicated": [_replicated(p) for p in self.replicated],
+            "intervals_leave_deployment_out": [
+                {field: getattr(c, field) for field in IntervalCheck.__dataclass_fields__}
+                for c in self.interval_checks
+            ],
             "refused": [
                 {"case_id": o.case_id, "error": o.error} for o in self.outcomes if o.refused
             ],
@@ -698,17 +712,34 @@ def replay_case_file(
     rows = read_case_rows(text)
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = ServingReplay(None if calibration is None else calibration.values)
+    cases: dict[str, ValidationCase] = {}
 
     def predict(row: Mapping[str, str]) -> RowPrediction:
         case = row_case(row, row_settings(row).options)
-        return (*replay.predict(case), case_spreads(case, calibration))
+        predicted = replay.predict(case)
+        cases[row["case_id"]] = case
+        return (*predicted, case_spreads(case, calibration))
 
     outcomes = {
         i: row_outcome(row, predict, row_settings(row))
         for i, row in enumerate(rows)
         if i not in skip
     }
-    return file_report(rows, outcomes)
+    report = file_report(rows, outcomes)
+    if calibration is not None:
+        return report  # calibrated intervals come from the calibration's own residuals
+    residuals = [
+        DeploymentResidual(
+            residual=case_residual(case, o.ttft_ms_pred, o.tpot_ms_pred, o.measured_tpot_ms),
+            deployment=(o.hardware, o.engine_family, case.model),
+            family=o.engine_family.lower(),
+        )
+        for o in outcomes.values()
+        if o.ttft_ms_pred is not None
+        and o.tpot_ms_pred is not None
+        and (case := cases.get(o.case_id)) is not None
+    ]
+    return dataclasses.replace(report, interval_checks=leave_deployment_out(residuals))
 
 
 def case_file_report(

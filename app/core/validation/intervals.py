@@ -57,6 +57,19 @@ def case_spreads(
     return CaseSpreads(ttft=ttft, tpot=tpot, applicable=applicable, reason=reason)
 
 
+def case_residual(
+    case: ValidationCase, ttft_pred: float, tpot_pred: float, tpot_ms: float
+) -> Residual:
+    """The log errors of one predicted case (``case.measured`` is its TTFT) and its group."""
+    return Residual(
+        device=case.device,
+        engine=case_profile(case).name,
+        is_moe=get_model(case.model).is_moe,
+        ttft_log_error=math.log(ttft_pred / case.measured),
+        tpot_log_error=math.log(tpot_pred / tpot_ms),
+    )
+
+
 def replay_residuals(
     points: Sequence[tuple[ValidationCase, float]], replay: ServingReplay | None = None
 ) -> list[Residual]:
@@ -69,13 +82,5 @@ def replay_residuals(
             ttft_pred, tpot_pred = replay.predict(case)
         except ChunkwiseError:
             continue
-        out.append(
-            Residual(
-                device=case.device,
-                engine=case_profile(case).name,
-                is_moe=get_model(case.model).is_moe,
-                ttft_log_error=math.log(ttft_pred / case.measured),
-                tpot_log_error=math.log(tpot_pred / tpot_ms),
-            )
-        )
+        out.append(case_residual(case, ttft_pred, tpot_pred, tpot_ms))
     return out
