@@ -109,8 +109,13 @@ def request(point: Point) -> SimulateRequest:
     }
     if run.max_batched_tokens is not None:
         body["max_batched_tokens"] = run.max_batched_tokens
-    if run.max_num_seqs is not None:
-        body["engine_options"] = {"max_num_seqs": run.max_num_seqs}
+    options = {
+        "max_num_seqs": run.max_num_seqs,
+        "npu_graph_mode": run.npu_graph_mode,
+        "overlap_scheduling": run.async_scheduling,
+    }
+    if any(v is not None for v in options.values()):
+        body["engine_options"] = {k: v for k, v in options.items() if v is not None}
     if run.max_concurrency is not None:
         body["max_concurrency"] = run.max_concurrency
     return SimulateRequest.model_validate(body)

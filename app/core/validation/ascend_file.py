@@ -46,6 +46,12 @@ Column mapping (checked in this order; the first that fails names the refusal):
   are refused (the product's MTP takes the acceptance of every drafted position).
 - ``notes``: ``max-num-batched-tokens N`` and ``max-num-seqs N`` are the engine's settings;
   eager execution (``enforce-eager``) and KV-cache hits of an unstated share are refused.
+- graph mode and async scheduling (vLLM-Ascend, ``npu_graph_mode`` and ``overlap_scheduling``
+  of the profile): ``FULL_DECODE_ONLY`` in the notes is ``full_decode_only``; otherwise the
+  engine column's version decides: v0.9 to v0.20 (or a date before June 2026) ran the
+  ``piecewise`` default, v0.21 on ``full_and_piecewise``, an unstated version the profile's
+  (the current default); before v0.9 the engine ran eagerly (refused). ``async scheduling`` in
+  the notes turns the profile's overlap scheduling on.
 """
 
 from __future__ import annotations
@@ -322,6 +328,39 @@ def _notes(notes: str) -> tuple[int | None, int | None]:
     return _setting(lowered, "max-num-batched-tokens"), _setting(lowered, "max-num-seqs")
 
 
+#: The first vLLM-Ascend minor version whose default ``cudagraph_mode`` kept vLLM's
+#: ``FULL_AND_PIECEWISE`` (v0.21.0rc1, vllm-project/vllm-ascend#9572 of 2026-05-30), and the
+#: first that ran graphs by default (v0.9.0rc1; earlier releases ran eagerly).
+_FULL_GRAPH_MINOR = 21
+_GRAPH_MINOR = 9
+_FULL_GRAPH_DATE = (2026, 6)
+_VERSION = re.compile(r"\bv?0\.(\d+)")
+_DATE = re.compile(r"\b(20\d\d)-(\d\d)\b")
+
+
+def _graph_mode(engine: str, notes: str) -> str | None:
+    """vLLM-Ascend's graph mode of a row (None: the profile's default), or a refusal when the
+    stated release predates graph mode."""
+    if "full_decode_only" in notes.lower():
+        return "full_decode_only"
+    text = engine.lower()
+    version = _VERSION.search(text)
+    if version is not None:
+        minor = int(version.group(1))
+        if minor < _GRAPH_MINOR:
+            raise RowRefusal("engine", "a release before graph mode (eager execution)", engine)
+        return "piecewise" if minor < _FULL_GRAPH_MINOR else "full_and_piecewise"
+    date = _DATE.search(text)
+    if date is not None:
+        dated = (int(date.group(1)), int(date.group(2)))
+        return "piecewise" if dated < _FULL_GRAPH_DATE else "full_and_piecewise"
+    return None
+
+
+def _async_scheduling(notes: str) -> bool | None:
+    return True if re.search(r"async[- _]scheduling", notes.lower()) else None
+
+
 def ascend_row(row: Mapping[str, str]) -> AscendRow:
     """The run and measurement of one row, or :class:`RowRefusal` naming the column."""
     metric, measured_ms = _metric(row)
@@ -335,6 +374,7 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
     requests, cap, rate = _load(row)
     _spec_decode(row["spec_decode"])
     budget, max_num_seqs = _notes(row["notes"])
+    graph_mode = _graph_mode(row["engine"], row["notes"]) if engine == "vllm" else None
     run = BenchmarkRun(
         engine=engine,
         model=model,
@@ -350,6 +390,8 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
         request_rate=rate,
         max_batched_tokens=budget,
         max_num_seqs=max_num_seqs,
+        npu_graph_mode=graph_mode,
+        async_scheduling=_async_scheduling(row["notes"]),
     )
     return AscendRow(run=run, metric=metric, measured_ms=measured_ms)
 

@@ -152,6 +152,8 @@ class BenchmarkRun:
     request_rate: float  # requests/s; ALL_AT_ONCE_RATE: every request sent at t = 0
     max_batched_tokens: int | None = None  # None: the engine profile's
     max_num_seqs: int | None = None  # None: the engine profile's
+    npu_graph_mode: str | None = None  # vLLM-Ascend's cudagraph_mode; None: the profile's
+    async_scheduling: bool | None = None  # None: the engine profile's overlap_scheduling
 
 
 class ServingReplay:
@@ -265,9 +267,14 @@ class ServingReplay:
         overrides = {
             "max_batched_tokens": run.max_batched_tokens,
             "max_num_seqs": run.max_num_seqs,
+            "npu_graph_mode": run.npu_graph_mode,
+            "overlap_scheduling": run.async_scheduling,
         }
-        profile = self._profile(base.name).with_overrides(overrides)
-        key = f"{profile.name} max_num_seqs={run.max_num_seqs} budget={run.max_batched_tokens}"
+        profile = apply_to_profile(base.with_overrides(overrides), self._calibration)
+        key = (
+            f"{profile.name} max_num_seqs={run.max_num_seqs} budget={run.max_batched_tokens} "
+            f"graph={profile.npu_graph_mode} async={profile.overlap_scheduling}"
+        )
         deployment = (key, (), run.model, run.device, run.tp, run.dp, run.ep, run.precision)
         serving, memo = self._model(deployment, profile)
         device = serving.runner.device

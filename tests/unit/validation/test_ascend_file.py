@@ -74,6 +74,7 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 max_concurrency=7,
                 max_batched_tokens=16384,
                 max_num_seqs=64,
+                npu_graph_mode="full_decode_only",
             ),
         ),
         # the same on two A2 nodes, TP8 x DP2 with experts over all 16 ranks; TTFT in s
@@ -106,6 +107,7 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 num_requests=100,
                 max_concurrency=1,
                 max_batched_tokens=40960,
+                npu_graph_mode="piecewise",  # v0.13.0rc1: the PIECEWISE default
             ),
         ),
         # Qwen3-30B-A3B on "atlas A2 64G * 4": Poisson at 1 req/s, 200 prompts, no cap
@@ -121,6 +123,7 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 num_requests=200,
                 max_concurrency=None,
                 request_rate=1.0,
+                npu_graph_mode="piecewise",  # "vllm-ascend main (2025-07)"
             ),
         ),
         # the cold TTFT of the KV-pool page (the "no KV cache hit" step is represented)
@@ -135,6 +138,7 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 output_length=10,
                 num_requests=100,
                 max_concurrency=25,
+                npu_graph_mode="piecewise",  # v0.11.0rc2
             ),
         ),
     ],
@@ -148,7 +152,12 @@ def test_known_rows_map_to_known_runs(
 
 def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
     """``ShareGPT (42659 input tokens / 200 req)``: 213 tokens; ``qps 4``: 200 requests at 4/s."""
-    row = {**ROWS[28 + 6], "hardware": "Atlas 800I A2", "model": "Qwen/Qwen3-8B"}  # mean_tpot
+    row = {
+        **ROWS[28 + 6],
+        "hardware": "Atlas 800I A2",
+        "model": "Qwen/Qwen3-8B",
+        "engine": "vLLM-Ascend v0.13.0rc1",  # the row's own is a ~v0.8 (eager) release
+    }  # mean_tpot
     mapped = ascend_row(row)
     assert (mapped.run.input_length, mapped.run.output_length) == (213, 218)
     assert (mapped.run.num_requests, mapped.run.request_rate) == (200, 4.0)
@@ -176,6 +185,31 @@ def test_refusals_name_the_column_and_the_setting(index: int, reason: str) -> No
         ascend_row(ROWS[index])
     assert err.value.key == reason
     assert str(err.value).startswith(reason)
+
+
+@pytest.mark.parametrize(
+    ("engine", "notes", "mode", "overlap"),
+    [
+        ("vLLM-Ascend v0.13.0rc1 image", "", "piecewise", None),
+        ("vLLM-Ascend v0.21.0rc1", "", "full_and_piecewise", None),
+        ("vllm main + vllm-ascend main (2025-07)", "", "piecewise", None),
+        ("vLLM-Ascend (version not stated)", "", None, None),
+        ("vLLM-Ascend v0.13.0rc1", "FULL_DECODE_ONLY; async scheduling", "full_decode_only", True),
+    ],
+)
+def test_graph_mode_and_async_scheduling_come_from_the_release_and_notes(
+    engine: str, notes: str, mode: str | None, overlap: bool | None
+) -> None:
+    """vLLM-Ascend's default ``cudagraph_mode`` was PIECEWISE from v0.11 to v0.20 and is
+    FULL_AND_PIECEWISE since v0.21.0rc1; the notes' launch flags win."""
+    mapped = ascend_row({**ROWS[146], "engine": engine, "notes": notes})
+    assert (mapped.run.npu_graph_mode, mapped.run.async_scheduling) == (mode, overlap)
+
+
+def test_a_release_before_graph_mode_is_refused_as_eager() -> None:
+    with pytest.raises(RowRefusal) as err:
+        ascend_row({**ROWS[146], "engine": "vllm-ascend v0.7.3"})
+    assert err.value.key == "engine: a release before graph mode (eager execution)"
 
 
 def test_the_file_replays_with_every_row_predicted_or_refused_by_reason() -> None:
