@@ -14,8 +14,11 @@ data row); the report counts the refusals per reason.
 Column mapping (checked in this order; the first that fails names the refusal):
 
 - ``metric`` / ``unit``: ``mean_ttft`` and ``mean_tpot`` (``ttft`` / ``tpot`` too, unless the
-  notes say the column is not labelled) in ms or s. Medians, p99, ITL and throughputs are
-  refused: the replay predicts mean TTFT and TPOT, what the other ``--cases`` files hold.
+  notes say the column is not labelled) in ms or s; ``median_`` and ``pN_`` TTFT / TPOT are the
+  same statistic over the simulated requests (nearest rank, as the benchmark clients compute
+  it), compared with the prediction of that statistic. Inter-token latencies are refused (the
+  simulation keeps per-request TPOT, not the gaps between tokens); throughputs are refused
+  too (the report compares TTFT and TPOT: a throughput has no column of its own yet).
 - ``hardware`` (:data:`HARDWARE_RULES`, first match): a card that is not stated, or stated as
   "A2/A3", is refused; an Atlas A3 node is 16 dies of ``ATLAS_800_A3_752T_128G_DIE`` (the
   Atlas 800 A3's die, msmodeling's A3 device); an Atlas 800T/800I A2, an "atlas A2" or a 910B
@@ -126,6 +129,9 @@ _METRICS: Mapping[str, str] = {
     "mean_tpot": "tpot",
     "tpot": "tpot",
 }
+#: ``median_ttft``, ``p99_tpot``: a percentile of TTFT or TPOT over the requests.
+_PERCENTILE_METRIC = re.compile(r"(median|p(\d{1,2}(?:\.\d+)?))_(ttft|tpot)")
+_MEDIAN = 50.0
 _UNITS_MS: Mapping[str, float] = {"ms": 1.0, "s": MS_PER_S}
 _PRECISIONS: Mapping[str, str] = {
     "bf16": "BF16",
@@ -163,6 +169,8 @@ class AscendRow:
     run: BenchmarkRun
     metric: str  # "ttft" or "tpot"
     measured_ms: float
+    #: The percentile of the metric over the requests (None: the mean).
+    percentile: float | None = None
 
 
 def is_ascend_header(text: str) -> bool:
@@ -175,10 +183,23 @@ def is_ascend_header(text: str) -> bool:
 
 
 # -- columns ---------------------------------------------------------------------------------
-def _metric(row: Mapping[str, str]) -> tuple[str, float]:
+def _metric(row: Mapping[str, str]) -> tuple[str, float, float | None]:
     metric = row["metric"].lower()
-    if metric not in _METRICS:
-        raise RowRefusal("metric", "not a mean TTFT or TPOT", row["metric"])
+    percentile = None
+    found = _PERCENTILE_METRIC.fullmatch(metric)
+    if found is not None:
+        percentile = _MEDIAN if found.group(1) == "median" else float(found.group(2))
+        if not 0 < percentile < 100:
+            raise RowRefusal("metric", "a percentile outside (0, 100)", row["metric"])
+        metric = found.group(3)
+    elif "itl" in metric:
+        raise RowRefusal(
+            "metric", "inter-token latency (gaps between tokens not simulated)", row["metric"]
+        )
+    elif metric not in _METRICS:
+        raise RowRefusal(
+            "metric", "not a TTFT or TPOT (a throughput has no report column)", row["metric"]
+        )
     if metric in ("ttft", "tpot") and "not labelled" in row["notes"].lower():
         raise RowRefusal("metric", "not labelled mean or median", row["metric"])
     scale = _UNITS_MS.get(row["unit"].lower())
@@ -190,7 +211,7 @@ def _metric(row: Mapping[str, str]) -> tuple[str, float]:
         raise RowRefusal("value", "not a number", row["value"]) from None
     if not (math.isfinite(value) and value > 0):
         raise RowRefusal("value", "not a number > 0", row["value"])
-    return _METRICS[metric], value * scale
+    return _METRICS[metric], value * scale, percentile
 
 
 def _device(hardware: str) -> str:
@@ -363,7 +384,7 @@ def _async_scheduling(notes: str) -> bool | None:
 
 def ascend_row(row: Mapping[str, str]) -> AscendRow:
     """The run and measurement of one row, or :class:`RowRefusal` naming the column."""
-    metric, measured_ms = _metric(row)
+    metric, measured_ms, percentile = _metric(row)
     device = _device(row["hardware"])
     model = _model(row["model"])
     engine = _engine(row["engine"])
@@ -393,7 +414,7 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
         npu_graph_mode=graph_mode,
         async_scheduling=_async_scheduling(row["notes"]),
     )
-    return AscendRow(run=run, metric=metric, measured_ms=measured_ms)
+    return AscendRow(run=run, metric=metric, measured_ms=measured_ms, percentile=percentile)
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -401,7 +422,7 @@ def replay_ascend_file(text: str) -> CaseFileReport:
     """Predict every row of a published-Ascend-results file or refuse it with its reason."""
     rows = read_case_rows(text, ASCEND_CASE_COLUMNS)
     replay = ServingReplay()
-    results: dict[BenchmarkRun, tuple[float, float] | ChunkwiseError] = {}
+    results: dict[tuple[BenchmarkRun, float | None], tuple[float, float] | ChunkwiseError] = {}
     outcomes: list[RowOutcome] = []
     for index, row in enumerate(rows):
         try:
@@ -413,13 +434,14 @@ def replay_ascend_file(text: str) -> CaseFileReport:
             )
             continue
         run = mapped.run
-        found = results.get(run)
+        key = (run, mapped.percentile)
+        found = results.get(key)
         if found is None:
             try:
-                found = replay.predict_benchmark(run)
+                found = replay.predict_benchmark(run, mapped.percentile)
             except ChunkwiseError as err:
                 found = err
-            results[run] = found
+            results[key] = found
         if isinstance(found, ChunkwiseError):
             outcomes.append(_outcome(index, row, mapped, run.device, found, str(found)))
         else:

@@ -24,6 +24,7 @@ from app.core.validation import (
 )
 from app.core.validation.ascend_file import RowRefusal, ascend_row
 from app.core.validation.case_file import OUT_COLUMNS
+from app.core.validation.predict import ServingReplay
 
 FILE = Path(__file__).resolve().parents[3] / "bench" / "data" / "ascend_serving_points.csv"
 TEXT = FILE.read_text(encoding="utf-8")
@@ -167,9 +168,9 @@ def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
 @pytest.mark.parametrize(
     ("index", "reason"),
     [
-        (2, "metric: not a mean TTFT or TPOT"),  # output throughput
+        (2, "metric: not a TTFT or TPOT (a throughput has no report column)"),
         (1, "isl: multimodal input"),  # 480p image
-        (20, "metric: not a mean TTFT or TPOT"),  # median TTFT
+        (20, "hardware: the card is not stated"),  # a median TTFT maps; the card does not
         (22, "hardware: the card is not stated"),  # mean TPOT, /dev/davinci7
         (90, "hardware: the source does not say A2 or A3"),
         (129, "hardware: no catalog device for the Atlas 300I Duo (310P)"),
@@ -204,6 +205,33 @@ def test_graph_mode_and_async_scheduling_come_from_the_release_and_notes(
     FULL_AND_PIECEWISE since v0.21.0rc1; the notes' launch flags win."""
     mapped = ascend_row({**ROWS[146], "engine": engine, "notes": notes})
     assert (mapped.run.npu_graph_mode, mapped.run.async_scheduling) == (mode, overlap)
+
+
+@pytest.mark.parametrize(
+    ("index", "metric", "percentile"),
+    [(317, "ttft", 50.0), (318, "ttft", 99.0), (320, "tpot", 50.0), (321, "tpot", 99.0)],
+)
+def test_medians_and_percentiles_replay_the_same_statistic(
+    index: int, metric: str, percentile: float
+) -> None:
+    """Qwen3-30B-A3B at 1 req/s printed median and P99 TTFT / TPOT beside the means: each is
+    the same statistic over the simulated requests of the run the mean rows share."""
+    mapped = ascend_row(ROWS[index])
+    mean = ascend_row(ROWS[316])
+    assert (mapped.metric, mapped.percentile, mapped.run) == (metric, percentile, mean.run)
+    replay = ServingReplay()
+    mean_ttft, mean_tpot = replay.predict_benchmark(mean.run)
+    ttft, tpot = replay.predict_benchmark(mapped.run, percentile)
+    if percentile == 99.0:
+        assert ttft >= mean_ttft and tpot >= mean_tpot
+    assert (ttft, tpot) != (mean_ttft, mean_tpot)
+
+
+def test_inter_token_latency_is_refused_naming_what_is_missing() -> None:
+    row = {**ROWS[316], "metric": "median_itl"}
+    with pytest.raises(RowRefusal) as err:
+        ascend_row(row)
+    assert err.value.key == "metric: inter-token latency (gaps between tokens not simulated)"
 
 
 def test_a_release_before_graph_mode_is_refused_as_eager() -> None:
