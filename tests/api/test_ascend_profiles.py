@@ -53,30 +53,60 @@ ASCEND_DEVICES = sorted(name for name, d in DEVICES.items() if d.vendor == "huaw
 
 
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     device=st.sampled_from(ASCEND_DEVICES),
     engine=st.sampled_from(engines_for_vendor("huawei")),
+    model=st.sampled_from(["Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B"]),
     tp=st.sampled_from([1, 2, 4]),
+    dp=st.sampled_from([1, 2]),
+    expert_parallel=st.booleans(),
+    graph_mode=st.sampled_from([None, "full_and_piecewise", "piecewise", "full_decode_only"]),
+    overlap=st.booleans(),
     concurrency=st.integers(min_value=1, max_value=64),
 )
 def test_no_ascend_answer_puts_its_point_outside_its_interval(
-    client: TestClient, device: str, engine: str, tp: int, concurrency: int
+    client: TestClient,
+    device: str,
+    engine: str,
+    model: str,
+    tp: int,
+    dp: int,
+    expert_parallel: bool,
+    graph_mode: str | None,
+    overlap: bool,
+    concurrency: int,
 ) -> None:
-    body = {
-        "model": "Qwen/Qwen3-8B",
+    """Over the Ascend devices, the engines that run there, dense and MoE models, TP x DP
+    layouts with and without expert parallelism, vLLM-Ascend's graph modes and async
+    scheduling: every feasible answer's TTFT and TPOT lie inside their own 80 % intervals."""
+    body: dict[str, object] = {
+        "model": model,
         "device": device,
         "engine": engine,
         "tp_size": tp,
-        "concurrency": concurrency,
+        "dp_size": dp,
+        "num_devices": tp * dp,
+        "concurrency": max(concurrency, dp),
         "input_length": 1024,
         "output_length": 64,
         "requests_per_client": 1,
         "ttft_limit_ms": 2000,
         "tpot_limit_ms": 50,
     }
-    out = client.post("/v1/simulate", json=body).json()
+    if expert_parallel and model.endswith("A3B"):
+        body["ep_size"] = tp * dp
+    options: dict[str, object] = {}
+    if engine != "msmodeling":
+        options["overlap_scheduling"] = overlap
+    if graph_mode is not None and engine == "vllm":
+        options["npu_graph_mode"] = graph_mode
+    if options:
+        body["engine_options"] = options
+    response = client.post("/v1/simulate", json=body)
+    assert response.status_code == 200, response.text
+    out = response.json()
     if not out["feasible"]:
         return
     for key in ("ttft_ms", "tpot_ms"):
