@@ -16,9 +16,13 @@ Column mapping (checked in this order; the first that fails names the refusal):
 - ``metric`` / ``unit``: ``mean_ttft`` and ``mean_tpot`` (``ttft`` / ``tpot`` too, unless the
   notes say the column is not labelled) in ms or s; ``median_`` and ``pN_`` TTFT / TPOT are the
   same statistic over the simulated requests (nearest rank, as the benchmark clients compute
-  it), compared with the prediction of that statistic. Inter-token latencies are refused (the
-  simulation keeps per-request TPOT, not the gaps between tokens); throughputs are refused
-  too (the report compares TTFT and TPOT: a throughput has no column of its own yet).
+  it), compared with the prediction of that statistic. Throughputs over the run (``unit``
+  tok/s or req/s): ``output_throughput_total`` and ``throughput_tps`` (the AISBench tables'
+  "Throughput(TPS)", output tokens per second: it reads concurrency / TPOT) are the output
+  tokens per second, ``total_token_throughput`` input and output tokens, ``request_throughput``
+  requests per second (the report's throughput column); per card, per request and peak
+  throughputs are refused (the simulation reports the run's), and so are inter-token
+  latencies (it keeps per-request TPOT, not the gaps between tokens).
 - ``hardware`` (:data:`HARDWARE_RULES`, first match): a card that is not stated, or stated as
   "A2/A3", is refused; an Atlas A3 node is 16 dies of ``ATLAS_800_A3_752T_128G_DIE`` (the
   Atlas 800 A3's die, msmodeling's A3 device); an Atlas 800T/800I A2, an "atlas A2" or a 910B
@@ -129,6 +133,13 @@ _METRICS: Mapping[str, str] = {
     "mean_tpot": "tpot",
     "tpot": "tpot",
 }
+#: Throughput metric -> (the :class:`~app.core.workload.ServingResult` field, its unit).
+_THROUGHPUTS: Mapping[str, tuple[str, str]] = {
+    "output_throughput_total": ("throughput_tokens_s", "tok/s"),
+    "throughput_tps": ("throughput_tokens_s", "tok/s"),
+    "total_token_throughput": ("total_throughput", "tok/s"),
+    "request_throughput": ("request_throughput", "req/s"),
+}
 #: ``median_ttft``, ``p99_tpot``: a percentile of TTFT or TPOT over the requests.
 _PERCENTILE_METRIC = re.compile(r"(median|p(\d{1,2}(?:\.\d+)?))_(ttft|tpot)")
 _MEDIAN = 50.0
@@ -171,6 +182,10 @@ class AscendRow:
     measured_ms: float
     #: The percentile of the metric over the requests (None: the mean).
     percentile: float | None = None
+    #: A throughput row (``metric`` "throughput"): the ServingResult field it measured and the
+    #: value per second (``measured_ms`` is NaN).
+    throughput: str | None = None
+    measured_per_s: float | None = None
 
 
 def is_ascend_header(text: str) -> bool:
@@ -192,26 +207,30 @@ def _metric(row: Mapping[str, str]) -> tuple[str, float, float | None]:
         if not 0 < percentile < 100:
             raise RowRefusal("metric", "a percentile outside (0, 100)", row["metric"])
         metric = found.group(3)
+    elif metric in _THROUGHPUTS:
+        return "throughput", _value(row), None
     elif "itl" in metric:
         raise RowRefusal(
             "metric", "inter-token latency (gaps between tokens not simulated)", row["metric"]
         )
     elif metric not in _METRICS:
-        raise RowRefusal(
-            "metric", "not a TTFT or TPOT (a throughput has no report column)", row["metric"]
-        )
+        raise RowRefusal("metric", "not a TTFT, TPOT or the run's throughput", row["metric"])
     if metric in ("ttft", "tpot") and "not labelled" in row["notes"].lower():
         raise RowRefusal("metric", "not labelled mean or median", row["metric"])
     scale = _UNITS_MS.get(row["unit"].lower())
     if scale is None:
         raise RowRefusal("unit", "not ms or s", row["unit"])
+    return _METRICS[metric], _value(row) * scale, percentile
+
+
+def _value(row: Mapping[str, str]) -> float:
     try:
         value = float(row["value"].replace(",", ""))
     except ValueError:
         raise RowRefusal("value", "not a number", row["value"]) from None
     if not (math.isfinite(value) and value > 0):
         raise RowRefusal("value", "not a number > 0", row["value"])
-    return _METRICS[metric], value * scale, percentile
+    return value
 
 
 def _device(hardware: str) -> str:
@@ -384,7 +403,12 @@ def _async_scheduling(notes: str) -> bool | None:
 
 def ascend_row(row: Mapping[str, str]) -> AscendRow:
     """The run and measurement of one row, or :class:`RowRefusal` naming the column."""
-    metric, measured_ms, percentile = _metric(row)
+    metric, measured, percentile = _metric(row)
+    throughput = None
+    if metric == "throughput":
+        throughput, unit = _THROUGHPUTS[row["metric"].lower()]
+        if row["unit"].strip().lower() != unit:
+            raise RowRefusal("unit", f"not {unit}", row["unit"])
     device = _device(row["hardware"])
     model = _model(row["model"])
     engine = _engine(row["engine"])
@@ -414,7 +438,15 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
         npu_graph_mode=graph_mode,
         async_scheduling=_async_scheduling(row["notes"]),
     )
-    return AscendRow(run=run, metric=metric, measured_ms=measured_ms, percentile=percentile)
+    if throughput is not None:
+        return AscendRow(
+            run=run,
+            metric=metric,
+            measured_ms=math.nan,
+            throughput=throughput,
+            measured_per_s=measured,
+        )
+    return AscendRow(run=run, metric=metric, measured_ms=measured, percentile=percentile)
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -423,6 +455,7 @@ def replay_ascend_file(text: str) -> CaseFileReport:
     rows = read_case_rows(text, ASCEND_CASE_COLUMNS)
     replay = ServingReplay()
     results: dict[tuple[BenchmarkRun, float | None], tuple[float, float] | ChunkwiseError] = {}
+    throughputs: dict[tuple[BenchmarkRun, str], float] = {}
     outcomes: list[RowOutcome] = []
     for index, row in enumerate(rows):
         try:
@@ -444,8 +477,14 @@ def replay_ascend_file(text: str) -> CaseFileReport:
             results[key] = found
         if isinstance(found, ChunkwiseError):
             outcomes.append(_outcome(index, row, mapped, run.device, found, str(found)))
-        else:
-            outcomes.append(_outcome(index, row, mapped, run.device, found, ""))
+            continue
+        rate = None
+        if mapped.throughput is not None:
+            rate = throughputs.get((run, mapped.throughput))
+            if rate is None:
+                result = replay.benchmark_result(run)[1]
+                rate = throughputs[(run, mapped.throughput)] = getattr(result, mapped.throughput)
+        outcomes.append(_outcome(index, row, mapped, run.device, found, "", rate))
     return case_file_report(tuple(outcomes))
 
 
@@ -456,10 +495,14 @@ def _outcome(
     hardware: str,
     result: tuple[float, float] | ChunkwiseError,
     refusal: str,
+    throughput_pred: float | None = None,
 ) -> RowOutcome:
-    """A row's outcome: the measured metric (the other one NaN), predictions or the reason."""
+    """A row's outcome: the measured metric (the others NaN), predictions or the reason."""
     measured = {"ttft": math.nan, "tpot": math.nan}
-    if mapped is not None:
+    measured_per_s = math.nan
+    if mapped is not None and mapped.measured_per_s is not None:
+        measured_per_s = mapped.measured_per_s
+    elif mapped is not None:
         measured[mapped.metric] = mapped.measured_ms
     failed = isinstance(result, ChunkwiseError)
     return RowOutcome(
@@ -473,6 +516,8 @@ def _outcome(
         tpot_ms_pred=None if isinstance(result, ChunkwiseError) else result[1],
         error=str(result) if failed else "",
         refusal=refusal,
+        measured_throughput=measured_per_s,
+        throughput_pred=throughput_pred,
     )
 
 

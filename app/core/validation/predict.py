@@ -266,16 +266,21 @@ class ServingReplay:
         once at ``ALL_AT_ONCE_RATE``), at most ``run.max_concurrency`` in flight, every request
         counted; under the engine profile of ``run.engine``, with the source's token budget and
         running cap when it printed them (what ``/v1/simulate`` runs for a poisson request)."""
-        found = self._benchmarks.get(run)
-        if found is None:
-            found = self._benchmarks[run] = self._benchmark(run)
-        data, result = found
+        data, result = self.benchmark_result(run)
         if percentile is None:
             return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
         return (
             data.reported_ttft_ms(result.ttft_percentile_ms(percentile)),
             result.tpot_percentile_ms(percentile),
         )
+
+    def benchmark_result(self, run: BenchmarkRun) -> tuple[WorkloadSpec, ServingResult]:
+        """The workload and the simulated serving result of a benchmark run (memoised: a
+        run's mean, percentile and throughput rows share one simulation)."""
+        found = self._benchmarks.get(run)
+        if found is None:
+            found = self._benchmarks[run] = self._benchmark(run)
+        return found
 
     def _benchmark(self, run: BenchmarkRun) -> tuple[WorkloadSpec, ServingResult]:
         base = device_profile(

@@ -168,7 +168,8 @@ def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
 @pytest.mark.parametrize(
     ("index", "reason"),
     [
-        (2, "metric: not a TTFT or TPOT (a throughput has no report column)"),
+        (222, "metric: not a TTFT, TPOT or the run's throughput"),  # input tok/s per card
+        (2, "isl: multimodal input"),  # output throughput of the 480p-image run
         (1, "isl: multimodal input"),  # 480p image
         (20, "hardware: the card is not stated"),  # a median TTFT maps; the card does not
         (22, "hardware: the card is not stated"),  # mean TPOT, /dev/davinci7
@@ -227,6 +228,34 @@ def test_medians_and_percentiles_replay_the_same_statistic(
     assert (ttft, tpot) != (mean_ttft, mean_tpot)
 
 
+@pytest.mark.parametrize(
+    ("index", "field", "value"),
+    [
+        (314, "throughput_tokens_s", 136.24),  # output_throughput_total, tok/s
+        (315, "total_throughput", 272.23),  # total_token_throughput, tok/s
+        (147, "throughput_tokens_s", 18.1),  # AISBench "Throughput(TPS)": 1 client / 55.1 ms
+    ],
+)
+def test_throughput_rows_replay_the_runs_throughput(index: int, field: str, value: float) -> None:
+    mapped = ascend_row(ROWS[index])
+    assert (mapped.metric, mapped.throughput, mapped.measured_per_s) == ("throughput", field, value)
+    assert math.isnan(mapped.measured_ms)
+    report = replay_ascend_file(TEXT)
+    outcome = report.outcomes[index]
+    result = ServingReplay().benchmark_result(mapped.run)[1]
+    assert outcome.throughput_pred == pytest.approx(getattr(result, field))
+    assert outcome.throughput_error_pct is not None
+    assert math.isnan(outcome.measured_ttft_ms) and math.isnan(outcome.measured_tpot_ms)
+    assert report.overall.throughput_median_ape_pct is not None
+    assert "thru med" in report.format_table()
+
+
+def test_a_throughput_in_the_wrong_unit_is_refused() -> None:
+    with pytest.raises(RowRefusal) as err:
+        ascend_row({**ROWS[314], "unit": "req/s"})
+    assert err.value.key == "unit: not tok/s"
+
+
 def test_inter_token_latency_is_refused_naming_what_is_missing() -> None:
     row = {**ROWS[316], "metric": "median_itl"}
     with pytest.raises(RowRefusal) as err:
@@ -248,9 +277,15 @@ def test_the_file_replays_with_every_row_predicted_or_refused_by_reason() -> Non
     assert sum(n for _, n in report.refusal_counts) == len(refused) == report.overall.refused
     assert all(o.error and o.refusal for o in refused)
     predicted = [o for o in report.outcomes if not o.refused]
-    # every represented row measured exactly one of TTFT and TPOT
+    # every represented row measured exactly one of TTFT, TPOT and a throughput
     assert predicted and all(
-        math.isnan(o.measured_ttft_ms) != math.isnan(o.measured_tpot_ms) for o in predicted
+        [
+            not math.isnan(o.measured_ttft_ms),
+            not math.isnan(o.measured_tpot_ms),
+            not math.isnan(o.measured_throughput),
+        ].count(True)
+        == 1
+        for o in predicted
     )
     assert {o.hardware for o in predicted} == {A2, A3}
     assert math.isclose(report.represented_share, len(predicted) / len(ROWS))
