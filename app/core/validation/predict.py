@@ -205,7 +205,8 @@ class ServingReplay:
         """Mean TTFT and TPOT (ms) of a closed loop of ``concurrency`` clients, benchmark
         window (every request counted, as the measurements were taken), under the row's
         engine profile: its policy, token budget, running cap, KV pool and host times."""
-        profile = self._profile(case_profile(case).name, case.engine_options)
+        # the profile as its engine runs on the row's device (an NPU build's graph mode)
+        profile = apply_to_profile(case_profile(case), self._calibration)
         deployment = (
             profile.name,
             case.engine_options,
@@ -233,7 +234,7 @@ class ServingReplay:
     def _simulate(
         self, deployment: _Deployment, profile: EngineProfile, case: ValidationCase
     ) -> tuple[float, float]:
-        serving, memo = self._model(deployment)
+        serving, memo = self._model(deployment, profile)
         device = serving.runner.device
         data = _engine_workload(profile, device, case.query_len, case.output_len)
         # The memo does not know the KV pool: the running cap is the engine's and the pool's.
