@@ -69,7 +69,7 @@ def points(text: str) -> tuple[Point, ...]:
             mapped = ascend_row(row)
         except ChunkwiseError:
             continue
-        if mapped.percentile is not None:
+        if mapped.percentile is not None or mapped.throughput is not None:
             continue  # the means only: a point is one run's mean TTFT and TPOT
         key = (row["source"], mapped.run)
         entry = found.setdefault(key, {"rows": [], "ttft": None, "tpot": None})
