@@ -69,6 +69,8 @@ def points(text: str) -> tuple[Point, ...]:
             mapped = ascend_row(row)
         except ChunkwiseError:
             continue
+        if mapped.percentile is not None or mapped.throughput is not None:
+            continue  # the means only: a point is one run's mean TTFT and TPOT
         key = (row["source"], mapped.run)
         entry = found.setdefault(key, {"rows": [], "ttft": None, "tpot": None})
         entry["rows"].append(str(index))
@@ -109,8 +111,13 @@ def request(point: Point) -> SimulateRequest:
     }
     if run.max_batched_tokens is not None:
         body["max_batched_tokens"] = run.max_batched_tokens
-    if run.max_num_seqs is not None:
-        body["engine_options"] = {"max_num_seqs": run.max_num_seqs}
+    options = {
+        "max_num_seqs": run.max_num_seqs,
+        "npu_graph_mode": run.npu_graph_mode,
+        "overlap_scheduling": run.async_scheduling,
+    }
+    if any(v is not None for v in options.values()):
+        body["engine_options"] = {k: v for k, v in options.items() if v is not None}
     if run.max_concurrency is not None:
         body["max_concurrency"] = run.max_concurrency
     return SimulateRequest.model_validate(body)

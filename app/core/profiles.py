@@ -42,6 +42,13 @@ BudgetRule = Literal["vllm", "sglang", "fixed"]
 #: into BF16 matrix operations on every device.
 Mxfp4Activation = Literal["fp4", "fp8", "bf16"]
 MXFP4_ACTIVATIONS: tuple[Mxfp4Activation, ...] = ("fp4", "fp8", "bf16")
+#: vLLM-Ascend's ACL graph modes (its ``cudagraph_mode``): ``full_and_piecewise`` replays a
+#: decode-only step as one full graph and a step with a prefill as graph pieces split at
+#: attention (the default since v0.21.0rc1); ``piecewise`` splits every step at attention (the
+#: default of v0.11.0 to v0.20); ``full_decode_only`` a full graph for decode-only steps and
+#: eager execution for the others (the tutorials' tuned launches).
+NpuGraphMode = Literal["full_and_piecewise", "piecewise", "full_decode_only"]
+NPU_GRAPH_MODES: tuple[NpuGraphMode, ...] = ("full_and_piecewise", "piecewise", "full_decode_only")
 
 GIB_BYTES = 2**30
 GB_BYTES = 1e9
@@ -135,6 +142,26 @@ VLLM_STEP_HOST_MS = 0.8
 #: gap of its own (-19 to -22 %: its sparse-attention decode).
 SGLANG_STEP_SYNC_MS = 2.5
 
+#: vLLM-Ascend's default graph mode (``vllm_ascend/platform.py``): vLLM's default
+#: ``FULL_AND_PIECEWISE`` is kept since v0.21.0rc1 (vllm-project/vllm-ascend#9572, 1bb58b5);
+#: v0.11.0 to v0.20 turned it into ``PIECEWISE`` ("Full graph is fully supported later").
+VLLM_ASCEND_GRAPH_MODE: NpuGraphMode = "full_and_piecewise"
+#: Host time per model layer of one vLLM-Ascend step replayed as a full ACL graph: before the
+#: replay the host relaunches every attention layer's operator on an update stream
+#: (``update_full_graph_params`` -> ``graph_task_update_begin`` / ``_end``) with the step's
+#: sequence lengths, which ACL graphs cannot take from device memory. 0.18 ms from
+#: vllm-project/vllm-ascend#4656 (v0.11.0rc2, TP 4, ``FULL_DECODE_ONLY``, one client, 15K
+#: prompts): Qwen3-32B 38 ms and Qwen3-30B-A3B "20+" ms TPOT, 11.4 and 8.4 ms above the device
+#: time and vLLM's step host time, 0.178 and 0.175 ms per layer (64 and 48 layers).
+NPU_FULL_GRAPH_LAYER_HOST_MS = 0.18
+#: Host time per model layer of a step replayed as ACL graph pieces split at attention: every
+#: layer's attention runs eagerly between two piece replays (the splitting ops), two launches
+#: per layer where a full graph needs one update. 0.28 ms from vllm-project/vllm-ascend#4395
+#: (vLLM-Ascend 0.11.0, default ``PIECEWISE``, 910B4, 16 clients, 2K prompts): Qwen3-32B on 2
+#: cards 66.7 ms and Qwen3-235B-A22B W8A8 on 8 cards 71.4 ms TPOT, 15.1 and 29.7 ms above the
+#: device time and vLLM's step host time, 0.24 and 0.32 ms per layer (64 and 94 layers).
+NPU_PIECEWISE_LAYER_HOST_MS = 0.28
+
 #: The activations MXFP4 MoE GEMMs (gpt-oss) run with, per engine (docs/engine_defaults.md):
 #: vLLM's MXFP4 MoE backend order puts the BF16 FlashInfer kernels first on Hopper (SM90) and
 #: Blackwell (SM100) unless an MXFP8 variable is set; TensorRT-LLM's default MoE backend is
@@ -178,6 +205,9 @@ class EngineProfile:
     mxfp4_activation: Mxfp4Activation = "fp4"
     #: The linear layers' quantization when the request names none (None: the checkpoint's).
     linear_quantization: str | None = None
+    #: vLLM-Ascend's ACL graph mode on an Ascend NPU (None: not an NPU build): what the host
+    #: does per layer of every step (:meth:`layer_host_ms`).
+    npu_graph_mode: NpuGraphMode | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high) in OVERRIDE_BOUNDS.items():
@@ -199,6 +229,10 @@ class EngineProfile:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InvalidParameterError(
                 "kv_cache_dtype", self.kv_cache_dtype, f"one of {KV_CACHE_DTYPES}"
+            )
+        if self.npu_graph_mode is not None and self.npu_graph_mode not in NPU_GRAPH_MODES:
+            raise InvalidParameterError(
+                "npu_graph_mode", self.npu_graph_mode, f"one of {NPU_GRAPH_MODES}"
             )
 
     def with_overrides(self, overrides: Mapping[str, object]) -> EngineProfile:
@@ -286,6 +320,19 @@ class EngineProfile:
             else (self.memory_fraction)
         )
 
+    def layer_host_ms(self, *, decode_only: bool) -> float:
+        """Host time per model layer of one step (0 off an NPU build): a decode-only step
+        replayed as a full ACL graph updates each attention layer's parameters
+        (:data:`NPU_FULL_GRAPH_LAYER_HOST_MS`); a step in graph pieces launches each layer's
+        attention eagerly between pieces (:data:`NPU_PIECEWISE_LAYER_HOST_MS`, also the floor
+        of ``full_decode_only``'s eager steps with a prefill: no public figure for those)."""
+        mode = self.npu_graph_mode
+        if mode is None:
+            return 0.0
+        if decode_only and mode != "piecewise":
+            return NPU_FULL_GRAPH_LAYER_HOST_MS
+        return NPU_PIECEWISE_LAYER_HOST_MS
+
     def activations_in_reserve(self) -> bool:
         """SGLang's static fraction leaves activations in the reserve: they do not come out of
         the KV pool."""
@@ -301,7 +348,11 @@ class EngineProfile:
         return make_scheduler(self.scheduler)
 
     def to_dict(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """Every value, but ``npu_graph_mode`` only on an NPU build (where it is set)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.npu_graph_mode is None:
+            del out["npu_graph_mode"]
+        return out
 
 
 def _vllm_budget(hbm_capacity_gb: float, device_name: str) -> tuple[int, int]:
@@ -338,6 +389,7 @@ OVERRIDABLE: tuple[str, ...] = (
     "kv_cache_dtype",
     "overlap_scheduling",
     "mxfp4_activation",
+    "npu_graph_mode",
 )
 
 VLLM = EngineProfile(
@@ -453,5 +505,21 @@ def device_profile(name: str, *, vendor: str, device_name: str) -> EngineProfile
     profile = get_profile(name)
     check_engine_runs_on(name, vendor=vendor, device_name=device_name)
     if vendor.lower() in NPU_VENDORS and name in NPU_DESCRIPTIONS:
-        return dataclasses.replace(profile, description=NPU_DESCRIPTIONS[name])
+        graph_mode = VLLM_ASCEND_GRAPH_MODE if name == VLLM.name else None
+        return dataclasses.replace(
+            profile, description=NPU_DESCRIPTIONS[name], npu_graph_mode=graph_mode
+        )
     return profile
+
+
+def check_npu_options(profile: EngineProfile, *, vendor: str, device_name: str) -> None:
+    """Refuse an NPU-only engine option on a device that is not an Ascend NPU, or on an engine
+    that has no such setting there (``npu_graph_mode`` is vLLM-Ascend's)."""
+    if profile.npu_graph_mode is None:
+        return
+    if vendor.lower() not in NPU_VENDORS or profile.name != VLLM.name:
+        raise InvalidParameterError(
+            "engine_options.npu_graph_mode",
+            profile.npu_graph_mode,
+            f"unset: vLLM-Ascend's setting, not {profile.name}'s on {device_name} ({vendor})",
+        )

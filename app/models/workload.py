@@ -18,6 +18,7 @@ from app.core.profiles import (
     DEFAULT_ENGINE,
     KV_CACHE_DTYPES,
     MXFP4_ACTIVATIONS,
+    NPU_GRAPH_MODES,
     OVERRIDE_BOUNDS,
     PROFILES,
     RFC_ENGINE,
@@ -93,11 +94,13 @@ if TYPE_CHECKING:
     EngineName = str
     KvCacheDtypeName = str
     Mxfp4ActivationName = str
+    NpuGraphModeName = str
 else:  # the registries' names, in their order (the schema's enums)
     SchedulerName = Literal[tuple(SCHEDULERS)]
     EngineName = Literal[tuple(PROFILES)]
     KvCacheDtypeName = Literal[KV_CACHE_DTYPES]
     Mxfp4ActivationName = Literal[MXFP4_ACTIVATIONS]
+    NpuGraphModeName = Literal[NPU_GRAPH_MODES]
 
 
 def _bounded(name: str, kind: type, description: str) -> Any:
@@ -166,6 +169,12 @@ class EngineOptions(StrictModel):
         description="activations of MXFP4 GEMMs: fp4 the device's FP4 path; fp8 MXFP8 on a "
         "block-scaled FP4 matrix unit (BF16 on a device without one); bf16 weights dequantized "
         "to BF16",
+    )
+    npu_graph_mode: NpuGraphModeName | None = Field(
+        default=None,
+        description="vllm on an Ascend NPU: vLLM-Ascend's cudagraph_mode (full_and_piecewise, "
+        "the default; piecewise, the default before v0.21; full_decode_only), which sets the "
+        "host time per layer of every step; refused on other devices and engines",
     )
 
 

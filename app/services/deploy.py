@@ -17,7 +17,12 @@ from app.core.catalog import (
 )
 from app.core.deploy import LaunchSpec, build_launch_config, platform_for, profile_values
 from app.core.parallel import ParallelLayout
-from app.core.profiles import DEFAULT_ENGINE, check_engine_runs_on, get_profile
+from app.core.profiles import (
+    DEFAULT_ENGINE,
+    check_engine_runs_on,
+    check_npu_options,
+    get_profile,
+)
 from app.core.runner.serving import engine_quantization
 from app.core.workload import ranks_are_coupled
 from app.models.deploy import DeployCommand, DeployRequest, DeployResponse
@@ -49,6 +54,7 @@ def deploy(request: DeployRequest) -> DeployResponse:
         profile = profile.with_overrides(request.engine_options.model_dump(exclude_none=True))
     device = resolve_device(request.device)
     check_engine_runs_on(request.engine, vendor=device.vendor, device_name=device.name)
+    check_npu_options(profile, vendor=device.vendor, device_name=device.name)
     layout = ParallelLayout(tp=request.tp, dp=request.dp, ep=request.ep, pp=request.pp)
     values = profile_values(
         profile,
@@ -89,6 +95,7 @@ def deploy(request: DeployRequest) -> DeployResponse:
         num_mtp_tokens=request.num_mtp_tokens,
         overlap_scheduling=values.overlap_scheduling,
         cuda_graph_max_batch=values.cuda_graph_max_batch,
+        npu_graph_mode=values.npu_graph_mode,
         port=request.port,
         image=request.image,
         name=request.name,

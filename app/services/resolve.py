@@ -27,6 +27,7 @@ from app.core.profiles import (
     MSMODELING,
     EngineProfile,
     check_engine_runs_on,
+    check_npu_options,
     device_profile,
     get_profile,
 )
@@ -202,6 +203,8 @@ def resolve_profile(request: WorkloadMixin) -> EngineProfile:
     options = request.engine_options
     if options is not None:
         profile = profile.with_overrides(options.model_dump(exclude_none=True))
+        if device is not None:
+            check_npu_options(profile, vendor=resolved.vendor, device_name=resolved.name)
     return profile
 
 

@@ -188,6 +188,33 @@ def test_an_ascend_row_launches_the_npu_engine(
     assert "nvidia" not in body["kubernetes"] + body["compose"]
 
 
+def test_an_ascend_graph_mode_reaches_vllm_ascends_compilation_config(
+    client: TestClient,
+) -> None:
+    """The graph mode the estimate ran with is launched (vLLM-Ascend's ``cudagraph_mode``);
+    without one the image's default runs (no flag)."""
+    body = _deploy(
+        client,
+        engine="vllm",
+        device=ASCEND_A3,
+        engine_options={"npu_graph_mode": "full_decode_only", "overlap_scheduling": True},
+    )
+    argv = body["command"]["argv"]
+    parse_emitted(ENGINE_CLIS["vllm"], argv)
+    assert argv[argv.index("--compilation-config") + 1] == '{"cudagraph_mode":"FULL_DECODE_ONLY"}'
+    assert "--async-scheduling" in argv
+    plain = _deploy(client, engine="vllm", device=ASCEND_A3)["command"]["argv"]
+    assert "--compilation-config" not in plain
+
+
+def test_an_npu_graph_mode_on_a_gpu_deploy_is_a_422_naming_it(client: TestClient) -> None:
+    response = client.post(
+        "/v1/deploy",
+        json={**ROW, "engine": "vllm", "engine_options": {"npu_graph_mode": "piecewise"}},
+    )
+    assert "npu_graph_mode" in problem(response, 422)["detail"]
+
+
 def test_a_model_named_like_an_option_is_a_422(client: TestClient) -> None:
     response = client.post(
         "/v1/deploy", json={**ROW, "engine": "vllm", "model": "--trust-remote-code"}

@@ -54,9 +54,7 @@ def test_ascend_serving_replay_runs(tmp_path: Path, capsys: pytest.CaptureFixtur
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-4].startswith("tpot_ms: 21 points")
     assert lines[-5].startswith("ttft_ms: 5 points")
-    # The shipped table was built from the bench's earlier hand-written points (the product's
-    # mapping adds row 310 and reads each row's own engine settings); rebuilding it moves the
-    # intervals of 63 golden cases and is a separate, deliberate re-record.
+    # The shipped table is built from these points (python -m scripts.residuals --write).
     assert lines[-3].startswith("80 % intervals, shipped table: TTFT ")
     assert lines[-2].startswith("80 % intervals, every deployment: TTFT ")
     assert lines[-1].startswith("80 % intervals, without its deployment: TTFT ")

@@ -77,6 +77,8 @@ class LaunchSpec:
     overlap_scheduling: bool = False
     #: Largest decode batch captured as a CUDA graph (TensorRT-LLM's ``cuda_graph_config``).
     cuda_graph_max_batch: int | None = None
+    #: vLLM-Ascend's ACL graph mode (``npu_graph_mode``; None: the image's default).
+    npu_graph_mode: str | None = None
     port: int = DEFAULT_PORT
     image: str | None = None
     name: str | None = None
@@ -213,6 +215,9 @@ def _vllm(spec: LaunchSpec) -> tuple[_Emit, dict[str, str]]:
         emit.add("--speculative-config", json.dumps(config, separators=(",", ":")))
     if spec.overlap_scheduling:
         emit.add("--async-scheduling")
+    if spec.npu_graph_mode is not None:
+        config = {"cudagraph_mode": spec.npu_graph_mode.upper()}
+        emit.add("--compilation-config", json.dumps(config, separators=(",", ":")))
     return emit, {}
 
 

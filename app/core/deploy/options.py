@@ -87,6 +87,9 @@ VLLM_CLI = EngineCli(
         _value("--speculative-config"),
         _flag("--trust-remote-code"),
         _flag("--async-scheduling"),
+        # VllmConfig's compilation config as JSON (vLLM-Ascend's tutorials launch with
+        # --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')
+        _value("--compilation-config"),
     ),
     source="vllm-project/vllm vllm/engine/arg_utils.py (EngineArgs.add_cli_args); "
     "docs.vllm.ai Engine Arguments (vllm serve usage)",

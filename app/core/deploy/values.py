@@ -20,6 +20,8 @@ class ProfileValues:
     memory_fraction: float
     overlap_scheduling: bool
     cuda_graph_max_batch: int | None
+    #: vLLM-Ascend's ``cudagraph_mode`` when the request set one (None: the image's default).
+    npu_graph_mode: str | None = None
 
 
 def profile_values(
@@ -50,4 +52,5 @@ def profile_values(
         memory_fraction=fraction,
         overlap_scheduling=profile.overlap_scheduling,
         cuda_graph_max_batch=profile.graph_max_batch(hbm_capacity_gb, vendor, layout.tp),
+        npu_graph_mode=profile.npu_graph_mode,
     )

@@ -162,16 +162,20 @@ class RunnerServingModel:
         engine = ""
         if (p := self.profile) is not None and (p.step_sync_ms or p.step_host_ms):
             engine = f"|host={p.step_sync_ms:.6g}:{p.step_host_ms:.6g}:{int(p.overlap_scheduling)}"
+        if (p := self.profile) is not None and p.npu_graph_mode is not None:
+            engine += f"|npu_graph={p.npu_graph_mode}"
         return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}{engine}"
 
-    def _step_ms(self, device_ms: float) -> float:
+    def _step_ms(self, device_ms: float, *, decode_only: bool = False) -> float:
         """One engine iteration around a forward of ``device_ms``: the host sync the GPU always
-        waits for, and the host's own iteration work, hidden behind the forward when the
-        engine overlaps scheduling with execution (then only what exceeds the forward shows)."""
+        waits for, and the host's own iteration work (per step, and per layer on an NPU
+        build's graphs: :meth:`EngineProfile.layer_host_ms`), hidden behind the forward when
+        the engine overlaps scheduling with execution (then only what exceeds it shows)."""
         profile = self.profile
         if profile is None:
             return device_ms
-        host_ms = profile.step_host_ms
+        layers = math.ceil(self.runner.model.num_layers / self.runner.parallel.pp)
+        host_ms = profile.step_host_ms + layers * profile.layer_host_ms(decode_only=decode_only)
         if profile.overlap_scheduling:
             host_ms = max(0.0, host_ms - device_ms)
         return device_ms + profile.step_sync_ms + host_ms
@@ -196,7 +200,7 @@ class RunnerServingModel:
     def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         shape = self._decode_shape(concurrency, query_len, seq_len)
         step_ms = self._device_ms((shape,), self.num_mtp_tokens)
-        return self._step_ms(step_ms) / self._tokens_per_step
+        return self._step_ms(step_ms, decode_only=True) / self._tokens_per_step
 
     def _mixed_shape(self, shape: MixedShape) -> MixedShape:
         p, d = shape.prefill, shape.decode

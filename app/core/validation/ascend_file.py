@@ -14,8 +14,15 @@ data row); the report counts the refusals per reason.
 Column mapping (checked in this order; the first that fails names the refusal):
 
 - ``metric`` / ``unit``: ``mean_ttft`` and ``mean_tpot`` (``ttft`` / ``tpot`` too, unless the
-  notes say the column is not labelled) in ms or s. Medians, p99, ITL and throughputs are
-  refused: the replay predicts mean TTFT and TPOT, what the other ``--cases`` files hold.
+  notes say the column is not labelled) in ms or s; ``median_`` and ``pN_`` TTFT / TPOT are the
+  same statistic over the simulated requests (nearest rank, as the benchmark clients compute
+  it), compared with the prediction of that statistic. Throughputs over the run (``unit``
+  tok/s or req/s): ``output_throughput_total`` and ``throughput_tps`` (the AISBench tables'
+  "Throughput(TPS)", output tokens per second: it reads concurrency / TPOT) are the output
+  tokens per second, ``total_token_throughput`` input and output tokens, ``request_throughput``
+  requests per second (the report's throughput column); per card, per request and peak
+  throughputs are refused (the simulation reports the run's), and so are inter-token
+  latencies (it keeps per-request TPOT, not the gaps between tokens).
 - ``hardware`` (:data:`HARDWARE_RULES`, first match): a card that is not stated, or stated as
   "A2/A3", is refused; an Atlas A3 node is 16 dies of ``ATLAS_800_A3_752T_128G_DIE`` (the
   Atlas 800 A3's die, msmodeling's A3 device); an Atlas 800T/800I A2, an "atlas A2" or a 910B
@@ -46,6 +53,12 @@ Column mapping (checked in this order; the first that fails names the refusal):
   are refused (the product's MTP takes the acceptance of every drafted position).
 - ``notes``: ``max-num-batched-tokens N`` and ``max-num-seqs N`` are the engine's settings;
   eager execution (``enforce-eager``) and KV-cache hits of an unstated share are refused.
+- graph mode and async scheduling (vLLM-Ascend, ``npu_graph_mode`` and ``overlap_scheduling``
+  of the profile): ``FULL_DECODE_ONLY`` in the notes is ``full_decode_only``; otherwise the
+  engine column's version decides: v0.9 to v0.20 (or a date before June 2026) ran the
+  ``piecewise`` default, v0.21 on ``full_and_piecewise``, an unstated version the profile's
+  (the current default); before v0.9 the engine ran eagerly (refused). ``async scheduling`` in
+  the notes turns the profile's overlap scheduling on.
 """
 
 from __future__ import annotations
@@ -120,6 +133,16 @@ _METRICS: Mapping[str, str] = {
     "mean_tpot": "tpot",
     "tpot": "tpot",
 }
+#: Throughput metric -> (the :class:`~app.core.workload.ServingResult` field, its unit).
+_THROUGHPUTS: Mapping[str, tuple[str, str]] = {
+    "output_throughput_total": ("throughput_tokens_s", "tok/s"),
+    "throughput_tps": ("throughput_tokens_s", "tok/s"),
+    "total_token_throughput": ("total_throughput", "tok/s"),
+    "request_throughput": ("request_throughput", "req/s"),
+}
+#: ``median_ttft``, ``p99_tpot``: a percentile of TTFT or TPOT over the requests.
+_PERCENTILE_METRIC = re.compile(r"(median|p(\d{1,2}(?:\.\d+)?))_(ttft|tpot)")
+_MEDIAN = 50.0
 _UNITS_MS: Mapping[str, float] = {"ms": 1.0, "s": MS_PER_S}
 _PRECISIONS: Mapping[str, str] = {
     "bf16": "BF16",
@@ -157,6 +180,12 @@ class AscendRow:
     run: BenchmarkRun
     metric: str  # "ttft" or "tpot"
     measured_ms: float
+    #: The percentile of the metric over the requests (None: the mean).
+    percentile: float | None = None
+    #: A throughput row (``metric`` "throughput"): the ServingResult field it measured and the
+    #: value per second (``measured_ms`` is NaN).
+    throughput: str | None = None
+    measured_per_s: float | None = None
 
 
 def is_ascend_header(text: str) -> bool:
@@ -169,22 +198,39 @@ def is_ascend_header(text: str) -> bool:
 
 
 # -- columns ---------------------------------------------------------------------------------
-def _metric(row: Mapping[str, str]) -> tuple[str, float]:
+def _metric(row: Mapping[str, str]) -> tuple[str, float, float | None]:
     metric = row["metric"].lower()
-    if metric not in _METRICS:
-        raise RowRefusal("metric", "not a mean TTFT or TPOT", row["metric"])
+    percentile = None
+    found = _PERCENTILE_METRIC.fullmatch(metric)
+    if found is not None:
+        percentile = _MEDIAN if found.group(1) == "median" else float(found.group(2))
+        if not 0 < percentile < 100:
+            raise RowRefusal("metric", "a percentile outside (0, 100)", row["metric"])
+        metric = found.group(3)
+    elif metric in _THROUGHPUTS:
+        return "throughput", _value(row), None
+    elif "itl" in metric:
+        raise RowRefusal(
+            "metric", "inter-token latency (gaps between tokens not simulated)", row["metric"]
+        )
+    elif metric not in _METRICS:
+        raise RowRefusal("metric", "not a TTFT, TPOT or the run's throughput", row["metric"])
     if metric in ("ttft", "tpot") and "not labelled" in row["notes"].lower():
         raise RowRefusal("metric", "not labelled mean or median", row["metric"])
     scale = _UNITS_MS.get(row["unit"].lower())
     if scale is None:
         raise RowRefusal("unit", "not ms or s", row["unit"])
+    return _METRICS[metric], _value(row) * scale, percentile
+
+
+def _value(row: Mapping[str, str]) -> float:
     try:
         value = float(row["value"].replace(",", ""))
     except ValueError:
         raise RowRefusal("value", "not a number", row["value"]) from None
     if not (math.isfinite(value) and value > 0):
         raise RowRefusal("value", "not a number > 0", row["value"])
-    return _METRICS[metric], value * scale
+    return value
 
 
 def _device(hardware: str) -> str:
@@ -322,9 +368,47 @@ def _notes(notes: str) -> tuple[int | None, int | None]:
     return _setting(lowered, "max-num-batched-tokens"), _setting(lowered, "max-num-seqs")
 
 
+#: The first vLLM-Ascend minor version whose default ``cudagraph_mode`` kept vLLM's
+#: ``FULL_AND_PIECEWISE`` (v0.21.0rc1, vllm-project/vllm-ascend#9572 of 2026-05-30), and the
+#: first that ran graphs by default (v0.9.0rc1; earlier releases ran eagerly).
+_FULL_GRAPH_MINOR = 21
+_GRAPH_MINOR = 9
+_FULL_GRAPH_DATE = (2026, 6)
+_VERSION = re.compile(r"\bv?0\.(\d+)")
+_DATE = re.compile(r"\b(20\d\d)-(\d\d)\b")
+
+
+def _graph_mode(engine: str, notes: str) -> str | None:
+    """vLLM-Ascend's graph mode of a row (None: the profile's default), or a refusal when the
+    stated release predates graph mode."""
+    if "full_decode_only" in notes.lower():
+        return "full_decode_only"
+    text = engine.lower()
+    version = _VERSION.search(text)
+    if version is not None:
+        minor = int(version.group(1))
+        if minor < _GRAPH_MINOR:
+            raise RowRefusal("engine", "a release before graph mode (eager execution)", engine)
+        return "piecewise" if minor < _FULL_GRAPH_MINOR else "full_and_piecewise"
+    date = _DATE.search(text)
+    if date is not None:
+        dated = (int(date.group(1)), int(date.group(2)))
+        return "piecewise" if dated < _FULL_GRAPH_DATE else "full_and_piecewise"
+    return None
+
+
+def _async_scheduling(notes: str) -> bool | None:
+    return True if re.search(r"async[- _]scheduling", notes.lower()) else None
+
+
 def ascend_row(row: Mapping[str, str]) -> AscendRow:
     """The run and measurement of one row, or :class:`RowRefusal` naming the column."""
-    metric, measured_ms = _metric(row)
+    metric, measured, percentile = _metric(row)
+    throughput = None
+    if metric == "throughput":
+        throughput, unit = _THROUGHPUTS[row["metric"].lower()]
+        if row["unit"].strip().lower() != unit:
+            raise RowRefusal("unit", f"not {unit}", row["unit"])
     device = _device(row["hardware"])
     model = _model(row["model"])
     engine = _engine(row["engine"])
@@ -335,6 +419,7 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
     requests, cap, rate = _load(row)
     _spec_decode(row["spec_decode"])
     budget, max_num_seqs = _notes(row["notes"])
+    graph_mode = _graph_mode(row["engine"], row["notes"]) if engine == "vllm" else None
     run = BenchmarkRun(
         engine=engine,
         model=model,
@@ -350,8 +435,18 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
         request_rate=rate,
         max_batched_tokens=budget,
         max_num_seqs=max_num_seqs,
+        npu_graph_mode=graph_mode,
+        async_scheduling=_async_scheduling(row["notes"]),
     )
-    return AscendRow(run=run, metric=metric, measured_ms=measured_ms)
+    if throughput is not None:
+        return AscendRow(
+            run=run,
+            metric=metric,
+            measured_ms=math.nan,
+            throughput=throughput,
+            measured_per_s=measured,
+        )
+    return AscendRow(run=run, metric=metric, measured_ms=measured, percentile=percentile)
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -359,7 +454,8 @@ def replay_ascend_file(text: str) -> CaseFileReport:
     """Predict every row of a published-Ascend-results file or refuse it with its reason."""
     rows = read_case_rows(text, ASCEND_CASE_COLUMNS)
     replay = ServingReplay()
-    results: dict[BenchmarkRun, tuple[float, float] | ChunkwiseError] = {}
+    results: dict[tuple[BenchmarkRun, float | None], tuple[float, float] | ChunkwiseError] = {}
+    throughputs: dict[tuple[BenchmarkRun, str], float] = {}
     outcomes: list[RowOutcome] = []
     for index, row in enumerate(rows):
         try:
@@ -371,17 +467,24 @@ def replay_ascend_file(text: str) -> CaseFileReport:
             )
             continue
         run = mapped.run
-        found = results.get(run)
+        key = (run, mapped.percentile)
+        found = results.get(key)
         if found is None:
             try:
-                found = replay.predict_benchmark(run)
+                found = replay.predict_benchmark(run, mapped.percentile)
             except ChunkwiseError as err:
                 found = err
-            results[run] = found
+            results[key] = found
         if isinstance(found, ChunkwiseError):
             outcomes.append(_outcome(index, row, mapped, run.device, found, str(found)))
-        else:
-            outcomes.append(_outcome(index, row, mapped, run.device, found, ""))
+            continue
+        rate = None
+        if mapped.throughput is not None:
+            rate = throughputs.get((run, mapped.throughput))
+            if rate is None:
+                result = replay.benchmark_result(run)[1]
+                rate = throughputs[(run, mapped.throughput)] = getattr(result, mapped.throughput)
+        outcomes.append(_outcome(index, row, mapped, run.device, found, "", rate))
     return case_file_report(tuple(outcomes))
 
 
@@ -392,10 +495,14 @@ def _outcome(
     hardware: str,
     result: tuple[float, float] | ChunkwiseError,
     refusal: str,
+    throughput_pred: float | None = None,
 ) -> RowOutcome:
-    """A row's outcome: the measured metric (the other one NaN), predictions or the reason."""
+    """A row's outcome: the measured metric (the others NaN), predictions or the reason."""
     measured = {"ttft": math.nan, "tpot": math.nan}
-    if mapped is not None:
+    measured_per_s = math.nan
+    if mapped is not None and mapped.measured_per_s is not None:
+        measured_per_s = mapped.measured_per_s
+    elif mapped is not None:
         measured[mapped.metric] = mapped.measured_ms
     failed = isinstance(result, ChunkwiseError)
     return RowOutcome(
@@ -409,6 +516,8 @@ def _outcome(
         tpot_ms_pred=None if isinstance(result, ChunkwiseError) else result[1],
         error=str(result) if failed else "",
         refusal=refusal,
+        measured_throughput=measured_per_s,
+        throughput_pred=throughput_pred,
     )
 
 

@@ -146,6 +146,10 @@ class RowOutcome:
     #: A refused row's reason without its value, what the report counts refusals by (blank:
     #: the file's rows are not counted by reason).
     refusal: str = ""
+    #: A row that measured a throughput (tokens or requests per second, NaN: none) and its
+    #: prediction of the same quantity (the published-Ascend-results file's throughput rows).
+    measured_throughput: float = math.nan
+    throughput_pred: float | None = None
 
     @property
     def refused(self) -> bool:
@@ -171,6 +175,10 @@ class RowOutcome:
     def tpot_error_pct(self) -> float | None:
         return _error_pct(self.tpot_ms_pred, self.measured_tpot_ms)
 
+    @property
+    def throughput_error_pct(self) -> float | None:
+        return _error_pct(self.throughput_pred, self.measured_throughput)
+
 
 def _error_pct(predicted: float | None, measured: float) -> float | None:
     if predicted is None or not measured > 0:
@@ -192,12 +200,15 @@ class GroupErrors:
     tpot_p90_ape_pct: float | None
     #: Share of measurements inside their 80 % interval (TTFT and TPOT together).
     interval_coverage: float | None = None
+    #: Throughput rows' median absolute error (``None``: the group measured none).
+    throughput_median_ape_pct: float | None = None
 
 
 def _group_errors(group: str, outcomes: Sequence[RowOutcome]) -> GroupErrors:
     ttft = [abs(e) for o in outcomes if (e := o.ttft_error_pct) is not None]
     tpot = [abs(e) for o in outcomes if (e := o.tpot_error_pct) is not None]
     inside = [flag for o in outcomes for flag in o.inside]
+    throughput = [abs(e) for o in outcomes if (e := o.throughput_error_pct) is not None]
     return GroupErrors(
         group=group,
         rows=len(outcomes),
@@ -208,6 +219,7 @@ def _group_errors(group: str, outcomes: Sequence[RowOutcome]) -> GroupErrors:
         tpot_median_ape_pct=statistics.median(tpot) if tpot else None,
         tpot_p90_ape_pct=percentile(tpot, P90) if tpot else None,
         interval_coverage=sum(inside) / len(inside) if inside else None,
+        throughput_median_ape_pct=statistics.median(throughput) if throughput else None,
     )
 
 
@@ -265,6 +277,9 @@ class CaseFileReport:
                     o.calibration_note,
                     o.settings,
                     o.settings_note,
+                    _number(o.throughput_pred),
+                    _number(o.measured_throughput),
+                    _signed(o.throughput_error_pct),
                 ]
             )
         return buffer.getvalue()
@@ -272,9 +287,12 @@ class CaseFileReport:
     def format_table(self) -> str:
         groups = (*self.by_engine, *self.by_model, self.overall)
         width = max(len(g.group) for g in groups)
+        # the throughput column only where a row measured one (the Ascend results file)
+        throughput = self.overall.throughput_median_ape_pct is not None
         lines = [
             f"{'group':{width}s} {'rows':>5s} {'refused':>7s} {'TTFT med':>9s} {'TTFT p90':>9s} "
             f"{'<=25%':>6s} {'TPOT med':>9s} {'TPOT p90':>9s} {'in 80%':>6s}"
+            + (f" {'thru med':>9s}" if throughput else "")
         ]
         for g in (*self.by_engine, self.overall, *self.by_model):
             lines.append(
@@ -282,6 +300,7 @@ class CaseFileReport:
                 f"{_pct(g.ttft_p90_ape_pct):>9s} {_share(g.ttft_close_share):>6s} "
                 f"{_pct(g.tpot_median_ape_pct):>9s} {_pct(g.tpot_p90_ape_pct):>9s} "
                 f"{_share(g.interval_coverage):>6s}"
+                + (f" {_pct(g.throughput_median_ape_pct):>9s}" if throughput else "")
             )
         if self.refusal_counts:
             lines.append(
@@ -384,6 +403,9 @@ OUT_COLUMNS = (
     "calibration_note",
     "settings",
     "settings_note",
+    "throughput_pred",
+    "throughput",
+    "throughput_error_pct",
 )
 
 

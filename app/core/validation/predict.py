@@ -39,6 +39,7 @@ from app.core.validation.cases import (
 )
 from app.core.workload import (
     DEFAULT_POISSON_SEED,
+    ServingResult,
     ranks_are_coupled,
     simulate_poisson_serving,
     simulate_serving,
@@ -152,6 +153,8 @@ class BenchmarkRun:
     request_rate: float  # requests/s; ALL_AT_ONCE_RATE: every request sent at t = 0
     max_batched_tokens: int | None = None  # None: the engine profile's
     max_num_seqs: int | None = None  # None: the engine profile's
+    npu_graph_mode: str | None = None  # vLLM-Ascend's cudagraph_mode; None: the profile's
+    async_scheduling: bool | None = None  # None: the engine profile's overlap_scheduling
 
 
 class ServingReplay:
@@ -159,7 +162,7 @@ class ServingReplay:
     the fitted parameters of a calibration when given (the device's efficiencies and the
     engine profile's host and front-end times)."""
 
-    __slots__ = ("_calibration", "_forwards", "_models", "_plans", "_results")
+    __slots__ = ("_benchmarks", "_calibration", "_forwards", "_models", "_plans", "_results")
 
     def __init__(
         self,
@@ -174,6 +177,7 @@ class ServingReplay:
         self._forwards = forwards
         self._models: dict[_Deployment, tuple[RunnerServingModel, MemoLatency]] = {}
         self._results: dict[tuple[_Deployment, int, int, int], tuple[float, float]] = {}
+        self._benchmarks: dict[BenchmarkRun, tuple[WorkloadSpec, ServingResult]] = {}
 
     def _model(
         self, deployment: _Deployment, profile: EngineProfile | None = None
@@ -201,7 +205,8 @@ class ServingReplay:
         """Mean TTFT and TPOT (ms) of a closed loop of ``concurrency`` clients, benchmark
         window (every request counted, as the measurements were taken), under the row's
         engine profile: its policy, token budget, running cap, KV pool and host times."""
-        profile = self._profile(case_profile(case).name, case.engine_options)
+        # the profile as its engine runs on the row's device (an NPU build's graph mode)
+        profile = apply_to_profile(case_profile(case), self._calibration)
         deployment = (
             profile.name,
             case.engine_options,
@@ -229,7 +234,7 @@ class ServingReplay:
     def _simulate(
         self, deployment: _Deployment, profile: EngineProfile, case: ValidationCase
     ) -> tuple[float, float]:
-        serving, memo = self._model(deployment)
+        serving, memo = self._model(deployment, profile)
         device = serving.runner.device
         data = _engine_workload(profile, device, case.query_len, case.output_len)
         # The memo does not know the KV pool: the running cap is the engine's and the pool's.
@@ -253,21 +258,46 @@ class ServingReplay:
         )
         return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
 
-    def predict_benchmark(self, run: BenchmarkRun) -> tuple[float, float]:
+    def predict_benchmark(
+        self, run: BenchmarkRun, percentile: float | None = None
+    ) -> tuple[float, float]:
         """Mean TTFT and TPOT (ms) of a benchmark client's run (``vllm bench serve``,
-        ``ais_bench``): ``run.num_requests`` requests arriving at ``run.request_rate`` (all at
+        ``ais_bench``), or their ``percentile`` over the run's requests (50: the medians the
+        clients print): ``run.num_requests`` requests arriving at ``run.request_rate`` (all at
         once at ``ALL_AT_ONCE_RATE``), at most ``run.max_concurrency`` in flight, every request
         counted; under the engine profile of ``run.engine``, with the source's token budget and
         running cap when it printed them (what ``/v1/simulate`` runs for a poisson request)."""
+        data, result = self.benchmark_result(run)
+        if percentile is None:
+            return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
+        return (
+            data.reported_ttft_ms(result.ttft_percentile_ms(percentile)),
+            result.tpot_percentile_ms(percentile),
+        )
+
+    def benchmark_result(self, run: BenchmarkRun) -> tuple[WorkloadSpec, ServingResult]:
+        """The workload and the simulated serving result of a benchmark run (memoised: a
+        run's mean, percentile and throughput rows share one simulation)."""
+        found = self._benchmarks.get(run)
+        if found is None:
+            found = self._benchmarks[run] = self._benchmark(run)
+        return found
+
+    def _benchmark(self, run: BenchmarkRun) -> tuple[WorkloadSpec, ServingResult]:
         base = device_profile(
             engine_family(run.engine), vendor=get_device(run.device).vendor, device_name=run.device
         )
         overrides = {
             "max_batched_tokens": run.max_batched_tokens,
             "max_num_seqs": run.max_num_seqs,
+            "npu_graph_mode": run.npu_graph_mode,
+            "overlap_scheduling": run.async_scheduling,
         }
-        profile = self._profile(base.name).with_overrides(overrides)
-        key = f"{profile.name} max_num_seqs={run.max_num_seqs} budget={run.max_batched_tokens}"
+        profile = apply_to_profile(base.with_overrides(overrides), self._calibration)
+        key = (
+            f"{profile.name} max_num_seqs={run.max_num_seqs} budget={run.max_batched_tokens} "
+            f"graph={profile.npu_graph_mode} async={profile.overlap_scheduling}"
+        )
         deployment = (key, (), run.model, run.device, run.tp, run.dp, run.ep, run.precision)
         serving, memo = self._model(deployment, profile)
         device = serving.runner.device
@@ -283,7 +313,7 @@ class ServingReplay:
             max_concurrency=run.max_concurrency,
             max_num_seqs=profile.running_cap(device.hbm_capacity_gb, device.name),
         )
-        return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
+        return data, result
 
     def ttft_ms(self, case: ValidationCase) -> float:
         return self.predict(case)[0]

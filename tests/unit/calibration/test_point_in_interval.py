@@ -82,9 +82,12 @@ def test_sla_confidence_is_the_share_inside_the_limits() -> None:
 
 
 def test_the_reported_ascend_vllm_tpot_interval_holds_its_point() -> None:
-    """The issue's case: TPOT 49.8 ms read 71-118 ms from vLLM-Ascend's residuals."""
+    """The issue's case: TPOT 49.8 ms read 71-118 ms from vLLM-Ascend's residuals, all of
+    them above the estimates. With the per-layer host time of vLLM-Ascend's graph modes
+    modelled (``EngineProfile.layer_host_ms``), the group's residuals straddle zero: the
+    interval holds its point without being centred, and no notice is needed."""
     group = lookup(shipped_table(), "ATLAS_800_A2_376T_64G", "vllm", False)
-    assert group.tpot.excludes_zero  # the published TPOTs all read above the estimates
+    assert not group.tpot.excludes_zero
     intervals = estimate_intervals(
         ttft_ms=1549.5,
         tpot_ms=49.8,
@@ -94,5 +97,6 @@ def test_the_reported_ascend_vllm_tpot_interval_holds_its_point() -> None:
         tpot=group.tpot,
     )
     low, high = intervals.tpot_ms
-    assert low < 49.8 < high and high >= 49.8 * math.exp(-group.tpot.low) * (1 - 1e-12)
-    assert "outside the validated domain" in (intervals.notice or "")
+    assert low < 49.8 < high
+    assert math.isclose(high, 49.8 * math.exp(-group.tpot.low), rel_tol=1e-9)
+    assert "tpot" not in intervals.centred

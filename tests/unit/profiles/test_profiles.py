@@ -197,3 +197,64 @@ def test_engines_per_vendor() -> None:
             device_profile("trtllm", vendor=vendor, device_name="X")
         assert err.value.field == "engine" and "vllm" in err.value.allowed
     assert device_profile("vllm", vendor="huawei", device_name="X").name == "vllm"
+
+
+def _npu_serving(profile: EngineProfile, model: str = QWEN, tp: int = 4) -> RunnerServingModel:
+    device = get_device(A2)
+    arch = get_model(model)
+    runner = engine_runner(profile, arch, device, ParallelLayout(tp=tp), parse_quantization())
+    return RunnerServingModel(runner, profile=profile)
+
+
+def test_vllm_on_an_npu_runs_vllm_ascends_default_graph_mode() -> None:
+    from app.core.profiles import VLLM_ASCEND_GRAPH_MODE, device_profile
+
+    npu = device_profile("vllm", vendor="huawei", device_name=A2)
+    assert npu.npu_graph_mode == VLLM_ASCEND_GRAPH_MODE == "full_and_piecewise"
+    assert device_profile("vllm", vendor="nvidia", device_name=H100).npu_graph_mode is None
+    assert device_profile("sglang", vendor="huawei", device_name=A2).npu_graph_mode is None
+
+
+@pytest.mark.parametrize("layers_model", ["Qwen/Qwen3-32B", "Qwen/Qwen3-8B"])
+def test_npu_host_time_is_per_layer_and_per_graph_mode(layers_model: str) -> None:
+    """A decode step in a full ACL graph pays each layer's attention update on the host, a
+    step in graph pieces each layer's eager attention: the step grows by layers x the
+    per-layer host time over the same forward without it (no overlap: async scheduling off)."""
+    from app.core.profiles import (
+        NPU_FULL_GRAPH_LAYER_HOST_MS,
+        NPU_PIECEWISE_LAYER_HOST_MS,
+        device_profile,
+    )
+
+    layers = get_model(layers_model).num_layers
+    npu = device_profile("vllm", vendor="huawei", device_name=A2)
+    plain = _npu_serving(dataclasses.replace(npu, npu_graph_mode=None), layers_model)
+    full = _npu_serving(npu, layers_model)
+    piecewise = _npu_serving(npu.with_overrides({"npu_graph_mode": "piecewise"}), layers_model)
+    base = plain.decode_ms(8, 1, 2048)
+    assert full.decode_ms(8, 1, 2048) - base == pytest.approx(layers * NPU_FULL_GRAPH_LAYER_HOST_MS)
+    assert piecewise.decode_ms(8, 1, 2048) - base == pytest.approx(
+        layers * NPU_PIECEWISE_LAYER_HOST_MS
+    )
+    # a step with a prefill runs in graph pieces in every mode
+    assert full.prefill_ms(1, 512, 512) - plain.prefill_ms(1, 512, 512) == pytest.approx(
+        layers * NPU_PIECEWISE_LAYER_HOST_MS
+    )
+    assert full.identity() != piecewise.identity() != plain.identity()
+
+
+def test_async_scheduling_hides_the_npu_host_time_behind_the_forward() -> None:
+    from app.core.profiles import device_profile
+
+    npu = device_profile("vllm", vendor="huawei", device_name=A2)
+    plain = _npu_serving(dataclasses.replace(npu, npu_graph_mode=None, step_host_ms=0.0))
+    overlapped = _npu_serving(npu.with_overrides({"overlap_scheduling": True}))
+    forward = plain.decode_ms(8, 1, 2048)
+    assert forward > 64 * 0.18 + npu.step_host_ms  # the host fits inside the forward
+    assert overlapped.decode_ms(8, 1, 2048) == pytest.approx(forward)
+
+
+def test_an_unknown_graph_mode_is_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidParameterError) as err:
+        VLLM.with_overrides({"npu_graph_mode": "torchair"})
+    assert err.value.field == "npu_graph_mode"

@@ -24,6 +24,7 @@ from app.core.validation import (
 )
 from app.core.validation.ascend_file import RowRefusal, ascend_row
 from app.core.validation.case_file import OUT_COLUMNS
+from app.core.validation.predict import ServingReplay
 
 FILE = Path(__file__).resolve().parents[3] / "bench" / "data" / "ascend_serving_points.csv"
 TEXT = FILE.read_text(encoding="utf-8")
@@ -74,6 +75,7 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 max_concurrency=7,
                 max_batched_tokens=16384,
                 max_num_seqs=64,
+                npu_graph_mode="full_decode_only",
             ),
         ),
         # the same on two A2 nodes, TP8 x DP2 with experts over all 16 ranks; TTFT in s
@@ -106,6 +108,7 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 num_requests=100,
                 max_concurrency=1,
                 max_batched_tokens=40960,
+                npu_graph_mode="piecewise",  # v0.13.0rc1: the PIECEWISE default
             ),
         ),
         # Qwen3-30B-A3B on "atlas A2 64G * 4": Poisson at 1 req/s, 200 prompts, no cap
@@ -121,6 +124,7 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 num_requests=200,
                 max_concurrency=None,
                 request_rate=1.0,
+                npu_graph_mode="piecewise",  # "vllm-ascend main (2025-07)"
             ),
         ),
         # the cold TTFT of the KV-pool page (the "no KV cache hit" step is represented)
@@ -135,6 +139,7 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 output_length=10,
                 num_requests=100,
                 max_concurrency=25,
+                npu_graph_mode="piecewise",  # v0.11.0rc2
             ),
         ),
     ],
@@ -148,7 +153,12 @@ def test_known_rows_map_to_known_runs(
 
 def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
     """``ShareGPT (42659 input tokens / 200 req)``: 213 tokens; ``qps 4``: 200 requests at 4/s."""
-    row = {**ROWS[28 + 6], "hardware": "Atlas 800I A2", "model": "Qwen/Qwen3-8B"}  # mean_tpot
+    row = {
+        **ROWS[28 + 6],
+        "hardware": "Atlas 800I A2",
+        "model": "Qwen/Qwen3-8B",
+        "engine": "vLLM-Ascend v0.13.0rc1",  # the row's own is a ~v0.8 (eager) release
+    }  # mean_tpot
     mapped = ascend_row(row)
     assert (mapped.run.input_length, mapped.run.output_length) == (213, 218)
     assert (mapped.run.num_requests, mapped.run.request_rate) == (200, 4.0)
@@ -158,9 +168,10 @@ def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
 @pytest.mark.parametrize(
     ("index", "reason"),
     [
-        (2, "metric: not a mean TTFT or TPOT"),  # output throughput
+        (222, "metric: not a TTFT, TPOT or the run's throughput"),  # input tok/s per card
+        (2, "isl: multimodal input"),  # output throughput of the 480p-image run
         (1, "isl: multimodal input"),  # 480p image
-        (20, "metric: not a mean TTFT or TPOT"),  # median TTFT
+        (20, "hardware: the card is not stated"),  # a median TTFT maps; the card does not
         (22, "hardware: the card is not stated"),  # mean TPOT, /dev/davinci7
         (90, "hardware: the source does not say A2 or A3"),
         (129, "hardware: no catalog device for the Atlas 300I Duo (310P)"),
@@ -178,6 +189,86 @@ def test_refusals_name_the_column_and_the_setting(index: int, reason: str) -> No
     assert str(err.value).startswith(reason)
 
 
+@pytest.mark.parametrize(
+    ("engine", "notes", "mode", "overlap"),
+    [
+        ("vLLM-Ascend v0.13.0rc1 image", "", "piecewise", None),
+        ("vLLM-Ascend v0.21.0rc1", "", "full_and_piecewise", None),
+        ("vllm main + vllm-ascend main (2025-07)", "", "piecewise", None),
+        ("vLLM-Ascend (version not stated)", "", None, None),
+        ("vLLM-Ascend v0.13.0rc1", "FULL_DECODE_ONLY; async scheduling", "full_decode_only", True),
+    ],
+)
+def test_graph_mode_and_async_scheduling_come_from_the_release_and_notes(
+    engine: str, notes: str, mode: str | None, overlap: bool | None
+) -> None:
+    """vLLM-Ascend's default ``cudagraph_mode`` was PIECEWISE from v0.11 to v0.20 and is
+    FULL_AND_PIECEWISE since v0.21.0rc1; the notes' launch flags win."""
+    mapped = ascend_row({**ROWS[146], "engine": engine, "notes": notes})
+    assert (mapped.run.npu_graph_mode, mapped.run.async_scheduling) == (mode, overlap)
+
+
+@pytest.mark.parametrize(
+    ("index", "metric", "percentile"),
+    [(317, "ttft", 50.0), (318, "ttft", 99.0), (320, "tpot", 50.0), (321, "tpot", 99.0)],
+)
+def test_medians_and_percentiles_replay_the_same_statistic(
+    index: int, metric: str, percentile: float
+) -> None:
+    """Qwen3-30B-A3B at 1 req/s printed median and P99 TTFT / TPOT beside the means: each is
+    the same statistic over the simulated requests of the run the mean rows share."""
+    mapped = ascend_row(ROWS[index])
+    mean = ascend_row(ROWS[316])
+    assert (mapped.metric, mapped.percentile, mapped.run) == (metric, percentile, mean.run)
+    replay = ServingReplay()
+    mean_ttft, mean_tpot = replay.predict_benchmark(mean.run)
+    ttft, tpot = replay.predict_benchmark(mapped.run, percentile)
+    if percentile == 99.0:
+        assert ttft >= mean_ttft and tpot >= mean_tpot
+    assert (ttft, tpot) != (mean_ttft, mean_tpot)
+
+
+@pytest.mark.parametrize(
+    ("index", "field", "value"),
+    [
+        (314, "throughput_tokens_s", 136.24),  # output_throughput_total, tok/s
+        (315, "total_throughput", 272.23),  # total_token_throughput, tok/s
+        (147, "throughput_tokens_s", 18.1),  # AISBench "Throughput(TPS)": 1 client / 55.1 ms
+    ],
+)
+def test_throughput_rows_replay_the_runs_throughput(index: int, field: str, value: float) -> None:
+    mapped = ascend_row(ROWS[index])
+    assert (mapped.metric, mapped.throughput, mapped.measured_per_s) == ("throughput", field, value)
+    assert math.isnan(mapped.measured_ms)
+    report = replay_ascend_file(TEXT)
+    outcome = report.outcomes[index]
+    result = ServingReplay().benchmark_result(mapped.run)[1]
+    assert outcome.throughput_pred == pytest.approx(getattr(result, field))
+    assert outcome.throughput_error_pct is not None
+    assert math.isnan(outcome.measured_ttft_ms) and math.isnan(outcome.measured_tpot_ms)
+    assert report.overall.throughput_median_ape_pct is not None
+    assert "thru med" in report.format_table()
+
+
+def test_a_throughput_in_the_wrong_unit_is_refused() -> None:
+    with pytest.raises(RowRefusal) as err:
+        ascend_row({**ROWS[314], "unit": "req/s"})
+    assert err.value.key == "unit: not tok/s"
+
+
+def test_inter_token_latency_is_refused_naming_what_is_missing() -> None:
+    row = {**ROWS[316], "metric": "median_itl"}
+    with pytest.raises(RowRefusal) as err:
+        ascend_row(row)
+    assert err.value.key == "metric: inter-token latency (gaps between tokens not simulated)"
+
+
+def test_a_release_before_graph_mode_is_refused_as_eager() -> None:
+    with pytest.raises(RowRefusal) as err:
+        ascend_row({**ROWS[146], "engine": "vllm-ascend v0.7.3"})
+    assert err.value.key == "engine: a release before graph mode (eager execution)"
+
+
 def test_the_file_replays_with_every_row_predicted_or_refused_by_reason() -> None:
     report = replay_ascend_file(TEXT)
     assert len(report.outcomes) == len(ROWS)
@@ -186,9 +277,15 @@ def test_the_file_replays_with_every_row_predicted_or_refused_by_reason() -> Non
     assert sum(n for _, n in report.refusal_counts) == len(refused) == report.overall.refused
     assert all(o.error and o.refusal for o in refused)
     predicted = [o for o in report.outcomes if not o.refused]
-    # every represented row measured exactly one of TTFT and TPOT
+    # every represented row measured exactly one of TTFT, TPOT and a throughput
     assert predicted and all(
-        math.isnan(o.measured_ttft_ms) != math.isnan(o.measured_tpot_ms) for o in predicted
+        [
+            not math.isnan(o.measured_ttft_ms),
+            not math.isnan(o.measured_tpot_ms),
+            not math.isnan(o.measured_throughput),
+        ].count(True)
+        == 1
+        for o in predicted
     )
     assert {o.hardware for o in predicted} == {A2, A3}
     assert math.isclose(report.represented_share, len(predicted) / len(ROWS))
