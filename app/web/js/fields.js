@@ -42,10 +42,13 @@ export const FIELDS = [
     value: "ATLAS_800_A2_376T_64G", options: [] },
   { name: "num_devices", group: "deployment", label: "Device count", kind: "int",
     cli: "--num-devices", value: 8, hint: "tp × dp devices to search over" },
+  // Blank: derived by the API (the engine profile's; the answer's input shows the value used).
   { name: "quantize_linear_action", group: "deployment", label: "Linear quantization",
-    kind: "select", cli: "--quantize-linear-action", options: ["DISABLED"] },
+    kind: "select", cli: "--quantize-linear-action", value: "", blank: "engine default",
+    options: [["", "engine default"]] },
   { name: "quantize_attention_action", group: "deployment", label: "Attention quantization",
-    kind: "select", cli: "--quantize-attention-action", options: ["DISABLED"] },
+    kind: "select", cli: "--quantize-attention-action", value: "", blank: "engine default",
+    options: [["", "engine default"]] },
   // Workload
   { name: "input_length", group: "workload", label: "Input length", unit: "tokens",
     kind: "int", cli: "--input-length", value: 3500 },

@@ -9,7 +9,7 @@ import {
 import { exportDisaggCsv, renderDisaggSummary, renderDisaggTable } from "./disagg.js";
 import { cliCommand, curlCommand } from "./commands.js";
 import {
-  applyMode, applySchema, clearErrors, fieldOfLoc, formState, input, readForm, renderForm,
+  applyMode, applySchema, clearErrors, fieldOfLoc, fieldSpec, formState, input, readForm, renderForm,
   resetForm, setFormState, setOptions, showErrors,
 } from "./fields.js";
 import { LAUNCH_ENGINES, launchBody, renderLaunch } from "./launch.js";
@@ -87,8 +87,12 @@ async function loadCatalogs() {
     state.catalog = { models: models.models, devices: devices.devices };
     $("model-options").replaceChildren(...models.models.map((m) => h("option", { value: m.name })));
     setOptions(input("device"), devices.devices.map((d) => [d.name, `${d.name} (${fmt(gib(d.hbm_capacity_gb), 0)} GiB)`]));
-    setOptions(input("quantize_linear_action"), models.quantize_linear_actions);
-    setOptions(input("quantize_attention_action"), models.quantize_attention_actions);
+    for (const [name, actions] of [
+      ["quantize_linear_action", models.quantize_linear_actions],
+      ["quantize_attention_action", models.quantize_attention_actions],
+    ]) {
+      setOptions(input(name), [["", fieldSpec(name).blank], ...actions]);
+    }
     describeModel();
     describeDevice();
   } catch (err) {
