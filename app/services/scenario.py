@@ -129,6 +129,7 @@ def resolve_simulation(
     check_workload_fields(request)
     profile, calibration = _calibrated(context, request, profile)
     deployment = _deployment(request, profile, calibration, allow_paths=allow_paths)
+    assert request.dp_size is not None  # with_device_count derived it
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     spec = workload_spec(request, layout.num_devices, profile)
     scheduler = request_scheduler(request, profile, deployment.device)
