@@ -350,7 +350,7 @@ def resolve_disagg_search(
         limits.MAX_SEARCH_BATCH_SIZE,
         max(1, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // per_client),
     )
-    if "max_batch_size" in request.model_fields_set:
+    if request.max_batch_size is not None:  # null: derived, the bound above
         check_closed_loop_size(
             spec, request.max_batch_size, request.requests_per_client, "max_batch_size"
         )

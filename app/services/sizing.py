@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TypeVar
 from app.core import limits
 from app.core.catalog.quantization import LinearQuantAction
 from app.core.errors import ChunkwiseError, InvalidParameterError, SearchLimitError
+from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
 from app.core.parallel import split_over_replicas
 from app.core.profiles import (
     DEFAULT_ENGINE,
@@ -141,9 +142,11 @@ def _per_replica(text: str, replicas: int) -> str:
 
 
 def search_cap(request: OptimizeRequest, data: WorkloadSpec) -> int:
-    """The optimizer's batch-size cap: the default shrinks to the bound, an explicit one not."""
+    """The optimizer's batch-size cap: a given ``max_batch_size`` is checked against the
+    simulation bounds; a null one (derived) is ``DEFAULT_MAX_BATCH_SIZE`` shrunk to them (the
+    echo shows it, and re-sending it asks the same question)."""
     closed = request.workload == "closed_loop"
-    if "max_batch_size" in request.model_fields_set:
+    if request.max_batch_size is not None:
         check_simulation_size(data, request.max_batch_size, "max_batch_size")
         if closed:
             check_closed_loop_size(
@@ -151,7 +154,7 @@ def search_cap(request: OptimizeRequest, data: WorkloadSpec) -> int:
             )
         return request.max_batch_size
     check_simulation_size(data, 1, "max_batch_size")
-    cap = min(request.max_batch_size, limits.MAX_CHUNK_REQUESTS // data.prefill_num_chunks)
+    cap = min(DEFAULT_MAX_BATCH_SIZE, limits.MAX_CHUNK_REQUESTS // data.prefill_num_chunks)
     if closed:
         check_closed_loop_size(data, 1, request.requests_per_client, "max_batch_size")
         per_client = request.requests_per_client * data.prefill_num_chunks

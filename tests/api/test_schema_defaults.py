@@ -1,7 +1,8 @@
 """A generated client sends every default ``/openapi.json`` declares: sending them must ask the
 same question as leaving them out. A field the server derives from others (``dp_size`` from
-``num_devices / tp_size``, the quantization actions from the engine profile) therefore
-declares no default (null: derived), and the answer's ``input`` shows the value used."""
+``num_devices / tp_size``, the quantization actions from the engine profile, the search's
+``max_batch_size`` from the simulation bounds) therefore declares no default (null: derived),
+and the answer's ``input`` shows the value used."""
 
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ _TRTLLM_FP8 = {"engine": "trtllm", "quantize_linear_action": "FP8"}
 _SEARCH = {**_LENGTHS, "num_devices": 2, "tpot_limit_ms": 100}
 _PLAN = {**_LENGTHS, "request_rate": 2, "tpot_limit_ms": 100, "num_requests": 50}
 _DISAGG = {"mode": "disagg", "num_devices": 2}
+#: 512 prefill chunks: the search cap shrinks to 1,048,576 / 512 = 2048 requests per replica.
+_LONG_SEARCH = {
+    **_QWEN,
+    "input_length": 8192,
+    "output_length": 4,
+    "max_batched_tokens": 16,
+    "num_devices": 1,
+    "tpot_limit_ms": 1000,
+    "workload": "burst",
+}
 
 #: Valid bodies per operation, leaving every optional field out.
 BODIES: list[tuple[str, dict[str, Any]]] = [
@@ -33,6 +44,8 @@ BODIES: list[tuple[str, dict[str, Any]]] = [
     ("/v1/optimize", _SEARCH),
     ("/v1/optimize", {**_SEARCH, **_MSMODELING}),
     ("/v1/optimize", {**_SEARCH, **_TRTLLM_FP8}),
+    ("/v1/optimize", _LONG_SEARCH),  # max_batch_size derived: 4096 shrunk to 2048
+    ("/v1/optimize", {**_SEARCH, **_DISAGG, "requests_per_client": 2}),  # the client bound
     ("/v1/plan", _PLAN),
     ("/v1/plan", {**_PLAN, **_MSMODELING}),
     ("/v1/forward", {**_QWEN, "num_queries": 2, "query_length": 64, "num_devices": 4}),
@@ -76,6 +89,7 @@ def test_sending_every_schema_default_asks_the_same_question(
     ("schema_name", "field"),
     [
         ("SimulateRequest", "dp_size"),
+        ("OptimizeRequest", "max_batch_size"),
         *[
             (name, action)
             for name in ("SimulateRequest", "OptimizeRequest", "PlanRequest", "ForwardRequest")
@@ -104,6 +118,12 @@ def test_derived_fields_declare_no_default(
             "/v1/optimize",
             {**_SEARCH, **_TRTLLM_FP8},
             {"quantize_linear_action": "FP8", "quantize_attention_action": "FP8"},
+        ),
+        ("/v1/optimize", _LONG_SEARCH, {"max_batch_size": 2048}),
+        (
+            "/v1/optimize",
+            {**_SEARCH, **_DISAGG, "requests_per_client": 2},
+            {"max_batch_size": 65536},  # 131,072 / (2 requests x 1 chunk), within the wire bound
         ),
         (
             "/v1/plan",
