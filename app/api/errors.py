@@ -223,15 +223,24 @@ async def _http(request: Request, exc: Exception) -> ProblemResponse:
     return problem_response(request, exc.status_code, title, detail, headers=headers)
 
 
+#: The methods a 405's ``Allow`` may name (RFC 9110's, and PATCH).
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
 def _allowed_methods(request: Request) -> str:
     """Every method some route serves on this path (Starlette's 405 names only the first
-    matching route's, and ``/v1/calibrations/{id}`` has a GET and a DELETE route)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match is not Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return ", ".join(sorted(methods))
+    matching route's, and ``/v1/calibrations/{id}`` has a GET and a DELETE route). Asked of
+    each top-level route with ``matches``: FastAPI's included routers (``app.include_router``)
+    keep their routes' methods to themselves, so reading ``route.methods`` gave an empty
+    ``Allow``."""
+    return ", ".join(
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    )
 
 
 async def _unhandled(request: Request, exc: Exception) -> ProblemResponse:

@@ -56,7 +56,9 @@ class DeviceInfo(BaseModel):
         description="peak FP4 matrix throughput, TFLOPS (null: no FP4 units)"
     )
     hbm_capacity_gb: float = Field(
-        description=f"HBM of one device, {texts.GB}: a part sold as 80 GB holds 80 GiB = 85.9 GB"
+        description=f"HBM of one device, {texts.GB}: the total its runtime reports (nvidia-smi, "
+        "rocm-smi: an H100 SXM sold as 80 GB reports 81,559 MiB = 85.5 GB), else its vendor "
+        "capacity in GiB (the README's rule; the catalog's data names the source per device)"
     )
     hbm_bandwidth_gb_s: float = Field(
         description="HBM bandwidth of one device, decimal GB/s (10^9 bytes/s)"

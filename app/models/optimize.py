@@ -125,12 +125,15 @@ class OptimizeRequest(DeploymentMixin, WorkloadMixin):
         le=limits.MAX_REQUESTS_PER_CLIENT,
         description=texts.REQUESTS_PER_CLIENT,
     )
-    max_batch_size: int = Field(
-        default=DEFAULT_MAX_BATCH_SIZE,
+    max_batch_size: int | None = Field(
+        default=None,
         strict=True,
         ge=1,
         le=limits.MAX_SEARCH_BATCH_SIZE,
-        description="largest per-replica batch size (requests) the concurrency search may probe",
+        description="largest per-replica batch size (requests) the concurrency search may probe; "
+        f"null or omitted: derived, {DEFAULT_MAX_BATCH_SIZE} shrunk to the simulation bounds "
+        "(mode disagg: the closed loop's client bound; the answer's input shows the value used)",
+        examples=[None],
     )
     top_k: int = Field(
         default=DEFAULT_TOP_K,

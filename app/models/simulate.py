@@ -135,13 +135,14 @@ class SimulateRequest(DeploymentMixin, WorkloadMixin):
     ep_size: int = Field(
         default=1, strict=True, ge=1, le=limits.MAX_PARALLEL_SIZE, description=texts.EP_SIZE
     )
-    dp_size: int = Field(
-        default=1,
+    dp_size: int | None = Field(
+        default=None,
         strict=True,
         ge=1,
         le=limits.MAX_PARALLEL_SIZE,
-        description="data-parallel replicas (default 1, or num_devices / tp_size when "
-        "num_devices is given)",
+        description="data-parallel replicas; null or omitted: derived, num_devices / tp_size "
+        "when num_devices is given, else 1 (the answer's input shows the value used)",
+        examples=[None],
     )
     num_devices: int | None = Field(
         default=None,

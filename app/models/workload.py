@@ -244,17 +244,18 @@ class LengthsMixin(StrictModel):
 class DeploymentMixin(StrictModel):
     model: ModelRef
     device: DeviceRef
-    quantize_linear_action: Name = Field(
-        default="DISABLED",
+    quantize_linear_action: Name | None = Field(
+        default=None,
         description="linear-layer quantization, one of GET /v1/models' quantize_linear_actions "
-        "(DISABLED: 16-bit weights and GEMMs)",
+        "(DISABLED: 16-bit weights and GEMMs); null or omitted: derived, the engine profile's "
+        "(msmodeling: W8A8_DYNAMIC), else DISABLED (the answer's input shows the value used)",
         examples=["W8A8_DYNAMIC"],
     )
-    quantize_attention_action: Name = Field(
-        default="DISABLED",
+    quantize_attention_action: Name | None = Field(
+        default=None,
         description="KV-cache / attention quantization, one of GET /v1/models' "
-        "quantize_attention_actions (DISABLED: 16-bit); omitted: the engine profile's "
-        "kv_cache_dtype rule",
+        "quantize_attention_actions (DISABLED: 16-bit); null or omitted: derived, the engine "
+        "profile's kv_cache_dtype rule (the answer's input shows the value used)",
         examples=["INT8"],
     )
     reserved_memory_gb: float | None = Field(

@@ -135,11 +135,6 @@ def deploy_request_for_row(
     request's model, device, quantization and MTP; ``engine_options`` carry over when the
     row was estimated with the engine emitted for."""
     same_engine = (request.engine or DEFAULT_ENGINE) == engine
-    attention = (
-        request.quantize_attention_action
-        if "quantize_attention_action" in request.model_fields_set
-        else None
-    )
     return DeployRequest(
         engine=engine,
         model=served_model(request, row),
@@ -151,8 +146,8 @@ def deploy_request_for_row(
         pp=row.pp,
         max_batched_tokens=row.max_batched_tokens,
         batch_size=row.batch_size,
-        quantize_linear_action=request.quantize_linear_action,
-        quantize_attention_action=attention,
+        quantize_linear_action=request.quantize_linear_action or LinearQuantAction.DISABLED.value,
+        quantize_attention_action=request.quantize_attention_action,  # null: the engine's rule
         num_mtp_tokens=request.num_mtp_tokens,
         engine_options=request.engine_options if same_engine else None,
     )

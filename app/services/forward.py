@@ -22,7 +22,7 @@ from app.core.runner import (
 )
 from app.services.context import ServiceContext
 from app.services.finite import out_of_range_paths
-from app.services.resolve import resolve_deployment
+from app.services.resolve import derived_quantization, resolve_deployment
 
 if TYPE_CHECKING:  # the wire models load with the first forward, not with app.services
     from app.models.common import CacheCounters
@@ -93,6 +93,8 @@ def forward(
     from app.models.forward import ForwardResponse
 
     plan = plan_forward(request, allow_paths=allow_paths)
+    # The echo: the quantization the runner ran where the request left it null (derived).
+    request = request.model_copy(update=derived_quantization(request, plan.runner.quantization))
     key = plan.cache_key()
     cached = context.cache.get_many([key])[0]
     if cached is not None:

@@ -13,6 +13,7 @@ from app.core import limits
 from app.core.catalog import (
     Device,
     ModelArchitecture,
+    Quantization,
     device_from_dict,
     get_device,
     get_model,
@@ -47,6 +48,7 @@ from app.services.context_length import check_context_length
 __all__ = [
     "ResolvedDeployment",
     "check_inline_parts",
+    "derived_quantization",
     "make_scheduler",
     "request_scheduler",
     "resolve_deployment",
@@ -166,14 +168,15 @@ def resolve_deployment(
     profile: EngineProfile = MSMODELING,
 ) -> ResolvedDeployment:
     """The catalog objects of a request, run as ``profile``'s engine runs them (the RFC's
-    runner by default): the profile's KV-cache dtype applies when the request does not give
-    ``quantize_attention_action``."""
+    runner by default): the profile's KV-cache dtype applies when ``quantize_attention_action``
+    is null (derived); a null ``quantize_linear_action`` is DISABLED here (the resolver fills
+    in the engine profile's first, :func:`~app.services.sizing.with_engine_defaults`)."""
     num_mtp_tokens = int(getattr(request, "num_mtp_tokens", 0))
     rates = tuple(float(r) for r in getattr(request, "mtp_acceptance_rates", ()))
     quantization = parse_quantization(
         request.quantize_linear_action, request.quantize_attention_action
     )
-    if "quantize_attention_action" not in request.model_fields_set:
+    if request.quantize_attention_action is None:  # null: derived
         quantization = engine_quantization(profile, quantization)
     device = resolve_device(request.device)
     check_engine_runs_on(profile.name, vendor=device.vendor, device_name=device.name)
@@ -228,20 +231,29 @@ def make_scheduler(options: SchedulerOptions) -> Scheduler:
 EchoT = TypeVar("EchoT", bound=WorkloadMixin)
 
 
+def derived_quantization(request: object, quantization: Quantization) -> dict[str, str]:
+    """The quantization actions ``request`` left null (derived), as ``quantization`` runs them:
+    what its echo shows, so that re-sending the echo asks the same question."""
+    return {
+        name: value
+        for name, value in quantization.to_dict().items()
+        if getattr(request, name) is None
+    }
+
+
 def resolved_echo(
     request: EchoT,
     deployment: ResolvedDeployment,
     scheduler: Scheduler | None,
     **resolved: object,
 ) -> EchoT:
-    """``request`` as it ran, the echo of its answer: the attention quantization the engine's
-    KV-cache rule chose when none was given, the step ``scheduler`` with every option it ran
-    with (the engine's own policy and running cap when the request named none; ``None``: the
-    mode runs no step scheduler and the echo leaves it out), and the other ``resolved`` values
+    """``request`` as it ran, the echo of its answer: the quantization it ran where the request
+    left it null (the attention action the engine's KV-cache rule chose), the step
+    ``scheduler`` with every option it ran with (the engine's own policy and running cap when
+    the request named none; ``None``: the mode runs no step scheduler and the echo leaves it
+    out), and the other ``resolved`` values
     (a search's batch cap). Re-sending the echo asks the same question: every value is given."""
-    update = dict(resolved)
-    if "quantize_attention_action" not in request.model_fields_set:
-        update["quantize_attention_action"] = deployment.quantization.attention.value
+    update = {**derived_quantization(request, deployment.quantization), **resolved}
     if scheduler is not None:
         update["scheduler"] = SchedulerOptions.model_validate(scheduler_options(scheduler))
     return request.model_copy(update=update)

@@ -129,6 +129,7 @@ def resolve_simulation(
     check_workload_fields(request)
     profile, calibration = _calibrated(context, request, profile)
     deployment = _deployment(request, profile, calibration, allow_paths=allow_paths)
+    assert request.dp_size is not None  # with_device_count derived it
     layout = ParallelLayout(tp=request.tp_size, dp=request.dp_size, ep=request.ep_size)
     spec = workload_spec(request, layout.num_devices, profile)
     scheduler = request_scheduler(request, profile, deployment.device)
@@ -349,7 +350,7 @@ def resolve_disagg_search(
         limits.MAX_SEARCH_BATCH_SIZE,
         max(1, limits.MAX_CLOSED_LOOP_REQUEST_CHUNKS // per_client),
     )
-    if "max_batch_size" in request.model_fields_set:
+    if request.max_batch_size is not None:  # null: derived, the bound above
         check_closed_loop_size(
             spec, request.max_batch_size, request.requests_per_client, "max_batch_size"
         )

@@ -16,12 +16,14 @@ _POISSON_ONLY = ("request_rate", "max_concurrency", "num_requests", "seed")
 
 
 def with_device_count(request: SimulateRequest) -> SimulateRequest:
-    """``num_devices`` given: it must be ``tp_size x dp_size``; without ``dp_size`` it sets the
-    replicas to ``num_devices / tp_size``. The request comes back with ``num_devices`` set."""
+    """``num_devices`` given: it must be ``tp_size x dp_size``; without ``dp_size`` (null:
+    derived) it sets the replicas to ``num_devices / tp_size``, else to 1. The request comes
+    back with ``num_devices`` and ``dp_size`` set (the echo shows the values used)."""
     tp, dp, devices = request.tp_size, request.dp_size, request.num_devices
     if devices is None:
-        return request.model_copy(update={"num_devices": tp * dp})
-    if "dp_size" in request.model_fields_set:
+        dp = 1 if dp is None else dp
+        return request.model_copy(update={"num_devices": tp * dp, "dp_size": dp})
+    if dp is not None:
         if tp * dp != devices:
             raise InvalidParameterError(
                 "num_devices", devices, f"tp_size x dp_size = {tp} x {dp} = {tp * dp}"

@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar
 
 from app.core import limits
+from app.core.catalog.quantization import LinearQuantAction
 from app.core.errors import ChunkwiseError, InvalidParameterError, SearchLimitError
+from app.core.optimizer import DEFAULT_MAX_BATCH_SIZE
 from app.core.parallel import split_over_replicas
 from app.core.profiles import (
     DEFAULT_ENGINE,
@@ -46,17 +48,18 @@ RequestT = TypeVar("RequestT", bound=WorkloadMixin)
 
 def with_engine_defaults(request: RequestT) -> tuple[RequestT, EngineProfile]:
     """The request with the engine profile's defaults filled in (``engine``,
-    ``max_batched_tokens`` and ``workload`` when omitted), so the echo shows what was used,
-    and the profile (with the request's ``engine_options``)."""
+    ``max_batched_tokens``, ``workload`` and the linear quantization when null or omitted), so
+    the echo shows what was used, and the profile (with the request's ``engine_options``)."""
     profile = resolve_profile(request)
     update: dict[str, object] = {}
     if request.engine != profile.name:
         update["engine"] = profile.name
     if request.max_batched_tokens is None:
         update["max_batched_tokens"] = engine_budget(request, profile)
-    linear = profile.linear_quantization
-    if linear is not None and "quantize_linear_action" not in request.model_fields_set:
-        update["quantize_linear_action"] = linear  # the engine's default, echoed
+    if getattr(request, "quantize_linear_action", "") is None:  # null: derived, echoed
+        update["quantize_linear_action"] = (
+            profile.linear_quantization or LinearQuantAction.DISABLED.value
+        )
     if getattr(request, "workload", "") is None:
         workload = profile.workload
         if getattr(request, "mode", "agg") != "agg":
@@ -139,9 +142,11 @@ def _per_replica(text: str, replicas: int) -> str:
 
 
 def search_cap(request: OptimizeRequest, data: WorkloadSpec) -> int:
-    """The optimizer's batch-size cap: the default shrinks to the bound, an explicit one not."""
+    """The optimizer's batch-size cap: a given ``max_batch_size`` is checked against the
+    simulation bounds; a null one (derived) is ``DEFAULT_MAX_BATCH_SIZE`` shrunk to them (the
+    echo shows it, and re-sending it asks the same question)."""
     closed = request.workload == "closed_loop"
-    if "max_batch_size" in request.model_fields_set:
+    if request.max_batch_size is not None:
         check_simulation_size(data, request.max_batch_size, "max_batch_size")
         if closed:
             check_closed_loop_size(
@@ -149,7 +154,7 @@ def search_cap(request: OptimizeRequest, data: WorkloadSpec) -> int:
             )
         return request.max_batch_size
     check_simulation_size(data, 1, "max_batch_size")
-    cap = min(request.max_batch_size, limits.MAX_CHUNK_REQUESTS // data.prefill_num_chunks)
+    cap = min(DEFAULT_MAX_BATCH_SIZE, limits.MAX_CHUNK_REQUESTS // data.prefill_num_chunks)
     if closed:
         check_closed_loop_size(data, 1, request.requests_per_client, "max_batch_size")
         per_client = request.requests_per_client * data.prefill_num_chunks
@@ -224,7 +229,7 @@ def is_light_simulation(request: SimulateRequest) -> bool:
         return False
     budget = request.max_batched_tokens or VLLM_SMALL_BUDGET_TOKENS
     chunks = -(-request.input_length // budget)
-    replicas = max(1, request.dp_size)
+    replicas = request.dp_size or max(1, (request.num_devices or 1) // request.tp_size)
     workload = request.workload or get_profile(request.engine or DEFAULT_ENGINE).workload
     if request.mode == "disagg":
         workload = "closed_loop"  # always, whatever the profile's

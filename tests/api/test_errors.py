@@ -124,6 +124,25 @@ def test_unknown_route_and_method_are_problems(raising_client: TestClient) -> No
     wrong = raising_client.delete("/healthz")
     assert wrong.status_code == 405
     assert wrong.headers["content-type"] == "application/problem+json"
+    assert wrong.headers["allow"] == "GET"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/v1/simulate", "POST"),
+        ("PUT", "/v1/calibrations/cal-" + "0" * 32, "DELETE, GET"),
+        ("DELETE", "/v1/models", "GET"),
+    ],
+)
+def test_a_405_names_every_method_the_path_serves(
+    client: TestClient, method: str, path: str, allow: str
+) -> None:
+    """RFC 9110: a 405 carries ``Allow``; the /v1 routes are an included router's, whose
+    methods the top-level routes do not show (``Allow`` was empty)."""
+    wrong = client.request(method, path)
+    assert wrong.status_code == 405
+    assert wrong.headers["allow"] == allow
 
 
 def test_a_bug_is_a_500_problem_not_a_traceback(raising_client: TestClient) -> None:

@@ -113,6 +113,14 @@ def test_every_operation_through_the_generated_client(generated: Any) -> None:
         client=client, body=models.SimulateRequest.from_dict({**base, "concurrency": 4})
     )
     assert isinstance(simulated, models.SimulateResponse) and simulated.ttft_ms > 0
+    derived = planning.simulate.sync_detailed(  # the client sends every schema default
+        client=client,
+        body=models.SimulateRequest.from_dict(
+            {**base, "concurrency": 8, "num_devices": 8, "tp_size": 2}
+        ),
+    )
+    assert derived.status_code == 200, derived.content
+    assert derived.parsed.input_.dp_size == 4 and derived.parsed.num_devices == 8
     searched = planning.optimize.sync(
         client=client,
         body=models.OptimizeRequest.from_dict({**base, "num_devices": 1, "tpot_limit_ms": 100}),

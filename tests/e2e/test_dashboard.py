@@ -154,7 +154,8 @@ def test_optimize_shows_summary_table_charts_plan_and_timeline(page: Page, artif
     assert scale[0] == pytest.approx(0.3 * sim["makespan_ms"], rel=0.01)
     assert chart_points(page, "chart-timeline")[1] > 0
     assert bars_whole > 0
-    assert page.url.endswith("#tp_sizes=2+4+8&engine=msmodeling")  # the form, where it differs
+    # The form, where it differs (the budget's default is blank: the engine's for the device).
+    assert page.url.endswith("#max_batched_tokens=2048&tp_sizes=2+4+8&engine=msmodeling")
 
     # Sorting: tokens/s descending, then ascending.
     header = page.locator("#results-table thead th[data-key=throughput_tokens_s]")
@@ -510,3 +511,22 @@ def test_choices_bounds_and_defaults_come_from_the_api(
     finally:
         page.context.close()
     assert not page_errors.unexpected(), page_errors.unexpected()
+
+
+def test_a_device_from_the_url_describes_itself(page: Page) -> None:
+    """The device hint follows a device chosen by the link, not the form's default."""
+    page.goto("/#device=NVIDIA_H200_SXM_141G&model=Qwen/Qwen3-8B&num_devices=1")
+    page.wait_for_selector("body[data-ready=true]")
+    expect(page.get_by_label("Device", exact=True)).to_have_value("NVIDIA_H200_SXM_141G")
+    expect(page.locator("#hint-device")).to_contain_text("989 BF16 TFLOPS")
+    expect(page.locator("#hint-model")).to_contain_text("36 layers")
+
+
+def test_a_blank_budget_is_the_engine_profiles_for_the_device(page: Page) -> None:
+    """The form asks the API's question: no budget of its own (it was a fixed 2048 on every
+    device, the API's vLLM default on an H200 is 8192); the chunk plan uses the budget the
+    answer says it used."""
+    page.goto("/#device=NVIDIA_H200_SXM_141G&model=Qwen/Qwen3-8B&num_devices=1&input_length=10000")
+    page.wait_for_selector("body[data-ready=true]")
+    expect(page.get_by_label("Max batched tokens (tokens)")).to_have_value("")
+    expect(page.locator("#chunk-plan")).to_contain_text("in 2 chunks of at most 8,192 tokens")

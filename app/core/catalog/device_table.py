@@ -10,9 +10,18 @@ factors and launch costs are calibrated once per device (and per quantization pa
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from typing import Any
 
-from app.core.catalog.hardware import Device, InterconnectTier, from_gib, from_mib, from_tib_s
+from app.core.catalog.hardware import (
+    BYTES_PER_GB,
+    BYTES_PER_GIB,
+    BYTES_PER_MIB,
+    Device,
+    InterconnectTier,
+    from_tib_s,
+)
 
 # -- interconnect presets ----------------------------------------------------------------------
 _NODE = 8
@@ -205,6 +214,28 @@ _CDNA3 = {
 }
 
 _HW_SPECS = "data/hardware_specs.csv"
+#: One memory rule for every device (README, "Units"): the total its runtime reports
+#: (nvidia-smi's memory.total, rocm-smi's VRAM total), read from this file with its source per
+#: device; a device whose runtime total no citable source gives has its vendor capacity in GiB
+#: (``reported_by`` says which).
+_DEVICE_MEMORY = Path(__file__).resolve().parent / "data" / "device_memory.csv"
+_MEMORY_UNIT_BYTES = {"GiB": BYTES_PER_GIB, "MiB": BYTES_PER_MIB, "B": 1}
+
+
+def _memory_rows() -> dict[str, dict[str, str]]:
+    with _DEVICE_MEMORY.open(newline="", encoding="utf-8") as handle:
+        return {row["device"]: row for row in csv.DictReader(handle)}
+
+
+_MEMORY = _memory_rows()
+
+
+def _memory_gb(name: str) -> float:
+    """The device's memory total from ``data/device_memory.csv``, in decimal GB."""
+    row = _MEMORY[name]
+    return float(row["total"]) * _MEMORY_UNIT_BYTES[row["unit"]] / BYTES_PER_GB
+
+
 _AIC_PCIE_NIC_GB_S = 25.0  # aiconfigurator-core 0.12.0 PCIe SKUs: 1:1 200 Gb/s fabric per GPU
 _MSMODELING = "msmodeling tensor_cast/device.py (HEAD 84fec85)"
 
@@ -222,7 +253,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_fp8_tflops=707.8,
         peak_int8_tops=707.8,
         peak_fp4_tflops=1415.6,
-        hbm_capacity_gb=from_gib(64),
+        hbm_capacity_gb=_memory_gb("TEST_DEVICE"),
         hbm_bandwidth_gb_s=from_tib_s(1.6),
         interconnect=_TEST_TIERS,
         source=_MSMODELING,
@@ -234,7 +265,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="Atlas 800 A2, Ascend 910B2 (376T fp16), 64 GiB",
         peak_bf16_tflops=353.9,
         peak_int8_tops=752.0,
-        hbm_capacity_gb=from_gib(64),
+        hbm_capacity_gb=_memory_gb("ATLAS_800_A2_376T_64G"),
         hbm_bandwidth_gb_s=from_tib_s(1.6),
         interconnect=_A2_TIERS,
         source=_MSMODELING,
@@ -246,7 +277,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="Atlas 800 A2, Ascend 910B3 (313T fp16), 64 GiB",
         peak_bf16_tflops=294.9,
         peak_int8_tops=626.0,
-        hbm_capacity_gb=from_gib(64),
+        hbm_capacity_gb=_memory_gb("ATLAS_800_A2_313T_64G"),
         hbm_bandwidth_gb_s=from_tib_s(1.6),
         interconnect=_A2_TIERS,
         source=_MSMODELING,
@@ -258,7 +289,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="Atlas 800 A2, Ascend 910B4-class (280T fp16), 64 GiB",
         peak_bf16_tflops=245.8,
         peak_int8_tops=560.0,
-        hbm_capacity_gb=from_gib(64),
+        hbm_capacity_gb=_memory_gb("ATLAS_800_A2_280T_64G"),
         hbm_bandwidth_gb_s=from_tib_s(1.6),
         interconnect=_A2_TIERS,
         source=_MSMODELING,
@@ -270,7 +301,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="Atlas 800I A2 PCIe card (280T fp16), 64 GiB",
         peak_bf16_tflops=245.8,
         peak_int8_tops=560.0,
-        hbm_capacity_gb=from_gib(64),
+        hbm_capacity_gb=_memory_gb("ATLAS_800_A2_280T_64G_PCIE"),
         hbm_bandwidth_gb_s=from_tib_s(1.6),
         interconnect=_A2_PCIE_TIERS,
         source=_MSMODELING,
@@ -282,7 +313,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="Atlas 300I A2 PCIe card, Ascend 910B4 (280T fp16), 32 GiB",
         peak_bf16_tflops=245.8,
         peak_int8_tops=560.0,
-        hbm_capacity_gb=from_gib(32),
+        hbm_capacity_gb=_memory_gb("ATLAS_800_A2_280T_32G_PCIE"),
         hbm_bandwidth_gb_s=from_tib_s(0.8),
         interconnect=_A2_PCIE_TIERS,
         source=_MSMODELING,
@@ -294,7 +325,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="Atlas 800 A3 (Ascend 910C), one die of two: 376T fp16, 64 GiB",
         peak_bf16_tflops=353.9,
         peak_int8_tops=752.0,
-        hbm_capacity_gb=from_gib(64),
+        hbm_capacity_gb=_memory_gb("ATLAS_800_A3_752T_128G_DIE"),
         hbm_bandwidth_gb_s=from_tib_s(1.6),
         interconnect=_A3_TIERS,
         source=_MSMODELING,
@@ -306,7 +337,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="Atlas 800 A3 (560T SKU), one die of two: 280T fp16, 64 GiB",
         peak_bf16_tflops=245.8,
         peak_int8_tops=560.0,
-        hbm_capacity_gb=from_gib(64),
+        hbm_capacity_gb=_memory_gb("ATLAS_800_A3_560T_128G_DIE"),
         hbm_bandwidth_gb_s=from_tib_s(1.6),
         interconnect=_A3_TIERS,
         source=_MSMODELING,
@@ -320,7 +351,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_fp8_tflops=756.0,
         peak_int8_tops=756.0,
         peak_fp4_tflops=1512.0,
-        hbm_capacity_gb=from_gib(112),
+        hbm_capacity_gb=_memory_gb("ATLAS_350_425T_112G"),
         hbm_bandwidth_gb_s=from_tib_s(1.4),
         interconnect=_A5_TIERS,
         source=_MSMODELING,
@@ -332,7 +363,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="A100 SXM4 80GB (Ampere, no FP8)",
         peak_bf16_tflops=312.0,
         peak_int8_tops=624.0,
-        hbm_capacity_gb=from_gib(80),
+        hbm_capacity_gb=_memory_gb("NVIDIA_A100_SXM_80G"),
         hbm_bandwidth_gb_s=2039.0,
         interconnect=_nvlink_node(300.0, _IB_HDR_GB_S),
         source=_HW_SPECS,
@@ -346,7 +377,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="A100 PCIe 80GB (Ampere, no FP8, PCIe Gen4, no NVLink)",
         peak_bf16_tflops=312.0,
         peak_int8_tops=624.0,
-        hbm_capacity_gb=from_gib(80),
+        hbm_capacity_gb=_memory_gb("NVIDIA_A100_PCIE_80G"),
         hbm_bandwidth_gb_s=1935.0,
         interconnect=_pcie_node(32.0, _AIC_PCIE_NIC_GB_S),
         source=_HW_SPECS,
@@ -358,7 +389,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         description="A30 24GB (Ampere, no FP8, HBM2, PCIe Gen4, no NVLink bridge)",
         peak_bf16_tflops=165.0,
         peak_int8_tops=330.0,
-        hbm_capacity_gb=from_gib(24),
+        hbm_capacity_gb=_memory_gb("NVIDIA_A30_24G"),
         hbm_bandwidth_gb_s=933.0,
         interconnect=_pcie_node(32.0, _AIC_PCIE_NIC_GB_S),
         source=_HW_SPECS,
@@ -371,7 +402,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_bf16_tflops=989.0,
         peak_fp8_tflops=1979.0,
         peak_int8_tops=1979.0,
-        hbm_capacity_gb=from_gib(80),
+        hbm_capacity_gb=_memory_gb("NVIDIA_H100_SXM_80G"),
         hbm_bandwidth_gb_s=3350.0,
         interconnect=_nvlink_node(450.0, _IB_NDR_GB_S),
         source=_HW_SPECS,
@@ -386,7 +417,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_int8_tops=1979.0,
         # "141 GB" is GiB-class like the other SKUs: nvidia-smi reports 143771 MiB (150.8 GB);
         # it was stored as 141 decimal GB, 9.8 GB short, which starved the KV pool.
-        hbm_capacity_gb=from_mib(143771),
+        hbm_capacity_gb=_memory_gb("NVIDIA_H200_SXM_141G"),
         hbm_bandwidth_gb_s=4800.0,
         interconnect=_nvlink_node(450.0, _IB_NDR_GB_S),
         source=_HW_SPECS,
@@ -399,7 +430,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_bf16_tflops=148.0,
         peak_fp8_tflops=296.0,
         peak_int8_tops=296.0,
-        hbm_capacity_gb=96.0,
+        hbm_capacity_gb=_memory_gb("NVIDIA_H20_96G"),
         hbm_bandwidth_gb_s=4000.0,
         interconnect=_nvlink_node(450.0, _IB_NDR_GB_S),
         source=_HW_SPECS,
@@ -412,7 +443,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_bf16_tflops=362.05,
         peak_fp8_tflops=733.0,
         peak_int8_tops=733.0,
-        hbm_capacity_gb=from_gib(45),  # 46068 MiB visible
+        hbm_capacity_gb=_memory_gb("NVIDIA_L40S_48G"),
         hbm_bandwidth_gb_s=864.0,
         interconnect=_pcie_node(32.0, _IB_HDR_GB_S),
         source=_HW_SPECS,
@@ -425,7 +456,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_bf16_tflops=756.5,
         peak_fp8_tflops=1513.0,
         peak_int8_tops=1513.0,
-        hbm_capacity_gb=from_gib(80),
+        hbm_capacity_gb=_memory_gb("NVIDIA_H100_PCIE_80G"),
         hbm_bandwidth_gb_s=2000.0,
         interconnect=_pcie_node(64.0, _IB_NDR_GB_S),
         source=_HW_SPECS,
@@ -438,7 +469,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_bf16_tflops=121.0,
         peak_fp8_tflops=242.0,
         peak_int8_tops=242.0,
-        hbm_capacity_gb=from_gib(24),
+        hbm_capacity_gb=_memory_gb("NVIDIA_L4_24G"),
         hbm_bandwidth_gb_s=300.0,
         interconnect=_pcie_node(32.0, _AIC_PCIE_NIC_GB_S),
         source=_HW_SPECS,
@@ -453,7 +484,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_fp8_tflops=935.6,
         peak_int8_tops=935.6,
         peak_fp4_tflops=1871.2,
-        hbm_capacity_gb=from_mib(97887),
+        hbm_capacity_gb=_memory_gb("NVIDIA_RTX_PRO_6000_SERVER_96G"),
         hbm_bandwidth_gb_s=1792.0,
         interconnect=_pcie_node(64.0, _IB_NDR_GB_S),
         source=_HW_SPECS,
@@ -467,7 +498,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_fp8_tflops=4500.0,
         peak_int8_tops=4500.0,
         peak_fp4_tflops=9000.0,
-        hbm_capacity_gb=from_gib(180),
+        hbm_capacity_gb=_memory_gb("NVIDIA_B200_SXM_180G"),
         hbm_bandwidth_gb_s=7700.0,
         interconnect=_nvlink_node(900.0, _IB_NDR_GB_S),
         source=_HW_SPECS,
@@ -481,7 +512,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_fp8_tflops=5000.0,
         peak_int8_tops=5000.0,
         peak_fp4_tflops=10000.0,
-        hbm_capacity_gb=186.0,
+        hbm_capacity_gb=_memory_gb("NVIDIA_GB200_186G"),
         hbm_bandwidth_gb_s=8000.0,
         interconnect=_nvl72_rack(_IB_NDR_GB_S),
         source=_HW_SPECS,
@@ -498,7 +529,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_fp8_tflops=4500.0,
         peak_int8_tops=153.5,
         peak_fp4_tflops=14000.0,
-        hbm_capacity_gb=from_mib(275040),
+        hbm_capacity_gb=_memory_gb("NVIDIA_B300_SXM_288G"),
         hbm_bandwidth_gb_s=7750.0,
         interconnect=_nvlink_node(900.0, _IB_XDR_GB_S),
         source=_HW_SPECS,
@@ -512,7 +543,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_fp8_tflops=5000.0,
         peak_int8_tops=165.0,
         peak_fp4_tflops=15000.0,
-        hbm_capacity_gb=from_mib(284208),
+        hbm_capacity_gb=_memory_gb("NVIDIA_GB300_288G"),
         hbm_bandwidth_gb_s=8000.0,
         interconnect=_nvl72_rack(_IB_XDR_GB_S),
         source=_HW_SPECS,
@@ -527,7 +558,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_bf16_tflops=98.3,
         peak_fp8_tflops=98.3,
         peak_int8_tops=197.0,
-        hbm_capacity_gb=from_gib(24),
+        hbm_capacity_gb=_memory_gb("INTEL_ARC_PRO_B60_24G"),
         hbm_bandwidth_gb_s=456.0,
         interconnect=_pcie_node(28.4, _IB_NDR_GB_S),
         source=_HW_SPECS,
@@ -540,7 +571,7 @@ BUILTIN_DEVICES: tuple[Device, ...] = (
         peak_bf16_tflops=1307.4,
         peak_fp8_tflops=2614.9,
         peak_int8_tops=2614.9,
-        hbm_capacity_gb=192.0,
+        hbm_capacity_gb=_memory_gb("AMD_MI300X_192G"),
         hbm_bandwidth_gb_s=5300.0,
         interconnect=_nvlink_node(448.0, _IB_NDR_GB_S),
         source=_HW_SPECS,

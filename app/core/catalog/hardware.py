@@ -1,8 +1,9 @@
 """What the latency model knows of an accelerator: the :class:`Device` and its interconnect tiers.
 
-Units are in the field names. ``hbm_capacity_gb`` is decimal GB (1e9 bytes); capacities sold as
-"80 GB" are 80 GiB of HBM and are stored converted (:func:`from_gib`; :func:`from_mib` for
-nvidia-smi totals). The built-in devices are in :mod:`app.core.catalog.device_table`.
+Units are in the field names. ``hbm_capacity_gb`` is decimal GB (1e9 bytes): for a built-in
+device, the total its runtime reports (nvidia-smi, rocm-smi), converted from MiB or bytes, or its
+vendor capacity in GiB where no citable source gives that total (``data/device_memory.csv``
+names the source per device). The built-in devices are in :mod:`app.core.catalog.device_table`.
 """
 
 from __future__ import annotations
@@ -19,16 +20,6 @@ BYTES_PER_MIB = 1024**2
 BYTES_PER_GB = 1e9
 BYTES_PER_TIB = 1024**4
 BYTES_PER_TB = 1e12
-
-
-def from_gib(gib: float) -> float:
-    """GiB -> decimal GB."""
-    return gib * BYTES_PER_GIB / BYTES_PER_GB
-
-
-def from_mib(mib: float) -> float:
-    """MiB (what ``nvidia-smi`` reports) -> decimal GB."""
-    return mib * BYTES_PER_MIB / BYTES_PER_GB
 
 
 def from_tib_s(tib_per_s: float) -> float:

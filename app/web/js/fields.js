@@ -42,19 +42,23 @@ export const FIELDS = [
     value: "ATLAS_800_A2_376T_64G", options: [] },
   { name: "num_devices", group: "deployment", label: "Device count", kind: "int",
     cli: "--num-devices", value: 8, hint: "tp × dp devices to search over" },
+  // Blank: derived by the API (the engine profile's; the answer's input shows the value used).
   { name: "quantize_linear_action", group: "deployment", label: "Linear quantization",
-    kind: "select", cli: "--quantize-linear-action", options: ["DISABLED"] },
+    kind: "select", cli: "--quantize-linear-action", value: "", blank: "engine default",
+    options: [["", "engine default"]] },
   { name: "quantize_attention_action", group: "deployment", label: "Attention quantization",
-    kind: "select", cli: "--quantize-attention-action", options: ["DISABLED"] },
+    kind: "select", cli: "--quantize-attention-action", value: "", blank: "engine default",
+    options: [["", "engine default"]] },
   // Workload
   { name: "input_length", group: "workload", label: "Input length", unit: "tokens",
     kind: "int", cli: "--input-length", value: 3500 },
   { name: "output_length", group: "workload", label: "Output length", unit: "tokens",
     kind: "int", cli: "--output-length", value: 1500 },
-  // Optional in the API (the engine default for the device); the form asks for it.
+  // Blank: the engine profile's budget for the device, as the API and the CLI (the answer's
+  // input shows the value used: vLLM's 8192 on an H200, 2048 on a 64 GB device).
   { name: "max_batched_tokens", group: "workload", label: "Max batched tokens", unit: "tokens",
-    kind: "int", required: true, cli: "--max-batched-tokens", value: 2048,
-    hint: "Token budget of one engine step and the largest prefill chunk" },
+    kind: "int", cli: "--max-batched-tokens", value: "", placeholder: "engine default",
+    hint: "Token budget of one engine step and the largest prefill chunk (blank: the engine's for the device)" },
   { name: "prefix_cache_hit_rate", group: "workload", label: "Prefix-cache hit rate",
     kind: "float", step: "0.05", cli: "--prefix-cache-hit-rate",
     hint: "Share of the prompt already cached, in [0, 1)" },

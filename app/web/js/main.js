@@ -9,7 +9,7 @@ import {
 import { exportDisaggCsv, renderDisaggSummary, renderDisaggTable } from "./disagg.js";
 import { cliCommand, curlCommand } from "./commands.js";
 import {
-  applyMode, applySchema, clearErrors, fieldOfLoc, formState, input, readForm, renderForm,
+  applyMode, applySchema, clearErrors, fieldOfLoc, fieldSpec, formState, input, readForm, renderForm,
   resetForm, setFormState, setOptions, showErrors,
 } from "./fields.js";
 import { LAUNCH_ENGINES, launchBody, renderLaunch } from "./launch.js";
@@ -87,8 +87,12 @@ async function loadCatalogs() {
     state.catalog = { models: models.models, devices: devices.devices };
     $("model-options").replaceChildren(...models.models.map((m) => h("option", { value: m.name })));
     setOptions(input("device"), devices.devices.map((d) => [d.name, `${d.name} (${fmt(gib(d.hbm_capacity_gb), 0)} GiB)`]));
-    setOptions(input("quantize_linear_action"), models.quantize_linear_actions);
-    setOptions(input("quantize_attention_action"), models.quantize_attention_actions);
+    for (const [name, actions] of [
+      ["quantize_linear_action", models.quantize_linear_actions],
+      ["quantize_attention_action", models.quantize_attention_actions],
+    ]) {
+      setOptions(input(name), [["", fieldSpec(name).blank], ...actions]);
+    }
     describeModel();
     describeDevice();
   } catch (err) {
@@ -170,16 +174,15 @@ async function runOptimize(event) {
   const controller = new AbortController();
   state.controller = controller;
   setBusy(true, `Optimizing ${body.model} on ${body.num_devices} × ${body.device}`);
-  const planBody = {
-    input_length: body.input_length,
-    prefix_cache_hit_rate: body.prefix_cache_hit_rate ?? 0,
-    max_batched_tokens: body.max_batched_tokens,
-  };
   try {
-    const [response, plan] = await Promise.all([
-      postJson("/v1/optimize", { ...body, include_probes: true }, controller.signal),
-      postJson("/v1/chunk-plan", planBody, controller.signal).catch((err) => err),
-    ]);
+    const response = await postJson("/v1/optimize", { ...body, include_probes: true }, controller.signal);
+    // The budget the search used (the form's, or the engine profile's when it is blank).
+    const planBody = {
+      input_length: body.input_length,
+      prefix_cache_hit_rate: body.prefix_cache_hit_rate ?? 0,
+      max_batched_tokens: response.input.max_batched_tokens,
+    };
+    const plan = await postJson("/v1/chunk-plan", planBody, controller.signal).catch((err) => err);
     state.response = response;
     renderResults(response, plan);
   } catch (err) {
@@ -567,9 +570,12 @@ async function boot() {
   // A link's calibration is read back first; when it is gone the link is not run without it.
   const restored = calibration ? restore(calibration) : Promise.resolve(true);
   return Promise.all([loadCatalogs(), restored]).then(([, ok]) => {
+    const linked = setFormState(fromUrl); // the selects have their options now
+    describeModel(); // the link's model and device, not the form's defaults
+    describeDevice();
     describeCalibration(); // the device list is in now
     document.body.dataset.ready = "true";
-    if ((setFormState(fromUrl) || calibration) && ok) form.requestSubmit();
+    if ((linked || calibration) && ok) form.requestSubmit();
   });
 }
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import pytest
 
 from app.core.catalog import (
@@ -110,3 +113,33 @@ def test_quantization_names() -> None:
     with pytest.raises(InvalidParameterError) as info:
         parse_quantization("W3A7")
     assert "NVFP4" in str(info.value)
+
+
+def test_every_device_states_its_memory_total_and_its_source() -> None:
+    """One rule (README, "Units"): the runtime's reported total, or the vendor's GiB where no
+    citable source gives it; data/device_memory.csv has one sourced row per built-in device."""
+    path = Path(__file__).resolve().parents[3] / "app/core/catalog/data/device_memory.csv"
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = {row["device"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == {device.name for device in list_devices()}
+    for name, row in rows.items():
+        assert row["source"].strip(), name
+        assert row["reported_by"] in {"nvidia-smi", "rocm-smi", "vendor capacity"}, name
+        assert (row["unit"] == "GiB") == (row["reported_by"] == "vendor capacity"), name
+
+
+@pytest.mark.parametrize(
+    ("name", "total_bytes"),
+    [
+        # Stored in decimal GB before (96, 186, 192 GB): 7 % below what the runtime reports.
+        ("NVIDIA_H20_96G", 97871 * 2**20),
+        ("NVIDIA_GB200_186G", 189471 * 2**20),
+        ("AMD_MI300X_192G", 206141652992),
+        # "288G" both, and both the driver's totals: B300 275040 MiB, GB300 284208 MiB.
+        ("NVIDIA_B300_SXM_288G", 275040 * 2**20),
+        ("NVIDIA_GB300_288G", 284208 * 2**20),
+        ("NVIDIA_H100_SXM_80G", 81559 * 2**20),
+    ],
+)
+def test_memory_is_the_runtimes_total(name: str, total_bytes: int) -> None:
+    assert get_device(name).hbm_capacity_gb == pytest.approx(total_bytes / 1e9, rel=1e-12)
