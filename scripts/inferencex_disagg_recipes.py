@@ -1,0 +1,354 @@
+"""Regenerate ``app/core/catalog/data/inferencex_disagg_recipe_settings.csv``: the engine
+settings of each row of the measured disaggregated file, read from the InferenceX Dynamo
+recipes its provenance names (``app/core/validation/disagg_recipes.py`` says how they are
+used).
+
+    python -m scripts.inferencex_disagg_recipes --repo PATH/TO/InferenceX \
+        --recipes PATH/TO/srt-slurm [--write]
+
+``PATH/TO/InferenceX`` is a clone of ``SemiAnalysisAI/InferenceX`` (full history),
+``PATH/TO/srt-slurm`` a clone of ``NVIDIA/srt-slurm`` (the recipes InferenceX's runners check
+out, ``runners/launch_*-slurm.sh``). For each row (engine build, model, hardware, quantization,
+lengths, concurrency, the two pools' layouts as recorded) it walks the history of
+``configs/nvidia-master.yaml`` from 2025-11-15 to 2026-04-30 (the rows were measured from
+2026-01 to 2026-03), takes every search-space item of the entries
+``dsr1-<precision>-<hardware>-dynamo-<trt|sglang>[-mtp]`` whose image tag is the row's build,
+with the row's lengths and its concurrency in ``conc-list``, and reads the recipe each names
+(``CONFIG_FILE=``) at ``--branch``. Items whose layout is the row's are preferred; without one
+(the sample records many rows with one worker per pool) every item at that concurrency counts
+and the row is ``ambiguous`` at best. One value across the items -> ``recipe``; several ->
+``ambiguous`` with the values in the note; no item -> no table row (the profile's defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import re
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "app" / "core" / "catalog" / "data" / "inferencex_disagg_recipe_settings.csv"
+CASES = ROOT.parent / "shared" / "validation" / "measured_disagg_serving_cases.csv"
+CONFIGS = (".github/configs/nvidia-master.yaml", "configs/nvidia-master.yaml")
+SINCE, UNTIL = "2025-11-15", "2026-04-30"
+BRANCH = "sa-submission-q2-2026"
+KEY_COLUMNS = (
+    "engine",
+    "model",
+    "hardware",
+    "gemm_quant",
+    "isl",
+    "osl",
+    "concurrency",
+    "prefill",
+    "decode",
+)
+#: The settings read from a recipe (the table's value columns, in order).
+SETTINGS = (
+    "num_mtp_tokens",
+    "kv_cache_dtype",
+    "prefill_memory_fraction",
+    "decode_memory_fraction",
+    "decode_max_batch_size",
+    "decode_max_total_tokens",
+    "unmodelled",
+)
+COLUMNS = (*KEY_COLUMNS, *SETTINGS, "settings", "recipe", "note", "source")
+PRECISION = {"nvfp4": "fp4", "fp8": "fp8"}
+RUNNER = {
+    "B200 180GB": "b200",
+    "B300 SXM 288GB": "b300",
+    "H100 SXM 80GB": "h100",
+    "H200 SXM 141GB": "h200",
+}
+FRAMEWORK = {"trtllm": "trt", "sglang": "sglang"}
+DEEPSEEK = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")
+Item = dict[str, Any]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
+    ).stdout
+
+
+def config_items(repo: Path) -> list[Item]:
+    """Every search-space item of every Dynamo entry in the config's history (the period)."""
+    items: list[Item] = []
+    log = git(repo, "log", "--format=%H", f"--since={SINCE}", f"--until={UNTIL}", "--", *CONFIGS)
+    for commit in reversed(log.split()):
+        for path in CONFIGS:
+            text = git(repo, "show", f"{commit}:{path}")
+            if not text:
+                continue
+            data = yaml.load(text, Loader=yaml.CSafeLoader) or {}
+            for key, entry in data.items():
+                if not (isinstance(entry, dict) and "-dynamo-" in key and entry.get("disagg")):
+                    continue
+                # ``seq-len-configs`` until the config grew ``scenarios`` (2026-03)
+                scenarios = [entry.get("seq-len-configs") or []]
+                scenarios += (entry.get("scenarios") or {}).values()
+                for scenario in scenarios:
+                    for lengths in scenario:
+                        for space in lengths.get("search-space", []):
+                            items.append(
+                                {
+                                    "commit": commit,
+                                    "key": key,
+                                    "image": str(entry.get("image")),
+                                    "isl": lengths.get("isl"),
+                                    "osl": lengths.get("osl"),
+                                    **space,
+                                }
+                            )
+    return items
+
+
+def tag_matches(image: str, build: str) -> bool:
+    """Whether an image's tag is the row's build (``v0.5.8.post1-cu130`` for ``0.5.8.post1``,
+    ``0.8.1.post2`` for the Dynamo runtime ``0.8.1.post2``)."""
+    tag = image.rsplit(":", 1)[-1]
+    return tag in (build, f"v{build}") or tag.startswith((f"v{build}-", f"{build}-"))
+
+
+def pool_text(workers: int, tp: int, dp: int, ep: int) -> str:
+    """A pool's layout as the table keys it: ``workers x tp/attn_dp/moe_ep``."""
+    return f"{workers}x{tp}/{dp}/{ep}"
+
+
+def item_pool(item: Item, pool: str) -> str:
+    """An item's pool in the row's terms: ``dp-attn`` makes the ``tp`` ranks attention-DP."""
+    side = item[pool]
+    tp = int(side["tp"])
+    dp_attn = bool(side.get("dp-attn"))
+    return pool_text(
+        int(side["num-worker"]), 1 if dp_attn else tp, tp if dp_attn else 1, side["ep"]
+    )
+
+
+def row_pool(row: Mapping[str, str], pool: str) -> str:
+    return pool_text(
+        *(int(row[f"{pool}_{c}"] or 1) for c in ("workers", "tp", "attn_dp", "moe_ep"))
+    )
+
+
+def recipe_path(item: Item) -> str | None:
+    for setting in item["prefill"].get("additional-settings") or []:
+        if setting.startswith("CONFIG_FILE="):
+            return str(setting.split("=", 1)[1]).replace("recipies/", "recipes/")
+    return None
+
+
+def _section(data: Mapping[str, Any], *names: str) -> Mapping[str, Any]:
+    for name in names:
+        data = data.get(name) or {}
+    return data
+
+
+def _get(section: Mapping[str, Any], *names: str) -> Any:
+    for name in names:
+        if name in section:
+            return section[name]
+    return None
+
+
+def _fraction(value: Any) -> str:
+    return "" if value is None else f"{float(value):g}"
+
+
+def trtllm_settings(data: Mapping[str, Any]) -> dict[str, str]:
+    prefill = _section(data, "backend", "trtllm_config", "prefill")
+    decode = _section(data, "backend", "trtllm_config", "decode")
+    spec = decode.get("speculative_config") or {}
+    unmodelled = []
+    if spec and str(spec.get("decoding_type", "")).upper() != "MTP":
+        unmodelled.append(f"speculative_config.decoding_type={spec.get('decoding_type')}")
+    slots = _section(decode, "moe_config", "load_balancer").get("num_slots")
+    if slots:
+        unmodelled.append(f"moe_config.load_balancer.num_slots={slots}")
+    kv = _section(decode, "kv_cache_config").get("dtype")
+    return {
+        "num_mtp_tokens": str(spec.get("num_nextn_predict_layers", 0) if spec else 0),
+        "kv_cache_dtype": "fp8" if str(kv).startswith("fp8") else "default",
+        "prefill_memory_fraction": _fraction(
+            _section(prefill, "kv_cache_config").get("free_gpu_memory_fraction")
+        ),
+        "decode_memory_fraction": _fraction(
+            _section(decode, "kv_cache_config").get("free_gpu_memory_fraction")
+        ),
+        # TensorRT-LLM's max_batch_size is per rank, attention DP or not.
+        "decode_max_batch_size": str(decode.get("max_batch_size") or ""),
+        "decode_max_total_tokens": "",
+        "unmodelled": " ".join(unmodelled),
+    }
+
+
+def sglang_settings(data: Mapping[str, Any]) -> dict[str, str]:
+    prefill = _section(data, "backend", "sglang_config", "prefill")
+    decode = _section(data, "backend", "sglang_config", "decode")
+    algorithm = decode.get("speculative-algorithm")
+    unmodelled = []
+    steps = 0
+    if algorithm:
+        steps = int(decode.get("speculative-num-steps") or 0)
+        topk = int(decode.get("speculative-eagle-topk") or 1)
+        # DeepSeek's MTP head runs as SGLang's EAGLE (NEXTN) drafter: a chain of ``steps``
+        # drafts; a tree (topk > 1) verifies more than it emits and is not modelled.
+        if str(algorithm).upper() not in ("EAGLE", "NEXTN"):
+            unmodelled.append(f"speculative-algorithm={algorithm}")
+        if topk > 1:
+            unmodelled.append(f"speculative-eagle-topk={topk}")
+    if decode.get("ep-num-redundant-experts"):
+        unmodelled.append(f"ep-num-redundant-experts={decode['ep-num-redundant-experts']}")
+    kv = decode.get("kv-cache-dtype")
+    running = decode.get("max-running-requests")
+    dp = int(_get(decode, "data-parallel-size", "dp-size") or 1)
+    if running and decode.get("enable-dp-attention") and dp > 1:
+        running = int(running) // dp  # SGLang splits it over the attention-DP ranks
+    return {
+        "num_mtp_tokens": str(steps),
+        "kv_cache_dtype": "fp8" if str(kv).startswith("fp8") else "default",
+        "prefill_memory_fraction": _fraction(prefill.get("mem-fraction-static")),
+        "decode_memory_fraction": _fraction(decode.get("mem-fraction-static")),
+        "decode_max_batch_size": str(running or ""),
+        "decode_max_total_tokens": str(decode.get("max-total-tokens") or ""),
+        "unmodelled": " ".join(unmodelled),
+    }
+
+
+def recipe_settings(recipes: Path, branch: str, path: str) -> dict[str, str] | None:
+    """A recipe's settings, or None when the branch does not hold it."""
+    text = git(recipes, "show", f"{branch}:{path}")
+    if not text:
+        return None
+    data = yaml.load(text, Loader=yaml.CSafeLoader) or {}
+    backend = str(_section(data, "backend").get("type") or "")
+    if backend == "trtllm" or "trtllm_config" in _section(data, "backend"):
+        return trtllm_settings(data)
+    return sglang_settings(data)
+
+
+def name_settings(path: str) -> dict[str, str]:
+    """What a recipe's path alone says (its file is not on the branch): ``stp`` is no
+    speculation, ``mtpN`` N draft tokens; the rest unknown."""
+    found = re.search(r"_mtp(\d+)", path)
+    mtp = "0" if "/stp/" in path or "_stp_" in path else found.group(1) if found else ""
+    return dict.fromkeys(SETTINGS, "") | {"num_mtp_tokens": mtp}
+
+
+def merge(values: Iterable[dict[str, str]]) -> tuple[dict[str, str], list[str]]:
+    """One value per setting when every recipe agrees, else blank and a note."""
+    merged: dict[str, str] = {}
+    notes: list[str] = []
+    listed = list(values)
+    for name in SETTINGS:
+        found = sorted({v[name] for v in listed})
+        if len(found) == 1:
+            merged[name] = found[0]
+        else:
+            merged[name] = ""
+            notes.append(f"{name}: " + " or ".join(f or "unknown" for f in found))
+    return merged, notes
+
+
+def table_rows(repo: Path, recipes: Path, branch: str, cases: Path) -> list[dict[str, str]]:
+    items = config_items(repo)
+    with cases.open(encoding="utf-8", newline="") as handle:
+        measured = list(csv.DictReader(handle))
+    cache: dict[str, dict[str, str] | None] = {}
+    keys = sorted(
+        {
+            (*tuple(r[c] for c in KEY_COLUMNS[:7]), row_pool(r, "prefill"), row_pool(r, "decode"))
+            for r in measured
+        }
+    )
+    out: list[dict[str, str]] = []
+    for key in keys:
+        row = dict(zip(KEY_COLUMNS, key, strict=True))
+        family, build = row["engine"].split(" ", 1)
+        if row["model"] not in DEEPSEEK or row["hardware"] not in RUNNER:
+            continue
+        entry = (
+            f"dsr1-{PRECISION[row['gemm_quant']]}-{RUNNER[row['hardware']]}"
+            f"-dynamo-{FRAMEWORK[family]}"
+        )
+        found = [
+            i
+            for i in items
+            if i["key"] in (entry, f"{entry}-mtp")
+            and tag_matches(i["image"], build)
+            and (i["isl"], i["osl"]) == (int(row["isl"]), int(row["osl"]))
+            and int(row["concurrency"]) in (i.get("conc-list") or [])
+        ]
+        exact = [
+            i
+            for i in found
+            if (item_pool(i, "prefill"), item_pool(i, "decode")) == (row["prefill"], row["decode"])
+        ]
+        chosen = exact or found
+        paths = sorted({p for i in chosen if (p := recipe_path(i))})
+        if not paths:
+            continue
+        per_path = {}
+        for path in paths:
+            if path not in cache:
+                cache[path] = recipe_settings(recipes, branch, path.split(":")[0])
+            per_path[path] = cache[path] or name_settings(path)
+        merged, notes = merge(per_path.values())
+        if not exact:
+            layouts = sorted(
+                {f"{item_pool(i, 'prefill')} + {item_pool(i, 'decode')}" for i in found}
+            )
+            notes.append(
+                "the recorded layout is none of the recipe's at this concurrency ("
+                + ", ".join(layouts)
+                + "); its per-worker caps (decode_max_batch_size, decode_max_total_tokens) "
+                "belong to that layout and are not applied"
+            )
+            merged |= {"decode_max_batch_size": "", "decode_max_total_tokens": ""}
+        missing = [p for p in paths if cache[p] is None]
+        if missing:
+            notes.append("not on the recipes branch, read from its name: " + " ".join(missing))
+        commits = sorted({i["commit"][:10] for i in chosen})
+        out.append(
+            row
+            | merged
+            | {
+                "settings": "ambiguous" if notes else "recipe",
+                "recipe": " ".join(p.rsplit("/", 1)[-1].removesuffix(".yaml") for p in paths),
+                "note": "; ".join(notes),
+                "source": f"{entry}[-mtp] @ {commits[0]}..{commits[-1]}; NVIDIA/srt-slurm@{branch}:"
+                + " ".join(paths),
+            }
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--repo", type=Path, required=True, help="a clone of InferenceX")
+    parser.add_argument("--recipes", type=Path, required=True, help="a clone of srt-slurm")
+    parser.add_argument("--branch", default=BRANCH, help="the recipes' branch")
+    parser.add_argument("--cases", type=Path, default=CASES, help="the measured disagg file")
+    parser.add_argument("--write", action="store_true", help=f"write {TABLE}")
+    args = parser.parse_args()
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table_rows(args.repo, args.recipes, args.branch, args.cases))
+    if args.write:
+        TABLE.write_text(buffer.getvalue(), encoding="utf-8")
+        print(f"wrote {TABLE}")
+    else:
+        print(buffer.getvalue(), end="")
+
+
+if __name__ == "__main__":
+    main()
