@@ -33,6 +33,9 @@ from typing import Any
 
 import yaml
 
+from app.core.errors import ChunkwiseError
+from app.core.validation.case_file import check_expert_split
+
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "app" / "core" / "catalog" / "data" / "inferencex_disagg_recipe_settings.csv"
 CASES = ROOT.parent / "shared" / "validation" / "measured_disagg_serving_cases.csv"
@@ -60,7 +63,10 @@ SETTINGS = (
     "decode_max_total_tokens",
     "unmodelled",
 )
-COLUMNS = (*KEY_COLUMNS, *SETTINGS, "settings", "recipe", "note", "source")
+#: The recipe's pools (``workers x tp/attn_dp/moe_ep``) where the row records another layout and
+#: the recipes at its concurrency ran one the product models.
+LAYOUT = ("recipe_prefill", "recipe_decode")
+COLUMNS = (*KEY_COLUMNS, *SETTINGS, *LAYOUT, "settings", "recipe", "note", "source")
 PRECISION = {"nvfp4": "fp4", "fp8": "fp8"}
 RUNNER = {
     "B200 180GB": "b200",
@@ -137,6 +143,18 @@ def row_pool(row: Mapping[str, str], pool: str) -> str:
     return pool_text(
         *(int(row[f"{pool}_{c}"] or 1) for c in ("workers", "tp", "attn_dp", "moe_ep"))
     )
+
+
+def modelled(*pools: str) -> bool:
+    """Whether the product runs these pools (experts tensor-parallel across attention-DP ranks
+    without EP is refused: such a recipe layout is not substituted for the recorded one)."""
+    for text in pools:
+        tp, dp, ep = (int(v) for v in text.split("x", 1)[1].split("/"))
+        try:
+            check_expert_split(tp, dp, tp * dp // ep, ep)
+        except ChunkwiseError:
+            return False
+    return True
 
 
 def recipe_path(item: Item) -> str | None:
@@ -302,17 +320,23 @@ def table_rows(repo: Path, recipes: Path, branch: str, cases: Path) -> list[dict
                 cache[path] = recipe_settings(recipes, branch, path.split(":")[0])
             per_path[path] = cache[path] or name_settings(path)
         merged, notes = merge(per_path.values())
+        merged |= dict.fromkeys(LAYOUT, "")
         if not exact:
-            layouts = sorted(
-                {f"{item_pool(i, 'prefill')} + {item_pool(i, 'decode')}" for i in found}
-            )
-            notes.append(
-                "the recorded layout is none of the recipe's at this concurrency ("
-                + ", ".join(layouts)
-                + "); its per-worker caps (decode_max_batch_size, decode_max_total_tokens) "
-                "belong to that layout and are not applied"
-            )
-            merged |= {"decode_max_batch_size": "", "decode_max_total_tokens": ""}
+            pools = sorted({(item_pool(i, "prefill"), item_pool(i, "decode")) for i in found})
+            layouts = ", ".join(" + ".join(pair) for pair in pools)
+            if len(pools) == 1 and modelled(*pools[0]):
+                merged |= dict(zip(LAYOUT, pools[0], strict=True))
+                notes.append(
+                    f"the recorded layout is not the recipe's; replayed in the recipe's ({layouts})"
+                )
+            else:
+                notes.append(
+                    "the recorded layout is none of the recipe's at this concurrency ("
+                    + layouts
+                    + "); its per-worker caps (decode_max_batch_size, decode_max_total_tokens) "
+                    "belong to that layout and are not applied"
+                )
+                merged |= {"decode_max_batch_size": "", "decode_max_total_tokens": ""}
         missing = [p for p in paths if cache[p] is None]
         if missing:
             notes.append("not on the recipes branch, read from its name: " + " ".join(missing))

@@ -218,6 +218,7 @@ class DisaggReplay:
         """The row's disaggregated closed loop under its recipe ``settings`` (domain errors
         say why it cannot run, a setting the product cannot model among them)."""
         settings.check_modelled()
+        row = {**row, **dict(settings.layout)}  # the recipe's layout where it is known
         model, device, precision = row_deployment(row)
         family = get_profile(engine_family(row["engine"]))
         profile = family.with_overrides(dict(settings.prefill_options))

@@ -63,6 +63,9 @@ class DisaggSettings:
     prefill_options: Options = ()
     decode_options: Options = ()
     decode_max_total_tokens: int | None = None
+    #: The recipe's (prefill, decode) layouts as the measured file's columns, where the row
+    #: records another (``()``: the recorded layout runs).
+    layout: tuple[tuple[str, str], ...] = ()
     unmodelled: str = ""
     recipe: str = ""
     note: str = ""
@@ -122,6 +125,7 @@ def _settings(row: Mapping[str, str]) -> DisaggSettings:
         prefill_options=_options(kv, row["prefill_memory_fraction"]),
         decode_options=_options(kv, row["decode_memory_fraction"], row["decode_max_batch_size"]),
         decode_max_total_tokens=int(t) if (t := row["decode_max_total_tokens"]) else None,
+        layout=_layout(row["recipe_prefill"], row["recipe_decode"]),
         unmodelled=row["unmodelled"],
         recipe=row["recipe"],
         note=row["note"] or ("" if mtp else "num_mtp_tokens unknown: no speculation"),
@@ -140,13 +144,24 @@ def disagg_recipe_table(
 
 def _pools(row: Mapping[str, str]) -> dict[str, str]:
     """The table's ``prefill`` / ``decode`` keys as the measured file's columns."""
+    return dict(_layout(row["prefill"], row["decode"]))
+
+
+def _layout(prefill: str, decode: str) -> tuple[tuple[str, str], ...]:
+    """Two pools (``workers x tp/attn_dp/moe_ep``) as the measured file's columns, with
+    ``moe_tp`` the rest of each pool's ranks and ``num_devices`` their total (``()``: none)."""
+    if not (prefill and decode):
+        return ()
     out: dict[str, str] = {}
-    for pool in ("prefill", "decode"):
-        workers, layout = row[pool].split("x", 1)
-        tp, dp, ep = layout.split("/")
-        out |= {f"{pool}_workers": workers, f"{pool}_tp": tp, f"{pool}_attn_dp": dp}
-        out[f"{pool}_moe_ep"] = ep
-    return out
+    devices = 0
+    for pool, text in (("prefill", prefill), ("decode", decode)):
+        workers, layout = text.split("x", 1)
+        tp, dp, ep = (int(v) for v in layout.split("/"))
+        devices += int(workers) * tp * dp
+        out |= {f"{pool}_workers": workers, f"{pool}_tp": str(tp), f"{pool}_attn_dp": str(dp)}
+        out |= {f"{pool}_moe_ep": str(ep), f"{pool}_moe_tp": str(tp * dp // ep)}
+    out["num_devices"] = str(devices)
+    return tuple(out.items())
 
 
 def disagg_row_settings(
