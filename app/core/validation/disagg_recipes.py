@@ -128,7 +128,7 @@ def _settings(row: Mapping[str, str]) -> DisaggSettings:
         layout=_layout(row["recipe_prefill"], row["recipe_decode"]),
         unmodelled=row["unmodelled"],
         recipe=row["recipe"],
-        note=row["note"] or ("" if mtp else "num_mtp_tokens unknown: no speculation"),
+        note=row["note"],
         source=f"{RECIPE_SOURCE}: {row['source']}",
     )
 

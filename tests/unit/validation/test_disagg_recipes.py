@@ -133,3 +133,34 @@ def test_a_setting_the_product_cannot_model_refuses_the_row_naming_it() -> None:
     with pytest.raises(UnsupportedError, match="speculative-eagle-topk=4") as caught:
         DisaggReplay().predict(ROW, settings)
     assert "not modelled" in str(caught.value)
+
+
+def test_a_row_recorded_in_another_layout_replays_in_its_recipes_with_its_mtp() -> None:
+    """``..._c875_tp4_0_ep4_0_1138`` records 1 x TP4/EP4 + 1 x TP8/EP4 (12 GPUs); the one recipe
+    at that concurrency, ``ctx1_gen5_dep8_batch16_eplb0_mtp3``, ran 1 DEP4 + 5 DEP8 (44 GPUs)."""
+    recorded = {
+        **ROW,
+        "model": "deepseek-ai/DeepSeek-R1",
+        "concurrency": "875",
+        "decode_workers": "1",
+        **{f"{pool}_attn_dp": "1" for pool in ("prefill", "decode")},
+        **{"prefill_tp": "4", "prefill_moe_tp": "1", "prefill_moe_ep": "4"},
+        **{"decode_tp": "8", "decode_moe_tp": "2", "decode_moe_ep": "4", "num_devices": "12"},
+    }
+    found = disagg_row_settings(recorded)
+    assert (found.settings, found.recipe, found.num_mtp_tokens) == (
+        "ambiguous",
+        "ctx1_gen5_dep8_batch16_eplb0_mtp3",
+        3,
+    )
+    assert dict(found.layout) == {
+        **{"prefill_workers": "1", "prefill_tp": "1", "prefill_attn_dp": "4"},
+        **{"prefill_moe_ep": "4", "prefill_moe_tp": "1"},
+        **{"decode_workers": "5", "decode_tp": "1", "decode_attn_dp": "8"},
+        **{"decode_moe_ep": "8", "decode_moe_tp": "1", "num_devices": "44"},
+    }
+    assert "replayed in the recipe's" in found.note
+    as_run = {**recorded, **dict(found.layout)}
+    assert DisaggReplay().predict(recorded, found) == DisaggReplay().predict(
+        as_run, replace(found, layout=())
+    )
