@@ -28,6 +28,7 @@ import io
 import re
 import subprocess
 from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +277,62 @@ def merge(values: Iterable[dict[str, str]]) -> tuple[dict[str, str], list[str]]:
     return merged, notes
 
 
+def _counts(value: Any) -> set[int]:
+    """A recipe's ``benchmark.concurrencies``: ``"144"``, ``"32x64x128"`` or a list."""
+    if isinstance(value, list):
+        return {int(v) for v in value}
+    return {int(v) for v in str(value or "").split("x") if v.strip().isdigit()}
+
+
+@cache
+def _recipe_file(recipes: Path, branch: str, path: str) -> dict[str, Any]:
+    return yaml.load(git(recipes, "show", f"{branch}:{path}"), Loader=yaml.CSafeLoader) or {}
+
+
+def recipe_items(
+    recipes: Path, branch: str, items: list[Item], entry: str, build: str, row: Mapping[str, str]
+) -> list[Item]:
+    """Items for a row no config item lists: the recipes in the folders the entry's items
+    name (on ``branch``) whose benchmark has the row's lengths and client count, with the
+    pools their resources and engine settings give."""
+    folders = {
+        p.rsplit("/", 1)[0]
+        for i in items
+        if i["key"] in (entry, f"{entry}-mtp") and tag_matches(i["image"], build)
+        if (p := recipe_path(i)) and ":" not in p
+    }
+    out: list[Item] = []
+    for folder in sorted(folders):
+        for path in git(recipes, "ls-tree", "--name-only", f"{branch}:{folder}").split():
+            full = f"{folder}/{path}"
+            data = _recipe_file(recipes, branch, full)
+            bench = _section(data, "benchmark")
+            if (bench.get("isl"), bench.get("osl")) != (int(row["isl"]), int(row["osl"])):
+                continue
+            if int(row["concurrency"]) not in _counts(bench.get("concurrencies")):
+                continue
+            resources = _section(data, "resources")
+            pools: dict[str, Any] = {}
+            for pool in ("prefill", "decode"):
+                trt = _section(data, "backend", "trtllm_config", pool)
+                sgl = _section(data, "backend", "sglang_config", pool)
+                pools[pool] = {
+                    "num-worker": resources.get(f"{pool}_workers", 1),
+                    "tp": _get(trt, "tensor_parallel_size")
+                    or _get(sgl, "tensor-parallel-size", "tp-size")
+                    or 1,
+                    "ep": _get(trt, "moe_expert_parallel_size")
+                    or _get(sgl, "expert-parallel-size", "ep-size")
+                    or 1,
+                    "dp-attn": bool(
+                        _get(trt, "enable_attention_dp") or _get(sgl, "enable-dp-attention")
+                    ),
+                }
+            pools["prefill"]["additional-settings"] = [f"CONFIG_FILE={full}"]
+            out.append({"commit": "recipe", "key": entry, **pools})
+    return out
+
+
 def table_rows(repo: Path, recipes: Path, branch: str, cases: Path) -> list[dict[str, str]]:
     items = config_items(repo)
     with cases.open(encoding="utf-8", newline="") as handle:
@@ -305,6 +362,8 @@ def table_rows(repo: Path, recipes: Path, branch: str, cases: Path) -> list[dict
             and (i["isl"], i["osl"]) == (int(row["isl"]), int(row["osl"]))
             and int(row["concurrency"]) in (i.get("conc-list") or [])
         ]
+        if not found:  # the recipes' own client counts (their ``benchmark.concurrencies``)
+            found = recipe_items(recipes, branch, items, entry, build, row)
         exact = [
             i
             for i in found
@@ -341,6 +400,8 @@ def table_rows(repo: Path, recipes: Path, branch: str, cases: Path) -> list[dict
         if missing:
             notes.append("not on the recipes branch, read from its name: " + " ".join(missing))
         commits = sorted({i["commit"][:10] for i in chosen})
+        if commits == ["recipe"]:
+            notes.append("no config item lists this client count; the recipes' benchmarks do")
         out.append(
             row
             | merged
@@ -348,7 +409,9 @@ def table_rows(repo: Path, recipes: Path, branch: str, cases: Path) -> list[dict
                 "settings": "ambiguous" if notes else "recipe",
                 "recipe": " ".join(p.rsplit("/", 1)[-1].removesuffix(".yaml") for p in paths),
                 "note": "; ".join(notes),
-                "source": f"{entry}[-mtp] @ {commits[0]}..{commits[-1]}; NVIDIA/srt-slurm@{branch}:"
+                "source": f"{entry}[-mtp] "
+                + ("recipe folders" if commits == ["recipe"] else f"@ {commits[0]}..{commits[-1]}")
+                + f"; NVIDIA/srt-slurm@{branch}:"
                 + " ".join(paths),
             }
         )
