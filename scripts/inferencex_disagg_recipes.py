@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import re
-import subprocess
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -36,6 +34,7 @@ import yaml
 
 from app.core.errors import ChunkwiseError
 from app.core.validation.case_file import check_expert_split
+from scripts.inferencex_recipes import emit, git, tag_matches
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "app" / "core" / "catalog" / "data" / "inferencex_disagg_recipe_settings.csv"
@@ -80,12 +79,6 @@ DEEPSEEK = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")
 Item = dict[str, Any]
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
-    ).stdout
-
-
 def config_items(repo: Path) -> list[Item]:
     """Every search-space item of every Dynamo entry in the config's history (the period)."""
     items: list[Item] = []
@@ -116,13 +109,6 @@ def config_items(repo: Path) -> list[Item]:
                                 }
                             )
     return items
-
-
-def tag_matches(image: str, build: str) -> bool:
-    """Whether an image's tag is the row's build (``v0.5.8.post1-cu130`` for ``0.5.8.post1``,
-    ``0.8.1.post2`` for the Dynamo runtime ``0.8.1.post2``)."""
-    tag = image.rsplit(":", 1)[-1]
-    return tag in (build, f"v{build}") or tag.startswith((f"v{build}-", f"{build}-"))
 
 
 def pool_text(workers: int, tp: int, dp: int, ep: int) -> str:
@@ -426,15 +412,8 @@ def main() -> None:
     parser.add_argument("--cases", type=Path, default=CASES, help="the measured disagg file")
     parser.add_argument("--write", action="store_true", help=f"write {TABLE}")
     args = parser.parse_args()
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(table_rows(args.repo, args.recipes, args.branch, args.cases))
-    if args.write:
-        TABLE.write_text(buffer.getvalue(), encoding="utf-8")
-        print(f"wrote {TABLE}")
-    else:
-        print(buffer.getvalue(), end="")
+    rows = table_rows(args.repo, args.recipes, args.branch, args.cases)
+    emit(rows, COLUMNS, TABLE, write=args.write)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from app.core.validation.disagg_recipes import (
 )
 from app.core.validation.predict import engine_family
 from tests.api.helpers import run
+from tests.unit.validation.test_case_file import file_of
 
 #: A row's provenance as the measured file records it (DeepSeek-V3 FP4 on B200, TensorRT-LLM
 #: 0.8.1.post1, one DEP4 prefill and two DEP8 decode workers, 2,192 clients): InferenceX ran it
@@ -52,14 +53,6 @@ ROW = {
     "ttft_ms": "2000",
     "tpot_ms": "40",
 }
-
-
-def _file(*rows: dict[str, str], columns: tuple[str, ...] = DISAGG_CASE_COLUMNS) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
 
 
 def test_the_table_loads_and_every_row_is_a_valid_override_of_its_engine() -> None:
@@ -99,7 +92,9 @@ def test_mtp_decodes_faster_per_token_and_the_replay_says_which_settings_ran() -
     plain_ttft, plain_tpot = DisaggReplay().predict(ROW, recipe)
     _, mtp_tpot = DisaggReplay().predict(ROW, mtp)
     assert mtp_tpot < plain_tpot
-    report = replay_disagg_file(_file(ROW, {**ROW, "case_id": "d", "concurrency": "3"}))
+    report = replay_disagg_file(
+        file_of(ROW, {**ROW, "case_id": "d", "concurrency": "3"}, columns=DISAGG_CASE_COLUMNS)
+    )
     out = list(csv.DictReader(io.StringIO(report.to_csv())))
     assert [r["settings"] for r in out] == ["recipe", "default"]
     assert float(out[0]["ttft_ms_pred"]) == pytest.approx(plain_ttft)
@@ -120,7 +115,7 @@ def test_an_unknown_recipe_is_one_line_exit_2(
 ) -> None:
     cases = tmp_path / "disagg.csv"
     cases.write_text(
-        _file({**ROW, "recipe": "no_such_recipe"}, columns=(*DISAGG_CASE_COLUMNS, "recipe")),
+        file_of({**ROW, "recipe": "no_such_recipe"}, columns=(*DISAGG_CASE_COLUMNS, "recipe")),
         encoding="utf-8",
     )
     code, out, err = run(["validate", "--cases", str(cases)], capsys)
