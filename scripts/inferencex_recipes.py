@@ -224,13 +224,18 @@ def main() -> None:
     parser.add_argument("--cases", type=Path, default=CASES, help="the measured agg file")
     parser.add_argument("--write", action="store_true", help=f"write {TABLE}")
     args = parser.parse_args()
+    emit(table_rows(args.repo, args.cases), COLUMNS, TABLE, write=args.write)
+
+
+def emit(rows: list[dict[str, str]], columns: tuple[str, ...], table: Path, *, write: bool) -> None:
+    """Write the table's ``rows`` to ``table`` (``write``), or print them."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(table_rows(args.repo, args.cases))
-    if args.write:
-        TABLE.write_text(buffer.getvalue(), encoding="utf-8")
-        print(f"wrote {TABLE}")
+    writer.writerows(rows)
+    if write:
+        table.write_text(buffer.getvalue(), encoding="utf-8")
+        print(f"wrote {table}")
     else:
         print(buffer.getvalue(), end="")
 

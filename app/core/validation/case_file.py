@@ -63,6 +63,7 @@ from app.core.validation.cases import (
     layout_duplicates,
 )
 from app.core.validation.csv_text import csv_lines, malformed_csv
+from app.core.validation.disagg_recipes import DisaggSettings
 from app.core.validation.group_out import (
     DeploymentResidual,
     IntervalCheck,
@@ -430,19 +431,24 @@ def _share(value: float | None) -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------
-def read_case_rows(text: str, columns: Sequence[str] = CASE_COLUMNS) -> list[dict[str, str]]:
-    """The rows of a measurement file with exactly ``columns``, after checking its header and
-    size (domain errors that name the problem, a malformed CSV included)."""
+def read_case_rows(
+    text: str, columns: Sequence[str] = CASE_COLUMNS, optional: Sequence[str] = ()
+) -> list[dict[str, str]]:
+    """The rows of a measurement file with exactly ``columns`` (and any of ``optional``), after
+    checking its header and size (domain errors that name the problem, a malformed CSV
+    included)."""
     try:
-        return _read_rows(csv.DictReader(csv_lines(text)), columns)
+        return _read_rows(csv.DictReader(csv_lines(text)), columns, optional)
     except csv.Error as exc:
         raise malformed_csv(exc) from None
 
 
-def _read_rows(reader: csv.DictReader[str], columns: Sequence[str]) -> list[dict[str, str]]:
+def _read_rows(
+    reader: csv.DictReader[str], columns: Sequence[str], optional: Sequence[str] = ()
+) -> list[dict[str, str]]:
     header = tuple(reader.fieldnames or ())
     missing = [c for c in columns if c not in header]
-    unknown = [c for c in header if c not in columns]
+    unknown = [c for c in header if c not in columns and c not in optional]
     if missing or unknown:
         problems = []
         if missing:
@@ -685,7 +691,7 @@ RowPrediction = tuple[float, float, CaseSpreads | None]
 def row_outcome(
     row: Mapping[str, str],
     predict: Callable[[Mapping[str, str]], RowPrediction],
-    settings: RowSettings = DEFAULT_SETTINGS,
+    settings: RowSettings | DisaggSettings = DEFAULT_SETTINGS,
 ) -> RowOutcome:
     """One row's outcome: ``predict(row)``'s (TTFT, TPOT) with their intervals when it gives
     spreads (and the calibration's note), or the domain error's reason; ``settings``: the

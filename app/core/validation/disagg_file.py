@@ -51,6 +51,8 @@ from app.core.runner.serving import RunnerServingModel
 from app.core.spec import WorkloadSpec
 from app.core.validation.case_file import (
     CaseFileReport,
+    RowOutcome,
+    RowPrediction,
     check_expert_split,
     file_report,
     int_column,
@@ -62,6 +64,13 @@ from app.core.validation.case_file import (
 )
 from app.core.validation.cases import layout_duplicates
 from app.core.validation.csv_text import csv_lines, malformed_csv
+from app.core.validation.disagg_recipes import (
+    DEFAULT_DISAGG_SETTINGS,
+    MTP_ACCEPTANCE_RATES,
+    DisaggSettings,
+    Options,
+    disagg_row_settings,
+)
 from app.core.validation.predict import engine_family, engine_serving_model
 from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import (
@@ -116,6 +125,9 @@ DISAGG_CASE_COLUMNS: tuple[str, ...] = (
     "ttft_ms",
     "tpot_ms",
 )
+#: Columns a disaggregated file may add: ``recipe``, the InferenceX recipe the row ran
+#: (:func:`~app.core.validation.disagg_recipes.disagg_row_settings`).
+DISAGG_OPTIONAL_COLUMNS: tuple[str, ...] = ("recipe",)
 #: Columns only a disaggregated file has: a header with any of them is read as one.
 _DISAGG_MARKERS = frozenset({"prefill_workers", "decode_workers"})
 
@@ -167,7 +179,8 @@ def kv_transfer(device: Device, devices: int, bytes_per_request: float) -> KvTra
     return tier_kv_transfer(device.tier_for(devices), bytes_per_request)
 
 
-_Deployment = tuple[str, str, str, int, int, int, str]
+#: (engine, engine options, MTP draft tokens, model, device, tp, dp, ep, precision)
+_Deployment = tuple[str, Options, int, str, str, int, int, int, str]
 
 
 class DisaggReplay:
@@ -184,21 +197,32 @@ class DisaggReplay:
     def _model(self, deployment: _Deployment) -> tuple[RunnerServingModel, MemoLatency]:
         found = self._models.get(deployment)
         if found is None:
-            engine, model, device, tp, dp, ep, precision = deployment
-            serving = engine_serving_model(
-                get_profile(engine), model, device, tp, dp, ep, precision
+            engine, options, mtp, model, device, tp, dp, ep, precision = deployment
+            profile = get_profile(engine).with_overrides(dict(options))
+            plain = engine_serving_model(profile, model, device, tp, dp, ep, precision)
+            serving = RunnerServingModel(
+                plain.runner, mtp, MTP_ACCEPTANCE_RATES[:mtp], profile=plain.profile
             )
             found = self._models[deployment] = (serving, MemoLatency(serving))
         return found
 
-    def predict(self, row: Mapping[str, str]) -> tuple[float, float]:
-        result = self.simulate(row)
+    def predict(
+        self, row: Mapping[str, str], settings: DisaggSettings = DEFAULT_DISAGG_SETTINGS
+    ) -> tuple[float, float]:
+        result = self.simulate(row, settings)
         return result.ttft_ms, result.tpot_ms
 
-    def simulate(self, row: Mapping[str, str]) -> DisaggServingResult:
-        """The row's disaggregated closed loop (domain errors say why it cannot run)."""
+    def simulate(
+        self, row: Mapping[str, str], settings: DisaggSettings = DEFAULT_DISAGG_SETTINGS
+    ) -> DisaggServingResult:
+        """The row's disaggregated closed loop under its recipe ``settings`` (domain errors
+        say why it cannot run, a setting the product cannot model among them)."""
+        settings.check_modelled()
+        row = {**row, **dict(settings.layout)}  # the recipe's layout where it is known
         model, device, precision = row_deployment(row)
-        profile = get_profile(engine_family(row["engine"]))
+        family = get_profile(engine_family(row["engine"]))
+        profile = family.with_overrides(dict(settings.prefill_options))
+        decode_profile = family.with_overrides(dict(settings.decode_options))
         is_moe = get_model(model).is_moe
         prefill = pool_layout(row, "prefill", is_moe=is_moe)
         decode = pool_layout(row, "decode", is_moe=is_moe)
@@ -213,7 +237,8 @@ class DisaggReplay:
         osl = int_column(row, "osl")
         concurrency = int_column(row, "concurrency")
         measured_value(row, "ttft_ms")
-        key = (profile.name, model, device, precision, prefill, decode, isl, osl, concurrency)
+        deployment = (family.name, settings, model, device, precision, prefill, decode)
+        key = (*deployment, isl, osl, concurrency)
         found = self._results.get(key)
         if found is not None:
             return found
@@ -225,13 +250,21 @@ class DisaggReplay:
             max_batched_tokens=budget,
             ttft_overhead_ms=profile.request_frontend_ms,
             arrival_spread=profile.arrival_spread,
+            num_mtp_tokens=settings.num_mtp_tokens,
+            mtp_acceptance_rates=settings.mtp_acceptance_rates,
         )
 
-        def pool_model(pool: PoolLayout) -> tuple[RunnerServingModel, MemoLatency]:
-            return self._model((profile.name, model, device, pool.tp, pool.dp, pool.ep, precision))
+        def pool_model(
+            pool: PoolLayout, options: Options, mtp: int
+        ) -> tuple[RunnerServingModel, MemoLatency]:
+            deployment = (family.name, options, mtp, model, device, pool.tp, pool.dp, pool.ep)
+            return self._model((*deployment, precision))
 
-        p_serving, p_memo = pool_model(prefill)
-        d_serving, d_memo = pool_model(decode)
+        p_serving, p_memo = pool_model(prefill, settings.prefill_options, 0)
+        d_serving, d_memo = pool_model(decode, settings.decode_options, settings.num_mtp_tokens)
+        decode_kv = d_serving.kv_capacity_requests(isl + osl, budget)
+        if settings.decode_max_total_tokens is not None:
+            decode_kv = min(decode_kv, settings.decode_max_total_tokens // (isl + osl))
         prefill_pool, decode_pool = disagg_pools(
             PoolWorker(
                 workers=prefill.workers,
@@ -246,12 +279,12 @@ class DisaggReplay:
                 ranks=decode.dp,
                 coupled=ranks_are_coupled(is_moe, decode.layout),
                 latency=d_memo,
-                kv_requests=d_serving.kv_capacity_requests(isl + osl, budget),
+                kv_requests=decode_kv,
                 label=f"{decode.layout.label} of {hardware.name}",
             ),
             input_length=isl,
             output_length=osl,
-            running_cap=profile.running_cap(hardware.hbm_capacity_gb, hardware.name),
+            running_cap=decode_profile.running_cap(hardware.hbm_capacity_gb, hardware.name),
         )
         result = simulate_disagg_serving(
             spec,
@@ -268,13 +301,17 @@ class DisaggReplay:
 def replay_disagg_file(text: str, *, drop_layout_duplicates: bool = False) -> CaseFileReport:
     """Predict every row of a disaggregated measurement file (``drop_layout_duplicates``:
     leave out rows that repeat a smaller deployment's measurement)."""
-    rows = read_case_rows(text, DISAGG_CASE_COLUMNS)
+    rows = read_case_rows(text, DISAGG_CASE_COLUMNS, DISAGG_OPTIONAL_COLUMNS)
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = DisaggReplay()
-    outcomes = {
-        # No intervals: the shipped residuals are the aggregated replay's.
-        i: row_outcome(row, lambda r: (*replay.predict(r), None))
-        for i, row in enumerate(rows)
-        if i not in skip
-    }
+    outcomes: dict[int, RowOutcome] = {}
+    for i, row in enumerate(rows):
+        if i in skip:
+            continue
+        settings = disagg_row_settings(row)
+
+        def predict(r: Mapping[str, str], s: DisaggSettings = settings) -> RowPrediction:
+            return (*replay.predict(r, s), None)  # no intervals: the residuals are agg's
+
+        outcomes[i] = row_outcome(row, predict, settings)
     return file_report(rows, outcomes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given
@@ -43,9 +44,9 @@ ROW = {
 }
 
 
-def file_of(*rows: dict[str, str]) -> str:
+def file_of(*rows: dict[str, str], columns: Sequence[str] = CASE_COLUMNS) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CASE_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()

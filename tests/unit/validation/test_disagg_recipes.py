@@ -1,0 +1,161 @@
+"""Recipe settings of measured disaggregated rows (InferenceX Dynamo recipes): the table, MTP,
+an unknown recipe name, a setting the product cannot model."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.core.errors import InvalidParameterError, UnsupportedError
+from app.core.profiles import get_profile
+from app.core.validation import DISAGG_CASE_COLUMNS, DisaggReplay, replay_disagg_file
+from app.core.validation.disagg_recipes import (
+    DEFAULT_DISAGG_SETTINGS,
+    DISAGG_RECIPE_SETTINGS,
+    MTP_ACCEPTANCE_RATES,
+    disagg_recipe_table,
+    disagg_row_settings,
+)
+from app.core.validation.predict import engine_family
+from tests.api.helpers import run
+from tests.unit.validation.test_case_file import file_of
+
+#: A row's provenance as the measured file records it (DeepSeek-V3 FP4 on B200, TensorRT-LLM
+#: 0.8.1.post1, one DEP4 prefill and two DEP8 decode workers, 2,192 clients): InferenceX ran it
+#: with srt-slurm's ``recipes/trtllm/b200-fp4/1k1k/stp/ctx1_gen2_dep8_batch128_eplb0_mtp0.yaml``.
+ROW = {
+    "case_id": "r",
+    "model": "deepseek-ai/DeepSeek-V3",
+    "hardware": "B200 180GB",
+    "engine": "trtllm 0.8.1.post1",
+    "gemm_quant": "nvfp4",
+    "moe_quant": "nvfp4",
+    "isl": "1024",
+    "osl": "1024",
+    "concurrency": "2192",
+    "prefill_workers": "1",
+    "prefill_batch_size": "",
+    "prefill_tp": "1",
+    "prefill_attn_dp": "4",
+    "prefill_moe_tp": "1",
+    "prefill_moe_ep": "4",
+    "decode_workers": "2",
+    "decode_batch_size": "",
+    "decode_tp": "1",
+    "decode_attn_dp": "8",
+    "decode_moe_tp": "1",
+    "decode_moe_ep": "8",
+    "num_devices": "20",
+    "ttft_ms": "2000",
+    "tpot_ms": "40",
+}
+
+
+def test_the_table_loads_and_every_row_is_a_valid_override_of_its_engine() -> None:
+    table = disagg_recipe_table()
+    with DISAGG_RECIPE_SETTINGS.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(table) == len(rows) > 300
+    for row in rows:
+        found = table[next(k for k, v in table.items() if v.source.endswith(row["source"]))]
+        family = get_profile(engine_family(row["engine"]))
+        family.with_overrides(dict(found.prefill_options))
+        family.with_overrides(dict(found.decode_options))
+        assert 0 <= found.num_mtp_tokens <= len(MTP_ACCEPTANCE_RATES)
+        assert found.settings in ("recipe", "ambiguous")
+        assert (found.note != "") is (found.settings == "ambiguous")
+
+
+def test_a_row_maps_to_its_recipe_by_its_provenance() -> None:
+    found = disagg_row_settings(ROW)
+    assert (found.settings, found.recipe, found.num_mtp_tokens) == (
+        "recipe",
+        "ctx1_gen2_dep8_batch128_eplb0_mtp0",
+        0,
+    )
+    assert found.decode_options == (
+        ("kv_cache_dtype", "fp8"),
+        ("memory_fraction", 0.8),
+        ("max_num_seqs", 128),
+    )
+    assert "srt-slurm" in found.source and found.source.startswith("SemiAnalysisAI/InferenceX")
+    assert disagg_row_settings({**ROW, "concurrency": "3"}) == DEFAULT_DISAGG_SETTINGS
+
+
+def test_mtp_decodes_faster_per_token_and_the_replay_says_which_settings_ran() -> None:
+    recipe = disagg_row_settings(ROW)
+    mtp = replace(recipe, num_mtp_tokens=3)
+    plain_ttft, plain_tpot = DisaggReplay().predict(ROW, recipe)
+    _, mtp_tpot = DisaggReplay().predict(ROW, mtp)
+    assert mtp_tpot < plain_tpot
+    report = replay_disagg_file(
+        file_of(ROW, {**ROW, "case_id": "d", "concurrency": "3"}, columns=DISAGG_CASE_COLUMNS)
+    )
+    out = list(csv.DictReader(io.StringIO(report.to_csv())))
+    assert [r["settings"] for r in out] == ["recipe", "default"]
+    assert float(out[0]["ttft_ms_pred"]) == pytest.approx(plain_ttft)
+    assert "ctx1_gen2_dep8_batch128_eplb0_mtp0.yaml" in out[0]["settings_note"]
+
+
+def test_a_row_may_name_its_recipe_and_an_unknown_name_is_refused() -> None:
+    named = disagg_row_settings(
+        {**ROW, "concurrency": "3", "recipe": "ctx1_gen2_dep8_batch128_eplb0_mtp0"}
+    )
+    assert named.settings == "recipe" and named.decode_options[-1] == ("max_num_seqs", 128)
+    with pytest.raises(InvalidParameterError, match="no_such_recipe"):
+        disagg_row_settings({**ROW, "recipe": "no_such_recipe"})
+
+
+def test_an_unknown_recipe_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = tmp_path / "disagg.csv"
+    cases.write_text(
+        file_of({**ROW, "recipe": "no_such_recipe"}, columns=(*DISAGG_CASE_COLUMNS, "recipe")),
+        encoding="utf-8",
+    )
+    code, out, err = run(["validate", "--cases", str(cases)], capsys)
+    assert code == 2 and out == ""
+    assert "no_such_recipe" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_setting_the_product_cannot_model_refuses_the_row_naming_it() -> None:
+    settings = replace(disagg_row_settings(ROW), unmodelled="speculative-eagle-topk=4")
+    with pytest.raises(UnsupportedError, match="speculative-eagle-topk=4") as caught:
+        DisaggReplay().predict(ROW, settings)
+    assert "not modelled" in str(caught.value)
+
+
+def test_a_row_recorded_in_another_layout_replays_in_its_recipes_with_its_mtp() -> None:
+    """``..._c875_tp4_0_ep4_0_1138`` records 1 x TP4/EP4 + 1 x TP8/EP4 (12 GPUs); the one recipe
+    at that concurrency, ``ctx1_gen5_dep8_batch16_eplb0_mtp3``, ran 1 DEP4 + 5 DEP8 (44 GPUs)."""
+    recorded = {
+        **ROW,
+        "model": "deepseek-ai/DeepSeek-R1",
+        "concurrency": "875",
+        "decode_workers": "1",
+        **{f"{pool}_attn_dp": "1" for pool in ("prefill", "decode")},
+        **{"prefill_tp": "4", "prefill_moe_tp": "1", "prefill_moe_ep": "4"},
+        **{"decode_tp": "8", "decode_moe_tp": "2", "decode_moe_ep": "4", "num_devices": "12"},
+    }
+    found = disagg_row_settings(recorded)
+    assert (found.settings, found.recipe, found.num_mtp_tokens) == (
+        "ambiguous",
+        "ctx1_gen5_dep8_batch16_eplb0_mtp3",
+        3,
+    )
+    assert dict(found.layout) == {
+        **{"prefill_workers": "1", "prefill_tp": "1", "prefill_attn_dp": "4"},
+        **{"prefill_moe_ep": "4", "prefill_moe_tp": "1"},
+        **{"decode_workers": "5", "decode_tp": "1", "decode_attn_dp": "8"},
+        **{"decode_moe_ep": "8", "decode_moe_tp": "1", "num_devices": "44"},
+    }
+    assert "replayed in the recipe's" in found.note
+    as_run = {**recorded, **dict(found.layout)}
+    assert DisaggReplay().predict(recorded, found) == DisaggReplay().predict(
+        as_run, replace(found, layout=())
+    )
