@@ -60,9 +60,11 @@ from app.core.validation.kernels import (
     _ELEMENT_BYTES,
     _NCCL_OPS,
     _NONGATED,
+    KEY_COLUMNS,
     MIN_LATENCY_MOE,
     NONGATED_MOE,
     SYSTEM_DEVICES,
+    KernelFamily,
     split_of,
 )
 from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
@@ -138,16 +140,9 @@ def _median_abs_pct(predicted: np.ndarray, measured: np.ndarray) -> float:
 
 
 # -- MoE -----------------------------------------------------------------------------------------
-_MOE_COLUMNS = (
-    "num_tokens",
-    "hidden_size",
-    "inter_size",
-    "topk",
-    "num_experts",
-    "moe_tp_size",
-    "moe_ep_size",
-    "latency",
-)
+#: The validator's MoE key columns num_tokens .. moe_ep_size (the shape), and the latency.
+_MOE_SHAPE = KEY_COLUMNS[KernelFamily.MOE][1:8]
+_MOE_COLUMNS = (*_MOE_SHAPE, "latency")
 
 
 def _collect_moe(root: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
@@ -208,18 +203,7 @@ def _moe_arrays(raw: dict[str, Any], keep: np.ndarray, system: str, label: str) 
     """The runner's per-point terms (``ForwardBuilder.moe_experts`` on the validator's plan:
     TP = moe_tp x moe_ep devices, EP = moe_ep, every device's tokens in one expert group)."""
     wbytes, in_bytes, peak, bw, floor = _moe_terms(system, label)
-    tokens, h, inter, k, e, tp, ep = (
-        raw[c][keep]
-        for c in (
-            "num_tokens",
-            "hidden_size",
-            "inter_size",
-            "topk",
-            "num_experts",
-            "moe_tp_size",
-            "moe_ep_size",
-        )
-    )
+    tokens, h, inter, k, e, tp, ep = (raw[c][keep] for c in _MOE_SHAPE)
     routes = tokens * k / ep
     touched = e / ep * (1.0 - (1.0 - k / e) ** tokens)
     width = inter / tp
