@@ -318,19 +318,15 @@ def _moe_entries(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                 "points": len(p["measured"]),
                 "median_abs_error_pct": _median_abs_pct(_moe_predict(p, rounded), p["measured"]),
             }
-        test = _moe_arrays(raw, ~balanced & ~raw["train"], system, label)
-        ratio = test["measured"] / _moe_predict(test, rounded)
-        for dist in sorted(set(test["dist"])):
-            sel = test["dist"] == dist
+        for split, mask in (("train", raw["train"]), ("test", ~raw["train"])):
+            p = _moe_arrays(raw, ~balanced & mask, system, label)
             skewed.append(
                 {
-                    "system": system,
-                    "engine": engine,
-                    "engine_version": version,
-                    "quantization": label,
-                    "distribution": dist,
-                    "test_points": int(sel.sum()),
-                    "median_measured_over_balanced_fit": round(float(np.median(ratio[sel])), 3),
+                    "key": (SYSTEM_DEVICES[system], system, engine),
+                    "split": split,
+                    "dist": p["dist"],
+                    "m": p["m"],
+                    "ratio": p["measured"] / _moe_predict(p, rounded),
                 }
             )
         entries.append(entry)
@@ -346,7 +342,61 @@ def _moe_entries(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             newest[group] = entry
     for entry in newest.values():
         entry["default"] = True
-    return entries, skewed
+    return entries, _skew_entries(skewed)
+
+
+def _skew_entries(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (device, engine, skewed distribution): the median ratio of the measured latency to
+    the balanced curve's prediction, per tokens-per-expert knot (the train rows nearest each
+    knot in log2; a knot with too few rows takes its nearest neighbour's), over every dtype
+    and version of the engine on the device; and the corrected rows' residuals per split."""
+    grouped: dict[tuple[Any, ...], dict[str, list[np.ndarray]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for part in parts:
+        for dist in set(part["dist"]):
+            sel = part["dist"] == dist
+            group = grouped[(*part["key"], dist)]
+            group[part["split"] + "_m"].append(part["m"][sel])
+            group[part["split"] + "_ratio"].append(part["ratio"][sel])
+    log_knots = np.log2(np.array(TPE_KNOTS))
+    entries = []
+    for (device, system, engine, dist), group in sorted(grouped.items()):
+        m = np.concatenate(group["train_m"])
+        ratio = np.concatenate(group["train_ratio"])
+        nearest = np.abs(np.log2(m)[:, None] - log_knots[None, :]).argmin(axis=1)
+        factors: list[float | None] = [
+            float(np.median(ratio[nearest == i])) if (nearest == i).sum() >= MIN_POINTS else None
+            for i in range(len(TPE_KNOTS))
+        ]
+        filled = [i for i, f in enumerate(factors) if f is not None]
+        if not filled:
+            continue
+        factor = [
+            round(factors[min(filled, key=lambda j, i=i: abs(j - i))] or 1.0, 4)
+            for i in range(len(TPE_KNOTS))
+        ]
+        entry: dict[str, Any] = {
+            "device": device,
+            "system": system,
+            "engine": engine,
+            "distribution": dist,
+            "tpe_knots": list(TPE_KNOTS),
+            "factor": factor,
+        }
+        for split in ("train", "test"):
+            m = np.concatenate(group[split + "_m"]) if group[split + "_m"] else np.array([])
+            ratio = (
+                np.concatenate(group[split + "_ratio"]) if group[split + "_ratio"] else np.array([])
+            )
+            corrected = np.interp(np.log2(np.maximum(m, 1e-9)), log_knots, factor)
+            entry[split] = {
+                "points": len(m),
+                "median_abs_error_pct": _median_abs_pct(corrected, ratio),
+                "uncorrected_median_abs_error_pct": _median_abs_pct(np.ones(len(m)), ratio),
+            }
+        entries.append(entry)
+    return entries
 
 
 # -- collectives ---------------------------------------------------------------------------------
@@ -485,14 +535,15 @@ def main(argv: list[str] | None = None) -> int:
             "format": KERNEL_FIT_MOE_FORMAT,
             "source": {
                 **source,
-                "distribution": "balanced rows only; power_law rows: median measured / "
-                "balanced-fit prediction on the test split in 'skewed'",
+                "distribution": "curves: balanced rows only; 'skew': per (device, engine, "
+                "distribution) the median measured / balanced-curve ratio of the skewed train "
+                "rows at each tokens-per-expert knot (linear in log2 between them)",
                 "model": "per grouped GEMM (up, down): max(flops / (peak * "
                 "compute_efficiency(tpe, W)), bytes / (hbm * memory_efficiency(W))) + fixed_us "
                 "+ touched * expert_us; plus route_passes * routes * hidden * 2 B / hbm",
             },
             "moe": entries,
-            "skewed": skewed,
+            "skew": skewed,
         }
         args.moe_out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -46,8 +46,10 @@ from app.core.runner.kernel_fit import (
     S_PER_US,
     GemmCurve,
     KernelFitError,
+    _check_knots,
     _number,
     _numbers,
+    _position,
     read_fit_json,
 )
 
@@ -123,12 +125,37 @@ class FittedMoe:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SkewCurve:
+    """A skewed token distribution's latency over the balanced curve's, by tokens per touched
+    expert under uniform routing (linear in ``log2`` between the knots, clamped): below one,
+    a skewed batch touches fewer experts (fewer weights streamed); above one, the busiest
+    expert's GEMM sets the time."""
+
+    tpe_knots: tuple[float, ...]
+    factor: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        _check_knots("tpe_knots", self.tpe_knots)
+        if len(self.factor) != len(self.tpe_knots):
+            raise ValueError("factor needs one value per tpe knot")
+        if not all(math.isfinite(f) and f > 0 for f in self.factor):
+            raise ValueError("factors must be positive")
+
+    def factor_at(self, tokens_per_expert: float) -> float:
+        i, t = _position(tokens_per_expert, self.tpe_knots)
+        return (1 - t) * self.factor[i] + t * self.factor[i + 1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MoeFit:
     """The whole MoE table: per (device, engine, MoE dtype) one curve per measured engine
-    version, and the version the runner prices with (``default``: the newest)."""
+    version, and the version the runner prices with (``default``: the newest); per (device,
+    engine, skewed distribution) a :class:`SkewCurve` (``validate --kernels`` prices the
+    measured power-law rows with it; serving routes uniformly)."""
 
     curves: Mapping[tuple[str, str, str, str], MoeCurve]  # (device, engine, dtype, version)
     default_versions: Mapping[tuple[str, str, str], str]
+    skew: Mapping[tuple[str, str, str], SkewCurve]  # (device, engine, distribution)
 
     def curve(
         self, device: str, engine: str, label: str, version: str | None = None
@@ -192,7 +219,30 @@ def parse_kernel_fit_moe(body: Any) -> MoeFit:
     missing = {key[:3] for key in curves} - set(defaults)
     if missing:
         raise KernelFitError(f"kernel fit: no default version of {sorted(missing)[0]}")
-    return MoeFit(curves=curves, default_versions=defaults)
+    return MoeFit(curves=curves, default_versions=defaults, skew=_parse_skew(body.get("skew")))
+
+
+def _parse_skew(entries: Any) -> Mapping[tuple[str, str, str], SkewCurve]:
+    if not isinstance(entries, list):
+        raise KernelFitError("kernel fit: needs a 'skew' list")
+    skew: dict[tuple[str, str, str], SkewCurve] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise KernelFitError("kernel fit: a 'skew' entry is not an object")
+        key = tuple(entry.get(name) for name in ("device", "engine", "distribution"))
+        if not all(isinstance(part, str) and part for part in key):
+            raise KernelFitError(
+                f"kernel fit: skew entry without device/engine/distribution: {key}"
+            )
+        if key in skew:
+            raise KernelFitError(f"kernel fit: skew {key} appears twice")
+        try:
+            skew[key] = SkewCurve(  # type: ignore[index]
+                tpe_knots=_numbers(entry, "tpe_knots"), factor=_numbers(entry, "factor")
+            )
+        except ValueError as err:
+            raise KernelFitError(f"kernel fit: skew {key}: {err}") from None
+    return skew
 
 
 def load_kernel_fit_moe(path: Path = KERNEL_FIT_MOE_PATH) -> MoeFit:

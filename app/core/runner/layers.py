@@ -886,7 +886,7 @@ class ForwardBuilder:
             p.tp,
         )
 
-    def _expert_load(self, tokens: int) -> tuple[float, float, float]:
+    def expert_load(self, tokens: int) -> tuple[float, float, float]:
         """``(routes, touched, width)`` of ``tokens`` tokens on this device: the token-expert
         pairs it computes, the experts they touch (uniform routing), each expert's local
         intermediate width."""
@@ -906,7 +906,7 @@ class ForwardBuilder:
         costs; the activation is fused into the up GEMM (no op of its own)."""
         p, m = self.plan, self.plan.model
         h = m.hidden_size
-        routes, touched, width = self._expert_load(tokens)
+        routes, touched, width = self.expert_load(tokens)
         in_matrices = m.mlp_matrices - 1
         per_expert = routes / touched if touched > 0 else routes
         fit = p.moe_fit
@@ -970,7 +970,7 @@ class ForwardBuilder:
         k = m.moe.experts_per_token
         fit = p.moe_fit
         if fit is not None:
-            routes = self._expert_load(tokens)[0]
+            routes = self.expert_load(tokens)[0]
             self._roofline(
                 name="moe_combine_sum",
                 category=OpCategory.MOE,

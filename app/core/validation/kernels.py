@@ -63,7 +63,7 @@ from app.core.profiles import Mxfp4Activation
 from app.core.runner.comm import Collective
 from app.core.runner.kernel_fit import FP8_BLOCK
 from app.core.runner.kernel_fit_comm import NCCL_ENGINE
-from app.core.runner.kernel_fit_moe import kernel_fit_moe
+from app.core.runner.kernel_fit_moe import SkewCurve, kernel_fit_moe
 from app.core.runner.layers import MLA_Q_ABSORB, MLA_V_UP, ForwardBuilder, attended_pairs
 from app.core.runner.plan import ShardPlan, build_plan
 
@@ -413,6 +413,7 @@ class KernelPricer:
         self.version = version  # the engine version whose MoE curve prices MoE rows
         self._plans: dict[tuple[object, ...], ShardPlan] = {}
         self._latencies: dict[tuple[object, ...], float] = {}
+        self._tokens_per_expert: dict[tuple[object, ...], float] = {}
         self._builders: dict[tuple[int, bool], ForwardBuilder] = {}
         self._pricers: Mapping[KernelFamily, Callable[[Sequence[object]], KernelPrediction]] = {
             KernelFamily.GEMM: self._gemm,
@@ -534,35 +535,42 @@ class KernelPricer:
             devices = moe_tp * moe_ep
             plan = self._plan(
                 shape_key[2:],
-                lambda: build_plan(
-                    _model(
-                        heads=devices,
-                        kv_heads=devices,
-                        head_dim=1,
-                        hidden=hidden,
-                        moe=MoeDims(
-                            num_experts=experts,
-                            experts_per_token=topk,
-                            expert_intermediate_size=inter,
+                lambda: self._moe_version(
+                    build_plan(
+                        _model(
+                            heads=devices,
+                            kv_heads=devices,
+                            head_dim=1,
+                            hidden=hidden,
+                            moe=MoeDims(
+                                num_experts=experts,
+                                experts_per_token=topk,
+                                expert_intermediate_size=inter,
+                            ),
+                            gated=gated,
+                            native_linear=LinearQuantAction.FP8.value if shape_key[-1] else None,
                         ),
-                        gated=gated,
-                        native_linear=LinearQuantAction.FP8.value if shape_key[-1] else None,
-                    ),
-                    self.device,
-                    ParallelLayout(tp=devices, ep=moe_ep),
-                    Quantization(linear=linear),
-                    activation,
-                    kernel_engine=self.engine,
+                        self.device,
+                        ParallelLayout(tp=devices, ep=moe_ep),
+                        Quantization(linear=linear),
+                        activation,
+                        kernel_engine=self.engine,
+                    )
                 ),
             )
-            plan = self._moe_version(plan)
             builder = self._builder(plan)
             builder.moe_experts(_SCOPE, 1, tokens)
             builder.moe_combine_sum(_SCOPE, 1, tokens)
             latency_ms = self._latencies[shape_key] = builder.latency_ms()
-        # The runner routes tokens uniformly; a skewed distribution is reported apart, and so
-        # is TensorRT-LLM's min-latency MoE (an opt-in mode measured beside the default kernel
-        # at the same shapes).
+            routes, touched, _ = builder.expert_load(tokens)
+            self._tokens_per_expert[shape_key] = routes / touched if touched > 0 else routes
+        skew = self._skew(distribution)
+        if skew is not None:  # a skewed distribution: the fitted factor over the balanced time
+            latency_ms *= skew.factor_at(self._tokens_per_expert[shape_key])
+        # The runner routes tokens uniformly; a skewed distribution is reported apart (priced
+        # with its fitted skew factor where the engine's curves apply), and so is TensorRT-LLM's
+        # min-latency MoE (an opt-in mode measured beside the default kernel at the same
+        # shapes).
         op = _OP_MOE
         if distribution != _BALANCED:
             op = f"{op}[{distribution}]"
@@ -574,6 +582,13 @@ class KernelPricer:
             band=_band(tokens * topk / experts, _TOKENS_PER_EXPERT_BANDS, "tok/expert>128"),
             predicted_ms=latency_ms,
         )
+
+    def _skew(self, distribution: str) -> SkewCurve | None:
+        """The fitted skew factor of ``distribution`` on this device and engine (None: the
+        balanced rows, or no fit)."""
+        if distribution == _BALANCED or self.engine is None:
+            return None
+        return kernel_fit_moe().skew.get((self.device.name, self.engine, distribution))
 
     def _moe_version(self, plan: ShardPlan) -> ShardPlan:
         """``plan`` with the MoE curve of the pricer's engine version, where it has one."""

@@ -84,8 +84,21 @@ def _comm_entry(**change: Any) -> dict[str, Any]:
     return entry
 
 
-def _moe_doc(*entries: dict[str, Any]) -> dict[str, Any]:
-    return {"format": KERNEL_FIT_MOE_FORMAT, "source": {}, "moe": list(entries)}
+def _moe_doc(*entries: dict[str, Any], skew: Any = ()) -> dict[str, Any]:
+    body = {"format": KERNEL_FIT_MOE_FORMAT, "source": {}, "moe": list(entries)}
+    return {**body, "skew": list(skew) if isinstance(skew, tuple) else skew}
+
+
+def _skew_entry(**change: Any) -> dict[str, Any]:
+    entry = {
+        "device": H100,
+        "engine": "vllm",
+        "distribution": "power_law_1.2",
+        "tpe_knots": [1, 16, 256],
+        "factor": [0.9, 1.0, 1.4],
+    }
+    entry.update(change)
+    return entry
 
 
 def _comm_doc(*entries: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +122,10 @@ def test_parse_reads_well_formed_tables() -> None:
     old = fit.curve(H100, "vllm", "bfloat16", "0.19.0")
     assert old is not None and old.expert_us == 0.5
     assert fit.curve(H100, "sglang", "bfloat16") is None
+    skew = parse_kernel_fit_moe(_moe_doc(_moe_entry(), skew=(_skew_entry(),))).skew
+    curve = skew[(H100, "vllm", "power_law_1.2")]
+    assert curve.factor_at(4) == pytest.approx(0.95)  # halfway 1 -> 16 in log2
+    assert curve.factor_at(1e6) == pytest.approx(1.4)  # clamped
     comm = parse_kernel_fit_comm(_comm_doc(_comm_entry()))
     assert set(comm) == {(H100, "nccl", "nccl", "all_reduce", 8, "graph")}
 
@@ -130,6 +147,11 @@ def test_parse_reads_well_formed_tables() -> None:
         _moe_doc(_moe_entry(default="yes")),
         _moe_doc(_moe_entry(default=False)),
         _moe_doc(_moe_entry(), _moe_entry(engine_version="0.19.0")),
+        _moe_doc(_moe_entry(), skew=None),
+        _moe_doc(_moe_entry(), skew=(_skew_entry(factor=[0.9, 0.0, 1.4]),)),
+        _moe_doc(_moe_entry(), skew=(_skew_entry(factor=[0.9, 1.0]),)),
+        _moe_doc(_moe_entry(), skew=(_skew_entry(distribution=""),)),
+        _moe_doc(_moe_entry(), skew=(_skew_entry(), _skew_entry())),
     ],
 )
 def test_moe_parse_refuses_a_malformed_table(body: Any) -> None:
@@ -193,6 +215,9 @@ def test_packaged_curves_lie_in_range() -> None:
         assert all(0 < b <= 2000 for b in comm.bandwidth_gb_s)
     for engine in ("vllm", "sglang", "trtllm"):
         assert fit.curve(H100, engine, "bfloat16") is not None
+        assert (H100, engine, "power_law_1.2") in fit.skew
+    for skew in fit.skew.values():
+        assert all(0.2 < f < 5 for f in skew.factor)
 
 
 def test_moe_label_follows_the_checkpoint_and_the_mxfp4_activations() -> None:
@@ -283,6 +308,27 @@ def test_validate_prices_moe_and_collectives_with_the_fit_per_engine() -> None:
         KernelPricer(device, "vllm").price(KernelFamily.NCCL, nccl).predicted_ms
         == KernelPricer(device, "trtllm").price(KernelFamily.NCCL, nccl).predicted_ms
     )  # NCCL's curve, whichever engine's folder measured it
+
+
+def test_validate_prices_a_skewed_distribution_with_its_factor() -> None:
+    pricer = KernelPricer(get_device(H100), "trtllm")
+    shape = (4096, 4096, 14336, 2, 8, 1, 1)
+    balanced = pricer.price(KernelFamily.MOE, ("bfloat16", *shape, "balanced", ""))
+    skewed = pricer.price(KernelFamily.MOE, ("bfloat16", *shape, "power_law_1.2", ""))
+    assert balanced.predicted_ms is not None and skewed.predicted_ms is not None
+    tokens_per_expert = 4096 * 2 / (8 * (1 - (1 - 2 / 8) ** 4096))
+    skew = kernel_fit_moe().skew[(H100, "trtllm", "power_law_1.2")]
+    assert skewed.predicted_ms == pytest.approx(
+        balanced.predicted_ms * skew.factor_at(tokens_per_expert)
+    )
+    assert skewed.op == "moe[power_law_1.2]"
+    default = KernelPricer(get_device(H100)).price(
+        KernelFamily.MOE, ("bfloat16", *shape, "power_law_1.2", "")
+    )
+    plain = KernelPricer(get_device(H100)).price(
+        KernelFamily.MOE, ("bfloat16", *shape, "balanced", "")
+    )
+    assert default.predicted_ms == plain.predicted_ms  # the defaults route uniformly
 
 
 def test_validate_prices_non_gated_experts_with_two_matrices() -> None:
