@@ -30,6 +30,7 @@ from app.core.validation.kernels import (
     NON_POSITIVE_MEASUREMENT,
     SYSTEM_DEVICES,
     GroupKey,
+    KernelFamily,
     KernelPrediction,
     KernelPricer,
     KernelReport,
@@ -38,6 +39,8 @@ from app.core.validation.kernels import (
     table_refusal,
 )
 
+#: Tables priced per engine version (the MoE curves are fitted per version).
+MOE_TABLES = frozenset(t for t, family in KERNEL_TABLES.items() if family is KernelFamily.MOE)
 DATA_SUBDIRS = (".", "data", "systems/data", "aiconfigurator_core/systems/data")
 _LAYOUT = "<system>/<op>/<engine>/<version>/<table>.parquet"
 #: Columns that describe the measurement, not the shape (left out of the ``shape`` text).
@@ -198,19 +201,23 @@ def validate_kernels(
         ) from None
     tables = list_tables(find_data_dir(root), system, engine)
     acc = _Accumulator(errors={}, refusals=Counter())
-    pricers: dict[tuple[str, str], KernelPricer | None] = {}
-    memos: dict[tuple[str, str], dict[str, dict[tuple[object, ...], KernelPrediction]]] = {}
+    pricers: dict[tuple[str, str, str], KernelPricer | None] = {}
+    memos: dict[tuple[str, str, str], dict[str, dict[tuple[object, ...], KernelPrediction]]] = {}
     sink = _CsvSink(csv_path) if csv_path is not None else None
     try:
         for table in tables:
-            # Per (system, engine): the engine's fitted curves price its kernels.
+            # Per (system, engine): the engine's fitted curves price its kernels; MoE tables
+            # per engine version too (each version's own MoE curve).
             # Tables come sorted by system: a new system drops the last one's memos.
-            owner = (table.system, table.engine)
+            version = table.version if table.table in MOE_TABLES else ""
+            owner = (table.system, table.engine, version)
             if owner not in pricers:
-                if all(system != table.system for system, _ in pricers):
+                if all(system != table.system for system, _, _ in pricers):
                     memos.clear()
                 name = SYSTEM_DEVICES.get(table.system)
-                pricers[owner] = KernelPricer(get_device(name), table.engine) if name else None
+                pricers[owner] = (
+                    KernelPricer(get_device(name), table.engine, version or None) if name else None
+                )
             memo = memos.setdefault(owner, {})  # keys are priced per system and engine
             _price_table(table, pricers[owner], memo, acc, sink, split)
     finally:

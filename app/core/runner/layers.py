@@ -140,6 +140,7 @@ class ForwardBuilder:
         "batches",
         "detail",
         "draft_launch_s",
+        "graph",
         "launch_s",
         "ops",
         "plan",
@@ -160,7 +161,8 @@ class ForwardBuilder:
         self.plan = plan
         self.batches = tuple(batches)
         decode_only = all(batch.is_decode for batch in self.batches)
-        self.launch_s = plan.graph_launch_s if graph_mode and decode_only else plan.eager_launch_s
+        self.graph = graph_mode and decode_only  # the forward's kernels run in a captured graph
+        self.launch_s = plan.graph_launch_s if self.graph else plan.eager_launch_s
         self.draft_launch_s = plan.graph_launch_s if graph_mode else plan.eager_launch_s
         # ``detail``: every op as an :class:`OpCost`; else only each op's total time (what a
         # simulation needs, at a fraction of the cost). ``totals_ms`` is kept either way.
@@ -218,6 +220,7 @@ class ForwardBuilder:
         comm_bytes: float,
         comm_s: float,
         launch_s: float,
+        source: str = DEFAULT_SOURCE,
     ) -> None:
         if self.detail:
             op = communication(
@@ -227,6 +230,7 @@ class ForwardBuilder:
                 comm_bytes=comm_bytes,
                 comm_s=comm_s,
                 launch_s=launch_s,
+                source=source,
             )
             self._record(op)
         else:
@@ -340,14 +344,27 @@ class ForwardBuilder:
     ) -> None:
         if group <= 1:
             return
-        tier = self.plan.tp_tier if group <= self.plan.tp else self.plan.ep_tier
+        p = self.plan
+        fitted = None if p.comm_fit is None else p.comm_fit.get(kind, group, self.graph)
+        if fitted is not None:  # measured back to back: the latency term holds the launch
+            self._communication(
+                name=name,
+                scope=scope,
+                count=count,
+                comm_bytes=message_bytes,
+                comm_s=fitted.curve.time_s(message_bytes),
+                launch_s=0.0,
+                source=fitted.source,
+            )
+            return
+        tier = p.tp_tier if group <= p.tp else p.ep_tier
         self._communication(
             name=name,
             scope=scope,
             count=count,
             comm_bytes=message_bytes,
             comm_s=collective_time_s(
-                kind, message_bytes, group, tier, node=self.plan.device.interconnect[0]
+                kind, message_bytes, group, tier, node=p.device.interconnect[0]
             ),
             launch_s=self.launch_s,
         )
@@ -869,20 +886,49 @@ class ForwardBuilder:
             p.tp,
         )
 
-    def moe_experts(self, scope: str, count: int, tokens: int) -> None:
-        """The routed experts of ``tokens`` tokens on this device: the grouped up (gate+up)
-        GEMM over the experts they touch, the activation, the grouped down GEMM."""
-        p, m = self.plan, self.plan.model
-        moe = m.moe
+    def expert_load(self, tokens: int) -> tuple[float, float, float]:
+        """``(routes, touched, width)`` of ``tokens`` tokens on this device: the token-expert
+        pairs it computes, the experts they touch (uniform routing), each expert's local
+        intermediate width."""
+        p = self.plan
+        moe = p.model.moe
         assert moe is not None
-        h = m.hidden_size
         e, k = moe.num_experts, moe.experts_per_token
         group_tokens = tokens * p.tokens_scale
-        routes = group_tokens * k / p.ep  # token-expert pairs this device computes
-        local_experts = e / p.ep
-        touched = local_experts * (1.0 - (1.0 - k / e) ** group_tokens)
-        width = moe.expert_intermediate_size / p.moe_tp
+        touched = e / p.ep * (1.0 - (1.0 - k / e) ** group_tokens)
+        return group_tokens * k / p.ep, touched, moe.expert_intermediate_size / p.moe_tp
+
+    def moe_experts(self, scope: str, count: int, tokens: int) -> None:
+        """The routed experts of ``tokens`` tokens on this device: the grouped up (gate+up)
+        GEMM over the experts they touch, the activation, the grouped down GEMM. With a
+        fitted MoE curve (``plan.moe_fit``) the grouped GEMMs take its efficiencies at the
+        tokens per touched expert and one expert's weights, and its fixed and per-expert
+        costs; the activation is fused into the up GEMM (no op of its own)."""
+        p, m = self.plan, self.plan.model
+        h = m.hidden_size
+        routes, touched, width = self.expert_load(tokens)
         in_matrices = m.mlp_matrices - 1
+        per_expert = routes / touched if touched > 0 else routes
+        fit = p.moe_fit
+        if fit is not None:
+            expert_elements = m.mlp_matrices * h * width
+            launch = max(fit.fixed_s, self.launch_s) + touched * fit.expert_s
+            for name, k, n in (("experts_up", h, in_matrices * width), ("experts_down", width, h)):
+                self._roofline(
+                    name=name,
+                    category=OpCategory.MOE,
+                    scope=scope,
+                    count=count,
+                    flops=FLOPS_PER_MAC * routes * k * n,
+                    hbm_bytes=touched * k * n * p.weight_bytes_per_param
+                    + routes * k * p.gemm_input_bytes
+                    + routes * n * ACTIVATION_BYTES,
+                    flops_per_s=fit.flops_per_s(per_expert, expert_elements),
+                    hbm_bytes_per_s=fit.hbm_bytes_per_s(expert_elements),
+                    launch_s=launch,
+                    source=fit.source,
+                )
+            return
         self.gemm(
             "experts_up",
             scope,
@@ -892,7 +938,7 @@ class ForwardBuilder:
             in_matrices * width,
             category=OpCategory.MOE,
             weight_rows=touched * h * in_matrices * width,
-            rows_per_weight=routes / touched if touched > 0 else routes,
+            rows_per_weight=per_expert,
         )
         self.elementwise(
             "experts_act",
@@ -912,14 +958,32 @@ class ForwardBuilder:
             h,
             category=OpCategory.MOE,
             weight_rows=touched * width * h,
-            rows_per_weight=routes / touched if touched > 0 else routes,
+            rows_per_weight=per_expert,
         )
 
     def moe_combine_sum(self, scope: str, count: int, tokens: int) -> None:
-        """The weighted sum of each token's ``k`` expert outputs."""
-        m = self.plan.model
+        """The weighted sum of each token's ``k`` expert outputs. With a fitted MoE curve: the
+        routing, permute, un-permute and sum around the grouped GEMMs, ``route_passes`` HBM
+        passes over every routed token's hidden vector at the peak bandwidth."""
+        p, m = self.plan, self.plan.model
         assert m.moe is not None
         k = m.moe.experts_per_token
+        fit = p.moe_fit
+        if fit is not None:
+            routes = self.expert_load(tokens)[0]
+            self._roofline(
+                name="moe_combine_sum",
+                category=OpCategory.MOE,
+                scope=scope,
+                count=count,
+                flops=tokens * m.hidden_size * k,
+                hbm_bytes=fit.curve.route_passes * routes * m.hidden_size * ACTIVATION_BYTES,
+                flops_per_s=p.bf16_flops_per_s,
+                hbm_bytes_per_s=fit.peak_hbm_bytes_per_s,
+                launch_s=0.0,
+                source=fit.source,
+            )
+            return
         self.elementwise(
             "moe_combine_sum",
             scope,

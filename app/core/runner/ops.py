@@ -133,7 +133,14 @@ def communication_ms(comm_s: float, launch_s: float) -> float:
 
 
 def communication(
-    *, name: str, scope: str, count: int, comm_bytes: float, comm_s: float, launch_s: float
+    *,
+    name: str,
+    scope: str,
+    count: int,
+    comm_bytes: float,
+    comm_s: float,
+    launch_s: float,
+    source: str = DEFAULT_SOURCE,
 ) -> OpCost:
     """A collective whose time ``comm_s`` the interconnect model computed."""
     time_ms = communication_ms(comm_s, launch_s)
@@ -152,6 +159,7 @@ def communication(
         time_ms=time_ms,
         total_ms=time_ms * count,
         bound=Bound.COMMUNICATION if comm_s >= launch_s else Bound.OVERHEAD,
+        source=source,
     )
 
 

@@ -35,6 +35,8 @@ from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation
 from app.core.runner.kernel_fit import GEMM_16BIT, FittedGemm, fitted_gemm, gemm_label
+from app.core.runner.kernel_fit_comm import FittedComm, fitted_comm
+from app.core.runner.kernel_fit_moe import FittedMoe, fitted_moe, moe_label
 
 FLOPS_PER_TFLOP = 1e12
 S_PER_US = 1e-6
@@ -98,6 +100,10 @@ class ShardPlan:
     #: quantized and the 16-bit path; None: the physics-derived rates and ramps above.
     gemm_fit: FittedGemm | None = None
     bf16_gemm_fit: FittedGemm | None = None
+    #: The engine's measured-kernel MoE terms and collectives (``kernel_fit_moe``,
+    #: ``kernel_fit_comm``); None: the defaults.
+    moe_fit: FittedMoe | None = None
+    comm_fit: FittedComm | None = None
 
     @property
     def tokens_scale(self) -> float:
@@ -306,6 +312,25 @@ def _sixteen_bit_parts(
     return model.sixteen_bit_parts
 
 
+#: MXFP4 experts' activations -> the matrix dtype their measured kernels run in.
+_MXFP4_MOE_MATRIX: dict[str, DType] = {"bf16": DType.BF16, "fp8": DType.FP8}
+
+
+def _moe_fit_label(
+    model: ModelArchitecture,
+    quantization: Quantization,
+    mxfp4_activation: Mxfp4Activation,
+    compute: DType,
+) -> str | None:
+    """The measured MoE table of the run's routed experts, if they run its matrix path."""
+    if quantization.linear is LinearQuantAction.MXFP4:
+        if _MXFP4_MOE_MATRIX.get(mxfp4_activation) is not compute:
+            return None
+    elif compute is not quantization.linear_format.compute_dtype:
+        return None
+    return moe_label(quantization, model.native_linear, mxfp4_activation)
+
+
 def build_plan(
     model: ModelArchitecture,
     device: Device,
@@ -314,8 +339,9 @@ def build_plan(
     mxfp4_activation: Mxfp4Activation = "fp4",
     kernel_engine: str | None = None,
 ) -> ShardPlan:
-    """``kernel_engine``: the engine whose measured-kernel curves price the GEMMs on ``device``
-    (:mod:`app.core.runner.kernel_fit`; None, or no curve: the defaults)."""
+    """``kernel_engine``: the engine whose measured-kernel curves price the GEMMs, the routed
+    experts and the collectives on ``device`` (:mod:`app.core.runner.kernel_fit`,
+    ``kernel_fit_moe``, ``kernel_fit_comm``; None, or no curve: the defaults)."""
     notes: list[str] = []
     sixteen_bit = _sixteen_bit_parts(model, quantization, notes)
     tp, pp = parallel.tp, parallel.pp
@@ -361,6 +387,17 @@ def build_plan(
         peak_hbm_bytes_per_s=hbm_peak,
         graph_launch_s=graph_launch_s,
     )
+    moe_fit = None
+    if model.moe is not None:
+        moe_fit = fitted_moe(
+            device=device.name,
+            engine=kernel_engine,
+            label=_moe_fit_label(model, quantization, mxfp4_activation, compute),
+            peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops)
+            * FLOPS_PER_TFLOP,
+            peak_hbm_bytes_per_s=hbm_peak,
+            graph_launch_s=graph_launch_s,
+        )
 
     return ShardPlan(
         model=model,
@@ -402,6 +439,8 @@ def build_plan(
         sixteen_bit_parts=sixteen_bit,
         gemm_fit=gemm_fit,
         bf16_gemm_fit=bf16_fit,
+        moe_fit=moe_fit,
+        comm_fit=fitted_comm(device.name, kernel_engine),
     )
 
 

@@ -168,7 +168,8 @@ class ModelRunner:
     ``mxfp4_activation``: the activations MXFP4 GEMMs run with (an engine's kernels; ``fp4``:
     the device's FP4 path).
     ``kernel_engine``: the engine (``vllm``, ``sglang``, ``trtllm``) whose measured-kernel
-    curves price the GEMMs where ``kernel_fit`` has them for the device (None: the defaults).
+    curves price the GEMMs, routed experts and collectives where the fitted tables have them
+    for the device (None: the defaults).
     """
 
     __slots__ = (
@@ -225,7 +226,11 @@ class ModelRunner:
         self.plan: ShardPlan = build_plan(
             model, device, self.parallel, self.quantization, mxfp4_activation, kernel_engine
         )
-        fitted = self.plan.gemm_fit is not None or self.plan.bf16_gemm_fit is not None
+        plan = self.plan
+        fitted = any(
+            fit is not None
+            for fit in (plan.gemm_fit, plan.bf16_gemm_fit, plan.moe_fit, plan.comm_fit)
+        )
         self.kernel_engine = kernel_engine if fitted else None
         self._identity = self._digest()
 

@@ -45,7 +45,10 @@ def engine_quantization(profile: EngineProfile, quantization: Quantization) -> Q
 #: Engine profile -> the engine whose fitted kernel curves (``app.core.runner.kernel_fit``)
 #: price its serving forwards. Empty for now, on purpose: with only the GEMMs fitted, the agg
 #: file's TPOT median error rises from 11.3 % to 14.4 % (TTFT 38.6 -> 38.5 %) because attention
-#: and MoE, still on the defaults, stay 25-80 % too fast (docs/kernels.md, "Serving effect").
+#: and MoE, still on the defaults, stay 25-80 % too fast (docs/kernels.md, "Serving effect");
+#: with the MoE and collective curves too, TTFT 37.8 % and TPOT 18.2 % (docs/kernels.md,
+#: "Serving effect of the MoE and collectives fit"): attention is still on the defaults and
+#: the serving mechanisms were tuned against the unfitted op costs.
 #: ``{"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}`` switches it on.
 SERVING_KERNEL_ENGINES: Mapping[str, str] = {}
 

@@ -16,7 +16,8 @@ measured shape, so the runner's rates, ramps, bytes and fixed costs apply unchan
 - MoE: ``moe_experts`` (grouped up GEMM, activation, grouped down GEMM over the experts the
   tokens touch) and ``moe_combine_sum``, the parts of the engines' fused MoE kernel;
   ``num_tokens`` tokens route ``topk`` of ``num_experts`` experts, ``moe_ep_size`` devices hold
-  the experts and each expert is split ``moe_tp_size`` ways.
+  the experts and each expert is split ``moe_tp_size`` ways. Non-gated experts
+  (:data:`NONGATED_MOE`) have two matrices; ``fp8_block`` runs a block-FP8 checkpoint's path.
 - context / generation attention: ``gqa_attention_kernel`` for ``batch_size`` requests of
   ``isl`` new tokens over ``isl + step`` positions (a ``window_size`` above 0: a sliding-window
   layer of that window).
@@ -61,6 +62,8 @@ from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation
 from app.core.runner.comm import Collective
 from app.core.runner.kernel_fit import FP8_BLOCK
+from app.core.runner.kernel_fit_comm import NCCL_ENGINE
+from app.core.runner.kernel_fit_moe import SkewCurve, kernel_fit_moe
 from app.core.runner.layers import MLA_Q_ABSORB, MLA_V_UP, ForwardBuilder, attended_pairs
 from app.core.runner.plan import ShardPlan, build_plan
 
@@ -139,6 +142,7 @@ KEY_COLUMNS: Mapping[KernelFamily, tuple[str, ...]] = {
         "moe_tp_size",
         "moe_ep_size",
         "distribution",
+        "kernel_source",
     ),
     KernelFamily.CONTEXT_ATTENTION: _ATTENTION_KEY,
     KernelFamily.GENERATION_ATTENTION: _ATTENTION_KEY,
@@ -262,6 +266,23 @@ _GDN_OPS = (("conv1d", "gdn_conv1d"), ("delta_rule", "gdn_delta_rule"))
 _GENERATION = "generation"
 _DECODE = ForwardShape(is_decode=True, concurrency=1, query_len=1, seq_len=1)
 _EAGER_SUFFIX = "_eager"
+#: MoE kernels of a non-gated (up, activation, down) expert MLP, by their ``kernel_source``.
+_NONGATED = "nongated"
+#: (hidden_size, inter_size, topk, num_experts) of the measured MoE shapes that are non-gated
+#: in every engine's table: the shapes the wheel's TensorRT-LLM tables measure with
+#: ``moe_torch_flow_nongated`` (NVIDIA Nemotron-H's squared-ReLU experts); the vLLM and SGLang
+#: tables measure them too but do not label them.
+NONGATED_MOE = frozenset(
+    {
+        (1024, 2688, 22, 512),
+        (2048, 5120, 22, 512),
+        (2688, 1856, 6, 128),
+        (4096, 2688, 22, 512),
+        (8192, 5120, 22, 512),
+    }
+)
+#: TensorRT-LLM's opt-in min-latency MoE kernel (``kernel_source``): reported apart.
+MIN_LATENCY_MOE = "min_latency"
 _KIB = 1024
 _MIB = 1024 * 1024
 
@@ -348,6 +369,8 @@ def _model(
     moe: MoeDims | None = None,
     mla: MlaDims | None = None,
     linear: LinearAttentionDims | None = None,
+    gated: bool = True,
+    native_linear: str | None = None,
 ) -> ModelArchitecture:
     """A one-layer model whose one op of interest has the measured shape."""
     layer = _LAYER
@@ -371,18 +394,26 @@ def _model(
         moe=moe,
         linear_attention=linear,
         layer_groups=(layer,),
+        mlp_gated=gated,
+        native_linear=native_linear,
     )
 
 
 class KernelPricer:
     """Prices the measured shapes of one system on its catalog device (plans are memoised);
-    ``engine``: the engine whose fitted kernel curves the runner applies (None: the defaults)."""
+    ``engine``: the engine whose fitted kernel curves the runner applies (None: the defaults);
+    ``version``: its version, whose own MoE curve prices MoE rows where fitted (None, or no
+    curve of that version: the runner's default version)."""
 
-    def __init__(self, device: Device, engine: str | None = None) -> None:
+    def __init__(
+        self, device: Device, engine: str | None = None, version: str | None = None
+    ) -> None:
         self.device = device
         self.engine = engine
+        self.version = version  # the engine version whose MoE curve prices MoE rows
         self._plans: dict[tuple[object, ...], ShardPlan] = {}
         self._latencies: dict[tuple[object, ...], float] = {}
+        self._tokens_per_expert: dict[tuple[object, ...], float] = {}
         self._builders: dict[tuple[int, bool], ForwardBuilder] = {}
         self._pricers: Mapping[KernelFamily, Callable[[Sequence[object]], KernelPrediction]] = {
             KernelFamily.GEMM: self._gemm,
@@ -472,6 +503,8 @@ class KernelPricer:
         topk, experts = _positive(key[4], "topk"), _positive(key[5], "num_experts")
         moe_tp, moe_ep = _positive(key[6], "moe_tp_size"), _positive(key[7], "moe_ep_size")
         distribution = _text(key[8]) or _BALANCED
+        kernel = _text(key[9]) if len(key) > 9 else ""
+        gated = _NONGATED not in kernel and (hidden, inter, topk, experts) not in NONGATED_MOE
         activation: Mxfp4Activation = "fp4"
         if dtype in _MXFP4_MOE:
             linear = LinearQuantAction.MXFP4
@@ -494,44 +527,78 @@ class KernelPricer:
             moe_ep,
             linear,
             activation,
+            gated,
+            dtype == FP8_BLOCK,
         )
         latency_ms = self._latencies.get(shape_key)
         if latency_ms is None:
             devices = moe_tp * moe_ep
             plan = self._plan(
                 shape_key[2:],
-                lambda: build_plan(
-                    _model(
-                        heads=devices,
-                        kv_heads=devices,
-                        head_dim=1,
-                        hidden=hidden,
-                        moe=MoeDims(
-                            num_experts=experts,
-                            experts_per_token=topk,
-                            expert_intermediate_size=inter,
+                lambda: self._moe_version(
+                    build_plan(
+                        _model(
+                            heads=devices,
+                            kv_heads=devices,
+                            head_dim=1,
+                            hidden=hidden,
+                            moe=MoeDims(
+                                num_experts=experts,
+                                experts_per_token=topk,
+                                expert_intermediate_size=inter,
+                            ),
+                            gated=gated,
+                            native_linear=LinearQuantAction.FP8.value if shape_key[-1] else None,
                         ),
-                    ),
-                    self.device,
-                    ParallelLayout(tp=devices, ep=moe_ep),
-                    Quantization(linear=linear),
-                    activation,
+                        self.device,
+                        ParallelLayout(tp=devices, ep=moe_ep),
+                        Quantization(linear=linear),
+                        activation,
+                        kernel_engine=self.engine,
+                    )
                 ),
             )
             builder = self._builder(plan)
             builder.moe_experts(_SCOPE, 1, tokens)
             builder.moe_combine_sum(_SCOPE, 1, tokens)
             latency_ms = self._latencies[shape_key] = builder.latency_ms()
-        # The runner routes tokens uniformly; a skewed distribution is reported apart.
+            routes, touched, _ = builder.expert_load(tokens)
+            self._tokens_per_expert[shape_key] = routes / touched if touched > 0 else routes
+        skew = self._skew(distribution)
+        if skew is not None:  # a skewed distribution: the fitted factor over the balanced time
+            latency_ms *= skew.factor_at(self._tokens_per_expert[shape_key])
+        # The runner routes tokens uniformly; a skewed distribution is reported apart (priced
+        # with its fitted skew factor where the engine's curves apply), and so is TensorRT-LLM's
+        # min-latency MoE (an opt-in mode measured beside the default kernel at the same
+        # shapes).
         op = _OP_MOE
         if distribution != _BALANCED:
             op = f"{op}[{distribution}]"
+        if MIN_LATENCY_MOE in kernel:
+            op = f"{op}[{MIN_LATENCY_MOE}]"
         return KernelPrediction(
             op=op,
             quantization=dtype,
             band=_band(tokens * topk / experts, _TOKENS_PER_EXPERT_BANDS, "tok/expert>128"),
             predicted_ms=latency_ms,
         )
+
+    def _skew(self, distribution: str) -> SkewCurve | None:
+        """The fitted skew factor of ``distribution`` on this device and engine (None: the
+        balanced rows, or no fit)."""
+        if distribution == _BALANCED or self.engine is None:
+            return None
+        return kernel_fit_moe().skew.get((self.device.name, self.engine, distribution))
+
+    def _moe_version(self, plan: ShardPlan) -> ShardPlan:
+        """``plan`` with the MoE curve of the pricer's engine version, where it has one."""
+        fit = plan.moe_fit
+        if fit is None or self.engine is None or self.version is None:
+            return plan
+        curve = kernel_fit_moe().curve(self.device.name, self.engine, fit.label, self.version)
+        if curve is None or curve is fit.curve:
+            return plan
+        return dataclasses.replace(plan, moe_fit=dataclasses.replace(fit, curve=curve))
 
     def _attention_shape(self, key: Sequence[object], *, decode: bool) -> tuple[ForwardShape, str]:
         batch = _positive(key[2], "batch_size")
@@ -684,8 +751,17 @@ class KernelPricer:
         )
 
     def _collective(
-        self, kind: Collective, dtype: str, gpus: object, elements: object, *, eager: bool
+        self,
+        kind: Collective,
+        dtype: str,
+        gpus: object,
+        elements: object,
+        *,
+        eager: bool,
+        nccl: bool = False,
     ) -> tuple[float, str]:
+        """``nccl``: an NCCL table (priced by the fitted NCCL curves whatever engine's folder
+        measured it; an engine's custom all-reduce otherwise)."""
         element_bytes = _ELEMENT_BYTES.get(dtype)
         if element_bytes is None:
             raise _Refused(f"collective dtype {dtype or '?'}: unknown element size")
@@ -693,13 +769,15 @@ class KernelPricer:
         message_bytes = _positive(elements, "message_size") * element_bytes
         if devices > self.device.max_devices:
             raise _Refused(f"{devices} devices exceed the device's {self.device.max_devices}")
+        engine = NCCL_ENGINE if nccl and self.engine is not None else self.engine
         plan = self._plan(
-            ("collective", devices),
+            ("collective", devices, engine),
             lambda: build_plan(
                 _model(heads=devices, kv_heads=devices, head_dim=1, hidden=devices),
                 self.device,
                 ParallelLayout(tp=devices),
                 _BF16,
+                kernel_engine=engine,
             ),
         )
         builder = self._builder(plan, eager=eager)
@@ -724,7 +802,7 @@ class KernelPricer:
         kind = _NCCL_OPS.get(op)
         if kind is None:
             raise _Refused(f"collective {op or '?'}: no runner collective")
-        latency_ms, band = self._collective(kind, dtype, key[2], key[3], eager=False)
+        latency_ms, band = self._collective(kind, dtype, key[2], key[3], eager=False, nccl=True)
         return KernelPrediction(
             op=f"{_OP_NCCL}[{op}]",
             quantization=dtype,

@@ -1,0 +1,282 @@
+"""MoE expert-kernel terms fitted to measured kernels (``data/kernel_fit_moe.json``).
+
+Written by ``python -m scripts.fit_kernels_moe`` from NVIDIA AIConfigurator's measured
+``moe_perf`` tables (``aiconfigurator-core``, Apache-2.0; ``NOTICE``, ``docs/kernels.md``), on the
+train split and the ``balanced`` token distribution only. Per (catalog device, engine, MoE
+quantization, engine version) it holds the terms of the runner's fused-MoE cost
+(``ForwardBuilder.moe_experts`` and ``moe_combine_sum``), as shape curves rather than
+latencies::
+
+    grouped GEMM (up, down) = max(flops / (peak_flops * compute_eff(tpe, W)),
+                                  hbm_bytes / (peak_bw * memory_eff(W)))
+                              + fixed_us + touched_experts * expert_us
+    permute / combine       = route_passes * routes * hidden * 2 bytes / peak_bw
+
+``tpe`` is the tokens each touched expert computes (``routes / touched``), ``W`` one expert's
+weight elements (all its matrices, on this device): ``compute_eff`` is bilinear in ``log2`` of
+both between the knots (a :class:`~app.core.runner.kernel_fit.GemmCurve` over ``tpe`` and
+``W``), ``memory_eff`` linear in ``log2(W)``. ``expert_us`` is the per-active-expert cost (its
+tile scheduling, weight-scale loads and the partial last tile), ``route_passes`` how many times
+each routed token's hidden vector crosses HBM at peak in the routing, permute, un-permute and
+weighted sum the engines fuse around the grouped GEMMs. The activation is fused into the up
+GEMM's epilogue in every measured engine: a fitted run has no ``experts_act`` op.
+
+Engine versions change MoE kernels (vLLM 0.19 / 0.22 ran Triton ``fused_moe``, 0.24 FlashInfer's
+TensorRT-LLM kernels, up to 2.4x apart at one shape), so each version has its own curve; the
+runner prices with the newest (``default``), ``validate --kernels`` each table with its own
+version's. A device, engine or quantization without a curve keeps the defaults; a missing or
+malformed file raises :class:`~app.core.runner.kernel_fit.KernelFitError` on first use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from app.core.catalog.quantization import LinearQuantAction, Quantization
+from app.core.profiles import Mxfp4Activation
+from app.core.runner.kernel_fit import (
+    FITTED_SOURCE_PREFIX,
+    FP8_BLOCK,
+    GEMM_16BIT,
+    S_PER_US,
+    GemmCurve,
+    KernelFitError,
+    _check_knots,
+    _number,
+    _numbers,
+    _position,
+    read_fit_json,
+)
+
+KERNEL_FIT_MOE_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_moe.json"
+KERNEL_FIT_MOE_FORMAT = "chunkwise-kernel-fit-moe/1"
+
+#: Runner linear action -> the measured ``moe_dtype`` (MXFP4 goes by its activations).
+_MOE_LABELS: Mapping[LinearQuantAction, str] = {
+    LinearQuantAction.DISABLED: GEMM_16BIT,
+    LinearQuantAction.FP8: "fp8",
+    LinearQuantAction.W4A16: "int4_wo",
+    LinearQuantAction.NVFP4: "nvfp4",
+}
+#: MXFP4 experts by the activations their GEMMs run with (the measured dtypes).
+MXFP4_MOE_LABELS: Mapping[str, str] = {"bf16": "w4a16_mxfp4", "fp8": "w4a8_mxfp4_mxfp8"}
+
+
+def moe_label(
+    quantization: Quantization, native_linear: str | None, mxfp4_activation: Mxfp4Activation
+) -> str | None:
+    """The measured MoE table a run's routed experts are priced from (None: no table). FP8 is
+    block-scaled for a DeepSeek-style checkpoint, as for the GEMMs."""
+    action = quantization.linear
+    if action is LinearQuantAction.MXFP4:
+        return MXFP4_MOE_LABELS.get(mxfp4_activation)
+    if action is LinearQuantAction.FP8 and native_linear == LinearQuantAction.FP8.value:
+        return FP8_BLOCK
+    return _MOE_LABELS.get(action)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeCurve:
+    """One (device, engine, quantization)'s fitted MoE terms (see the module doc)."""
+
+    gemm: GemmCurve  # m knots: tokens per touched expert; nk knots: one expert's weights
+    expert_us: float
+    route_passes: float
+
+    def __post_init__(self) -> None:
+        for name in ("expert_us", "route_passes"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a number >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FittedMoe:
+    """A fitted MoE curve on one plan's path: absolute peaks, resolved once in the plan."""
+
+    curve: MoeCurve
+    label: str  # the measured MoE dtype
+    peak_flops_per_s: float
+    peak_hbm_bytes_per_s: float
+    graph_launch_s: float
+    source: str  # ``fitted:<engine>``
+
+    @property
+    def fixed_s(self) -> float:
+        """Each grouped GEMM's floor: never below the captured-graph cost it stands in for."""
+        return max(self.curve.gemm.fixed_us * S_PER_US, self.graph_launch_s)
+
+    @property
+    def expert_s(self) -> float:
+        return self.curve.expert_us * S_PER_US
+
+    def flops_per_s(self, tokens_per_expert: float, expert_elements: float) -> float:
+        return self.peak_flops_per_s * self.curve.gemm.compute_efficiency_at(
+            tokens_per_expert, expert_elements
+        )
+
+    def hbm_bytes_per_s(self, expert_elements: float) -> float:
+        return self.peak_hbm_bytes_per_s * self.curve.gemm.memory_efficiency_at(expert_elements)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkewCurve:
+    """A skewed token distribution's latency over the balanced curve's, by tokens per touched
+    expert under uniform routing (linear in ``log2`` between the knots, clamped): below one,
+    a skewed batch touches fewer experts (fewer weights streamed); above one, the busiest
+    expert's GEMM sets the time."""
+
+    tpe_knots: tuple[float, ...]
+    factor: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        _check_knots("tpe_knots", self.tpe_knots)
+        if len(self.factor) != len(self.tpe_knots):
+            raise ValueError("factor needs one value per tpe knot")
+        if not all(math.isfinite(f) and f > 0 for f in self.factor):
+            raise ValueError("factors must be positive")
+
+    def factor_at(self, tokens_per_expert: float) -> float:
+        i, t = _position(tokens_per_expert, self.tpe_knots)
+        return (1 - t) * self.factor[i] + t * self.factor[i + 1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeFit:
+    """The whole MoE table: per (device, engine, MoE dtype) one curve per measured engine
+    version, and the version the runner prices with (``default``: the newest); per (device,
+    engine, skewed distribution) a :class:`SkewCurve` (``validate --kernels`` prices the
+    measured power-law rows with it; serving routes uniformly)."""
+
+    curves: Mapping[tuple[str, str, str, str], MoeCurve]  # (device, engine, dtype, version)
+    default_versions: Mapping[tuple[str, str, str], str]
+    skew: Mapping[tuple[str, str, str], SkewCurve]  # (device, engine, distribution)
+
+    def curve(
+        self, device: str, engine: str, label: str, version: str | None = None
+    ) -> MoeCurve | None:
+        """The curve of ``version`` (None: the default version's)."""
+        if version is None:
+            version = self.default_versions.get((device, engine, label))
+            if version is None:
+                return None
+        return self.curves.get((device, engine, label, version))
+
+
+def _moe_curve(entry: Mapping[str, Any], key: object) -> MoeCurve:
+    table = entry.get("compute_efficiency")
+    if not isinstance(table, list):
+        raise KernelFitError(f"kernel fit: 'compute_efficiency' is not a list in {key}")
+    try:
+        return MoeCurve(
+            gemm=GemmCurve(
+                m_knots=_numbers(entry, "tpe_knots"),
+                nk_knots=_numbers(entry, "weight_knots"),
+                compute_efficiency=tuple(
+                    _numbers({"row": row, "device": key}, "row") for row in table
+                ),
+                memory_efficiency=_numbers(entry, "memory_efficiency"),
+                fixed_us=_number(entry, "fixed_us"),
+            ),
+            expert_us=_number(entry, "expert_us"),
+            route_passes=_number(entry, "route_passes"),
+        )
+    except ValueError as err:
+        raise KernelFitError(f"kernel fit: {key}: {err}") from None
+
+
+def parse_kernel_fit_moe(body: Any) -> MoeFit:
+    """The :class:`MoeFit` of the decoded json (raises :class:`KernelFitError`)."""
+    if not isinstance(body, dict) or body.get("format") != KERNEL_FIT_MOE_FORMAT:
+        raise KernelFitError(f"kernel fit: not a {KERNEL_FIT_MOE_FORMAT} document")
+    entries = body.get("moe")
+    if not isinstance(entries, list) or not isinstance(body.get("source"), dict):
+        raise KernelFitError("kernel fit: needs a 'source' object and a 'moe' list")
+    curves: dict[tuple[str, str, str, str], MoeCurve] = {}
+    defaults: dict[tuple[str, str, str], str] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise KernelFitError("kernel fit: a 'moe' entry is not an object")
+        names = ("device", "engine", "quantization", "engine_version")
+        key = tuple(entry.get(name) for name in names)
+        if not all(isinstance(part, str) and part for part in key):
+            raise KernelFitError(f"kernel fit: entry without {'/'.join(names)}: {key}")
+        if key in curves:
+            raise KernelFitError(f"kernel fit: {key} appears twice")
+        curves[key] = _moe_curve(entry, key)  # type: ignore[index]
+        default = entry.get("default")
+        if not isinstance(default, bool):
+            raise KernelFitError(f"kernel fit: 'default' is not true or false in {key}")
+        if default:
+            if key[:3] in defaults:
+                raise KernelFitError(f"kernel fit: two default versions of {key[:3]}")
+            defaults[key[:3]] = key[3]  # type: ignore[index, assignment]
+    missing = {key[:3] for key in curves} - set(defaults)
+    if missing:
+        raise KernelFitError(f"kernel fit: no default version of {sorted(missing)[0]}")
+    return MoeFit(curves=curves, default_versions=defaults, skew=_parse_skew(body.get("skew")))
+
+
+def _parse_skew(entries: Any) -> Mapping[tuple[str, str, str], SkewCurve]:
+    if not isinstance(entries, list):
+        raise KernelFitError("kernel fit: needs a 'skew' list")
+    skew: dict[tuple[str, str, str], SkewCurve] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise KernelFitError("kernel fit: a 'skew' entry is not an object")
+        key = tuple(entry.get(name) for name in ("device", "engine", "distribution"))
+        if not all(isinstance(part, str) and part for part in key):
+            raise KernelFitError(
+                f"kernel fit: skew entry without device/engine/distribution: {key}"
+            )
+        if key in skew:
+            raise KernelFitError(f"kernel fit: skew {key} appears twice")
+        try:
+            skew[key] = SkewCurve(  # type: ignore[index]
+                tpe_knots=_numbers(entry, "tpe_knots"), factor=_numbers(entry, "factor")
+            )
+        except ValueError as err:
+            raise KernelFitError(f"kernel fit: skew {key}: {err}") from None
+    return skew
+
+
+def load_kernel_fit_moe(path: Path = KERNEL_FIT_MOE_PATH) -> MoeFit:
+    """Read and check the fitted MoE table at ``path`` (raises :class:`KernelFitError`)."""
+    return parse_kernel_fit_moe(read_fit_json(path))
+
+
+@cache
+def kernel_fit_moe() -> MoeFit:
+    """The packaged table, read once on first use."""
+    return load_kernel_fit_moe()
+
+
+def fitted_moe(
+    *,
+    device: str,
+    engine: str | None,
+    label: str | None,
+    peak_flops_per_s: float,
+    peak_hbm_bytes_per_s: float,
+    graph_launch_s: float,
+) -> FittedMoe | None:
+    """The fitted MoE of ``engine``'s ``label`` kernels on ``device``, its default version
+    (None: the defaults)."""
+    if engine is None or label is None:
+        return None
+    curve = kernel_fit_moe().curve(device, engine, label)
+    if curve is None:
+        return None
+    return FittedMoe(
+        curve=curve,
+        label=label,
+        peak_flops_per_s=peak_flops_per_s,
+        peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
+        graph_launch_s=graph_launch_s,
+        source=FITTED_SOURCE_PREFIX + engine,
+    )
