@@ -213,8 +213,9 @@ def _arrays(raw: dict[str, list[Any]], system: str, label: str, split: str) -> d
     }
 
 
-def _thin(p: dict[str, Any]) -> dict[str, Any]:
-    step = max(1, len(p["m"]) // MAX_FIT_POINTS)
+def _thin(p: dict[str, Any], limit: int = MAX_FIT_POINTS) -> dict[str, Any]:
+    """Every k-th point of ``p`` (deterministic), at most about ``limit``."""
+    step = max(1, len(p["measured"]) // limit)
 
     def thin(v: Any) -> Any:
         if isinstance(v, tuple):

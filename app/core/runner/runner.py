@@ -225,7 +225,16 @@ class ModelRunner:
         self.plan: ShardPlan = build_plan(
             model, device, self.parallel, self.quantization, mxfp4_activation, kernel_engine
         )
-        fitted = self.plan.gemm_fit is not None or self.plan.bf16_gemm_fit is not None
+        plan = self.plan
+        fitted = any(
+            fit is not None
+            for fit in (
+                plan.gemm_fit,
+                plan.bf16_gemm_fit,
+                plan.prefill_attention_fit,
+                plan.decode_attention_fit,
+            )
+        )
         self.kernel_engine = kernel_engine if fitted else None
         self._identity = self._digest()
 

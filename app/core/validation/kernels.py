@@ -562,6 +562,7 @@ class KernelPricer:
                 self.device,
                 _SINGLE,
                 Quantization(attention=attention),
+                kernel_engine=self.engine,
             ),
         )
         builder = self._builder(plan)
@@ -595,6 +596,7 @@ class KernelPricer:
                 self.device,
                 _SINGLE,
                 Quantization(linear=linear, attention=attention),
+                kernel_engine=self.engine,
             ),
         )
 
