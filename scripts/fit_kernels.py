@@ -233,6 +233,18 @@ def _wheel_version(root: Path) -> str:
     return "unknown"
 
 
+def _source(root: Path, script: str, model: str) -> dict[str, str]:
+    """A fitted table's provenance: the wheel, its licence, the split, the script, the form."""
+    return {
+        "package": "aiconfigurator-core",
+        "version": _wheel_version(root),
+        "licence": "Apache-2.0 (see NOTICE)",
+        "split": "train: crc32(shape text) % 4 != 0 (app.core.validation.kernels.split_of)",
+        "script": script,
+        "model": model,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
@@ -276,15 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     body = {
         "format": KERNEL_FIT_FORMAT,
-        "source": {
-            "package": "aiconfigurator-core",
-            "version": _wheel_version(args.kernels),
-            "licence": "Apache-2.0 (see NOTICE)",
-            "split": "train: crc32(shape text) % 4 != 0 (app.core.validation.kernels.split_of)",
-            "script": "python -m scripts.fit_kernels",
-            "model": "max(flops / (peak * compute_efficiency(M, K*N)), bytes / (hbm * "
+        "source": _source(
+            args.kernels,
+            "python -m scripts.fit_kernels",
+            "max(flops / (peak * compute_efficiency(M, K*N)), bytes / (hbm * "
             "memory_efficiency(K*N))) + fixed_us; bilinear in log2(M), log2(K*N) between knots",
-        },
+        ),
         "gemm": entries,
     }
     args.out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")

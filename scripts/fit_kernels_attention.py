@@ -48,7 +48,7 @@ from app.core.runner.layers import FLOPS_PER_MAC, Q_AND_O, attended_pairs
 from app.core.runner.plan import ACTIVATION_BYTES, FLOPS_PER_TFLOP
 from app.core.validation.kernels import DEEPSEEK_V3_MLA, SYSTEM_DEVICES, split_of
 from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
-from scripts.fit_kernels import MIN_POINTS, PERCENT, _grid, _thin, _weights, _wheel_version
+from scripts.fit_kernels import MIN_POINTS, PERCENT, _grid, _source, _thin, _weights
 
 TABLE_FAMILIES = {
     "context_attention_perf": CONTEXT_ATTENTION,
@@ -313,18 +313,15 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(key), f"train {entry['train']} test {entry['test']}", file=sys.stderr)
     body = {
         "format": ATTENTION_FIT_FORMAT,
-        "source": {
-            "package": "aiconfigurator-core",
-            "version": _wheel_version(args.kernels),
-            "licence": "Apache-2.0 (see NOTICE)",
-            "split": "train: crc32(shape text) % 4 != 0 (app.core.validation.kernels.split_of)",
-            "script": "python -m scripts.fit_kernels_attention",
-            "model": "max(flops / (peak * compute_efficiency(rows, context) * "
+        "source": _source(
+            args.kernels,
+            "python -m scripts.fit_kernels_attention",
+            "max(flops / (peak * compute_efficiency(rows, context) * "
             "head_dim_factor(head_dim)), bytes / (hbm * memory_efficiency(rows, context) * "
-            "head_dim_factor(head_dim)), "
-            "rows * row_ns) + fixed_us; rows = new tokens x local query heads, context = KV "
-            "positions per request; bilinear in log2(rows), log2(context) between knots",
-        },
+            "head_dim_factor(head_dim)), rows * row_ns) + fixed_us; rows = new tokens x local "
+            "query heads, context = KV positions per request; bilinear in log2(rows), "
+            "log2(context) between knots",
+        ),
         "attention": entries,
     }
     args.out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")

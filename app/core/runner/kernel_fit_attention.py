@@ -33,7 +33,6 @@ label without a curve keeps the runner's defaults; every op says which priced it
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -49,6 +48,7 @@ from app.core.runner.kernel_fit import (
     _number,
     _numbers,
     _position,
+    read_fit_json,
 )
 
 ATTENTION_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_attention.json"
@@ -235,15 +235,7 @@ def parse_attention_fit(body: Any) -> AttentionFit:
 
 def load_attention_fit(path: Path = ATTENTION_FIT_PATH) -> AttentionFit:
     """Read and check the fitted table at ``path`` (raises ``KernelFitError``)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise KernelFitError(f"attention fit: cannot read {path} ({err.strerror})") from None
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise KernelFitError(f"attention fit: {path} is not json ({err.msg})") from None
-    return parse_attention_fit(body)
+    return parse_attention_fit(read_fit_json(path, "attention fit"))
 
 
 @cache
