@@ -213,8 +213,9 @@ def _arrays(raw: dict[str, list[Any]], system: str, label: str, split: str) -> d
     }
 
 
-def _thin(p: dict[str, Any]) -> dict[str, Any]:
-    step = max(1, len(p["m"]) // MAX_FIT_POINTS)
+def _thin(p: dict[str, Any], limit: int = MAX_FIT_POINTS) -> dict[str, Any]:
+    """Every k-th point of ``p`` (deterministic), at most about ``limit``."""
+    step = max(1, len(p["measured"]) // limit)
 
     def thin(v: Any) -> Any:
         if isinstance(v, tuple):
@@ -230,6 +231,18 @@ def _wheel_version(root: Path) -> str:
         if found:
             return found.group(1)
     return "unknown"
+
+
+def _source(root: Path, script: str, model: str) -> dict[str, str]:
+    """A fitted table's provenance: the wheel, its licence, the split, the script, the form."""
+    return {
+        "package": "aiconfigurator-core",
+        "version": _wheel_version(root),
+        "licence": "Apache-2.0 (see NOTICE)",
+        "split": "train: crc32(shape text) % 4 != 0 (app.core.validation.kernels.split_of)",
+        "script": script,
+        "model": model,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,15 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     body = {
         "format": KERNEL_FIT_FORMAT,
-        "source": {
-            "package": "aiconfigurator-core",
-            "version": _wheel_version(args.kernels),
-            "licence": "Apache-2.0 (see NOTICE)",
-            "split": "train: crc32(shape text) % 4 != 0 (app.core.validation.kernels.split_of)",
-            "script": "python -m scripts.fit_kernels",
-            "model": "max(flops / (peak * compute_efficiency(M, K*N)), bytes / (hbm * "
+        "source": _source(
+            args.kernels,
+            "python -m scripts.fit_kernels",
+            "max(flops / (peak * compute_efficiency(M, K*N)), bytes / (hbm * "
             "memory_efficiency(K*N))) + fixed_us; bilinear in log2(M), log2(K*N) between knots",
-        },
+        ),
         "gemm": entries,
     }
     args.out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")

@@ -209,21 +209,22 @@ def parse_kernel_fit(body: Any) -> KernelFit:
     return KernelFit(gemm=curves, source=source)
 
 
-def read_fit_json(path: Path) -> Any:
-    """The decoded json of a fitted table (raises :class:`KernelFitError`)."""
+def read_fit_json(path: Path, what: str) -> Any:
+    """The decoded json of the fitted table ``what`` at ``path`` (raises
+    :class:`KernelFitError` if it cannot be read or is not json)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
-        raise KernelFitError(f"kernel fit: cannot read {path} ({err.strerror})") from None
+        raise KernelFitError(f"{what}: cannot read {path} ({err.strerror})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise KernelFitError(f"kernel fit: {path} is not json ({err.msg})") from None
+        raise KernelFitError(f"{what}: {path} is not json ({err.msg})") from None
 
 
 def load_kernel_fit(path: Path = KERNEL_FIT_PATH) -> KernelFit:
     """Read and check the fitted table at ``path`` (raises :class:`KernelFitError`)."""
-    return parse_kernel_fit(read_fit_json(path))
+    return parse_kernel_fit(read_fit_json(path, "kernel fit"))
 
 
 @cache

@@ -134,7 +134,7 @@ def parse_kernel_fit_comm(body: Any) -> Mapping[CommKey, CommCurve]:
 
 def load_kernel_fit_comm(path: Path = KERNEL_FIT_COMM_PATH) -> Mapping[CommKey, CommCurve]:
     """Read and check the fitted collectives at ``path`` (raises :class:`KernelFitError`)."""
-    return parse_kernel_fit_comm(read_fit_json(path))
+    return parse_kernel_fit_comm(read_fit_json(path, "collective fit"))
 
 
 @cache

@@ -247,7 +247,7 @@ def _parse_skew(entries: Any) -> Mapping[tuple[str, str, str], SkewCurve]:
 
 def load_kernel_fit_moe(path: Path = KERNEL_FIT_MOE_PATH) -> MoeFit:
     """Read and check the fitted MoE table at ``path`` (raises :class:`KernelFitError`)."""
-    return parse_kernel_fit_moe(read_fit_json(path))
+    return parse_kernel_fit_moe(read_fit_json(path, "MoE fit"))
 
 
 @cache

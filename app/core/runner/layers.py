@@ -490,6 +490,9 @@ class ForwardBuilder:
             count,
             flops=FLOPS_PER_MAC * pairs * p.heads_local * (d + d),  # QK^T then PV
             hbm_bytes=kv_read + kv_write + Q_AND_O * new_tokens * q_out * ACTIVATION_BYTES,
+            rows=new_tokens * p.heads_local,
+            context=_context(s, group),
+            head_dim=d,
         )
 
     def _linear_attention(
@@ -598,16 +601,45 @@ class ForwardBuilder:
         )
 
     def _attention_kernel(
-        self, shape: ForwardShape, scope: str, count: int, *, flops: float, hbm_bytes: float
+        self,
+        shape: ForwardShape,
+        scope: str,
+        count: int,
+        *,
+        flops: float,
+        hbm_bytes: float,
+        rows: float,
+        context: float,
+        head_dim: float,
     ) -> None:
+        """An attention kernel of ``rows`` query rows (new tokens x local heads) over
+        ``context`` positions per request: on the plan's fitted curve of its phase if it has
+        one (``kernel_fit_attention``), else at the attention rate and HBM bandwidth."""
         name = "decode_attention" if shape.is_decode else "flash_attention"
-        self._attention_op(
-            name,
-            scope,
-            count,
+        p = self.plan
+        fit = p.decode_attention_fit if shape.is_decode else p.prefill_attention_fit
+        if fit is None:
+            self._attention_op(
+                name,
+                scope,
+                count,
+                flops=flops,
+                hbm_bytes=hbm_bytes,
+                flops_per_s=p.attention_flops_per_s,
+            )
+            return
+        rate, bandwidth = fit.rates(flops, rows, context, head_dim)
+        self._roofline(
+            name=name,
+            category=OpCategory.ATTENTION,
+            scope=scope,
+            count=count,
             flops=flops,
             hbm_bytes=hbm_bytes,
-            flops_per_s=self.plan.attention_flops_per_s,
+            flops_per_s=rate,
+            hbm_bytes_per_s=bandwidth,
+            launch_s=fit.fixed_s if fit.fixed_s > self.launch_s else self.launch_s,
+            source=fit.source,
         )
 
     def _attention_op(
@@ -744,7 +776,14 @@ class ForwardBuilder:
                 + new_tokens * heads * width * ACTIVATION_BYTES
             )
         self._attention_kernel(
-            s, scope, count, flops=FLOPS_PER_MAC * pairs * heads * width, hbm_bytes=hbm_bytes
+            s,
+            scope,
+            count,
+            flops=FLOPS_PER_MAC * pairs * heads * width,
+            hbm_bytes=hbm_bytes,
+            rows=new_tokens * heads,
+            context=positions,
+            head_dim=mla.qk_head_dim,
         )
 
     def _sparse_indexer(

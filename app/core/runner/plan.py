@@ -35,6 +35,15 @@ from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation
 from app.core.runner.kernel_fit import GEMM_16BIT, FittedGemm, fitted_gemm, gemm_label
+from app.core.runner.kernel_fit_attention import (
+    CONTEXT_ATTENTION,
+    CONTEXT_MLA,
+    GENERATION_ATTENTION,
+    GENERATION_MLA,
+    FittedAttention,
+    attention_labels,
+    fitted_attention,
+)
 from app.core.runner.kernel_fit_comm import FittedComm, fitted_comm
 from app.core.runner.kernel_fit_moe import FittedMoe, fitted_moe, moe_label
 
@@ -104,6 +113,10 @@ class ShardPlan:
     #: ``kernel_fit_comm``); None: the defaults.
     moe_fit: FittedMoe | None = None
     comm_fit: FittedComm | None = None
+    #: Measured-kernel attention curves (``kernel_fit_attention``) of the prefill and decode
+    #: attention kernels; None: the attention rate and HBM bandwidth above.
+    prefill_attention_fit: FittedAttention | None = None
+    decode_attention_fit: FittedAttention | None = None
 
     @property
     def tokens_scale(self) -> float:
@@ -398,6 +411,9 @@ def build_plan(
             peak_hbm_bytes_per_s=hbm_peak,
             graph_launch_s=graph_launch_s,
         )
+    prefill_attention, decode_attention = _attention_fits(
+        model, device, quantization, kernel_engine, hbm_peak, graph_launch_s
+    )
 
     return ShardPlan(
         model=model,
@@ -441,7 +457,45 @@ def build_plan(
         bf16_gemm_fit=bf16_fit,
         moe_fit=moe_fit,
         comm_fit=fitted_comm(device.name, kernel_engine),
+        prefill_attention_fit=prefill_attention,
+        decode_attention_fit=decode_attention,
     )
+
+
+def _attention_fits(
+    model: ModelArchitecture,
+    device: Device,
+    quantization: Quantization,
+    kernel_engine: str | None,
+    hbm_peak: float,
+    graph_launch_s: float,
+) -> tuple[FittedAttention | None, FittedAttention | None]:
+    """The fitted prefill and decode attention kernels of ``kernel_engine`` (None: defaults).
+    A sparse-indexer model's top-k attention is another kernel than the measured dense ones."""
+    if kernel_engine is None or model.sparse_indexer is not None:
+        return None, None
+    families = (
+        (CONTEXT_MLA, GENERATION_MLA)
+        if model.mla is not None
+        else (CONTEXT_ATTENTION, GENERATION_ATTENTION)
+    )
+    bf16 = device.peak_bf16_tflops * FLOPS_PER_TFLOP
+    fp8 = device.peak_tflops(device.compute_path(DType.FP8)) or device.peak_bf16_tflops
+    peaks = {False: bf16, True: fp8 * FLOPS_PER_TFLOP}
+    labels = attention_labels(quantization.attention)
+    prefill, decode = (
+        fitted_attention(
+            device=device.name,
+            engine=kernel_engine,
+            family=family,
+            labels=labels,
+            peak_flops_per_s=peaks,
+            peak_hbm_bytes_per_s=hbm_peak,
+            graph_launch_s=graph_launch_s,
+        )
+        for family in families
+    )
+    return prefill, decode
 
 
 def _weights_bytes(

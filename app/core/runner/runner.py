@@ -229,7 +229,14 @@ class ModelRunner:
         plan = self.plan
         fitted = any(
             fit is not None
-            for fit in (plan.gemm_fit, plan.bf16_gemm_fit, plan.moe_fit, plan.comm_fit)
+            for fit in (
+                plan.gemm_fit,
+                plan.bf16_gemm_fit,
+                plan.moe_fit,
+                plan.comm_fit,
+                plan.prefill_attention_fit,
+                plan.decode_attention_fit,
+            )
         )
         self.kernel_engine = kernel_engine if fitted else None
         self._identity = self._digest()

@@ -629,6 +629,7 @@ class KernelPricer:
                 self.device,
                 _SINGLE,
                 Quantization(attention=attention),
+                kernel_engine=self.engine,
             ),
         )
         builder = self._builder(plan)
@@ -662,6 +663,7 @@ class KernelPricer:
                 self.device,
                 _SINGLE,
                 Quantization(linear=linear, attention=attention),
+                kernel_engine=self.engine,
             ),
         )
 

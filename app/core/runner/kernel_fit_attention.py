@@ -1,0 +1,274 @@
+"""Attention kernel terms fitted to measured kernels (``data/kernel_fit_attention.json``).
+
+The file is written by ``python -m scripts.fit_kernels_attention`` from NVIDIA AIConfigurator's
+measured attention tables (``aiconfigurator-core``, Apache-2.0; ``NOTICE``, ``docs/kernels.md``),
+on the train split only. Per (catalog device, engine, attention family, dtype label) it holds the
+terms of one attention kernel's time, as shape-dependent curves rather than latencies::
+
+    time = max(flops / (peak_flops * compute_eff(rows, context) * head_factor(head_dim)),
+               hbm_bytes / (peak_bw * memory_eff(rows, context) * head_factor(head_dim)),
+               rows * row_ns) + fixed_us
+
+The flops and bytes are the runner's own (``ForwardBuilder.gqa_attention_kernel`` and
+``mla_attention_kernel``). ``rows`` is the kernel's query rows (new tokens x local query heads:
+its parallel work), ``context`` the KV positions one request reads. ``compute_eff`` and
+``memory_eff`` are bilinear in ``log2(rows)`` and ``log2(context)`` between the knots (clamped
+outside them) and non-decreasing along both (more query rows fill more SMs, a longer context
+amortises each tile's prologue and epilogue); ``head_factor`` (``head_dim_factor`` at the
+``head_dim_knots``, every head width the tables measure, linear in ``log2`` between them) is the
+share of both rates a head width reaches: the engines pick their kernel by head width (FA3,
+Triton or FlashInfer in one engine's table), so it is a per-width level. ``row_ns`` is the
+per-query-row floor (softmax state, output write, scheduling of each (request, head)): it sets a
+decode at a short context, where neither the matrix work nor the KV stream does. ``fixed_us`` is
+the kernel's floor.
+
+Families: ``context_attention`` / ``generation_attention`` (GQA / MHA, sliding windows included)
+and ``context_mla`` / ``generation_mla`` (DeepSeek MLA, prefill / absorbed decode). Labels are the
+measured ``<compute dtype>/kv <KV dtype>`` (:func:`attention_labels`). A device, engine, family or
+label without a curve keeps the runner's defaults; every op says which priced it
+(``OpCost.source``). A missing or malformed file raises
+:class:`~app.core.runner.kernel_fit.KernelFitError` on first use, never a silent default.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from app.core.catalog.quantization import AttentionQuantAction
+from app.core.runner.kernel_fit import (
+    FITTED_SOURCE_PREFIX,
+    S_PER_US,
+    KernelFitError,
+    _check_knots,
+    _number,
+    _numbers,
+    _position,
+    read_fit_json,
+)
+
+ATTENTION_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_attention.json"
+ATTENTION_FIT_FORMAT = "chunkwise-attention-fit/1"
+S_PER_NS = 1e-9
+CONTEXT_ATTENTION = "context_attention"
+GENERATION_ATTENTION = "generation_attention"
+CONTEXT_MLA = "context_mla"
+GENERATION_MLA = "generation_mla"
+FAMILIES = (CONTEXT_ATTENTION, GENERATION_ATTENTION, CONTEXT_MLA, GENERATION_MLA)
+BF16_KV_BF16 = "bfloat16/kv bfloat16"
+BF16_KV_FP8 = "bfloat16/kv fp8"
+FP8_KV_FP8 = "fp8/kv fp8"
+
+#: Runner attention action -> the measured labels that price it, in order of preference. FP8
+#: attention falls back to 16-bit math over an FP8 cache: the engines' decode kernels measured
+#: with an FP8 cache (TensorRT-LLM's XQA, FlashInfer) dequantize to 16 bits, and the KV bytes,
+#: which set a decode's time, are the same. INT8 (an 8-bit cache read at the 16-bit rate) is
+#: the 16-bit kernel over an 8-bit cache.
+_LABELS: Mapping[AttentionQuantAction, tuple[str, ...]] = {
+    AttentionQuantAction.DISABLED: (BF16_KV_BF16,),
+    AttentionQuantAction.FP8: (FP8_KV_FP8, BF16_KV_FP8),
+    AttentionQuantAction.INT8: (BF16_KV_FP8,),
+}
+
+
+def attention_labels(action: AttentionQuantAction) -> tuple[str, ...]:
+    """The measured labels whose curves may price ``action``'s attention (first found wins)."""
+    return _LABELS.get(action, ())
+
+
+def label_is_fp8_compute(label: str) -> bool:
+    """Whether ``label``'s kernel computes in FP8 (its peak is the FP8 one)."""
+    return label.startswith("fp8/")
+
+
+def _monotone(name: str, table: tuple[tuple[float, ...], ...]) -> None:
+    rows_ok = all(b >= a for row in table for a, b in itertools.pairwise(row))
+    cols_ok = all(b >= a for col in zip(*table, strict=True) for a, b in itertools.pairwise(col))
+    if not (rows_ok and cols_ok):
+        raise ValueError(f"{name} must not decrease along rows or context")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionCurve:
+    """One (device, engine, family, label)'s fitted attention terms (see the module doc)."""
+
+    row_knots: tuple[float, ...]
+    context_knots: tuple[float, ...]
+    head_dim_knots: tuple[float, ...]
+    compute_efficiency: tuple[tuple[float, ...], ...]  # [row knot][context knot]
+    memory_efficiency: tuple[tuple[float, ...], ...]  # [row knot][context knot]
+    head_dim_factor: tuple[float, ...]  # [head_dim knot]
+    row_ns: float
+    fixed_us: float
+
+    def __post_init__(self) -> None:
+        _check_knots("row_knots", self.row_knots)
+        _check_knots("context_knots", self.context_knots)
+        _check_knots("head_dim_knots", self.head_dim_knots)
+        for name in ("compute_efficiency", "memory_efficiency"):
+            table = getattr(self, name)
+            if len(table) != len(self.row_knots) or any(
+                len(r) != len(self.context_knots) for r in table
+            ):
+                raise ValueError(f"{name} needs one row per row knot, one value per context knot")
+            if not all(0 < e <= 1 for r in table for e in r):
+                raise ValueError(f"{name} must lie in (0, 1]")
+            _monotone(name, table)
+        if len(self.head_dim_factor) != len(self.head_dim_knots):
+            raise ValueError("head_dim_factor needs one value per head_dim knot")
+        if not all(0 < e <= 1 for e in self.head_dim_factor):
+            raise ValueError("head_dim_factor must lie in (0, 1]")
+        for name in ("row_ns", "fixed_us"):
+            value = getattr(self, name)
+            if not (value >= 0 and value != float("inf")):
+                raise ValueError(f"{name} must be a number >= 0")
+
+    def _table_at(self, table: tuple[tuple[float, ...], ...], rows: float, context: float) -> float:
+        i, t = _position(rows, self.row_knots)
+        j, u = _position(context, self.context_knots)
+        low, high = table[i], table[i + 1]
+        return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
+            (1 - u) * high[j] + u * high[j + 1]
+        )
+
+    def head_factor_at(self, head_dim: float) -> float:
+        """The share of both rates a ``head_dim``-wide head reaches (linear in ``log2``)."""
+        j, u = _position(head_dim, self.head_dim_knots)
+        return (1 - u) * self.head_dim_factor[j] + u * self.head_dim_factor[j + 1]
+
+    def compute_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
+        """The share of the matrix peak at ``rows`` query rows over ``context`` positions."""
+        return self._table_at(self.compute_efficiency, rows, context) * self.head_factor_at(
+            head_dim
+        )
+
+    def memory_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
+        """The share of the HBM peak at ``rows`` query rows over ``context`` positions."""
+        return self._table_at(self.memory_efficiency, rows, context) * self.head_factor_at(head_dim)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FittedAttention:
+    """A fitted curve on one plan's path: absolute peaks, resolved once in the plan."""
+
+    curve: AttentionCurve
+    peak_flops_per_s: float
+    peak_hbm_bytes_per_s: float
+    fixed_s: float
+    row_s: float
+    source: str  # ``fitted:<engine>``
+
+    def rates(
+        self, flops: float, rows: float, context: float, head_dim: float
+    ) -> tuple[float, float]:
+        """``(flops_per_s, hbm_bytes_per_s)`` of a kernel of ``flops`` at this shape: the
+        compute time is the larger of the matrix work and the per-row floor, expressed as a
+        rate so the op's roofline stays ``max(compute, memory) + fixed``."""
+        c = self.curve
+        rate = self.peak_flops_per_s * c.compute_efficiency_at(rows, context, head_dim)
+        floor_s = rows * self.row_s
+        if flops > 0 and floor_s * rate > flops:
+            rate = flops / floor_s
+        return rate, self.peak_hbm_bytes_per_s * c.memory_efficiency_at(rows, context, head_dim)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionFit:
+    """The whole fitted table: curves by (device name, engine, family, label)."""
+
+    curves: Mapping[tuple[str, str, str, str], AttentionCurve]
+    source: Mapping[str, Any]
+
+    def curve(self, device: str, engine: str, family: str, label: str) -> AttentionCurve | None:
+        return self.curves.get((device, engine, family, label))
+
+
+def _table(entry: Mapping[str, Any], name: str, key: object) -> tuple[tuple[float, ...], ...]:
+    rows = entry.get(name)
+    if not isinstance(rows, list):
+        raise KernelFitError(f"attention fit: {name!r} is not a list in {key}")
+    return tuple(_numbers({"row": row, "device": key}, "row") for row in rows)
+
+
+def _curve(entry: Mapping[str, Any], key: object) -> AttentionCurve:
+    try:
+        return AttentionCurve(
+            row_knots=_numbers(entry, "row_knots"),
+            context_knots=_numbers(entry, "context_knots"),
+            head_dim_knots=_numbers(entry, "head_dim_knots"),
+            compute_efficiency=_table(entry, "compute_efficiency", key),
+            memory_efficiency=_table(entry, "memory_efficiency", key),
+            head_dim_factor=_numbers(entry, "head_dim_factor"),
+            row_ns=_number(entry, "row_ns"),
+            fixed_us=_number(entry, "fixed_us"),
+        )
+    except ValueError as err:
+        raise KernelFitError(f"attention fit: {key}: {err}") from None
+
+
+def parse_attention_fit(body: Any) -> AttentionFit:
+    """An :class:`AttentionFit` from the decoded json (raises ``KernelFitError``)."""
+    if not isinstance(body, dict) or body.get("format") != ATTENTION_FIT_FORMAT:
+        raise KernelFitError(f"attention fit: not a {ATTENTION_FIT_FORMAT} document")
+    entries = body.get("attention")
+    source = body.get("source")
+    if not isinstance(entries, list) or not isinstance(source, dict):
+        raise KernelFitError("attention fit: needs a 'source' object and an 'attention' list")
+    curves: dict[tuple[str, str, str, str], AttentionCurve] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise KernelFitError("attention fit: an 'attention' entry is not an object")
+        key = tuple(entry.get(name) for name in ("device", "engine", "family", "label"))
+        if not all(isinstance(part, str) and part for part in key):
+            raise KernelFitError(f"attention fit: entry without device/engine/family/label: {key}")
+        if key[2] not in FAMILIES:
+            raise KernelFitError(f"attention fit: unknown family {key[2]!r}")
+        if key in curves:
+            raise KernelFitError(f"attention fit: {key} appears twice")
+        curves[key] = _curve(entry, key)  # type: ignore[index]
+    return AttentionFit(curves=curves, source=source)
+
+
+def load_attention_fit(path: Path = ATTENTION_FIT_PATH) -> AttentionFit:
+    """Read and check the fitted table at ``path`` (raises ``KernelFitError``)."""
+    return parse_attention_fit(read_fit_json(path, "attention fit"))
+
+
+@cache
+def attention_fit() -> AttentionFit:
+    """The packaged table, read once on first use."""
+    return load_attention_fit()
+
+
+def fitted_attention(
+    *,
+    device: str,
+    engine: str | None,
+    family: str,
+    labels: tuple[str, ...],
+    peak_flops_per_s: Mapping[bool, float],
+    peak_hbm_bytes_per_s: float,
+    graph_launch_s: float,
+) -> FittedAttention | None:
+    """The fitted ``family`` kernel of ``engine`` on ``device`` for the first of ``labels`` with
+    a curve (None: the defaults). ``peak_flops_per_s``: the matrix peak by FP8 compute (True)
+    or 16-bit (False). The fitted floor never undercuts the graph launch cost it stands in for."""
+    if engine is None:
+        return None
+    table = attention_fit()
+    for label in labels:
+        curve = table.curve(device, engine, family, label)
+        if curve is not None:
+            return FittedAttention(
+                curve=curve,
+                peak_flops_per_s=peak_flops_per_s[label_is_fp8_compute(label)],
+                peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
+                fixed_s=max(curve.fixed_us * S_PER_US, graph_launch_s),
+                row_s=curve.row_ns * S_PER_NS,
+                source=FITTED_SOURCE_PREFIX + engine,
+            )
+    return None
