@@ -225,6 +225,9 @@ class DisaggReplay:
             max_batched_tokens=budget,
             ttft_overhead_ms=profile.request_frontend_ms,
             arrival_spread=profile.arrival_spread,
+            recv_interval=profile.scheduler_recv_interval,
+            stream_interval=profile.stream_interval,
+            stream_first_token=profile.stream_first_token,
         )
 
         def pool_model(pool: PoolLayout) -> tuple[RunnerServingModel, MemoLatency]:
