@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.engine import ClosedLoop, TimedArrivals, run_engine
+from app.core.engine import TimedArrivals, run_engine
 from app.core.engine.plan import RequestRecords
 from app.core.errors import InvalidParameterError
 from app.core.scheduler import make_scheduler
@@ -78,12 +78,12 @@ def test_lock_step_clients_see_no_polling_delay() -> None:
     assert ttft_ms(10) == ttft_ms(1)
 
 
-def test_staggered_clients_wait_for_the_poll() -> None:
-    """Two clients whose requests are out of phase (one prompt takes two chunks longer to
-    arrive): each re-submission lands while the other decodes and waits for the poll."""
+def test_requests_arriving_while_others_decode_wait_for_the_poll() -> None:
+    """Open arrivals (every 50 ms, one at 7.5 ms) land while an earlier request decodes (39
+    steps of 1 ms): with a poll every 8 decode steps the mean TTFT grows."""
     data = {"input_length": 64, "output_length": 40, "max_batched_tokens": 64}
 
-    def ttft_steps(recv_interval: int) -> float:
+    def mean_ttft_ms(recv_interval: int) -> float:
         spec = WorkloadSpec(**data, recv_interval=recv_interval)  # type: ignore[arg-type]
         arrivals = TimedArrivals(
             times_ms=(0.0, 7.5, *(50.0 * k for k in range(1, 9))),
@@ -93,8 +93,7 @@ def test_staggered_clients_wait_for_the_poll() -> None:
         _, records = run_engine(spec, 1, make_scheduler("sglang"), arrivals)
         return sum(_spans(records)) / len(records.first)
 
-    assert ttft_steps(8) > ttft_steps(1)
-    assert ClosedLoop(2, 6).cycle_clients == 2  # the closed loop's cycles: see test_cycles
+    assert mean_ttft_ms(8) > mean_ttft_ms(1)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1001, 2.5, True])
