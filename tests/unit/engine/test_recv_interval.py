@@ -147,3 +147,13 @@ def test_a_serving_result_is_the_clients_view() -> None:
     assert late.ttft_percentile_ms(0.5) == pytest.approx(
         base.ttft_percentile_ms(0.5) + 7 * base.tpot_ms
     )
+
+
+def test_an_unknown_first_chunk_rule_is_refused() -> None:
+    with pytest.raises(InvalidParameterError, match="stream_first_token"):
+        WorkloadSpec(
+            input_length=8,
+            output_length=8,
+            max_batched_tokens=8,
+            stream_first_token="never",  # type: ignore[arg-type]
+        )
