@@ -1,7 +1,7 @@
-"""Regenerate ``app/core/catalog/data/inferencex_recipe_settings.csv``: the KV-cache dtype and
-memory fraction of each (engine build, model, hardware, quantization) of the measured agg file,
-read from the InferenceX launch scripts (``app/core/validation/recipes.py`` says how they are
-used).
+"""Regenerate ``app/core/catalog/data/inferencex_recipe_settings.csv``: the KV-cache dtype,
+memory fraction, scheduler receive interval, stream interval, running cap and chunked-prefill
+size of each (engine build, model, hardware, quantization) of the measured agg file, read from
+the InferenceX launch scripts (``app/core/validation/recipes.py`` says how they are used).
 
     python -m scripts.inferencex_recipes --repo PATH/TO/InferenceX [--write]
 
@@ -10,10 +10,11 @@ combination of the file's rows it walks the history of ``configs/nvidia-master.y
 earlier ``.github/configs/`` path), takes the commits where the entry
 ``<model>-<precision>-<hardware>-<engine>`` names an image whose tag is the row's build, reads
 the entry's launch script at each of them, and keeps the settings it passes. Several values in
-that period make the row ``ambiguous``; a memory fraction the script chooses by ``$TP`` is keyed
-by the row's ``tp``; an ``-mtp`` entry on the same image makes the row ``ambiguous`` too (it may
-have decoded speculatively). Without ``--write`` it prints the table. About 6 minutes (it parses
-every version of the config).
+that period make the row ``ambiguous``; a setting the script chooses by ``$TP`` is keyed by the
+row's ``tp``, one it chooses by ``$CONC`` is a rule (``10;30@16``); an ``-mtp`` entry on the
+same image makes the row ``ambiguous`` too (it may have decoded speculatively). Without
+``--write`` it prints the table. About 6 minutes alone, 20 on a busy machine (it parses every
+version of the config).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ COLUMNS = (
     "tp",
     "kv_cache_dtype",
     "memory_fraction",
+    "scheduler_recv_interval",
+    "stream_interval",
+    "max_running_requests",
+    "chunked_prefill_size",
     "settings",
     "note",
     "source",
@@ -78,6 +83,32 @@ MEMORY_FLAGS = (
     re.compile(r"gpu-memory-utilization:\s*([\w.$]+)"),
     re.compile(r"free_gpu_memory_fraction:\s*\"?([\w.$]+)"),
 )
+#: The scheduling and streaming settings (SGLang, vLLM and TensorRT-LLM spellings), each read
+#: as the script passes it: a number, ``conc`` (the run's concurrency, ``$CONC``), a CONC rule
+#: ``10;30@16`` (10, or 30 when CONC >= 16: a ``if [[ $CONC -ge 16 ]]`` assignment), or the
+#: script's expression when it is none of these.
+EXTRA_FLAGS: dict[str, tuple[re.Pattern[str], ...]] = {
+    "scheduler_recv_interval": (re.compile(r"--scheduler-recv-interval[ =]+\"?(\$\(|[\w${}]+)"),),
+    "stream_interval": (
+        re.compile(r"--stream-interval[ =]+\"?([\w${}]+)"),
+        re.compile(r"^stream_interval:\s*([\w$]+)", re.MULTILINE),
+    ),
+    "max_running_requests": (
+        re.compile(r"--max-running-requests[ =]+\"?([\w${}]+)"),
+        re.compile(r"--max-num-seqs[ =]+\"?([\w${}]+)"),
+        re.compile(r"--max_batch_size[ =]+\"?([\w${}]+)"),
+        # top level only: an indented one is ``cuda_graph_config``'s
+        re.compile(r"^max_batch_size:\s*([\w$]+)", re.MULTILINE),
+    ),
+    "chunked_prefill_size": (
+        re.compile(r"--chunked-prefill-size[ =]+\"?([\w${}]+)"),
+        re.compile(r"--max-num-batched-tokens[ =]+\"?(\$\(\(|[\w${}]+)"),
+        re.compile(r"^\s*max-num-batched-tokens:\s*([\w$]+)", re.MULTILINE),
+        re.compile(r"--max_num_tokens[ =]+\"?([\w${}]+)"),
+    ),
+}
+#: ``if [[ $CONC -ge N ]]; then X=a else X=b fi`` -> X is the rule ``b;a@N``.
+CONC_BRANCH = re.compile(r"^(?:if|elif) \[\[ \$CONC -ge (\d+) \]\]")
 TP_BRANCH = re.compile(r"^(?:if|elif) \[\[ \$TP -eq (\d+) \]\]")
 Entry = tuple[str, str]  # (config key, image)
 
@@ -145,6 +176,70 @@ def settings_of(script: str) -> tuple[set[str], dict[str, set[str]]]:
     return named, resolve(memory)
 
 
+def _assignments(script: str) -> dict[str, dict[str, set[str]]]:
+    """Numeric ``NAME=value`` assignments by the ``$TP`` branch they are in (``""``: any TP,
+    as :func:`settings_of` reads them); an ``if [[ $CONC -ge N ]]; then NAME=a; else NAME=b``
+    pair is the rule ``b;a@N``."""
+    out: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    conc: list[str] | None = None  # [threshold, "then" | "else"] inside a CONC branch
+    halves: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+    branch = ""
+    for line in script.splitlines():
+        stripped = line.strip()
+        if match := TP_BRANCH.match(stripped):
+            branch = match.group(1)
+        elif match := CONC_BRANCH.match(stripped):
+            conc = [match.group(1), "then"]
+        elif conc is not None and stripped == "else":
+            conc[1] = "else"
+        elif conc is not None and stripped == "fi":
+            conc = None
+        elif line.startswith(("else", "fi")):
+            branch = ""
+        elif match := re.match(r"([A-Z_]+)=\"?(\d+)\"?$", stripped):
+            if conc is None:
+                out[match.group(1)][branch].add(match.group(2))
+            else:
+                half = halves[(match.group(1), branch)]
+                half[conc[1]], half["at"] = match.group(2), conc[0]
+    for (name, tp), half in halves.items():
+        if "then" in half and "else" in half:
+            out[name][tp].add(f"{half['else']};{half['then']}@{half['at']}")
+        else:  # one side only: the other keeps whatever came before (both are in play)
+            out[name][tp] |= {half[k] for k in ("then", "else") if k in half}
+    return out
+
+
+def extra_settings_of(script: str) -> dict[str, dict[str, set[str]]]:
+    """The scheduling and streaming settings a launch script passes (:data:`EXTRA_FLAGS`), by
+    the ``$TP`` branch that sets them (``""``: any TP; ``{"": {"default"}}``: none passed,
+    the engine's default); commented-out lines are skipped."""
+    script = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    assigned = _assignments(script)
+    out: dict[str, dict[str, set[str]]] = {}
+    for name, flags in EXTRA_FLAGS.items():
+        values: dict[str, set[str]] = defaultdict(set)
+        for flag in flags:
+            for raw in flag.findall(script):
+                var = raw.lstrip("$").strip("{}")
+                if raw in ("$CONC", "${CONC}"):
+                    values[""].add("conc")
+                elif raw.startswith("$") and var in assigned:
+                    for tp, found in assigned[var].items():
+                        values[tp] |= found
+                else:
+                    values[""].add(raw if raw.isdigit() else f"expr:{raw}")
+        out[name] = dict(values) or {"": {"default"}}
+    return out
+
+
+def _for_tp(by_tp: dict[str, set[str]], tp: str) -> set[str]:
+    """A setting's values for the row's TP (``""``: every TP's)."""
+    if not tp:
+        return set().union(*by_tp.values()) if by_tp else set()
+    return by_tp.get(tp, set()) | by_tp.get("", set())
+
+
 def script_paths(repo: Path, commit: str, entry_key: str) -> list[str]:
     """The non-agentic launch scripts of an entry at a commit."""
     prefix, precision, runner, framework = entry_key.split("-", 3)
@@ -155,9 +250,9 @@ def script_paths(repo: Path, commit: str, entry_key: str) -> list[str]:
 
 
 def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
-    history = config_history(repo)
-    with cases.open(encoding="utf-8", newline="") as handle:
+    with cases.open(encoding="utf-8", newline="") as handle:  # read first: fails fast
         measured = list(csv.DictReader(handle))[AICONFIGURATOR_ROWS:]
+    history = config_history(repo)
     combos = Counter((r["engine"], r["model"], r["hardware"], r["gemm_quant"]) for r in measured)
     out: list[dict[str, str]] = []
     for engine, model, hardware, quant in sorted(combos):
@@ -170,32 +265,53 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
             continue
         kv: set[str] = set()
         memory: dict[str, set[str]] = defaultdict(set)
+        extra: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         sources: list[str] = []
         for image in images:
             for commit in history[(key, image)]:
                 for path in script_paths(repo, commit, key):
-                    got_kv, got_memory = settings_of(git(repo, "show", f"{commit}:{path}"))
-                    if not (got_kv <= kv and all(v <= memory[t] for t, v in got_memory.items())):
+                    script = git(repo, "show", f"{commit}:{path}")
+                    got_kv, got_memory = settings_of(script)
+                    got_extra = extra_settings_of(script)
+                    if not (
+                        got_kv <= kv
+                        and all(v <= memory[t] for t, v in got_memory.items())
+                        and all(
+                            v <= extra[n][t]
+                            for n, by_tp in got_extra.items()
+                            for t, v in by_tp.items()
+                        )
+                    ):
                         sources.append(f"{path}@{commit[:10]}")
+                    for name, by_tp in got_extra.items():
+                        for tp, values in by_tp.items():
+                            extra[name][tp] |= values
                     kv |= got_kv
                     for tp, values in got_memory.items():
                         memory[tp] |= values
         tags = " ".join(image.rsplit(":", 1)[-1] for image in images)
         mtp = [img for img in images if img in {i for (k, i) in history if k == f"{key}-mtp"}]
-        for tp, values in sorted(memory.items()) or [("", set())]:
+        # One row per TP the memory fraction or another setting depends on.
+        tps = sorted({*memory, *(t for by_tp in extra.values() for t in by_tp)} - {""})
+        for tp in tps or [""]:
+            values = memory.get(tp, set()) | memory.get("", set()) if tp else memory.get("", set())
+            settings = {name: _for_tp(by_tp, tp) for name, by_tp in extra.items()}
             notes = []
             if len(kv) > 1:
                 notes.append("kv_cache_dtype: " + " or ".join(sorted(kv)))
             fractions = sorted({f"{float(v):g}" for v in values})
             if len(fractions) > 1:
                 notes.append("memory_fraction: " + " or ".join(fractions))
+            for name in EXTRA_FLAGS:
+                if len(settings[name]) > 1:
+                    notes.append(f"{name}: " + " or ".join(sorted(settings[name])))
             note = (
                 "; ".join(notes) + f" across the recipe versions of image {tags}"
                 if notes
                 else f"image {tags}"
             )
             if tp:
-                note += f"; the script's memory fraction for TP{tp}"
+                note += f"; the script's settings for TP{tp}"
             if mtp:
                 note += (
                     f"; the entry {key}-mtp (MTP speculative decoding) ran the same image,"
@@ -210,6 +326,10 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
                     "tp": tp,
                     "kv_cache_dtype": kv.copy().pop() if len(kv) == 1 else "",
                     "memory_fraction": fractions[0] if len(fractions) == 1 else "",
+                    **{
+                        name: next(iter(settings[name])) if len(settings[name]) == 1 else ""
+                        for name in EXTRA_FLAGS
+                    },
                     "settings": "ambiguous" if notes or mtp else "recipe",
                     "note": note,
                     "source": " ".join(sources),

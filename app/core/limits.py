@@ -114,6 +114,10 @@ MAX_TTFT_OVERHEAD_MS = 60_000.0
 #: Largest closed-loop arrival spread (share of a wave's re-submissions one step late): past
 #: half, the late part of a wave would be the larger one, which is the same split reversed.
 MAX_ARRIVAL_SPREAD = 0.5
+#: Largest scheduler receive interval and stream interval an engine profile may set (forward
+#: iterations and tokens; the benchmark recipes use at most 30 and 100).
+MAX_RECV_INTERVAL = 1000
+MAX_STREAM_INTERVAL = 1000
 
 #: A stated link between the prefill and decode pools: bandwidth per device (GB/s) and the
 #: per-transfer latency (ms) a request may give (beyond any NIC or NVLink today).

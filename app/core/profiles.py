@@ -24,6 +24,7 @@ from typing import Literal
 from app.core import limits
 from app.core.errors import InvalidParameterError, UnknownEngineError
 from app.core.scheduler import SCHEDULERS, EnginePolicy, Scheduler, make_scheduler
+from app.core.spec import STREAM_FIRST_TOKEN_RULES, StreamFirstToken
 
 KvPoolRule = Literal["total_fraction", "static_fraction", "free_fraction", "reserve"]
 KV_POOL_RULES: tuple[KvPoolRule, ...] = (
@@ -201,6 +202,16 @@ class EngineProfile:
     #: reach the engine a step later (:func:`app.core.engine.arrivals.late_share`); 0: the
     #: clients stay in lock step.
     arrival_spread: float = 0.0
+    #: SGLang's ``--scheduler-recv-interval``: the scheduler polls for new requests once per
+    #: that many decode iterations (at once after a prefill iteration or when idle); a request
+    #: arriving between polls waits for the next one. 1: every iteration (every engine's
+    #: default).
+    scheduler_recv_interval: int = 1
+    #: ``--stream-interval``: a streaming request's tokens reach the client every that many
+    #: tokens (1: each token, every engine's default); ``stream_first_token`` says when the
+    #: first one does.
+    stream_interval: int = 1
+    stream_first_token: StreamFirstToken = "immediate"
     #: The activations MXFP4 GEMMs run with (``fp4``: the device's FP4 path, the RFC's reading).
     mxfp4_activation: Mxfp4Activation = "fp4"
     #: The linear layers' quantization when the request names none (None: the checkpoint's).
@@ -225,6 +236,13 @@ class EngineProfile:
         if self.mxfp4_activation not in MXFP4_ACTIVATIONS:
             raise InvalidParameterError(
                 "mxfp4_activation", self.mxfp4_activation, f"one of {MXFP4_ACTIVATIONS}"
+            )
+        for name in ("scheduler_recv_interval", "stream_interval"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
+                raise InvalidParameterError(name, getattr(self, name), "an integer")
+        if self.stream_first_token not in STREAM_FIRST_TOKEN_RULES:
+            raise InvalidParameterError(
+                "stream_first_token", self.stream_first_token, f"one of {STREAM_FIRST_TOKEN_RULES}"
             )
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InvalidParameterError(
@@ -382,6 +400,8 @@ OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "step_sync_ms": (0.0, 1000.0),
     "request_frontend_ms": (0.0, limits.MAX_TTFT_OVERHEAD_MS),
     "arrival_spread": (0.0, limits.MAX_ARRIVAL_SPREAD),
+    "scheduler_recv_interval": (1, limits.MAX_RECV_INTERVAL),
+    "stream_interval": (1, limits.MAX_STREAM_INTERVAL),
 }
 #: Every value a request may override.
 OVERRIDABLE: tuple[str, ...] = (
@@ -390,6 +410,7 @@ OVERRIDABLE: tuple[str, ...] = (
     "overlap_scheduling",
     "mxfp4_activation",
     "npu_graph_mode",
+    "stream_first_token",
 )
 
 VLLM = EngineProfile(

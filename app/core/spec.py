@@ -7,6 +7,7 @@ simulations; its chunk plan is derived once, on construction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from app.core import limits
 from app.core.chunking import (
@@ -22,6 +23,15 @@ from app.core.chunking import (
 )
 from app.core.cost import ForwardShape
 from app.core.errors import InvalidParameterError
+
+#: When a streaming request's first token reaches the client under a stream interval ``N``
+#: (docs/engine_defaults.md): ``immediate`` with the first token, then every ``N`` tokens
+#: (SGLang's ``len(output_ids) % N == 1`` rule, in 0.4.10 to 0.5.10.post1; vLLM's stream
+#: interval, vllm-project/vllm#27869; TensorRT-LLM since NVIDIA/TensorRT-LLM#5836);
+#: ``interval`` with the ``N``-th token (SGLang 0.4.6's ``% N == 0`` rule: the first chunk
+#: waits for ``N`` tokens).
+StreamFirstToken = Literal["immediate", "interval"]
+STREAM_FIRST_TOKEN_RULES: tuple[StreamFirstToken, ...] = ("immediate", "interval")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +54,14 @@ class WorkloadSpec:
     #: A closed loop's arrival spread (an engine profile's ``arrival_spread``): the share of
     #: the requests finishing together whose successors reach the engine one step later.
     arrival_spread: float = 0.0
+    #: The engine's scheduler receive interval (a profile's ``scheduler_recv_interval``): new
+    #: requests are seen once per that many decode steps (:class:`~app.core.engine.loop.Engine`).
+    recv_interval: int = 1
+    #: A streaming client's view (a profile's ``stream_interval`` and ``stream_first_token``):
+    #: tokens reach it every ``stream_interval`` tokens, the first one with the first token
+    #: (``immediate``) or with the ``stream_interval``-th (``interval``): :meth:`client_view`.
+    stream_interval: int = 1
+    stream_first_token: StreamFirstToken = "immediate"
     _plan: tuple[PrefillChunk, ...] = field(init=False, repr=False, compare=False)
     _decode_query_len: int = field(init=False, repr=False, compare=False)
     _decode_seq_len: int = field(init=False, repr=False, compare=False)
@@ -59,6 +77,12 @@ class WorkloadSpec:
         require_int("num_devices", self.num_devices, 1, 1_000_000)
         require_number("ttft_overhead_ms", self.ttft_overhead_ms, 0.0, limits.MAX_TTFT_OVERHEAD_MS)
         require_number("arrival_spread", self.arrival_spread, 0.0, limits.MAX_ARRIVAL_SPREAD)
+        require_int("recv_interval", self.recv_interval, 1, limits.MAX_RECV_INTERVAL)
+        require_int("stream_interval", self.stream_interval, 1, limits.MAX_STREAM_INTERVAL)
+        if self.stream_first_token not in STREAM_FIRST_TOKEN_RULES:
+            raise InvalidParameterError(
+                "stream_first_token", self.stream_first_token, f"one of {STREAM_FIRST_TOKEN_RULES}"
+            )
         rates = self.mtp_acceptance_rates
         if not isinstance(rates, tuple) or not all(
             isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0
@@ -88,6 +112,25 @@ class WorkloadSpec:
     def reported_ttft_ms(self, simulated_ms: float) -> float:
         """The TTFT a client sees: the simulated one plus the per-request overhead."""
         return simulated_ms + self.ttft_overhead_ms
+
+    def first_chunk_tokens(self) -> int:
+        """The token with which a streaming client sees its first output: the first, or under
+        the ``interval`` rule the ``stream_interval``-th (the whole answer when shorter)."""
+        if self.stream_first_token == "immediate":
+            return 1
+        return min(self.stream_interval, self.output_length)
+
+    def client_view(self, ttft_ms: float, tpot_ms: float) -> tuple[float, float]:
+        """The TTFT and TPOT a streaming benchmark client computes (``tpot = (e2e - ttft) /
+        (output - 1)``) from the engine's first-token time and mean time per output token,
+        when its first chunk carries ``k`` = :meth:`first_chunk_tokens` tokens: the first
+        chunk arrives ``k - 1`` decode steps after the first token, and those steps leave the
+        client's TPOT."""
+        k = self.first_chunk_tokens()
+        if k == 1:
+            return ttft_ms, tpot_ms
+        decode_tokens = self.output_length - 1
+        return ttft_ms + (k - 1) * tpot_ms, tpot_ms * (decode_tokens - (k - 1)) / decode_tokens
 
     def get_prefill_chunk_plan(self) -> tuple[PrefillChunk, ...]:
         return self._plan

@@ -31,6 +31,7 @@ from app.core.scheduler import (
     MixedLatency,
     PrefillOrder,
 )
+from app.core.spec import STREAM_FIRST_TOKEN_RULES
 from app.models import texts
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
@@ -95,12 +96,14 @@ if TYPE_CHECKING:
     KvCacheDtypeName = str
     Mxfp4ActivationName = str
     NpuGraphModeName = str
+    StreamFirstTokenName = str
 else:  # the registries' names, in their order (the schema's enums)
     SchedulerName = Literal[tuple(SCHEDULERS)]
     EngineName = Literal[tuple(PROFILES)]
     KvCacheDtypeName = Literal[KV_CACHE_DTYPES]
     Mxfp4ActivationName = Literal[MXFP4_ACTIVATIONS]
     NpuGraphModeName = Literal[NPU_GRAPH_MODES]
+    StreamFirstTokenName = Literal[STREAM_FIRST_TOKEN_RULES]
 
 
 def _bounded(name: str, kind: type, description: str) -> Any:
@@ -155,6 +158,23 @@ class EngineOptions(StrictModel):
         float,
         "closed loops: share of the requests finishing at one step's end whose next requests "
         "reach the engine a step later (0: clients in lock step)",
+    )
+    scheduler_recv_interval: int | None = _bounded(
+        "scheduler_recv_interval",
+        int,
+        "SGLang --scheduler-recv-interval: new requests are received once per that many decode "
+        "iterations (at once after a prefill iteration or when idle; 1: every iteration)",
+    )
+    stream_interval: int | None = _bounded(
+        "stream_interval",
+        int,
+        "--stream-interval: a streaming client receives tokens every that many tokens (1: each)",
+    )
+    stream_first_token: StreamFirstTokenName | None = Field(
+        default=None,
+        description="when the first streamed chunk leaves under stream_interval > 1: immediate "
+        "(with the first token: SGLang 0.4.10 to 0.5.10, vLLM, TensorRT-LLM) or interval (with the "
+        "stream_interval-th token: SGLang 0.4.6)",
     )
     kv_cache_dtype: KvCacheDtypeName | None = Field(
         default=None,

@@ -81,6 +81,9 @@ def workload_spec(request: WorkloadMixin, num_devices: int, profile: EngineProfi
         num_devices=num_devices,
         ttft_overhead_ms=profile.request_frontend_ms,
         arrival_spread=profile.arrival_spread,
+        recv_interval=profile.scheduler_recv_interval,
+        stream_interval=profile.stream_interval,
+        stream_first_token=profile.stream_first_token,
     )
 
 

@@ -73,6 +73,12 @@ def test_unknown_engine_names_the_valid_ones(client: TestClient) -> None:
         ({"kv_cache_dtype": "int4"}, "kv_cache_dtype"),
         ({"arrival_spread": 0.6}, "arrival_spread"),
         ({"mxfp4_activation": "fp16"}, "mxfp4_activation"),
+        ({"scheduler_recv_interval": 0}, "scheduler_recv_interval"),
+        ({"scheduler_recv_interval": 1001}, "scheduler_recv_interval"),
+        ({"scheduler_recv_interval": 2.5}, "scheduler_recv_interval"),
+        ({"stream_interval": 0}, "stream_interval"),
+        ({"stream_interval": 1001}, "stream_interval"),
+        ({"stream_first_token": "never"}, "stream_first_token"),
     ],
 )
 def test_bad_engine_options_are_422(
@@ -101,6 +107,31 @@ def test_overrides_apply_and_are_echoed(client: TestClient) -> None:
     ).json()
     assert base["engine"]["arrival_spread"] == 0.0 and spread["engine"]["arrival_spread"] == 0.25
     assert spread["ttft_ms"] < base["ttft_ms"]  # the waves of 16 clients split
+
+
+def test_stream_and_recv_intervals_default_to_every_token_and_apply(client: TestClient) -> None:
+    base = client.post("/v1/simulate", json=SIM).json()
+    engine = base["engine"]
+    assert (engine["scheduler_recv_interval"], engine["stream_interval"]) == (1, 1)
+    assert engine["stream_first_token"] == "immediate"
+    # The first chunk sent at once: the interval changes nothing a client measures.
+    immediate = client.post(
+        "/v1/simulate", json={**SIM, "engine_options": {"stream_interval": 30}}
+    ).json()
+    assert (immediate["ttft_ms"], immediate["tpot_ms"]) == (base["ttft_ms"], base["tpot_ms"])
+    # The first chunk with the 30th token: 29 more decode steps before it, out of the TPOT.
+    late = client.post(
+        "/v1/simulate",
+        json={**SIM, "engine_options": {"stream_interval": 30, "stream_first_token": "interval"}},
+    ).json()
+    assert late["engine"]["stream_first_token"] == "interval"
+    assert late["ttft_ms"] == pytest.approx(base["ttft_ms"] + 29 * base["tpot_ms"])
+    assert late["tpot_ms"] == pytest.approx(base["tpot_ms"] * (127 - 29) / 127)
+    polled = client.post(
+        "/v1/simulate", json={**SIM, "engine_options": {"scheduler_recv_interval": 10}}
+    ).json()
+    assert polled["engine"]["scheduler_recv_interval"] == 10
+    assert polled["ttft_ms"] >= base["ttft_ms"]
 
 
 def test_trtllm_keeps_an_fp8_kv_cache_unless_told(client: TestClient) -> None:

@@ -102,8 +102,13 @@ class Engine:
     others wait in arrival order and are invisible to the scheduler until admitted. With a
     clock (timed arrivals) a run of identical steps ends at the first step end at or after the
     next arrival (which the next decision sees), and an idle engine waits for the next arrival.
-    An engine runs once (:meth:`run`). ``interrupt`` (the caller's deadline check) is called
-    every :data:`INTERRUPT_EVERY` iterations and may raise to abandon the run.
+    With a receive interval ``recv_interval`` > 1 (SGLang's ``--scheduler-recv-interval``,
+    ``SchedulerRecvSkipper``) the engine polls for new requests only at the top of an iteration
+    that follows a prefill step, that of every ``recv_interval``-th decode step since the last
+    poll, and when it has nothing to run: requests arriving between polls wait in ``inbox``
+    (their TTFT counts from their arrival). An engine runs once (:meth:`run`). ``interrupt``
+    (the caller's deadline check) is called every :data:`INTERRUPT_EVERY` iterations and may
+    raise to abandon the run.
     """
 
     __slots__ = (
@@ -117,17 +122,21 @@ class Engine:
         "done",
         "effective",
         "ends_ms",
+        "entry",
         "finish_records",
         "first_records",
+        "inbox",
         "interrupt",
         "max_running",
         "memo",
         "pending",
         "pending_total",
         "reads_remaining",
+        "recv_interval",
         "run_objects",
         "runs",
         "scheduler",
+        "since_poll",
         "starts_ms",
         "stateless",
         "t_ms",
@@ -143,6 +152,7 @@ class Engine:
         arrivals: ArrivalSource,
         *,
         max_running: int | None = None,
+        recv_interval: int = 1,
         interrupt: Callable[[], None] | None = None,
     ) -> None:
         self.effective = chunk_plan[-1].seq_len
@@ -157,6 +167,11 @@ class Engine:
         self.reads_remaining = scheduler.reads_prefill_remaining
         self.memo: dict[tuple[int, int, int, int], StepDecision] = {}
         self.waiting: Waiting = deque()
+        self.recv_interval = recv_interval
+        self.inbox: Waiting = deque()  # arrived, not yet received (recv_interval > 1)
+        self.since_poll = 0  # decode steps since the last poll (recv_interval: a poll is due)
+        # Where arrivals after t = 0 go: straight to admission, or to the inbox.
+        self.entry = self.inbox if recv_interval > 1 else self.waiting
         self.pending: deque[_Segment] = deque()
         self.pending_total = 0
         self.decode = DecodeQueue()
@@ -187,11 +202,13 @@ class Engine:
                 cycles.observe(self)  # may skip whole cycles of a closed loop
                 if cycles.finished:
                     cycles = None
-            arrivals.arrive(self.t_ms, self.waiting)
+            arrivals.arrive(self.t_ms, self.entry)
             one_step = arrivals.held_total > 0  # held requests arrive after the next step
             if one_step:
-                arrivals.release(len(self.runs), self.waiting)
+                arrivals.release(len(self.runs), self.entry)
                 one_step = arrivals.held_total > 0
+            if self.entry is self.inbox:
+                self._poll()
             self._admit()
             if not pending and not decode.ready:
                 self.t_ms = arrivals.idle_until(self.t_ms, num_requests - self.done)
@@ -202,13 +219,23 @@ class Engine:
             ready = decode.ready
             decision = self._decide(ready, pend, remaining)
             all_advance = decision.d_step == ready
-            # Requests still held arrive after the next step: it is taken alone.
-            if self.stateless and decision.p_step == 0 and not all_advance and not one_step:
+            # Requests still held arrive after the next step: it is taken alone; requests in the
+            # inbox are received at the next poll: the run ends there.
+            polling = bool(self.inbox)
+            if (
+                self.stateless
+                and decision.p_step == 0
+                and not all_advance
+                and not one_step
+                and not polling
+            ):
                 self._round_robin(decision)
                 continue
             repeat = 1
             if all_advance and not one_step:
                 repeat = self._repeat(decision, ready, pend, remaining)
+            if polling and repeat > 1:
+                repeat = 1 if decision.p_step else min(repeat, self.recv_interval - self.since_poll)
             if timed:
                 repeat = self._price(decision, repeat)
             self._advance(decision, repeat, all_advance)
@@ -230,12 +257,14 @@ class Engine:
             decode.rem_moment - decode.shift * decode.ready,
             len(self.runs) * decode.ready - decode.first_moment,
             self.arrivals.held_total,
+            self.since_poll,
+            len(self.inbox),
         )
 
     def cycle_state_is(self, state: tuple[object, ...]) -> bool:
         """Whether :meth:`cycle_state` would equal ``state``, stopping at the first
         difference (most candidates differ in their first decode groups: no state is built)."""
-        pending, decode, waiting, held = state
+        pending, decode, waiting, held, since_poll, inbox = state
         assert isinstance(decode, tuple)
         run, shift, i = len(self.runs), self.decode.shift, 0
         for g in self.decode.groups:
@@ -249,6 +278,8 @@ class Engine:
             self._pending_state(run) == pending
             and self._waiting_state(run) == waiting
             and self.arrivals.held_state(run) == held
+            and self.since_poll == since_poll
+            and self._waiting_state(run, self.inbox) == inbox
         )
 
     def cycle_state(self) -> tuple[object, ...]:
@@ -260,6 +291,8 @@ class Engine:
             tuple(_decode_item(g, run, shift) for g in self.decode.groups if g.alive),
             self._waiting_state(run),
             self.arrivals.held_state(run),
+            self.since_poll,
+            self._waiting_state(run, self.inbox),
         )
 
     def _pending_state(self, run: int) -> tuple[object, ...]:
@@ -267,8 +300,8 @@ class Engine:
             (s.done, s.count, tuple((c, run - a) for c, a in s.parts)) for s in self.pending
         )
 
-    def _waiting_state(self, run: int) -> tuple[object, ...]:
-        return tuple((c, run - a) for c, a in self.waiting)
+    def _waiting_state(self, run: int, queue: Waiting | None = None) -> tuple[object, ...]:
+        return tuple((c, run - a) for c, a in (self.waiting if queue is None else queue))
 
     def cycle_mark(self) -> tuple[int, ...]:
         """The counters a cycle is measured by: runs, records, done, submitted."""
@@ -314,11 +347,40 @@ class Engine:
                 part[1] += off
         for part in self.waiting:
             part[1] += off
+        if self.entry is self.inbox:
+            for part in self.inbox:
+                part[1] += off
         self.decode.shift_first_runs(off)
         return True
 
     # ----------------------------------------------------------------------------------------
     # admit arrivals
+
+    def _poll(self) -> None:
+        """The scheduler polls when a poll is due or it has nothing to run (its idle
+        iterations reach the interval at once): the inbox joins the waiting queue."""
+        if self.since_poll < self.recv_interval and (self.pending or self.decode.ready):
+            return
+        self.since_poll = 0
+        waiting = self.waiting
+        while self.inbox:
+            part = self.inbox.popleft()
+            if waiting and waiting[-1][1] == part[1]:
+                waiting[-1][0] += part[0]
+            else:
+                waiting.append(part)
+
+    def _count_steps(self, prefill: bool, steps: int) -> None:
+        """``steps`` steps ran: after a prefill step a poll is due (its weight, 1000 in
+        SGLang, passes any interval); decode steps count towards the next poll, the polls
+        in between (nothing waiting) leaving the remainder."""
+        if self.entry is not self.inbox:
+            return
+        interval = self.recv_interval
+        if prefill:
+            self.since_poll = interval
+        elif steps:
+            self.since_poll = (self.since_poll + steps - 1) % interval + 1
 
     def _admit(self) -> None:
         """Waiting requests enter prefill while the running cap allows."""
@@ -349,7 +411,7 @@ class Engine:
         for count, first_run in who:
             self.finish_records.append((count, first_run, run))
             self.done += count
-        self.arrivals.finished(run, who, self.t_ms, self.waiting)
+        self.arrivals.finished(run, who, self.t_ms, self.entry)
 
     # ----------------------------------------------------------------------------------------
     # ask the scheduler
@@ -463,6 +525,7 @@ class Engine:
         if selected:
             finished.extend(decode.requeue(selected))
         self._finish(run_index, finished)
+        self._count_steps(p_step > 0, repeat)
         done = sum(count for count, _ in finished) if finished else 0
         self._append_run(p_step, prefill_start, tokens, d_step, repeat, first_tokens, done)
 
@@ -532,7 +595,7 @@ class Engine:
             self._finish(run_index, who)
             run_index += 1
             self._admit()
-            if (ready_now == 0 and not self.pending) or self.arrivals.held_total:
+            if (ready_now == 0 and not self.pending) or self.arrivals.held_total or self.inbox:
                 return False
             return self._decide(ready_now, *self._front()) == decision
 
@@ -540,9 +603,10 @@ class Engine:
         for repeat, who in self.decode.rotate(d_step, on_finish, max_steps):
             if clock is not None:
                 self.starts_ms.append(start_ms + steps * d_ms)
-                steps += repeat
-                self.ends_ms.append(start_ms + steps * d_ms)
+                self.ends_ms.append(start_ms + (steps + repeat) * d_ms)
+            steps += repeat
             self._append_run(0, -1, 0, d_step, repeat, 0, sum(count for count, _ in who))
+        self._count_steps(False, steps)
         if clock is not None:
             self.t_ms = start_ms + steps * d_ms
 

@@ -62,6 +62,7 @@ def run_engine(
         scheduler,
         arrivals,
         max_running=max_running,
+        recv_interval=spec.recv_interval,
         interrupt=interrupt,
     )
     runs, records = engine.run()

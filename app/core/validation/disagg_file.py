@@ -252,6 +252,9 @@ class DisaggReplay:
             arrival_spread=profile.arrival_spread,
             num_mtp_tokens=settings.num_mtp_tokens,
             mtp_acceptance_rates=settings.mtp_acceptance_rates,
+            recv_interval=profile.scheduler_recv_interval,
+            stream_interval=profile.stream_interval,
+            stream_first_token=profile.stream_first_token,
         )
 
         def pool_model(

@@ -332,6 +332,9 @@ def _engine_workload(
         max_batched_tokens=profile.token_budget(device.hbm_capacity_gb, device.name, device.vendor),
         ttft_overhead_ms=profile.request_frontend_ms,
         arrival_spread=profile.arrival_spread,
+        recv_interval=profile.scheduler_recv_interval,
+        stream_interval=profile.stream_interval,
+        stream_first_token=profile.stream_first_token,
     )
 
 

@@ -9,14 +9,32 @@ hardware and engine, one container image per engine build, both versioned in the
 i.e. the image), ``model``, ``hardware``, ``gemm_quant`` and ``tp``, which is the key of
 :data:`RECIPE_SETTINGS` (``catalog/data/inferencex_recipe_settings.csv``): for every image the
 config history paired with that entry, the launch script at every commit in that period, and
-the two settings read from it (``python -m scripts.inferencex_recipes`` regenerates the table):
+the settings read from it (``python -m scripts.inferencex_recipes`` regenerates the table):
 
 - ``kv_cache_dtype``: ``fp8`` where the script passes ``--kv-cache-dtype fp8`` / ``fp8_e4m3``
   (SGLang, vLLM) or ``kv_cache_config: dtype: fp8`` (TensorRT-LLM); ``default`` where it sets
   none, which is the engine's own default, the profile's rule (a 16-bit cache on vLLM and
   SGLang, the checkpoint's FP8 on TensorRT-LLM);
 - ``memory_fraction``: SGLang's ``--mem-fraction-static``, vLLM's ``--gpu-memory-utilization``,
-  TensorRT-LLM's ``free_gpu_memory_fraction``, each the profile's ``memory_fraction``.
+  TensorRT-LLM's ``free_gpu_memory_fraction``, each the profile's ``memory_fraction``;
+- ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval``, a number or a CONC rule
+  ``10;30@16`` (10, or 30 when the run's concurrency is at least 16, as the scripts choose it),
+  the profile's ``scheduler_recv_interval`` for the row's concurrency;
+- ``stream_interval``: ``--stream-interval`` (SGLang, vLLM) or ``stream_interval``
+  (TensorRT-LLM), the profile's ``stream_interval``; every build of the table sends the first
+  token at once (docs/engine_defaults.md), so it leaves the client's TTFT and TPOT as they are;
+- ``chunked_prefill_size``: SGLang's ``--chunked-prefill-size``, vLLM's
+  ``--max-num-batched-tokens``, TensorRT-LLM's ``--max_num_tokens``, the profile's
+  ``max_batched_tokens`` (the step's token budget; the SGLang scripts pass the same value as
+  ``--max-prefill-tokens``). Applied alone it moved the validator's TTFT median 38.6 -> 37.1 %
+  overall, SGLang B200 57.0 -> 54.3 %, TensorRT-LLM B200 31.9 -> 25.7 %, TPOT unchanged
+  overall (11.3 %);
+- ``max_running_requests`` (``--max-running-requests`` / ``--max-num-seqs`` / TensorRT-LLM's
+  ``--max_batch_size`` or a top-level ``max_batch_size``; ``conc``: the run's concurrency) is
+  recorded, not applied: as ``max_num_seqs`` it moved SGLang B200's TTFT median 57.0 -> 58.4 %
+  (Qwen3.5 B200 57.1 -> 59.3 %: the script's 128 queues half of 256 clients in the replay),
+  overall 38.6 -> 38.7 %; the measured TTFT at 256 clients does not show that queue, so the
+  cap's effect in SGLang is not yet understood here.
 
 Each row of the replay is then one of (the ``settings`` column of the validator's OUT):
 
@@ -34,6 +52,8 @@ Each row of the replay is then one of (the ``settings`` column of the validator'
 from __future__ import annotations
 
 import csv
+import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -47,6 +67,8 @@ RECIPE_SOURCE = "SemiAnalysisAI/InferenceX"
 Settings = Literal["recipe", "ambiguous", "default"]
 #: A recipe's KV-cache dtype -> the engine option (``default``: none, the profile's rule).
 _KV_OPTION: Mapping[str, str | None] = {"fp8": "fp8", "default": None}
+#: A CONC rule of the recv interval: ``low;high@threshold``.
+_CONC_RULE = re.compile(r"^(\d+);(\d+)@(\d+)$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +78,13 @@ class RowSettings:
     settings: Settings = "default"
     kv_cache_dtype: str | None = None
     memory_fraction: float | None = None
+    #: ``(below, at_or_above, threshold)``: the recv interval below the concurrency threshold
+    #: and at or above it (a fixed value has equal halves).
+    recv_interval_rule: tuple[int, int, int] | None = None
+    #: The recv interval for the row's concurrency (:func:`row_settings` resolves the rule).
+    scheduler_recv_interval: int | None = None
+    stream_interval: int | None = None
+    chunked_prefill_size: int | None = None
     note: str = ""
     source: str = ""
 
@@ -67,7 +96,22 @@ class RowSettings:
             out.append(("kv_cache_dtype", self.kv_cache_dtype))
         if self.memory_fraction is not None:
             out.append(("memory_fraction", self.memory_fraction))
+        if self.scheduler_recv_interval is not None:
+            out.append(("scheduler_recv_interval", self.scheduler_recv_interval))
+        if self.stream_interval is not None:
+            out.append(("stream_interval", self.stream_interval))
+        if self.chunked_prefill_size is not None:
+            out.append(("max_batched_tokens", self.chunked_prefill_size))
         return tuple(out)
+
+    def at_concurrency(self, concurrency: int) -> RowSettings:
+        """The settings of a run at ``concurrency`` (the recv interval's CONC rule applied)."""
+        rule = self.recv_interval_rule
+        if rule is None:
+            return self
+        below, above, threshold = rule
+        value = above if concurrency >= threshold else below
+        return dataclasses.replace(self, scheduler_recv_interval=value)
 
 
 DEFAULT_SETTINGS = RowSettings()
@@ -95,21 +139,42 @@ def recipe_table() -> dict[_Key, RowSettings]:
         settings = row["settings"]
         if settings not in ("recipe", "ambiguous") or (kv and kv not in _KV_OPTION):
             raise ValueError(f"{RECIPE_SETTINGS.name}: bad row {row}")  # a shipped-data bug
+        stream, chunk = row["stream_interval"], row["chunked_prefill_size"]
         key = _key(row["engine"], row["model"], row["hardware"], row["gemm_quant"], row["tp"])
         table[key] = RowSettings(
             settings="recipe" if settings == "recipe" else "ambiguous",
             kv_cache_dtype=_KV_OPTION[kv] if kv else None,
             memory_fraction=float(memory) if memory else None,
+            recv_interval_rule=_recv_rule(row["scheduler_recv_interval"], row),
+            stream_interval=int(stream) if stream.isdigit() else None,
+            chunked_prefill_size=int(chunk) if chunk.isdigit() else None,
             note=row["note"],
             source=f"{RECIPE_SOURCE}: {row['source']}",
         )
     return table
 
 
+def _recv_rule(text: str, row: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """A recv-interval cell: a number, a CONC rule, or none (empty: ambiguous; ``default``:
+    the script passes none)."""
+    if text in ("", "default"):
+        return None
+    if text.isdigit():
+        return (int(text), int(text), 0)
+    match = _CONC_RULE.match(text)
+    if match is None:
+        raise ValueError(f"{RECIPE_SETTINGS.name}: bad scheduler_recv_interval in {row}")
+    return (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+
+
 def row_settings(row: Mapping[str, str]) -> RowSettings:
     """The settings of a measured row (``engine``, ``model``, ``hardware``, ``gemm_quant``,
-    ``tp``): its recipe's for its tp, else for any tp, else the profile's defaults."""
+    ``tp``, ``concurrency``): its recipe's for its tp, else for any tp, else the profile's
+    defaults; the recv interval for the row's concurrency."""
     table = recipe_table()
     args = (row["engine"], row["model"], row["hardware"], row["gemm_quant"])
     found = table.get(_key(*args, row.get("tp", ""))) or table.get(_key(*args, ""))
-    return DEFAULT_SETTINGS if found is None else found
+    if found is None:
+        return DEFAULT_SETTINGS
+    concurrency = row.get("concurrency", "")
+    return found.at_concurrency(int(concurrency)) if concurrency.strip().isdigit() else found

@@ -243,11 +243,18 @@ def replay_serving(
     ttft_ms = sum([c * v for c, v in zip(counts_first, ttfts, strict=True)]) / measured_first
     decode_ms = sum([c * v for c, v in zip(counts_finish, decodes, strict=True)]) / measured_finish
     tpot_ms = decode_ms / decode_tokens if decode_tokens else 0.0
+    # A streaming client's view: its first chunk may wait for more tokens (the mean TPOT's
+    # worth of each; the steps it waited leave its TPOT).
+    spec = plan.engine.spec
+    client_ttft_ms, client_tpot_ms = spec.client_view(ttft_ms, tpot_ms)
+    shift_ms = client_ttft_ms - ttft_ms
+    scale = client_tpot_ms / tpot_ms if tpot_ms else 1.0
+    ttft_ms, tpot_ms = client_ttft_ms, client_tpot_ms
 
-    ttft_groups = _distribution(zip(ttfts, counts_first, strict=True))
+    ttft_groups = _distribution((v + shift_ms, c) for v, c in zip(ttfts, counts_first, strict=True))
     tpot_groups = _distribution(
         (
-            (v / decode_tokens if decode_tokens else 0.0, c)
+            (v / decode_tokens * scale if decode_tokens else 0.0, c)
             for v, c in zip(decodes, counts_finish, strict=True)
         )
     )
@@ -262,7 +269,7 @@ def replay_serving(
         measured_requests=measured_first,
         ttft_ms=ttft_ms,
         tpot_ms=tpot_ms,
-        e2e_ms=ttft_ms + decode_ms,
+        e2e_ms=ttft_ms - shift_ms + decode_ms,
         throughput_tokens_s=per_s(totals.output_tokens, duration_ms),
         total_throughput=per_s(totals.output_tokens + totals.input_tokens, duration_ms),
         request_throughput=per_s(totals.completed, duration_ms),

@@ -30,6 +30,7 @@ cases = st.fixed_dictionaries(
         "cap": st.one_of(st.none(), st.integers(1, 40)),
         "scheduler": st.sampled_from(sorted(SCHEDULERS)),
         "spread": st.sampled_from((0.0, 0.0, 0.125, 0.25, 0.4, 0.5)),
+        "recv": st.sampled_from((1, 1, 2, 3, 10)),
     }
 )
 
@@ -56,6 +57,7 @@ def _run(s: dict[str, Any], *, skip: bool) -> tuple[Engine, tuple[StepRun, ...],
         make_scheduler(s["scheduler"]),
         arrivals,
         max_running=s["cap"],
+        recv_interval=s.get("recv", 1),
     )
     if not skip:
         engine.cycles = None

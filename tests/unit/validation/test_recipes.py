@@ -11,7 +11,8 @@ from app.core.profiles import get_profile
 from app.core.validation import CASE_COLUMNS, ServingReplay, replay_case_file
 from app.core.validation.case_file import OUT_COLUMNS, row_case
 from app.core.validation.predict import engine_family
-from app.core.validation.recipes import RECIPE_SETTINGS, recipe_table, row_settings
+from app.core.validation.recipes import RECIPE_SETTINGS, _recv_rule, recipe_table, row_settings
+from scripts.inferencex_recipes import extra_settings_of
 
 QWEN = {
     "case_id": "q",
@@ -95,3 +96,87 @@ def test_the_replay_runs_a_row_under_its_recipe_and_says_so() -> None:
     assert tuple(out[0]) == OUT_COLUMNS
     assert [r["settings"] for r in out] == ["recipe", "default"]
     assert "qwen3.5_fp8_b200.sh@" in out[0]["settings_note"] and out[1]["settings_note"] == ""
+
+
+@pytest.mark.parametrize(
+    ("changes", "recv", "stream"),
+    [
+        # qwen3.5_fp8_b200.sh: --scheduler-recv-interval 10, 30 from CONC 16; --stream-interval 30
+        ({"concurrency": "4"}, 10, 30),
+        ({"concurrency": "15"}, 10, 30),
+        ({"concurrency": "16"}, 30, 30),
+        ({"concurrency": "256"}, 30, 30),
+        # dsr1_fp4_b200.sh: the same rule, --stream-interval 10
+        ({"model": "deepseek-ai/DeepSeek-V3", "gemm_quant": "nvfp4", "concurrency": "8"}, 10, 10),
+        # dsr1_fp8_b200.sh: the CONC rule at TP8 only, 10 at TP4; --stream-interval 30
+        ({"model": "deepseek-ai/DeepSeek-V3", "tp": "8", "concurrency": "32"}, 30, 30),
+        ({"model": "deepseek-ai/DeepSeek-V3", "tp": "4", "concurrency": "32"}, 10, 30),
+        # vLLM gpt-oss on H200: neither flag (the engine's defaults, no option)
+        ({"engine": "vllm 0.18.0", "model": "openai/gpt-oss-120b", "gemm_quant": "nvfp4",
+          "hardware": "H200 SXM 141GB"}, None, None),
+        ({"engine": "sglang 0.5.8"}, None, None),  # no recipe
+    ],
+)  # fmt: skip
+def test_the_recv_interval_follows_the_scripts_concurrency_rule(
+    changes: dict[str, str], recv: int | None, stream: int | None
+) -> None:
+    found = row_settings({**QWEN, **changes})
+    assert (found.scheduler_recv_interval, found.stream_interval) == (recv, stream)
+    options = dict(found.options)
+    assert options.get("scheduler_recv_interval") == recv
+    assert options.get("stream_interval") == stream
+
+
+def test_the_chunked_prefill_size_is_the_token_budget_and_the_running_cap_is_not_applied() -> None:
+    """qwen3.5_fp8_b200.sh: --chunked-prefill-size 32768, --max-running-requests 128 (recorded
+    in the table, not an option); dsr1_fp8_b200.sh at TP4: 8192."""
+    assert dict(row_settings(QWEN).options)["max_batched_tokens"] == 32768
+    assert "max_num_seqs" not in dict(row_settings(QWEN).options)
+    dsv3 = {**QWEN, "model": "deepseek-ai/DeepSeek-V3", "tp": "4"}
+    assert dict(row_settings(dsv3).options)["max_batched_tokens"] == 8192
+
+
+def test_a_bad_recv_interval_cell_is_a_data_error() -> None:
+    assert _recv_rule("10;30@16", {}) == (10, 30, 16)
+    assert _recv_rule("10", {}) == (10, 10, 0)
+    assert _recv_rule("default", {}) is None and _recv_rule("", {}) is None
+    with pytest.raises(ValueError, match="scheduler_recv_interval"):
+        _recv_rule("expr:$(", {})
+
+
+SCRIPT = """
+if [[ $TP -eq 8 ]]; then
+  if [[ $CONC -ge 16 ]]; then
+    SCHEDULER_RECV_INTERVAL=30
+  else
+    SCHEDULER_RECV_INTERVAL=10
+  fi
+  MAX_RUNNING_REQUESTS=128
+elif [[ $TP -eq 4 ]]; then
+  MAX_RUNNING_REQUESTS=32
+  SCHEDULER_RECV_INTERVAL=10
+fi
+cat > config.yml << EOF
+cuda_graph_config:
+    max_batch_size: $CONC
+stream_interval: 20
+EOF
+# python3 -m sglang.launch_server --chunked-prefill-size 4096
+python3 -m sglang.launch_server --max-running-requests $MAX_RUNNING_REQUESTS \\
+--scheduler-recv-interval $SCHEDULER_RECV_INTERVAL --chunked-prefill-size 16384
+"""
+
+
+def test_the_generator_reads_settings_by_tp_and_by_concurrency() -> None:
+    """A TP branch keys a setting by TP, a CONC if/else is a rule, an indented
+    ``max_batch_size`` (``cuda_graph_config``'s) is not the running cap, a commented-out line
+    is not read, and a flag the script does not pass is the engine's default."""
+    assert extra_settings_of(SCRIPT) == {
+        "scheduler_recv_interval": {"8": {"10;30@16"}, "4": {"10"}},
+        "stream_interval": {"": {"20"}},
+        "max_running_requests": {"8": {"128"}, "4": {"32"}},
+        "chunked_prefill_size": {"": {"16384"}},
+    }
+    assert extra_settings_of("python3 -m sglang.launch_server")["stream_interval"] == {
+        "": {"default"}
+    }
