@@ -14,6 +14,7 @@ the spread's 10th / 90th percentiles:
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,17 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(sorted_values) - 1)
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def _weighted_quantile(values: Sequence[float], centres: Sequence[float], q: float) -> float:
+    """``q``'s value, linear between the sorted ``values`` at their mass ``centres``."""
+    if q <= centres[0]:
+        return values[0]
+    if q >= centres[-1]:
+        return values[-1]
+    i = bisect.bisect_right(centres, q) - 1
+    share = (q - centres[i]) / (centres[i + 1] - centres[i])
+    return values[i] + (values[i + 1] - values[i]) * share
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +102,29 @@ class Spread:
             low, high = mean - half, mean + half
         clip = MAX_LOG_ERROR
         return cls(low=max(-clip, low), high=min(clip, high), count=n)
+
+    @classmethod
+    def of_weighted(cls, weighted_errors: Sequence[tuple[float, float]]) -> Spread:
+        """The spread of ``(log error, weight)`` pairs: from :data:`EMPIRICAL_MIN` errors on,
+        the weighted 10th and 90th percentiles (each error's mass centred on its value,
+        linear between them); from fewer, :meth:`of` of the errors."""
+        if len(weighted_errors) < EMPIRICAL_MIN:
+            return cls.of([e for e, _ in weighted_errors])
+        clip = MAX_LOG_ERROR
+        pairs = sorted((max(-clip, min(clip, e)), w) for e, w in weighted_errors)
+        if any(not w > 0 for _, w in pairs):
+            raise InvalidParameterError("weights", [w for _, w in pairs], "positive weights")
+        total = math.fsum(w for _, w in pairs)
+        centres, cumulative = [], 0.0
+        for _, w in pairs:
+            centres.append((cumulative + w / 2) / total)
+            cumulative += w
+        values = [e for e, _ in pairs]
+        return cls(
+            low=_weighted_quantile(values, centres, LOW_QUANTILE),
+            high=_weighted_quantile(values, centres, HIGH_QUANTILE),
+            count=len(pairs),
+        )
 
     def widened(self, other: Spread) -> Spread:
         """The union of two spreads (an estimate outside a calibration's ranges)."""

@@ -25,10 +25,12 @@ An estimate takes the most specific of its groups the table has (:func:`lookup`)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -94,25 +96,37 @@ class GroupSpread:
 
 def build_table(residuals: Iterable[Residual]) -> dict[str, Any]:
     """The JSON table of every group with enough errors (see the module docstring)."""
-    errors: dict[str, tuple[list[float], list[float]]] = {}
+    members: dict[str, list[Residual]] = {}
     scoped: list[Residual] = []
-    for r in residuals:
+    for index, r in enumerate(residuals):
         if r.vendor:
             scoped.append(r)
             continue
         if not (math.isfinite(r.ttft_log_error) and math.isfinite(r.tpot_log_error)):
             continue
-        for key in group_keys(r.device, r.engine, r.is_moe):
-            ttft, tpot = errors.setdefault(key, ([], []))
-            ttft.append(r.ttft_log_error)
-            tpot.append(r.tpot_log_error)
+        row = r if r.source else dataclasses.replace(r, source=f"#{index}")  # a row of its own
+        for key in group_keys(row.device, row.engine, row.is_moe):
+            members.setdefault(key, []).append(row)
     groups: dict[str, dict[str, Any]] = {
-        key: {"ttft": Spread.of(ttft).to_dict(), "tpot": Spread.of(tpot).to_dict()}
-        for key, (ttft, tpot) in errors.items()
-        if len(ttft) >= EMPIRICAL_MIN or key == OVERALL  # the last fallback always exists
+        key: {
+            metric: Spread.of_weighted(_deployment_weighted(rows, metric)).to_dict()
+            for metric in ("ttft", "tpot")
+        }
+        for key, rows in members.items()
+        if len(rows) >= EMPIRICAL_MIN or key == OVERALL  # the last fallback always exists
     }
     groups.update(_vendor_groups(scoped))
     return {"coverage": 0.8, "groups": dict(sorted(groups.items()))}
+
+
+def _deployment_weighted(rows: Sequence[Residual], metric: str) -> list[tuple[float, float]]:
+    """The group's errors of ``metric``, each weighted by one over its deployment's rows in
+    the group: a deployment's sweep shares its errors' causes, so every deployment weighs the
+    same however many loads it was measured at (a 180-row sweep would otherwise set a group's
+    percentiles alone, and a new deployment's error is another deployment's, not another
+    row's)."""
+    rows_per_source = Counter(r.source for r in rows)
+    return [(getattr(r, f"{metric}_log_error"), 1.0 / rows_per_source[r.source]) for r in rows]
 
 
 def _vendor_groups(residuals: Sequence[Residual]) -> dict[str, dict[str, Any]]:

@@ -60,13 +60,16 @@ def case_spreads(
 def case_residual(
     case: ValidationCase, ttft_pred: float, tpot_pred: float, tpot_ms: float
 ) -> Residual:
-    """The log errors of one predicted case (``case.measured`` is its TTFT) and its group."""
+    """The log errors of one predicted case (``case.measured`` is its TTFT), its group and its
+    deployment (``source``: device, engine, model; a deployment weighs once in a group)."""
+    engine = case_profile(case).name
     return Residual(
         device=case.device,
-        engine=case_profile(case).name,
+        engine=engine,
         is_moe=get_model(case.model).is_moe,
         ttft_log_error=math.log(ttft_pred / case.measured),
         tpot_log_error=math.log(tpot_pred / tpot_ms),
+        source=f"{case.device} | {engine} | {case.model}",
     )
 
 

@@ -107,3 +107,47 @@ def test_an_ascend_estimate_never_borrows_nvidia_residuals() -> None:
 def test_a_vendor_with_too_few_deployments_is_refused() -> None:
     with pytest.raises(InvalidParameterError, match="at least 3 deployments"):
         build_table([_ascend("a", -1.0, -0.5), _ascend("b", -1.0, -0.5)])
+
+
+def test_every_deployment_of_the_measured_file_weighs_the_same_in_a_group() -> None:
+    """A 40-row sweep at +1.0 beside twenty one-row deployments at 0: unweighted, the sweep
+    would set both percentiles (40 of 60 rows); weighted by deployment it is one of 21, so the
+    10th percentile is 0 and only the top tail reaches towards +1."""
+    sweep = [
+        Residual(
+            device=H100,
+            engine="vllm",
+            is_moe=False,
+            ttft_log_error=1.0,
+            tpot_log_error=1.0,
+            source="sweep",
+        )
+    ] * 40
+    singles = [
+        Residual(
+            device=H100,
+            engine="vllm",
+            is_moe=False,
+            ttft_log_error=0.0,
+            tpot_log_error=0.0,
+            source=f"d{i}",
+        )
+        for i in range(20)
+    ]
+    spread = parse_table(build_table(sweep + singles))[f"{H100} | vllm | dense"].ttft
+    assert spread.low == 0.0 and 0.0 <= spread.high < 1.0 and spread.count == 60
+
+
+@given(st.lists(errors, min_size=20, max_size=60))
+def test_equal_weights_give_percentiles_within_the_errors(values: list[float]) -> None:
+    spread = Spread.of_weighted([(v, 1.0) for v in values])
+    assert min(values) <= spread.low <= spread.high <= max(values)
+    ordered = sorted(values)
+    # the 10th percentile lies between the errors around it
+    below = sum(v < spread.low for v in ordered) / len(ordered)
+    assert below <= 0.1 + 1 / len(ordered)
+
+
+def test_weights_must_be_positive() -> None:
+    with pytest.raises(InvalidParameterError):
+        Spread.of_weighted([(0.1, 1.0)] * 19 + [(0.2, 0.0)])
