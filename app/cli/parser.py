@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import NoReturn, cast, get_args
 
 from app.cli.commands import (
@@ -22,6 +23,7 @@ from app.cli.commands import (
 from app.cli.emit import add_emit_flag
 from app.cli.serve import cmd_serve
 from app.cli.sweep import cmd_sweep
+from app.cli.worker import cmd_worker
 from app.core.calibration.parameters import PARAMETER_NAMES
 from app.core.limits import (
     DEFAULT_MAX_WORKERS,
@@ -569,6 +571,21 @@ def _add_sweep(sub: Subparsers[argparse.ArgumentParser]) -> None:
     sweep.set_defaults(func=cmd_sweep)
 
 
+def _add_worker(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    worker = sub.add_parser(
+        "worker",
+        help="run sweep batches from the broker (APP_BROKER_URL, else APP_REDIS_URL)",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="pool processes (default: the machine's CPUs)",
+    )
+    worker.add_argument("--loglevel", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    worker.set_defaults(func=cmd_worker)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="chunkwise", description=DESCRIPTION)
     # Subcommand parsers are Parser too (one-line usage errors, exit 2).
@@ -584,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_simulate,
         _add_plan,
         _add_sweep,
+        _add_worker,
     ):
         add(sub)
     return parser

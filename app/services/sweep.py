@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
 
 from app.core.errors import ChunkwiseError, InvalidParameterError
 from app.core.sweep import SweepPoint, expand_csv, expand_grid, set_field
@@ -56,6 +56,7 @@ BEST_FIELDS = ("tp", "dp", "ep", "pp", "concurrency")
 BATCHES_PER_PROCESS = 8
 #: Most scenarios one task carries.
 MAX_BATCH = 64
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +80,7 @@ def load_points(path: Path) -> tuple[SweepPoint, ...]:
         readable = f"a readable file ({err.strerror})"
         raise InvalidParameterError("spec", str(path), readable) from None
     if suffix == ".csv":
-        return tuple(_typed(point) for point in expand_csv(text))
+        return typed_points(expand_csv(text))
     if suffix == ".json":
         try:
             document = json.loads(text)
@@ -144,6 +145,11 @@ def _typed(point: SweepPoint) -> SweepPoint:
     for name, value in values:
         set_field(body, name, value)
     return SweepPoint(operation=point.operation, body=body, values=values)
+
+
+def typed_points(points: Sequence[SweepPoint]) -> tuple[SweepPoint, ...]:
+    """CSV points with their cells typed by their request models' fields."""
+    return tuple(_typed(point) for point in points)
 
 
 def _request_model(operation: str) -> type[BaseModel]:
@@ -248,17 +254,29 @@ def evaluate_task(context: ServiceContext, task: Task) -> dict[str, Any]:
     """One scenario's row: its sweep values, key and figures, or its error."""
     from pydantic import ValidationError
 
-    row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
-    row.update(task.values)
-    row["operation"] = task.operation
-    row["scenario_key"] = task.scenario_key
     try:
         request = _request_model(task.operation).model_validate(dict(task.echo))
         body = _answer(context, task.operation, request)
     except (ChunkwiseError, ValidationError) as err:
-        row["error"] = str(err).splitlines()[0]
-        return row
+        return error_row(task, str(err).splitlines()[0])
+    row = _row(task)
     row.update(_result(task.operation, body))
+    return row
+
+
+def _row(task: Task) -> dict[str, Any]:
+    """A row's sweep values, operation and key (its figures and error empty)."""
+    row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
+    row.update(task.values)
+    row["operation"] = task.operation
+    row["scenario_key"] = task.scenario_key
+    return row
+
+
+def error_row(task: Task, error: str) -> dict[str, Any]:
+    """The row of a scenario that failed: its values and key, and the error."""
+    row = _row(task)
+    row["error"] = error
     return row
 
 
@@ -281,21 +299,30 @@ def _answer(context: ServiceContext, operation: str, request: Any) -> dict[str, 
 _WORKER_CONTEXT: list[ServiceContext] = []  # one per worker process
 
 
-def _worker_start() -> None:
+def worker_start(settings_json: str | None = None) -> None:
+    """A pool process's context: from ``settings_json`` (the API's settings), else the
+    environment's."""
     from app.services.context import create_context
     from app.settings import Settings
 
-    _WORKER_CONTEXT.append(create_context(Settings()))
+    settings = Settings() if settings_json is None else Settings.model_validate_json(settings_json)
+    _WORKER_CONTEXT.append(create_context(settings))
+
+
+def evaluate_tasks(context: ServiceContext, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    """A batch's rows: the one task function of the local pool, the API's own pool and the
+    Celery workers (app/services/sweep_queue.py)."""
+    return [evaluate_task(context, task) for task in tasks]
 
 
 def evaluate_batch(tasks: Sequence[Task]) -> list[dict[str, Any]]:
-    """A worker's batch (the process's own context)."""
-    return [evaluate_task(_WORKER_CONTEXT[0], task) for task in tasks]
+    """A pool process's batch (the process's own context)."""
+    return evaluate_tasks(_WORKER_CONTEXT[0], tasks)
 
 
-def batches(tasks: Sequence[Task], processes: int) -> Iterator[Sequence[Task]]:
-    """Batches of about ``len / (processes * BATCHES_PER_PROCESS)`` tasks, at most
-    :data:`MAX_BATCH`."""
+def batches(tasks: Sequence[T], processes: int) -> Iterator[Sequence[T]]:
+    """Batches of about ``len / (processes * BATCHES_PER_PROCESS)`` tasks (or their keys), at
+    most :data:`MAX_BATCH`."""
     size = max(1, min(MAX_BATCH, math.ceil(len(tasks) / (processes * BATCHES_PER_PROCESS))))
     for start in range(0, len(tasks), size):
         yield tasks[start : start + size]
@@ -314,12 +341,12 @@ def run_sweep(
         raise InvalidParameterError("processes", processes, "at least 1")
     if processes == 1:
         for batch in batches(tasks, 1):
-            done([evaluate_task(context, task) for task in batch])
+            done(evaluate_tasks(context, batch))
         return
     pool = ProcessPoolExecutor(
         max_workers=processes,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_start,
+        initializer=worker_start,
     )
     with pool:
         pending: set[Future[list[dict[str, Any]]]] = {
