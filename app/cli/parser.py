@@ -557,7 +557,8 @@ def _add_serve(sub: Subparsers[argparse.ArgumentParser]) -> None:
 def _add_sweep(sub: Subparsers[argparse.ArgumentParser]) -> None:
     sweep = sub.add_parser(
         "sweep",
-        help="run every scenario of a sweep spec (a YAML/JSON grid or CSV rows) locally",
+        help="run every scenario of a sweep spec (a YAML/JSON grid or CSV rows) locally or "
+        "on a service (--remote)",
     )
     sweep.add_argument("spec", help="the spec: .yaml/.yml/.json grid document, or .csv rows")
     sweep.add_argument(
@@ -567,6 +568,13 @@ def _add_sweep(sub: Subparsers[argparse.ArgumentParser]) -> None:
     )
     sweep.add_argument(
         "--processes", type=int, default=1, help="worker processes (1: in this process)"
+    )
+    sweep.add_argument(
+        "--remote",
+        metavar="URL",
+        default=None,
+        help="submit to the service at URL (POST /v1/sweeps; bearer token from "
+        "CHUNKWISE_API_KEY), follow its progress and write its rows to --out",
     )
     sweep.set_defaults(func=cmd_sweep)
 

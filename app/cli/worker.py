@@ -20,13 +20,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         settings = Settings()
     except ValidationError as err:
         return fail(f"settings: {err.errors()[0]['msg']}")
-    from app.services.sweep_queue import run_worker
-    from app.services.sweep_store import RedisSweepStore
+    from app.services.sweep_queue import run_worker, worker_store
 
-    store = RedisSweepStore(
-        settings.sweep_store_url or settings.broker_url or settings.redis_url,
-        ttl_s=settings.sweep_ttl_s,
-    )
+    store = worker_store(settings)
     policy = store.eviction_policy()
     store.close()
     if policy not in (None, "noeviction"):

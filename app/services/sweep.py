@@ -13,10 +13,12 @@ uses; a domain error (a size check, a deadline) is the row's ``error``, never a 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import multiprocessing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,8 +71,9 @@ class Task:
     values: tuple[tuple[str, Any], ...]
 
 
-def load_points(path: Path) -> tuple[SweepPoint, ...]:
-    """The points of a spec file: a grid document (``.json``, ``.yaml``/``.yml``) or CSV rows."""
+def load_spec(path: Path) -> Any:
+    """A spec file read: its CSV text (``.csv``), else its grid document (``.json``,
+    ``.yaml``/``.yml``), not yet expanded."""
     suffix = path.suffix.lower()
     if suffix not in SPEC_SUFFIXES:
         raise InvalidParameterError("spec", path.name, f"a file ending {', '.join(SPEC_SUFFIXES)}")
@@ -80,25 +83,31 @@ def load_points(path: Path) -> tuple[SweepPoint, ...]:
         readable = f"a readable file ({err.strerror})"
         raise InvalidParameterError("spec", str(path), readable) from None
     if suffix == ".csv":
-        return typed_points(expand_csv(text))
+        return text
     if suffix == ".json":
         try:
-            document = json.loads(text)
+            return json.loads(text)
         except json.JSONDecodeError as err:
             raise InvalidParameterError("spec", path.name, f"JSON ({err.msg})") from None
-    else:
-        try:
-            import yaml
-        except ImportError:
-            raise InvalidParameterError("spec", path.name, YAML_NEEDS) from None
-        try:
-            document = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            where = getattr(err, "problem_mark", None)
-            line = "" if where is None else f" at line {where.line + 1}"
-            problem = getattr(err, "problem", None) or "unreadable"
-            raise InvalidParameterError("spec", path.name, f"YAML ({problem}{line})") from None
-    return expand_grid(document)
+    try:
+        import yaml
+    except ImportError:
+        raise InvalidParameterError("spec", path.name, YAML_NEEDS) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = "" if where is None else f" at line {where.line + 1}"
+        problem = getattr(err, "problem", None) or "unreadable"
+        raise InvalidParameterError("spec", path.name, f"YAML ({problem}{line})") from None
+
+
+def load_points(path: Path) -> tuple[SweepPoint, ...]:
+    """The points of a spec file: a grid document (``.json``, ``.yaml``/``.yml``) or CSV rows."""
+    spec = load_spec(path)
+    if isinstance(spec, str):
+        return typed_points(expand_csv(spec))
+    return expand_grid(spec)
 
 
 def _takes_text(annotation: Any) -> bool:
@@ -394,8 +403,6 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":
-            import csv
-
             with path.open(newline="", encoding="utf-8") as handle:
                 return [dict(row) for row in csv.DictReader(handle)]
         if suffix == ".json":
@@ -418,28 +425,55 @@ def _csv_cell(value: Any) -> Any:
     return "" if value is None else value
 
 
+def csv_lines(names: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """The rows as CSV text, a header line first, then a line per row."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(names)
+    for row in rows:
+        writer.writerow([_csv_cell(row.get(name)) for name in names])
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    if buffer.getvalue():
+        yield buffer.getvalue()
+
+
+def json_chunks(names: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """The rows as one JSON array (each row's columns in ``names`` order), a row a chunk."""
+    yield "["
+    separator = "\n"
+    for row in rows:
+        yield separator + json.dumps({name: row.get(name) for name in names})
+        separator = ",\n"
+    yield "\n]\n"
+
+
+def parquet_bytes(names: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
+    """The rows as a parquet file (lists and objects as their JSON text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    listed = list(rows)
+    table = pa.table({name: [_parquet_cell(row.get(name)) for row in listed] for name in names})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
 def write_rows(path: Path, names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
     """Every row to ``path`` (a temporary file renamed over it: an interruption leaves the
     last complete file)."""
     partial = path.with_name(path.name + ".partial")
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        import csv
-
         with partial.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(names)
-            for row in rows:
-                writer.writerow([_csv_cell(row.get(name)) for name in names])
+            handle.writelines(csv_lines(names, rows))
     elif suffix == ".json":
         shaped = [{name: row.get(name) for name in names} for row in rows]
         partial.write_text(json.dumps(shaped, indent=1) + "\n", encoding="utf-8")
     else:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        table = pa.table({name: [_parquet_cell(row.get(name)) for row in rows] for name in names})
-        pq.write_table(table, partial)
+        partial.write_bytes(parquet_bytes(names, rows))
     partial.replace(path)
 
 

@@ -86,6 +86,11 @@ class LocalPool:
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
+            # A pool whose process died is broken for good (its batches were rows with the
+            # error): the next sweep gets a new one.
+            if self._pool is not None and getattr(self._pool, "_broken", False):
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
                     max_workers=self._settings.sweep_processes,

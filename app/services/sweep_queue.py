@@ -21,6 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis
 from celery import Celery, signals
 
 from app.settings import Settings
@@ -35,10 +36,28 @@ logger = logging.getLogger("chunkwise.worker")
 TASK_NAME = "chunkwise.sweep_batch"
 #: The queue sweep batches go to.
 QUEUE = "chunkwise-sweeps"
+#: Times a batch whose store was unreachable is retried (backing off to 30 s: ~10 minutes).
+STORE_RETRIES = 24
+#: Reconnections a worker's store client tries within one operation.
+WORKER_STORE_RETRIES = 6
 
 #: The Celery app of each configuration (by its settings' JSON): a test, or a process whose
 #: settings change, gets a new app with connections of its own.
 _APPS: dict[str, Celery] = {}
+
+
+def worker_broker(settings: Settings) -> str:
+    """A worker's broker: ``APP_BROKER_URL``, else ``APP_REDIS_URL``."""
+    return settings.broker_url or settings.redis_url
+
+
+def worker_store(settings: Settings, retries: int = 2) -> RedisSweepStore:
+    """The sweep store a worker (or its command) talks to: ``APP_SWEEP_STORE_URL``, else the
+    broker's Redis."""
+    from app.services.sweep_store import RedisSweepStore
+
+    url = settings.sweep_store_url or worker_broker(settings)
+    return RedisSweepStore(url, ttl_s=settings.sweep_ttl_s, retries=retries)
 
 
 def configure(settings: Settings) -> Celery:
@@ -50,7 +69,7 @@ def configure(settings: Settings) -> Celery:
         return found
     app = Celery("chunkwise", set_as_current=False)
     app.conf.update(
-        broker_url=settings.broker_url or settings.redis_url,
+        broker_url=worker_broker(settings),
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             "visibility_timeout": settings.sweep_visibility_timeout_s,
@@ -75,9 +94,17 @@ def configure(settings: Settings) -> Celery:
             "interval_max": 2.0,
         },
     )
-    app.task(name=TASK_NAME, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(
-        sweep_batch
-    )
+    app.task(
+        name=TASK_NAME,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        # The store unreachable (a Redis restart): Celery retries the batch, backing off.
+        autoretry_for=(redis.RedisError, OSError),
+        retry_backoff=True,
+        retry_backoff_max=30,
+        max_retries=STORE_RETRIES,
+    )(sweep_batch)
     _WORKER["settings"] = settings
     _APPS[identity] = app
     return app
@@ -90,14 +117,10 @@ _WORKER: dict[str, Any] = {}
 def _worker_state() -> tuple[ServiceContext, RedisSweepStore]:
     if "context" not in _WORKER:
         from app.services.context import create_context
-        from app.services.sweep_store import RedisSweepStore
 
         settings: Settings = _WORKER.get("settings") or Settings()
         _WORKER["context"] = create_context(settings)
-        _WORKER["store"] = RedisSweepStore(
-            settings.sweep_store_url or settings.broker_url or settings.redis_url,
-            ttl_s=settings.sweep_ttl_s,
-        )
+        _WORKER["store"] = worker_store(settings, retries=WORKER_STORE_RETRIES)
     return _WORKER["context"], _WORKER["store"]
 
 

@@ -145,21 +145,25 @@ class SweepStore(Protocol):
 
 
 def _state(stored: str | None, done: int, total: int) -> str:
-    if stored == "cancelled":
-        return "cancelled"
-    return "done" if done >= total else "running"
+    """``done`` once every scenario has its row (a cancel after that changes nothing)."""
+    if done >= total:
+        return "done"
+    return "cancelled" if stored == "cancelled" else "running"
 
 
 class RedisSweepStore:
     """Sweeps in Redis (durable when that Redis persists and never evicts; docs/sweeps.md)."""
 
-    def __init__(self, url: str, *, ttl_s: int, socket_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, url: str, *, ttl_s: int, socket_timeout_s: float = 10.0, retries: int = 2
+    ) -> None:
         import redis
 
         self.url = url
         self.ttl_s = ttl_s
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        # Retried on a lost connection (a Redis restart): sweep state is worth a wait.
+        # Retried on a lost connection (a Redis restart): ``retries`` times, backing off to 2 s
+        # (the API answers 503 soon; a worker waits longer).
         from redis.backoff import ExponentialBackoff
         from redis.retry import Retry
 
@@ -167,7 +171,7 @@ class RedisSweepStore:
             url,
             socket_connect_timeout=2.0,
             socket_timeout=socket_timeout_s,
-            retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), 8),
+            retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries),
             retry_on_error=[redis.ConnectionError, redis.TimeoutError],
             health_check_interval=30,
             decode_responses=True,
@@ -202,8 +206,7 @@ class RedisSweepStore:
                 pipe.expire(name, self.ttl_s)
             pipe.execute()
         except self._errors as exc:
-            failed = f"the sweep store ({redact_url(self.url)}) failed: {exc}"
-            raise SweepStoreError(failed) from exc
+            raise self._unavailable(exc) from exc
         return meta.id
 
     def _meta(self, sweep_id: str, owner: str | None) -> tuple[SweepMeta, dict[str, str]]:
@@ -217,12 +220,18 @@ class RedisSweepStore:
             raise UnknownSweepError(sweep_id)
         return meta, fields
 
+    def _unavailable(self, exc: BaseException) -> SweepStoreError:
+        return SweepStoreError(f"the sweep store ({redact_url(self.url)}) failed: {exc}")
+
     def progress(self, sweep_id: str, owner: str | None) -> SweepProgress:
-        meta, fields = self._meta(sweep_id, owner)
-        pipe = self._client.pipeline(transaction=False)
-        pipe.hlen(self.key(sweep_id, "rows"))
-        pipe.scard(self.key(sweep_id, "failed"))
-        done, failed = pipe.execute()
+        try:
+            meta, fields = self._meta(sweep_id, owner)
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hlen(self.key(sweep_id, "rows"))
+            pipe.scard(self.key(sweep_id, "failed"))
+            done, failed = pipe.execute()
+        except self._errors as exc:
+            raise self._unavailable(exc) from exc
         last = fields.get("last_s")
         return SweepProgress(
             meta=meta,
@@ -233,8 +242,11 @@ class RedisSweepStore:
         )
 
     def cancel(self, sweep_id: str, owner: str | None) -> None:
-        self._meta(sweep_id, owner)
-        self._client.hset(self.key(sweep_id), "state", "cancelled")
+        try:
+            self._meta(sweep_id, owner)
+            self._client.hset(self.key(sweep_id), "state", "cancelled")
+        except self._errors as exc:
+            raise self._unavailable(exc) from exc
 
     def claim(self, sweep_id: str, keys: Sequence[str]) -> list[Task]:
         pipe = self._client.pipeline(transaction=False)

@@ -5,6 +5,8 @@ visibility timeout), and a scenario that fails is a row with its error."""
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import signal
 import subprocess
@@ -14,8 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from app.cli.sweep import idempotency_key
 from app.models.sweep import SweepRequest
 from app.services import sweep
 from app.services.context import create_context
@@ -23,8 +27,8 @@ from app.services.sweep_jobs import Sweeps, points_of, queued_batches
 from app.services.sweep_queue import enqueue
 from app.services.sweep_store import SweepMeta, new_sweep_id
 from app.settings import Settings
-from tests.integration.conftest import RedisServer, wait_until
-from tests.integration.servers import ROOT, redis_env
+from tests.integration.conftest import RedisServer, Uvicorn, wait_until
+from tests.integration.servers import ROOT, redis_env, start_server
 
 pytestmark = [pytest.mark.integration]
 
@@ -218,3 +222,44 @@ def test_a_failing_scenario_is_a_row_with_its_error(
     finally:
         sweeps.close()
         context.close()
+
+
+def test_the_cli_follows_a_remote_sweep_through_an_api_restart(
+    redis_server: RedisServer, workers: list[Worker], tmp_path: Path
+) -> None:
+    """``chunkwise sweep --remote``: the API queues the sweep to a worker; the API restarted
+    mid-sweep, the sweep goes on and ``GET`` finds it again; the CLI writes every row."""
+    env = worker_env(redis_server)
+    api = start_server(Uvicorn(env, workers=1), tmp_path / "api.log", timeout_s=60)
+    spec = tmp_path / "spec.json"
+    document = {
+        "operation": "simulate",
+        "base": {**BASE, "workload": "closed_loop"},
+        "grid": {"input_length": [128, 256, 512, 1024], "concurrency": [1, 2, 4, 8, 16]},
+    }
+    spec.write_text(json.dumps(document), encoding="utf-8")
+    try:
+        key = {"Idempotency-Key": idempotency_key(document)}  # what the CLI sends
+        created = httpx.post(f"{api.base_url}/v1/sweeps", json=document, headers=key, timeout=60)
+        assert created.status_code == 202, created.text
+        status = created.json()
+        assert status["executor"] == "celery" and status["total"] == 20
+        api.stop()
+        start(workers, redis_server, tmp_path)
+        api = start_server(Uvicorn(env, workers=1), tmp_path / "api2.log", timeout_s=60)
+        again = httpx.get(f"{api.base_url}/v1/sweeps/{status['id']}", timeout=10)
+        assert again.status_code == 200 and again.json()["total"] == 20
+        out = tmp_path / "rows.csv"
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", "sweep", str(spec), "--remote", api.base_url,
+             "--out", str(out)],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert status["id"] in done.stderr  # the spec's digest found the same sweep
+        with out.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        assert len(rows) == 20 and len({row["scenario_key"] for row in rows}) == 20
+        assert all(row["error"] == "" and float(row["ttft_ms"]) > 0 for row in rows)
+    finally:
+        api.stop()
