@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     sweep_restore_interval_s: float = Field(default=10.0, gt=0)
     # Without a broker: processes of the API's own sweep pool (started with the first sweep).
     sweep_processes: int = Field(default=1, ge=1, le=64)
-    # A finished sweep's state and rows are kept this long (from its last row).
+    # A sweep's state and rows are kept this long (from its creation).
     sweep_ttl_s: int = Field(default=30 * 24 * 3600, ge=1)
 
     log_level: str = "info"

@@ -274,8 +274,9 @@ class RedisSweepStore:
         if failed:
             pipe.sadd(self.key(sweep_id, "failed"), *failed)
         pipe.hset(self.key(sweep_id), "last_s", repr(time.time()))
-        for name in self._all_keys(sweep_id):
-            pipe.expire(name, self.ttl_s)
+        # The rows' keys exist from the first row on: they expire with the sweep's others.
+        for part in ("rows", "failed") if failed else ("rows",):
+            pipe.expire(self.key(sweep_id, part), self.ttl_s)
         pipe.execute()
 
     def iter_rows(self, sweep_id: str, page: int = WRITE_CHUNK) -> Iterator[dict[str, Any]]:
