@@ -86,6 +86,9 @@ def configure(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         task_default_queue=QUEUE,
         worker_prefetch_multiplier=1,
+        # The broker lost mid-batch: the batch is cancelled and redelivered (its rows, written
+        # at its end, are written once by whichever run finishes).
+        worker_cancel_long_running_tasks_on_connection_loss=True,
         worker_hijack_root_logger=False,
         task_publish_retry_policy={
             "max_retries": 3,

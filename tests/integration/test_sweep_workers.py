@@ -264,3 +264,50 @@ def test_the_cli_follows_a_remote_sweep_through_an_api_restart(
         assert all(row["error"] == "" and float(row["ttft_ms"]) > 0 for row in rows)
     finally:
         api.stop()
+
+
+def test_a_redis_restart_mid_sweep_loses_and_duplicates_nothing(
+    tmp_path: Path, workers: list[Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker and store Redis (append-only file) restarted while a worker runs the sweep:
+    the worker reconnects, the sweep state survives, every scenario has exactly one row."""
+    server = RedisServer(workdir=tmp_path, persistent=True)
+    server.start()
+    try:
+        for name, value in worker_env(server).items():
+            if name.startswith("APP_"):
+                monkeypatch.setenv(name, value)
+        settings = Settings()
+        request = SweepRequest(
+            operation="simulate",
+            base={**BASE, "workload": "closed_loop"},
+            grid={"input_length": [128, 256, 512, 1024], "concurrency": [1, 2, 4, 8, 16, 32]},
+        )
+        sweeps = Sweeps(settings)
+        context = create_context(settings)
+        try:
+            submitted = sweeps.submit(context, request, owner=None, idempotency_key=None)
+            start(workers, server, tmp_path)
+
+            def started() -> bool:
+                return sweeps.progress(submitted.sweep_id, None).done >= 2
+
+            wait_until(started, timeout_s=60, what="the first rows")
+            assert sweeps.progress(submitted.sweep_id, None).done < 24
+            server.stop()
+            time.sleep(1.0)
+            server.start()
+            wait_done(sweeps, submitted.sweep_id, timeout_s=120)
+            _, rows = sweeps.rows(submitted.sweep_id, None)
+            keys = [row["scenario_key"] for row in rows]
+            assert len(keys) == 24 and len(set(keys)) == 24
+            assert all(row["error"] is None for row in rows)
+            client = server.client()
+            wait_until(lambda: client.hlen("unacked") == 0, timeout_s=30, what="no batch held")
+        finally:
+            sweeps.close()
+            context.close()
+    finally:
+        for worker in workers:
+            worker.stop()
+        server.stop()
