@@ -176,6 +176,7 @@ class Sweeps:
         )
         sweep_id = self.store.create(meta, tasks, idempotency_digest(idempotency_key))
         if sweep_id != meta.id:
+            self._resume(sweep_id, owner)
             return Submitted(sweep_id, created=False)
         if self._local is not None:
             self._local.dispatch(sweep_id, tasks)
@@ -188,6 +189,23 @@ class Sweeps:
                 failed = f"the broker did not take the sweep's batches: {exc}"
                 raise SweepStoreError(failed) from exc
         return Submitted(sweep_id, created=True)
+
+    def _resume(self, sweep_id: str, owner: str | None) -> None:
+        """A resubmitted sweep that is running but has written no row for longer than the
+        visibility timeout has lost batches (kombu's Redis transport can lose a message taken
+        by ``BRPOP`` whose reply a broker restart cut off): its scenarios without a row are
+        queued again. Rows already written stay (a row is written once)."""
+        if self._local is not None:
+            return
+        progress = self.store.progress(sweep_id, owner)
+        quiet_s = time.time() - (progress.last_s or progress.meta.created_s)
+        if progress.state != "running" or quiet_s <= self.settings.sweep_visibility_timeout_s:
+            return
+        from app.services.sweep_queue import enqueue
+
+        missing = self.store.missing(sweep_id)
+        logger.warning("sweep %s: %d scenarios queued again (resubmitted)", sweep_id, len(missing))
+        enqueue(self.settings, sweep_id, queued_batches(missing))
 
     def progress(self, sweep_id: str, owner: str | None) -> SweepProgress:
         return self.store.progress(sweep_id, owner)

@@ -86,9 +86,10 @@ def configure(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         task_default_queue=QUEUE,
         worker_prefetch_multiplier=1,
-        # The broker lost mid-batch: the batch is cancelled and redelivered (its rows, written
-        # at its end, are written once by whichever run finishes).
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # The broker lost mid-batch: the batch runs to its end and writes its rows (the store
+        # client reconnects); its acknowledgement is lost with the connection, so the message
+        # comes back after the visibility timeout and its rerun finds every row written.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_hijack_root_logger=False,
         task_publish_retry_policy={
             "max_retries": 3,

@@ -141,6 +141,10 @@ class SweepStore(Protocol):
         """The rows written so far, in the spec's order."""
         ...
 
+    def missing(self, sweep_id: str) -> list[str]:
+        """The scenario keys without a row, in the spec's order."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -279,16 +283,36 @@ class RedisSweepStore:
             pipe.expire(self.key(sweep_id, part), self.ttl_s)
         pipe.execute()
 
-    def iter_rows(self, sweep_id: str, page: int = WRITE_CHUNK) -> Iterator[dict[str, Any]]:
+    def _pages(self, sweep_id: str, page: int) -> Iterator[list[tuple[str, str | None]]]:
+        """The scenario keys in the spec's order with their rows' JSON (None: no row yet), a
+        page at a time (two round trips a page)."""
         start = 0
         while True:
-            keys = self._client.lrange(self.key(sweep_id, "order"), start, start + page - 1)
+            keys: list[str] = self._client.lrange(  # type: ignore[assignment]  # decoded
+                self.key(sweep_id, "order"), start, start + page - 1
+            )
             if not keys:
                 return
-            for text in self._client.hmget(self.key(sweep_id, "rows"), keys):
-                if text is not None:
-                    yield json.loads(text)
+            rows: list[str | None] = self._client.hmget(  # type: ignore[assignment]  # decoded
+                self.key(sweep_id, "rows"), keys
+            )
+            yield list(zip(keys, rows, strict=True))
             start += page
+
+    def iter_rows(self, sweep_id: str, page: int = WRITE_CHUNK) -> Iterator[dict[str, Any]]:
+        for pairs in self._pages(sweep_id, page):
+            yield from (json.loads(text) for _, text in pairs if text is not None)
+
+    def missing(self, sweep_id: str) -> list[str]:
+        try:
+            return [
+                key
+                for pairs in self._pages(sweep_id, WRITE_CHUNK)
+                for key, text in pairs
+                if text is None
+            ]
+        except self._errors as exc:
+            raise self._unavailable(exc) from exc
 
     def eviction_policy(self) -> str | None:
         """The server's ``maxmemory-policy`` (None when CONFIG is not allowed: managed Redis)."""
@@ -371,6 +395,11 @@ class MemorySweepStore:
             rows = self._rows.get(sweep_id, {})
             found = [rows[key] for key in order if key in rows]
         yield from found
+
+    def missing(self, sweep_id: str) -> list[str]:
+        with self._lock:
+            rows = self._rows.get(sweep_id, {})
+            return [key for key in self._tasks.get(sweep_id, {}) if key not in rows]
 
     def close(self) -> None:
         """Nothing to close."""

@@ -164,15 +164,20 @@ def test_compose_runs_api_workers_against_a_healthy_redis() -> None:
     assert any(str(port).endswith(":8000") for port in api["ports"])
 
 
-def test_compose_environment_is_valid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+def settings_of(environment: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The Settings a process with ``environment`` reads (every name a known setting)."""
     from app.settings import Settings
 
-    environment = compose()["services"]["api"]["environment"]
     known = {f"APP_{name.upper()}" for name in Settings.model_fields}
     assert set(environment) <= known, set(environment) - known
     for name, value in environment.items():
         monkeypatch.setenv(name, str(value))
-    settings = Settings()
+    return Settings()
+
+
+def test_compose_environment_is_valid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    environment = compose()["services"]["api"]["environment"]
+    settings = settings_of(environment, monkeypatch)
     assert settings.cache_backend == "redis"
     assert settings.redis_url == "redis://redis:6379/0"
     # Authentication on: compose refuses to start without the tokens.
@@ -217,8 +222,6 @@ def test_compose_runs_scalable_sweep_workers_on_a_durable_store(
     """``--scale worker=N``: the worker service has no fixed name or port; it and the API use
     the store service as the broker, a Redis that persists on a volume and never evicts,
     while the latency cache keeps its LRU."""
-    from app.settings import Settings
-
     services = compose()["services"]
     worker, store, cache = services["worker"], services["store"], services["redis"]
     assert worker["command"][:2] == ["chunkwise", "worker"]
@@ -233,12 +236,7 @@ def test_compose_runs_scalable_sweep_workers_on_a_durable_store(
     assert _redis_flags(store["command"])["dir"] == "/data"
     assert _redis_flags(cache["command"])["maxmemory-policy"] == "allkeys-lru"
     for service in ("api", "worker"):
-        environment = services[service]["environment"]
-        known = {f"APP_{name.upper()}" for name in Settings.model_fields}
-        assert set(environment) <= known, set(environment) - known
-        for name, value in environment.items():
-            monkeypatch.setenv(name, str(value))
-        settings = Settings()
+        settings = settings_of(services[service]["environment"], monkeypatch)
         assert settings.sweep_broker == "redis://store:6379/0"
         assert settings.redis_url == "redis://redis:6379/0"
 
@@ -284,17 +282,10 @@ def test_kubernetes_runs_the_api_workers_and_a_redis_with_a_volume() -> None:
 
 def test_kubernetes_configuration_is_valid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both workloads read the ConfigMap: known settings pointing at the two Redis Services."""
-    from app.settings import Settings
-
     manifests = kubernetes()
-    data = manifests["ConfigMap", "chunkwise-config"]["data"]
-    known = {f"APP_{name.upper()}" for name in Settings.model_fields}
-    assert set(data) <= known, set(data) - known
     for workload in ("chunkwise-api", "chunkwise-worker"):
         sources = _container(manifests["Deployment", workload])["envFrom"]
         assert {"configMapRef": {"name": "chunkwise-config"}} in sources
-    for name, value in data.items():
-        monkeypatch.setenv(name, str(value))
-    settings = Settings()
+    settings = settings_of(manifests["ConfigMap", "chunkwise-config"]["data"], monkeypatch)
     assert settings.redis_url.startswith("redis://chunkwise-cache:")
     assert settings.sweep_broker.startswith("redis://chunkwise-store:")

@@ -19,15 +19,9 @@ from fastapi.testclient import TestClient
 from app.api.auth import key_digest
 from app.main import create_app
 from app.settings import Settings
+from tests.api import test_sweep
 
-BASE = {
-    "engine": "msmodeling",
-    "model": "Qwen/Qwen3-0.6B",
-    "device": "TEST_DEVICE",
-    "input_length": 256,
-    "output_length": 16,
-    "concurrency": 1,
-}
+BASE = {**test_sweep.BASE, "concurrency": 1}
 SPEC = {"operation": "simulate", "base": BASE, "grid": {"concurrency": [1, 2, 4]}}
 OWNER, OTHER = "owner-token", "other-token"
 
