@@ -321,7 +321,7 @@ class RedisLatencyCache:
             self._down_until = 0.0
             self._last_error = ""
         if not was_reachable:
-            logger.info("redis cache reachable again at %s", _redact(self.url))
+            logger.info("redis cache reachable again at %s", redact_url(self.url))
 
     def _refusing(self) -> bool:
         with self._lock:
@@ -349,7 +349,7 @@ class RedisLatencyCache:
             self._refusal = ""
             self._refusing_until = 0.0
         if was_refusing:
-            logger.info("redis cache accepts writes again at %s", _redact(self.url))
+            logger.info("redis cache accepts writes again at %s", redact_url(self.url))
 
     # -- LatencyCache --------------------------------------------------------------------
     def get_many(self, keys: Sequence[str]) -> list[JSONValue | None]:
@@ -432,7 +432,7 @@ class RedisLatencyCache:
                 writable=False,
                 detail=f"refuses writes ({refusal})",
             )
-        return CacheHealth(backend=self.backend, reachable=True, detail=_redact(self.url))
+        return CacheHealth(backend=self.backend, reachable=True, detail=redact_url(self.url))
 
     def close(self) -> None:
         self._client.close()
@@ -505,7 +505,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:MAX_ERROR_TEXT]
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL without its password, for logs and health output."""
     if "@" not in url:
         return url

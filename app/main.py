@@ -16,13 +16,14 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 
 from app import __version__
-from app.api import calibrations, catalog, deploy, forward, health, planning
+from app.api import calibrations, catalog, deploy, forward, health, planning, sweeps
 from app.api.auth import authenticate, load_key_digests
 from app.api.compute import ComputeGate
 from app.api.errors import PROBLEM_JSON, install_error_handlers
 from app.api.observability import Metrics, RequestContextMiddleware, configure_logging
 from app.services.context import ServiceContext, create_context
 from app.services.processes import HeavyProcesses
+from app.services.sweep_jobs import Sweeps
 from app.settings import Settings, get_settings
 
 WEB_DIR = Path(__file__).with_name("web")  # the dashboard's static assets (package data)
@@ -90,6 +91,7 @@ def _problem_schemas_in_their_media_type(app: FastAPI) -> None:
 class LifespanState(TypedDict):
     context: ServiceContext
     gate: ComputeGate
+    sweeps: Sweeps
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -108,6 +110,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if settings.heavy_process_count
             else None
         )
+        # Sweeps: queued to the broker's workers, or (no broker) the API's own pool.
+        sweep_jobs = Sweeps(settings)
         try:
             gate = ComputeGate.create(
                 settings.max_concurrent_computations,
@@ -116,9 +120,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 deadline_s=settings.request_deadline_s,
                 processes=processes,
             )
-            yield {"context": context, "gate": gate}
+            yield {"context": context, "gate": gate, "sweeps": sweep_jobs}
         finally:
             app.state.context = None
+            await anyio.to_thread.run_sync(sweep_jobs.close)
             if processes is not None:
                 await anyio.to_thread.run_sync(processes.close)
             await anyio.to_thread.run_sync(context.close)
@@ -157,7 +162,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)  # open, like the docs and the dashboard's files
     keyed = [Depends(authenticate)]  # a bearer token when APP_API_KEYS(_FILE) configures keys
-    for resource in (planning, forward, catalog, calibrations, deploy):
+    for resource in (planning, forward, catalog, calibrations, deploy, sweeps):
         app.include_router(resource.router, dependencies=keyed)
     app.mount("/static", RevalidatedStaticFiles(directory=WEB_DIR), name="static")
 

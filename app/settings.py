@@ -87,6 +87,24 @@ class Settings(BaseSettings):
     api_keys: str = Field(default="", repr=False)
     api_keys_file: str = ""
 
+    # Sweeps (POST /v1/sweeps, chunkwise worker; docs/sweeps.md). The Celery broker: this Redis
+    # URL, else APP_REDIS_URL when the cache backend is Redis; none: the API runs sweeps in
+    # its own process pool (sweep_processes) and keeps them in memory until it stops.
+    broker_url: str = ""
+    # Where sweep state and rows live (a Redis with persistence and noeviction); empty: the
+    # broker's Redis (which Celery needs unevicted anyway).
+    sweep_store_url: str = ""
+    # A task not acknowledged this long after a worker took it is handed to another worker
+    # (the worker died): longer than the slowest batch (MAX_BATCH scenarios), or a batch runs
+    # twice (harmless: a row is written once, but the work is done twice).
+    sweep_visibility_timeout_s: int = Field(default=3600, ge=1)
+    # How often a worker looks for tasks whose visibility timeout passed.
+    sweep_restore_interval_s: float = Field(default=10.0, gt=0)
+    # Without a broker: processes of the API's own sweep pool (started with the first sweep).
+    sweep_processes: int = Field(default=1, ge=1, le=64)
+    # A sweep's state and rows are kept this long (from its creation).
+    sweep_ttl_s: int = Field(default=30 * 24 * 3600, ge=1)
+
     log_level: str = "info"
     # Origins a browser page may call the API from (comma-separated, for example
     # "https://dash.example.com,http://localhost:3000"); empty: none (no CORS headers at all).
@@ -117,6 +135,13 @@ class Settings(BaseSettings):
                     f"{origin!r} is not an origin: scheme://host[:port] (no path), or *"
                 )
         return value
+
+    @property
+    def sweep_broker(self) -> str:
+        """The sweeps' broker URL (empty: none, sweeps run in the API's own pool)."""
+        if self.broker_url:
+            return self.broker_url
+        return self.redis_url if self.cache_backend == "redis" else ""
 
     @property
     def cors_origin_list(self) -> list[str]:

@@ -8,7 +8,12 @@ output length x TPOT limit), run
 - ``loop``: the service functions called one scenario after another in this process (no sweep
   machinery: the overhead baseline),
 - ``sweep 1``: :func:`app.services.sweep.run_sweep` in this process,
-- ``sweep N``: the same on a spawn pool of N processes (worker start-up included).
+- ``sweep N``: the same on a spawn pool of N processes (worker start-up included),
+- ``celery N`` (``--workers``): the same tasks stored in a Redis sweep store and queued to a
+  real ``chunkwise worker --concurrency N`` on a redis-server this bench starts on loopback
+  (the worker started and warmed by a first sweep of N scenarios per process before the timed
+  one; from the first message queued to the last row written), with the broker's and the
+  store's Redis commands counted (``INFO commandstats``) per scenario.
 
 A first loop warms this process's own caches (catalog, parsed configs) and is reported apart:
 spawned workers start cold. Each run gets a fresh service context (an empty latency and
@@ -17,12 +22,21 @@ point) is timed on its own.
 
     PYTHONPATH=$PWD python -m bench.bench_sweep                 # 1 and 2 processes
     PYTHONPATH=$PWD python -m bench.bench_sweep --processes 1 2 4
+    PYTHONPATH=$PWD python -m bench.bench_sweep --processes --workers 1 2   # the worker path
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from app.core.sweep import expand_grid
@@ -84,9 +98,101 @@ def _sweep(tasks: list[sweep.Task], processes: int) -> tuple[float, list[dict[st
     return elapsed, rows
 
 
+#: Seconds between the bench's progress polls, and the Redis commands one poll runs.
+POLL_S = 0.05
+POLL_COMMANDS = 3
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _redis_commands(client: Any) -> int:
+    """Commands the Redis server has run (every kind, ``INFO commandstats``)."""
+    stats = client.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
+
+
+def _celery(tasks: list[sweep.Task], processes: int) -> tuple[float, list[dict[str, Any]], int]:
+    """The tasks on a real worker of ``processes`` pool processes: seconds from the first
+    message queued to the last row, the rows, and Redis commands per scenario."""
+    import redis
+
+    from app.services.sweep_jobs import queued_batches
+    from app.services.sweep_queue import enqueue
+    from app.services.sweep_store import RedisSweepStore, SweepMeta, new_sweep_id
+
+    server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    workdir = tempfile.mkdtemp(prefix="chunkwise-bench-")
+    redis_process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
+    env.update(APP_CACHE_BACKEND="memory", APP_BROKER_URL=url, APP_LOG_LEVEL="warning")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "worker", "--concurrency", str(processes),
+         "--loglevel", "WARNING"],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    settings = Settings(cache_backend="memory", broker_url=url)
+    store = RedisSweepStore(url, ttl_s=3600)
+
+    def run(batch: list[sweep.Task]) -> tuple[float, str, int]:
+        """Seconds to the last row, the sweep id, and this bench's own polls."""
+        meta = SweepMeta(
+            id=new_sweep_id(), owner=None, total=len(batch), created_s=time.time(), columns=()
+        )
+        store.create(meta, batch, None)
+        started = time.perf_counter()
+        enqueue(settings, meta.id, queued_batches([task.scenario_key for task in batch]))
+        polls = 1
+        while store.progress(meta.id, None).state != "done":
+            time.sleep(POLL_S)
+            polls += 1
+        return time.perf_counter() - started, meta.id, polls
+
+    try:
+        run(tasks[: processes * sweep.BATCHES_PER_PROCESS])  # the pool processes warmed
+        before = _redis_commands(client)
+        elapsed, sweep_id, polls = run(tasks)
+        # What a sweep costs the Redis: storing it (as the API does: two commands per 1,000
+        # scenarios and six), the messages (queued, taken, acknowledged) and the worker's
+        # reads and writes; the bench's own progress polls (HGETALL, HLEN, SCARD) left out.
+        commands = _redis_commands(client) - before - POLL_COMMANDS * polls
+        rows = list(store.iter_rows(sweep_id))
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=30)
+        store.close()
+        redis_process.terminate()
+        redis_process.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return elapsed, rows, commands
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--processes", type=int, nargs="*", default=[1, 2])
+    parser.add_argument(
+        "--workers", type=int, nargs="*", default=[], help="pool processes of a chunkwise worker"
+    )
     args = parser.parse_args()
     points = expand_grid(SIMULATE) + expand_grid(OPTIMIZE)
     context = create_context(_settings())
@@ -113,6 +219,17 @@ def main() -> None:
             f"sweep, {processes} process(es): {elapsed:.2f} s, {count / elapsed:.1f} scenarios/s "
             f"({elapsed / loop:.2f}x the loop; rows {'identical' if same else 'DIFFER'}, "
             f"{errors} errors)"
+        )
+    for processes in args.workers:
+        elapsed, rows, commands = _celery(tasks, processes)
+        rows.sort(key=lambda row: row["scenario_key"])
+        same = reference is None or rows == reference
+        reference = reference or rows
+        print(
+            f"celery worker, {processes} process(es): {elapsed:.2f} s, "
+            f"{count / elapsed:.1f} scenarios/s ({elapsed / loop:.2f}x the loop; "
+            f"rows {'identical' if same else 'DIFFER'}; {commands / count:.2f} Redis commands "
+            "per scenario)"
         )
 
 

@@ -15,6 +15,7 @@ DeadlineExceededError              504     ``Retry-After``
 OverloadedError (api.compute)      503     every computation slot and queue place taken
 ChildProcessLostError              503     a heavy-lane child died (pool restarted)
 CalibrationStoreError              503     not stored (``Retry-After`` when a retry helps)
+SweepStoreError                    503     store or broker down: nothing queued (``Retry-After``)
 other ChunkwiseError               400
 HTTPException                      its own status (404 unknown route, 405, ...)
 anything else                      500     logged with the request id; a bug
@@ -48,6 +49,7 @@ from app.core.errors import (
 from app.models.common import Problem, ProblemFieldError, problem_dict
 from app.services.calibration import CalibrationStoreError
 from app.services.processes import ChildProcessLostError
+from app.services.sweep_store import SweepStoreError
 
 logger = logging.getLogger("chunkwise.api")
 
@@ -211,6 +213,17 @@ async def _store(request: Request, exc: Exception) -> ProblemResponse:
     )
 
 
+async def _sweep_store(request: Request, exc: Exception) -> ProblemResponse:
+    return problem_response(
+        request,
+        503,
+        "Sweep not queued",
+        str(exc),
+        kind="sweep-store",
+        headers={"Retry-After": "5"},
+    )
+
+
 async def _http(request: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, StarletteHTTPException)
     title = {401: "Unauthorized", 404: "Not found", 405: "Method not allowed"}.get(
@@ -261,5 +274,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(OverloadedError, _overloaded)
     app.add_exception_handler(ChildProcessLostError, _overloaded)
     app.add_exception_handler(CalibrationStoreError, _store)
+    app.add_exception_handler(SweepStoreError, _sweep_store)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(Exception, _unhandled)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import NoReturn, cast, get_args
 
 from app.cli.commands import (
@@ -22,6 +23,7 @@ from app.cli.commands import (
 from app.cli.emit import add_emit_flag
 from app.cli.serve import cmd_serve
 from app.cli.sweep import cmd_sweep
+from app.cli.worker import cmd_worker
 from app.core.calibration.parameters import PARAMETER_NAMES
 from app.core.limits import (
     DEFAULT_MAX_WORKERS,
@@ -555,7 +557,8 @@ def _add_serve(sub: Subparsers[argparse.ArgumentParser]) -> None:
 def _add_sweep(sub: Subparsers[argparse.ArgumentParser]) -> None:
     sweep = sub.add_parser(
         "sweep",
-        help="run every scenario of a sweep spec (a YAML/JSON grid or CSV rows) locally",
+        help="run every scenario of a sweep spec (a YAML/JSON grid or CSV rows) locally or "
+        "on a service (--remote)",
     )
     sweep.add_argument("spec", help="the spec: .yaml/.yml/.json grid document, or .csv rows")
     sweep.add_argument(
@@ -566,7 +569,29 @@ def _add_sweep(sub: Subparsers[argparse.ArgumentParser]) -> None:
     sweep.add_argument(
         "--processes", type=int, default=1, help="worker processes (1: in this process)"
     )
+    sweep.add_argument(
+        "--remote",
+        metavar="URL",
+        default=None,
+        help="submit to the service at URL (POST /v1/sweeps; bearer token from "
+        "CHUNKWISE_API_KEY), follow its progress and write its rows to --out",
+    )
     sweep.set_defaults(func=cmd_sweep)
+
+
+def _add_worker(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    worker = sub.add_parser(
+        "worker",
+        help="run sweep batches from the broker (APP_BROKER_URL, else APP_REDIS_URL)",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="pool processes (default: the machine's CPUs)",
+    )
+    worker.add_argument("--loglevel", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    worker.set_defaults(func=cmd_worker)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -584,6 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_simulate,
         _add_plan,
         _add_sweep,
+        _add_worker,
     ):
         add(sub)
     return parser

@@ -34,7 +34,11 @@ class Progress:
         return f"chunkwise: sweep {self.done}/{self.total} scenarios, {rate:.2f}/s, ETA {eta}"
 
     def add(self, count: int) -> None:
-        self.done += count
+        self.show(self.done + count)
+
+    def show(self, done: int) -> None:
+        """Report ``done`` scenarios (a line per 10 % off a terminal)."""
+        self.done = done
         if self.terminal:
             end = "\n" if self.done >= self.total else ""
             print(f"\r{self.line()}", end=end, file=self.stream, flush=True)
@@ -55,6 +59,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.processes < 1:
         return fail(f"--processes {args.processes}: at least 1")
     out = Path(args.out)
+    if args.remote:
+        return _remote(args, out)
     try:
         sweep.check_out(out)
         points = sweep.load_points(Path(args.spec))
@@ -91,3 +97,86 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
 
     return run_service(call)
+
+
+#: Seconds between two progress polls of a remote sweep.
+POLL_INTERVAL_S = 1.0
+#: The environment variable holding the bearer token of a remote service (APP_API_KEYS there).
+API_KEY_ENV = "CHUNKWISE_API_KEY"
+
+
+def _problem(response: Any) -> str:
+    """A failed answer's one-line reason (its problem+json detail when it has one)."""
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = None
+    return f"{response.status_code} {detail or response.reason_phrase}"
+
+
+def idempotency_key(body: Any) -> str:
+    """The Idempotency-Key of a remote sweep: the digest of its spec (the same spec submitted
+    again follows the sweep it created)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _remote(args: argparse.Namespace, out: Any) -> int:
+    """Submit the spec to ``--remote`` (POST /v1/sweeps, the spec's digest as Idempotency-Key:
+    running the command again follows the same sweep), poll its progress, write its rows."""
+    import os
+    from pathlib import Path
+
+    import httpx
+
+    from app.core.errors import ChunkwiseError
+    from app.services import sweep
+
+    try:
+        sweep.check_out(out)
+        spec = sweep.load_spec(Path(args.spec))
+    except ChunkwiseError as err:
+        return fail(err)
+    body = {"csv": spec} if isinstance(spec, str) else spec
+    headers = {"Idempotency-Key": idempotency_key(body)}
+    token = os.environ.get(API_KEY_ENV)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    base = args.remote.rstrip("/")
+    try:
+        with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
+            created = client.post("/v1/sweeps", json=body)
+            if created.status_code != 202:
+                return fail(f"{base}: POST /v1/sweeps: {_problem(created)}")
+            status = created.json()
+            location = created.headers.get("location", f"/v1/sweeps/{status['id']}")
+            print(
+                f"chunkwise: sweep {status['id']} at {base}: {status['total']} scenarios",
+                file=sys.stderr,
+            )
+            progress = Progress(status["total"], sys.stderr, terminal=sys.stderr.isatty())
+            while status["state"] == "running":
+                progress.show(status["done"])
+                time.sleep(POLL_INTERVAL_S)
+                answer = client.get(location)
+                if answer.status_code != 200:
+                    return fail(f"{base}: GET {location}: {_problem(answer)}")
+                status = answer.json()
+            progress.show(status["done"])
+            suffix = out.suffix.lower().lstrip(".")
+            rows = client.get(f"{location}/results", params={"format": suffix})
+            if rows.status_code != 200:
+                return fail(f"{base}: GET {location}/results: {_problem(rows)}")
+    except httpx.HTTPError as err:
+        return fail(f"{base}: {err}")
+    partial = out.with_name(out.name + ".partial")
+    partial.write_bytes(rows.content)
+    partial.replace(out)
+    print(
+        f"chunkwise: sweep {status['state']}: {status['done']} rows "
+        f"({status['failed']} with an error) written to {out}",
+        file=sys.stderr,
+    )
+    return 0 if status["state"] == "done" else 1

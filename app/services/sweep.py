@@ -13,14 +13,16 @@ uses; a domain error (a size check, a deadline) is the row's ``error``, never a 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import multiprocessing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin
 
 from app.core.errors import ChunkwiseError, InvalidParameterError
 from app.core.sweep import SweepPoint, expand_csv, expand_grid, set_field
@@ -56,6 +58,7 @@ BEST_FIELDS = ("tp", "dp", "ep", "pp", "concurrency")
 BATCHES_PER_PROCESS = 8
 #: Most scenarios one task carries.
 MAX_BATCH = 64
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,8 +71,9 @@ class Task:
     values: tuple[tuple[str, Any], ...]
 
 
-def load_points(path: Path) -> tuple[SweepPoint, ...]:
-    """The points of a spec file: a grid document (``.json``, ``.yaml``/``.yml``) or CSV rows."""
+def load_spec(path: Path) -> Any:
+    """A spec file read: its CSV text (``.csv``), else its grid document (``.json``,
+    ``.yaml``/``.yml``), not yet expanded."""
     suffix = path.suffix.lower()
     if suffix not in SPEC_SUFFIXES:
         raise InvalidParameterError("spec", path.name, f"a file ending {', '.join(SPEC_SUFFIXES)}")
@@ -79,25 +83,31 @@ def load_points(path: Path) -> tuple[SweepPoint, ...]:
         readable = f"a readable file ({err.strerror})"
         raise InvalidParameterError("spec", str(path), readable) from None
     if suffix == ".csv":
-        return tuple(_typed(point) for point in expand_csv(text))
+        return text
     if suffix == ".json":
         try:
-            document = json.loads(text)
+            return json.loads(text)
         except json.JSONDecodeError as err:
             raise InvalidParameterError("spec", path.name, f"JSON ({err.msg})") from None
-    else:
-        try:
-            import yaml
-        except ImportError:
-            raise InvalidParameterError("spec", path.name, YAML_NEEDS) from None
-        try:
-            document = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            where = getattr(err, "problem_mark", None)
-            line = "" if where is None else f" at line {where.line + 1}"
-            problem = getattr(err, "problem", None) or "unreadable"
-            raise InvalidParameterError("spec", path.name, f"YAML ({problem}{line})") from None
-    return expand_grid(document)
+    try:
+        import yaml
+    except ImportError:
+        raise InvalidParameterError("spec", path.name, YAML_NEEDS) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = "" if where is None else f" at line {where.line + 1}"
+        problem = getattr(err, "problem", None) or "unreadable"
+        raise InvalidParameterError("spec", path.name, f"YAML ({problem}{line})") from None
+
+
+def load_points(path: Path) -> tuple[SweepPoint, ...]:
+    """The points of a spec file: a grid document (``.json``, ``.yaml``/``.yml``) or CSV rows."""
+    spec = load_spec(path)
+    if isinstance(spec, str):
+        return typed_points(expand_csv(spec))
+    return expand_grid(spec)
 
 
 def _takes_text(annotation: Any) -> bool:
@@ -144,6 +154,11 @@ def _typed(point: SweepPoint) -> SweepPoint:
     for name, value in values:
         set_field(body, name, value)
     return SweepPoint(operation=point.operation, body=body, values=values)
+
+
+def typed_points(points: Sequence[SweepPoint]) -> tuple[SweepPoint, ...]:
+    """CSV points with their cells typed by their request models' fields."""
+    return tuple(_typed(point) for point in points)
 
 
 def _request_model(operation: str) -> type[BaseModel]:
@@ -248,17 +263,29 @@ def evaluate_task(context: ServiceContext, task: Task) -> dict[str, Any]:
     """One scenario's row: its sweep values, key and figures, or its error."""
     from pydantic import ValidationError
 
-    row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
-    row.update(task.values)
-    row["operation"] = task.operation
-    row["scenario_key"] = task.scenario_key
     try:
         request = _request_model(task.operation).model_validate(dict(task.echo))
         body = _answer(context, task.operation, request)
     except (ChunkwiseError, ValidationError) as err:
-        row["error"] = str(err).splitlines()[0]
-        return row
+        return error_row(task, str(err).splitlines()[0])
+    row = _row(task)
     row.update(_result(task.operation, body))
+    return row
+
+
+def _row(task: Task) -> dict[str, Any]:
+    """A row's sweep values, operation and key (its figures and error empty)."""
+    row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
+    row.update(task.values)
+    row["operation"] = task.operation
+    row["scenario_key"] = task.scenario_key
+    return row
+
+
+def error_row(task: Task, error: str) -> dict[str, Any]:
+    """The row of a scenario that failed: its values and key, and the error."""
+    row = _row(task)
+    row["error"] = error
     return row
 
 
@@ -281,21 +308,30 @@ def _answer(context: ServiceContext, operation: str, request: Any) -> dict[str, 
 _WORKER_CONTEXT: list[ServiceContext] = []  # one per worker process
 
 
-def _worker_start() -> None:
+def worker_start(settings_json: str | None = None) -> None:
+    """A pool process's context: from ``settings_json`` (the API's settings), else the
+    environment's."""
     from app.services.context import create_context
     from app.settings import Settings
 
-    _WORKER_CONTEXT.append(create_context(Settings()))
+    settings = Settings() if settings_json is None else Settings.model_validate_json(settings_json)
+    _WORKER_CONTEXT.append(create_context(settings))
+
+
+def evaluate_tasks(context: ServiceContext, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    """A batch's rows: the one task function of the local pool, the API's own pool and the
+    Celery workers (app/services/sweep_queue.py)."""
+    return [evaluate_task(context, task) for task in tasks]
 
 
 def evaluate_batch(tasks: Sequence[Task]) -> list[dict[str, Any]]:
-    """A worker's batch (the process's own context)."""
-    return [evaluate_task(_WORKER_CONTEXT[0], task) for task in tasks]
+    """A pool process's batch (the process's own context)."""
+    return evaluate_tasks(_WORKER_CONTEXT[0], tasks)
 
 
-def batches(tasks: Sequence[Task], processes: int) -> Iterator[Sequence[Task]]:
-    """Batches of about ``len / (processes * BATCHES_PER_PROCESS)`` tasks, at most
-    :data:`MAX_BATCH`."""
+def batches(tasks: Sequence[T], processes: int) -> Iterator[Sequence[T]]:
+    """Batches of about ``len / (processes * BATCHES_PER_PROCESS)`` tasks (or their keys), at
+    most :data:`MAX_BATCH`."""
     size = max(1, min(MAX_BATCH, math.ceil(len(tasks) / (processes * BATCHES_PER_PROCESS))))
     for start in range(0, len(tasks), size):
         yield tasks[start : start + size]
@@ -314,12 +350,12 @@ def run_sweep(
         raise InvalidParameterError("processes", processes, "at least 1")
     if processes == 1:
         for batch in batches(tasks, 1):
-            done([evaluate_task(context, task) for task in batch])
+            done(evaluate_tasks(context, batch))
         return
     pool = ProcessPoolExecutor(
         max_workers=processes,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_start,
+        initializer=worker_start,
     )
     with pool:
         pending: set[Future[list[dict[str, Any]]]] = {
@@ -367,8 +403,6 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":
-            import csv
-
             with path.open(newline="", encoding="utf-8") as handle:
                 return [dict(row) for row in csv.DictReader(handle)]
         if suffix == ".json":
@@ -391,28 +425,55 @@ def _csv_cell(value: Any) -> Any:
     return "" if value is None else value
 
 
+def csv_lines(names: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """The rows as CSV text, a header line first, then a line per row."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(names)
+    for row in rows:
+        writer.writerow([_csv_cell(row.get(name)) for name in names])
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    if buffer.getvalue():
+        yield buffer.getvalue()
+
+
+def json_chunks(names: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """The rows as one JSON array (each row's columns in ``names`` order), a row a chunk."""
+    yield "["
+    separator = "\n"
+    for row in rows:
+        yield separator + json.dumps({name: row.get(name) for name in names})
+        separator = ",\n"
+    yield "\n]\n"
+
+
+def parquet_bytes(names: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> bytes:
+    """The rows as a parquet file (lists and objects as their JSON text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    listed = list(rows)
+    table = pa.table({name: [_parquet_cell(row.get(name)) for row in listed] for name in names})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
 def write_rows(path: Path, names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
     """Every row to ``path`` (a temporary file renamed over it: an interruption leaves the
     last complete file)."""
     partial = path.with_name(path.name + ".partial")
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        import csv
-
         with partial.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(names)
-            for row in rows:
-                writer.writerow([_csv_cell(row.get(name)) for name in names])
+            handle.writelines(csv_lines(names, rows))
     elif suffix == ".json":
         shaped = [{name: row.get(name) for name in names} for row in rows]
         partial.write_text(json.dumps(shaped, indent=1) + "\n", encoding="utf-8")
     else:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        table = pa.table({name: [_parquet_cell(row.get(name)) for row in rows] for name in names})
-        pq.write_table(table, partial)
+        partial.write_bytes(parquet_bytes(names, rows))
     partial.replace(path)
 
 

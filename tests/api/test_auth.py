@@ -71,6 +71,11 @@ OPERATIONS: list[tuple[str, str, dict[str, Any] | None]] = [
                             "device": "TEST_DEVICE", "num_devices": 1, "tp": 1}),
     ("GET", "/v1/deploy?engine=vllm&model=Qwen/Qwen3-0.6B&device=TEST_DEVICE&num_devices=1"
             "&tp=1", None),
+    ("POST", "/v1/sweeps", {"operation": "simulate", "base": SIMULATE,
+                            "grid": {"concurrency": [1]}}),
+    ("GET", "/v1/sweeps/swp-" + "0" * 32, None),
+    ("GET", "/v1/sweeps/swp-" + "0" * 32 + "/results", None),
+    ("DELETE", "/v1/sweeps/swp-" + "0" * 32, None),
 ]  # fmt: skip
 
 
@@ -93,9 +98,11 @@ def test_a_valid_key_is_served(
     response = keyed.request(method, path, json=body, headers=_as(OTHER))
     expected = (
         404
-        if "/calibrations/cal-" in path
+        if "/calibrations/cal-" in path or "/sweeps/swp-" in path
         else 201
         if method == "POST" and (path == "/v1/calibrations")
+        else 202
+        if method == "POST" and (path == "/v1/sweeps")
         else 200
     )
     assert response.status_code == expected, response.text

@@ -327,7 +327,7 @@ print("\\n".join(sorted(sys.modules)))
 """
 #: Where the per-command import check's sweep writes its rows.
 SWEEP_OUT = str(Path(tempfile.gettempdir()) / f"chunkwise-test-cli-sweep-{os.getpid()}.csv")
-SERVER_ONLY = ("redis", "fastapi", "starlette", "uvicorn")
+SERVER_ONLY = ("redis", "fastapi", "starlette", "uvicorn", "celery", "kombu")
 #: Modules only some commands need: each command may load only its own.
 COMMAND_ONLY = {
     "app.core.validation": "validate",

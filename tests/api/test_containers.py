@@ -164,15 +164,20 @@ def test_compose_runs_api_workers_against_a_healthy_redis() -> None:
     assert any(str(port).endswith(":8000") for port in api["ports"])
 
 
-def test_compose_environment_is_valid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+def settings_of(environment: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The Settings a process with ``environment`` reads (every name a known setting)."""
     from app.settings import Settings
 
-    environment = compose()["services"]["api"]["environment"]
     known = {f"APP_{name.upper()}" for name in Settings.model_fields}
     assert set(environment) <= known, set(environment) - known
     for name, value in environment.items():
         monkeypatch.setenv(name, str(value))
-    settings = Settings()
+    return Settings()
+
+
+def test_compose_environment_is_valid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    environment = compose()["services"]["api"]["environment"]
+    settings = settings_of(environment, monkeypatch)
     assert settings.cache_backend == "redis"
     assert settings.redis_url == "redis://redis:6379/0"
     # Authentication on: compose refuses to start without the tokens.
@@ -194,3 +199,93 @@ def test_serve_tells_its_workers_how_many_they_are(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/nonexistent")  # leave the env unchanged
     assert main(["serve", "--workers", "3"]) == 0
     assert os.environ["APP_WORKERS"] == "3" and Settings().workers == 3
+
+
+def _redis_flags(command: list[str]) -> dict[str, str]:
+    """``--name value`` pairs of a redis-server command line."""
+    return {
+        command[i][2:]: command[i + 1]
+        for i in range(1, len(command) - 1)
+        if command[i].startswith("--")
+    }
+
+
+def _durable(command: list[str]) -> bool:
+    """A Redis that keeps what it holds: an append-only file and no eviction."""
+    flags = _redis_flags(command)
+    return flags.get("appendonly") == "yes" and flags.get("maxmemory-policy") == "noeviction"
+
+
+def test_compose_runs_scalable_sweep_workers_on_a_durable_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--scale worker=N``: the worker service has no fixed name or port; it and the API use
+    the store service as the broker, a Redis that persists on a volume and never evicts,
+    while the latency cache keeps its LRU."""
+    services = compose()["services"]
+    worker, store, cache = services["worker"], services["store"], services["redis"]
+    assert worker["command"][:2] == ["chunkwise", "worker"]
+    assert "container_name" not in worker and "ports" not in worker
+    assert worker["healthcheck"] == {"disable": True}  # no HTTP to probe
+    for name in ("redis", "store"):
+        assert worker["depends_on"][name]["condition"] == "service_healthy"
+        assert services["api"]["depends_on"][name]["condition"] == "service_healthy"
+    assert _durable(store["command"])
+    volume = store["volumes"][0].split(":")
+    assert volume[1] == "/data" and volume[0] in compose()["volumes"]
+    assert _redis_flags(store["command"])["dir"] == "/data"
+    assert _redis_flags(cache["command"])["maxmemory-policy"] == "allkeys-lru"
+    for service in ("api", "worker"):
+        settings = settings_of(services[service]["environment"], monkeypatch)
+        assert settings.sweep_broker == "redis://store:6379/0"
+        assert settings.redis_url == "redis://redis:6379/0"
+
+
+def kubernetes() -> dict[tuple[str, str], dict[str, Any]]:
+    path = ROOT / "deploy" / "kubernetes" / "chunkwise.yaml"
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return {(d["kind"], d["metadata"]["name"]): d for d in documents}
+
+
+def _container(workload: dict[str, Any]) -> dict[str, Any]:
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
+    return container
+
+
+def test_kubernetes_runs_the_api_workers_and_a_redis_with_a_volume() -> None:
+    manifests = kubernetes()
+    api = _container(manifests["Deployment", "chunkwise-api"])
+    assert api["command"][:2] == ["chunkwise", "serve"]
+    assert api["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    port = api["ports"][0]
+    assert port["containerPort"] == 8000 and api["readinessProbe"]["httpGet"]["port"] == "http"
+    worker = _container(manifests["Deployment", "chunkwise-worker"])
+    assert worker["command"][:2] == ["chunkwise", "worker"]
+    assert "readinessProbe" not in worker and "ports" not in worker
+    store = manifests["StatefulSet", "chunkwise-store"]
+    redis = _container(store)
+    assert _durable(redis["command"])
+    (claim,) = store["spec"]["volumeClaimTemplates"]
+    (mount,) = redis["volumeMounts"]
+    assert mount["name"] == claim["metadata"]["name"] and mount["mountPath"] == "/data"
+    assert _redis_flags(redis["command"])["dir"] == "/data"
+    cache = _container(manifests["Deployment", "chunkwise-cache"])
+    assert _redis_flags(cache["command"])["maxmemory-policy"] == "allkeys-lru"
+    for name in ("chunkwise-api", "chunkwise-cache", "chunkwise-store"):
+        service = manifests["Service", name]
+        labels = manifests.get(("Deployment", name)) or manifests["StatefulSet", name]
+        selector = labels["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"] == selector
+
+
+def test_kubernetes_configuration_is_valid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both workloads read the ConfigMap: known settings pointing at the two Redis Services."""
+    manifests = kubernetes()
+    for workload in ("chunkwise-api", "chunkwise-worker"):
+        sources = _container(manifests["Deployment", workload])["envFrom"]
+        assert {"configMapRef": {"name": "chunkwise-config"}} in sources
+    settings = settings_of(manifests["ConfigMap", "chunkwise-config"]["data"], monkeypatch)
+    assert settings.redis_url.startswith("redis://chunkwise-cache:")
+    assert settings.sweep_broker.startswith("redis://chunkwise-store:")

@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +25,8 @@ GENERATOR = shutil.which("openapi-python-client")
 OPERATION_IDS = {
     "healthz", "readyz", "metrics", "chunk_plan", "simulate", "optimize", "capacity_plan",
     "forward", "models", "devices", "model", "device", "create_calibration", "read_calibration",
-    "delete_calibration", "deploy", "deploy_get",
+    "delete_calibration", "deploy", "deploy_get", "create_sweep", "read_sweep",
+    "sweep_results", "cancel_sweep",
 }  # fmt: skip
 
 
@@ -171,6 +173,36 @@ def test_every_operation_through_the_generated_client(generated: Any) -> None:
     )  # fmt: skip
     assert isinstance(linked, models.DeployResponse)
     assert linked.to_dict() == launch.parsed.to_dict()
+    _sweep_operations(package, client, models, base)
+
+
+def _sweep_operations(package: Any, client: Any, models: Any, base: dict[str, Any]) -> None:
+    """Submit a sweep, watch it to its end, read its rows as CSV and JSON, cancel it."""
+    sweeps = _api(package, "sweeps")
+    spec = {"operation": "simulate", "base": {**base, "concurrency": 1},
+            "grid": {"concurrency": [1, 2]}}  # fmt: skip
+    created = sweeps.create_sweep.sync_detailed(
+        client=client, body=models.SweepRequest.from_dict(spec), idempotency_key="client-test"
+    )
+    assert created.status_code == 202 and isinstance(created.parsed, models.SweepStatus)
+    sweep_id = created.parsed.id
+    assert created.headers["location"] == f"/v1/sweeps/{sweep_id}"
+    status = created.parsed
+    deadline = time.monotonic() + 120
+    while status.state != models.SweepStatusState.DONE and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = sweeps.read_sweep.sync(client=client, sweep_id=sweep_id)
+    assert isinstance(status, models.SweepStatus) and (status.done, status.total) == (2, 2)
+    text = sweeps.sweep_results.sync_detailed(client=client, sweep_id=sweep_id)
+    assert text.status_code == 200 and text.content.decode().startswith("concurrency,")
+    listed = sweeps.sweep_results.sync_detailed(
+        client=client, sweep_id=sweep_id, format_=models.SweepResultsFormat("json")
+    )
+    assert [row["concurrency"] for row in json.loads(listed.content)] == [1, 2]
+    cancelled = sweeps.cancel_sweep.sync(client=client, sweep_id=sweep_id)
+    assert isinstance(cancelled, models.SweepStatus) and cancelled.id == sweep_id
+    missing = sweeps.read_sweep.sync_detailed(client=client, sweep_id="swp-" + "0" * 32)
+    assert missing.status_code == 404 and isinstance(missing.parsed, models.Problem)
 
 
 def test_errors_parse_as_problems(generated: Any) -> None:

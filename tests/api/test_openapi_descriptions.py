@@ -36,7 +36,7 @@ UNIT_WORDS = re.compile(
     r"\b(ms|s|seconds?|tokens?(/s)?|requests?(/s)?|GB(/s)?|bytes|FLOPs|TFLOPS|TOPS|"
     r"devices?|ranks?|workers?|replicas?|instances?|units?|clients?|steps?|jobs?|runs?|"
     r"layers?|parameters?|chunks?|layouts?|configurations?|probes?|points?|rows?|shapes?|"
-    r"forwards?|"
+    r"forwards?|scenarios?|"
     r"hits?|misses|reads?|elements|stages|fraction|ratio|percentile|multiplier|index|indices|"
     r"seed|port|HTTP status|currency)\b"
 )

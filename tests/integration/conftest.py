@@ -49,6 +49,8 @@ class RedisServer:
     workdir: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: An append-only file in ``workdir`` (fsync on every write): a restart keeps the data.
+    persistent: bool = False
 
     @property
     def url(self) -> str:
@@ -69,7 +71,9 @@ class RedisServer:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self.persistent else "no",
+                "--appendfsync",
+                "always",
                 "--dir",
                 str(self.workdir),
                 "--protected-mode",

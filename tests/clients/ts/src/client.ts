@@ -84,7 +84,14 @@ type DeployRow = Pick<
 >;
 
 /** What one check leaves for a later one (checks run in the order written). */
-const state: { best?: DeployRow; calibrationId?: string; launch?: Schemas["DeployResponse"] } = {};
+const state: {
+  best?: DeployRow;
+  calibrationId?: string;
+  launch?: Schemas["DeployResponse"];
+  sweepId?: string;
+} = {};
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const checks: { [Id in OperationId]: () => Promise<void> } = {
   async healthz() {
@@ -199,6 +206,64 @@ const checks: { [Id in OperationId]: () => Promise<void> } = {
     check(launch.engine === "vllm" && launch.command.argv.length > 0, launch.command.text);
     check(launch.num_devices === body.num_devices, `deploy: ${launch.num_devices} devices`);
     state.launch = launch;
+  },
+  async create_sweep() {
+    const body = {
+      operation: "simulate" as const,
+      base: { ...WORKLOAD, concurrency: 1 },
+      grid: { concurrency: [1, 2] },
+    };
+    const params = { header: { "idempotency-key": "ts-client" } };
+    const created = await client.POST("/v1/sweeps", { body, params });
+    const sweep = ok(created, 202);
+    check(created.response.headers.get("location") === `/v1/sweeps/${sweep.id}`, "no Location");
+    check(sweep.total === 2, `create_sweep: ${JSON.stringify(sweep)}`);
+    const again = ok(await client.POST("/v1/sweeps", { body, params }), 202);
+    check(again.id === sweep.id, `Idempotency-Key: ${again.id} is not ${sweep.id}`);
+    const bad = problem(
+      await client.POST("/v1/sweeps", { body: { ...body, grid: { concurrency: [-1] } } }),
+      422,
+    );
+    check(bad.detail?.includes("concurrency") === true, `bad sweep: ${bad.detail}`);
+    state.sweepId = sweep.id;
+  },
+  async read_sweep() {
+    check(state.sweepId, "no sweep created");
+    const params = { path: { sweep_id: state.sweepId } };
+    for (let tries = 0; tries < 600; tries += 1) {
+      const status = ok(await client.GET("/v1/sweeps/{sweep_id}", { params }));
+      if (status.state === "done") {
+        check(status.done === 2 && status.failed === 0, `read_sweep: ${JSON.stringify(status)}`);
+        return;
+      }
+      await sleep(200);
+    }
+    check(false, "the sweep did not finish");
+  },
+  async sweep_results() {
+    check(state.sweepId, "no sweep created");
+    const path = { sweep_id: state.sweepId };
+    const text = ok(
+      await client.GET("/v1/sweeps/{sweep_id}/results", {
+        params: { path, query: { format: "csv" } },
+        parseAs: "text",
+      }),
+    );
+    check(text.startsWith("concurrency,"), `sweep_results: ${text.slice(0, 80)}`);
+    const rows = ok(
+      await client.GET("/v1/sweeps/{sweep_id}/results", {
+        params: { path, query: { format: "json" } },
+      }),
+    );
+    check(rows.length === 2, `sweep_results json: ${JSON.stringify(rows)}`);
+  },
+  async cancel_sweep() {
+    check(state.sweepId, "no sweep created");
+    const params = { path: { sweep_id: state.sweepId } };
+    const cancelled = ok(await client.DELETE("/v1/sweeps/{sweep_id}", { params }));
+    check(cancelled.id === state.sweepId, `cancel_sweep: ${cancelled.id}`);
+    const missing = { path: { sweep_id: `swp-${"0".repeat(32)}` } };
+    problem(await client.DELETE("/v1/sweeps/{sweep_id}", { params: missing }), 404);
   },
   async deploy_get() {
     check(state.best && state.launch, "no deployed row to link");
