@@ -149,10 +149,12 @@ class SweepStore(Protocol):
 
 
 def _state(stored: str | None, done: int, total: int) -> str:
-    """``done`` once every scenario has its row (a cancel after that changes nothing)."""
-    if done >= total:
-        return "done"
-    return "cancelled" if stored == "cancelled" else "running"
+    """``cancelled`` once a cancel was taken, whatever rows its batches in flight still write
+    (the DELETE's answer stays true); else ``done`` once every scenario has its row. A cancel
+    of a complete sweep is not taken (it stays ``done``)."""
+    if stored == "cancelled":
+        return "cancelled"
+    return "done" if done >= total else "running"
 
 
 class RedisSweepStore:
@@ -247,8 +249,9 @@ class RedisSweepStore:
 
     def cancel(self, sweep_id: str, owner: str | None) -> None:
         try:
-            self._meta(sweep_id, owner)
-            self._client.hset(self.key(sweep_id), "state", "cancelled")
+            meta, _ = self._meta(sweep_id, owner)
+            if int(self._client.hlen(self.key(sweep_id, "rows"))) < meta.total:
+                self._client.hset(self.key(sweep_id), "state", "cancelled")
         except self._errors as exc:
             raise self._unavailable(exc) from exc
 
@@ -370,8 +373,9 @@ class MemorySweepStore:
 
     def cancel(self, sweep_id: str, owner: str | None) -> None:
         with self._lock:
-            self._owned(sweep_id, owner)
-            self._state[sweep_id] = "cancelled"
+            meta = self._owned(sweep_id, owner)
+            if len(self._rows[sweep_id]) < meta.total:
+                self._state[sweep_id] = "cancelled"
 
     def claim(self, sweep_id: str, keys: Sequence[str]) -> list[Task]:
         with self._lock:

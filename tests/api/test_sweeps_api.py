@@ -138,7 +138,9 @@ def test_an_unknown_sweep_is_a_404(client: TestClient) -> None:
 
 
 def test_a_csv_spec_and_a_cancel(client: TestClient) -> None:
-    """A CSV sweep; cancelled at once, its state says so (or done when it beat the cancel)."""
+    """A CSV sweep; cancelled at once, its state says so (or done when it beat the cancel),
+    and stays so: a batch in flight that finishes after the cancel does not turn it to done
+    (the DELETE answered cancelled, then a GET read done: 1 run in ~10 on a loaded machine)."""
     lines = ["operation,model,device,input_length,output_length,concurrency"]
     lines += [
         f"simulate,Qwen/Qwen3-0.6B,TEST_DEVICE,{n},16,{c}" for n in (128, 256) for c in (1, 2)
