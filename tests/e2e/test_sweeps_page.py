@@ -1,25 +1,28 @@
 """The Sweeps page at ``/sweeps`` in a real browser against the real app (no broker: the API's
 own process pool): a small grid submitted, watched to the end, its rows in the table, the chart
 drawn, the CSV export; a reload watches the sweep again; the scenario count before submit and
-the API's refusal over its bound; a running sweep cancelled."""
+the API's refusal over its bound; a running sweep cancelled; with API keys, the key asked for
+once and sent by the exports too."""
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Dialog, Page, expect
 
 from app.core.limits import MAX_SWEEP_SCENARIOS
-from tests.e2e.conftest import PageErrors
+from tests.e2e.conftest import PageErrors, open_page, serve
 
 pytestmark = pytest.mark.e2e
 
 #: A small model on the test device (msmodeling burst): each scenario runs in milliseconds.
 MODEL = "Qwen/Qwen3-0.6B"
 DEVICES = ("TEST_DEVICE", "NVIDIA_H200_SXM_141G")
+API_KEY = "sweeps-page-key"
 
 
 def load(page: Page) -> None:
@@ -132,16 +135,60 @@ def test_the_count_is_shown_and_a_grid_over_the_bound_is_refused(
 
 
 def test_a_running_sweep_is_cancelled(page: Page) -> None:
-    """400 scenarios in batches of 50 on one pool process: the cancel lands long before the
-    last row (the batch running then finishes, the others are dropped)."""
+    """800 closed-loop scenarios of tens of ms each (the vLLM profile, 4096 input tokens in
+    512-token chunks) on one pool process, in batches of 64: seconds of work, so the cancel
+    lands long before the last row (the batch running then finishes, the others are dropped)."""
     load(page)
     set_base(page)
-    set_grid(page, concurrency=", ".join(str(n) for n in range(1, 201)), output_length="8, 16")
-    expect(page.locator("#grid-count")).to_have_text("400 scenarios (200 × 2)")
+    page.locator("#f-engine").select_option("")
+    page.locator("#f-input_length").fill("4096")
+    page.locator("#f-max_batched_tokens").fill("512")
+    set_grid(page, concurrency=", ".join(str(n) for n in range(1, 401)), output_length="512, 1024")
+    expect(page.locator("#grid-count")).to_have_text("800 scenarios (400 × 2)")
     page.locator("#run").click()
     expect(page.locator("#sweep-progress")).to_have_attribute("data-state", "running")
     page.locator("#sweep-cancel").click()
     expect(page.locator("#sweep-progress")).to_have_attribute("data-state", "cancelled")
     expect(page.locator("#sweep-cancel")).to_be_disabled()
+    expect(page.locator("#sweep-status")).to_contain_text("cancelled · ")
     status = page.evaluate("window.chunkwise.sweep")
-    assert status["state"] == "cancelled" and status["done"] < status["total"] == 400
+    assert status["state"] == "cancelled" and status["done"] < status["total"] == 800
+
+
+@pytest.fixture(scope="module")
+def keyed_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The app with one API key (APP_API_KEYS): /v1 answers 401 without it."""
+    with serve(tmp_path_factory.mktemp("uvicorn-keyed"), APP_API_KEYS=API_KEY) as url:
+        yield url
+
+
+def test_with_api_keys_the_key_is_asked_once_and_the_export_sends_it(
+    browser: Browser, keyed_url: str, page_errors: PageErrors
+) -> None:
+    page_errors.allowed.append("status of 401")  # the first /v1 request, before the prompt
+    page = open_page(browser, keyed_url, page_errors)
+    prompts: list[str] = []
+
+    def answer(dialog: Dialog) -> None:
+        prompts.append(dialog.message)
+        dialog.accept(API_KEY)
+
+    page.on("dialog", answer)
+    try:
+        load(page)
+        set_base(page)
+        set_grid(page, device=DEVICES[0], concurrency="1, 2")
+        page.locator("#run").click()
+        expect(page.locator("#sweep-progress")).to_have_attribute("data-state", "done")
+        expect(page.locator("#sweep-rows tbody tr")).to_have_count(2)
+        assert len(prompts) == 1 and "API key" in prompts[0]
+        # The results link itself needs the key; the page's export sends it.
+        href = page.locator("#export-csv").get_attribute("href")
+        assert page.evaluate("href => fetch(href).then((r) => r.status)", href) == 401
+        with page.expect_download() as download_info:
+            page.locator("#export-csv").click()
+        text = Path(download_info.value.path()).read_text(encoding="utf-8")
+        assert len(list(csv.DictReader(io.StringIO(text)))) == 2
+    finally:
+        page.context.close()
+    assert not page_errors.unexpected(), page_errors.unexpected()

@@ -19,6 +19,7 @@ function keyHeaders() {
 /** fetch with the API key (asked for once on a 401); a network failure becomes an ApiError. */
 async function send(method, path, { body, signal, headers = {} } = {}, asked = false) {
   let response;
+  const sent = window.sessionStorage.getItem(KEY_STORAGE);
   try {
     response = await fetch(path, {
       method,
@@ -31,6 +32,9 @@ async function send(method, path, { body, signal, headers = {} } = {}, asked = f
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     if (response.status === 401 && !asked) {
+      // Requests sent together (the catalogs) are refused together: one prompt answers them.
+      const stored = window.sessionStorage.getItem(KEY_STORAGE);
+      if (stored && stored !== sent) return send(method, path, { body, signal, headers }, true);
       const key = window.prompt("This Chunkwise service needs an API key (Bearer token):");
       if (key) {
         window.sessionStorage.setItem(KEY_STORAGE, key.trim());
