@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,12 +101,27 @@ def test_a_small_grid_runs_to_its_table_chart_and_csv(page: Page) -> None:
         (d, c) for d in DEVICES for c in ("1", "2")
     }
     assert download_info.value.suggested_filename == f"chunkwise-{sweep_id}.csv"
+    with page.expect_download() as download_info:
+        page.locator("#export-json").click()
+    assert json.loads(Path(download_info.value.path()).read_text(encoding="utf-8")) == rows
+    with page.expect_download() as download_info:
+        page.locator("#export-parquet").click()
+    assert Path(download_info.value.path()).read_bytes()[:4] == b"PAR1"
     # A reload watches the same sweep again.
     page.reload()
     page.wait_for_selector("body[data-ready=true]")
     expect(page.locator("#sweep-id")).to_have_text(sweep_id)
     expect(page.locator("#sweep-progress")).to_have_attribute("data-state", "done")
     expect(page.locator("#sweep-rows tbody tr")).to_have_count(4)
+
+
+def test_a_link_to_an_unknown_sweep_says_so(page: Page, page_errors: PageErrors) -> None:
+    page_errors.allowed.append("status of 404")
+    page.goto(f"/sweeps#sweep=swp-{'0' * 32}")
+    page.wait_for_selector("body[data-ready=true]")
+    expect(page.locator("#banner")).to_contain_text(f"no sweep 'swp-{'0' * 32}'")
+    expect(page.locator("#banner")).to_contain_text("(404)")
+    assert page.locator("#sweep-progress").is_hidden()
 
 
 def test_the_count_is_shown_and_a_grid_over_the_bound_is_refused(
