@@ -107,6 +107,16 @@ def test_a_small_grid_runs_to_its_table_chart_and_csv(page: Page) -> None:
     with page.expect_download() as download_info:
         page.locator("#export-parquet").click()
     assert Path(download_info.value.path()).read_bytes()[:4] == b"PAR1"
+    # The same spec again (a double click, a resend): its Idempotency-Key follows the same sweep.
+    with page.expect_response(lambda r: r.request.method == "POST") as answer:
+        page.locator("#run").click()
+    assert answer.value.status == 202 and answer.value.json()["id"] == sweep_id
+    assert answer.value.request.headers["idempotency-key"] == page.evaluate(
+        """async (spec) => [...new Uint8Array(await crypto.subtle.digest('SHA-256',
+             new TextEncoder().encode(JSON.stringify(spec))))]
+             .map((b) => b.toString(16).padStart(2, '0')).join('')""",
+        page.evaluate("window.chunkwise.spec"),
+    )
     # A reload watches the same sweep again.
     page.reload()
     page.wait_for_selector("body[data-ready=true]")
@@ -169,6 +179,13 @@ def test_a_running_sweep_is_cancelled(page: Page) -> None:
     expect(page.locator("#sweep-status")).to_contain_text("cancelled · ")
     status = page.evaluate("window.chunkwise.sweep")
     assert status["state"] == "cancelled" and status["done"] < status["total"] == 800
+    # The same spec again is a new sweep (its key returns the cancelled one), cancelled too.
+    page.locator("#run").click()
+    expect(page.locator("#sweep-id")).not_to_have_text(status["id"])
+    expect(page.locator("#sweep-progress")).to_have_attribute("data-state", "running")
+    page.locator("#sweep-cancel").click()
+    expect(page.locator("#sweep-progress")).to_have_attribute("data-state", "cancelled")
+    assert page.evaluate("window.chunkwise.sweep.total") == 800
 
 
 @pytest.fixture(scope="module")

@@ -135,11 +135,30 @@ function readSpec() {
   return { operation: operation(), base: { ...body, ...extra }, grid: grid.grid };
 }
 
-/** The Idempotency-Key of a spec: its SHA-256, as `chunkwise sweep --remote` sends (docs/sweeps.md). */
-async function idempotencyKey(spec) {
-  if (!window.crypto?.subtle) return undefined; // not a secure context: a resubmission is a new sweep
-  const digest = await window.crypto.subtle.digest("SHA-256", new TextEncoder().encode(JSON.stringify(spec)));
+/** SHA-256 in hex, or undefined outside a secure context (no crypto.subtle there). */
+async function sha256(text) {
+  if (!window.crypto?.subtle) return undefined;
+  const digest = await window.crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** Cancelled sweeps of one spec the page steps over at most (each is one POST). */
+const MAX_CANCELLED = 10;
+
+/**
+ * POST the spec with an Idempotency-Key: its SHA-256, as `chunkwise sweep --remote` sends
+ * (docs/sweeps.md), so a double click or a resent request follows one sweep. The key returns
+ * the sweep it made, also once cancelled: running the spec again then means a new sweep, keyed
+ * by the spec and the cancelled sweep's id (so that is idempotent too).
+ */
+async function submitSpec(spec) {
+  const text = JSON.stringify(spec);
+  let key = await sha256(text);
+  for (let hop = 0; ; hop += 1) {
+    const sweep = await postJson("/v1/sweeps", spec, undefined, key ? { "idempotency-key": key } : {});
+    if (sweep.state !== "cancelled" || !key || hop >= MAX_CANCELLED) return sweep;
+    key = await sha256(`${text}\n${sweep.id}`);
+  }
 }
 
 /** A refused spec: the API's message in the banner, and next to the grid when it names it. */
@@ -161,8 +180,7 @@ async function submit(event) {
   if (!spec) return;
   $("run").disabled = true;
   try {
-    const key = await idempotencyKey(spec);
-    const sweep = await postJson("/v1/sweeps", spec, undefined, key ? { "idempotency-key": key } : {});
+    const sweep = await submitSpec(spec);
     state.spec = spec;
     watch(sweep);
   } catch (err) {
