@@ -172,6 +172,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def dashboard() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html", headers=DASHBOARD_HEADERS)
 
+    @app.get("/sweeps", include_in_schema=False)
+    async def sweeps_page() -> FileResponse:
+        return FileResponse(WEB_DIR / "sweeps.html", headers=DASHBOARD_HEADERS)
+
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> FileResponse:
         return FileResponse(WEB_DIR / "docs.html", headers=DOCS_HEADERS)

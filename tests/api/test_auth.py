@@ -109,7 +109,7 @@ def test_a_valid_key_is_served(
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/", "/openapi.json",
-                                  "/docs", "/static/js/main.js"])  # fmt: skip
+                                  "/docs", "/sweeps", "/static/js/main.js"])  # fmt: skip
 def test_health_metrics_docs_and_the_dashboard_stay_open(keyed: TestClient, path: str) -> None:
     assert keyed.get(path).status_code == 200
 

@@ -12,7 +12,9 @@ from app.api.observability import is_json
 CHUNK_PLAN = '{"input_length": 1000, "max_batched_tokens": 256}'
 
 
-@pytest.mark.parametrize("path", ["/", "/static/app.css", "/static/js/main.js"])
+@pytest.mark.parametrize(
+    "path", ["/", "/sweeps", "/static/app.css", "/static/js/main.js", "/static/js/sweeps.js"]
+)
 def test_dashboard_responses_carry_the_security_headers(client: TestClient, path: str) -> None:
     response = client.get(path)
     assert response.status_code == 200
@@ -24,9 +26,10 @@ def test_dashboard_responses_carry_the_security_headers(client: TestClient, path
     assert response.headers["referrer-policy"] == "no-referrer"
 
 
-def test_the_page_has_no_inline_script_or_style(client: TestClient) -> None:
+@pytest.mark.parametrize("path", ["/", "/sweeps"])
+def test_the_page_has_no_inline_script_or_style(client: TestClient, path: str) -> None:
     """What the policy forbids must not be on the page itself."""
-    page = client.get("/").text
+    page = client.get(path).text
     assert "<script>" not in page and "style=" not in page
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -39,15 +40,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``uvicorn --factory app.main:create_app`` on loopback, one worker, memory cache."""
+@contextmanager
+def serve(log_dir: Path, **env_extra: str) -> Iterator[str]:
+    """``uvicorn --factory app.main:create_app`` on loopback, one worker, memory cache (plus
+    ``env_extra``); yields its URL once ``/healthz`` answers."""
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("uvicorn") / "uvicorn.log"
+    log_path = log_dir / "uvicorn.log"
     env = {
         **os.environ,
         "APP_CACHE_BACKEND": "memory",
         "APP_LOG_LEVEL": "warning",
+        **env_extra,
     }
     env.pop("APP_REDIS_URL", None)
     with log_path.open("wb") as log:
@@ -92,6 +95,13 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The app without API keys, for the whole session."""
+    with serve(tmp_path_factory.mktemp("uvicorn")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -734,3 +734,42 @@ export function drawDisaggChart(canvas, response, x) {
   note(canvas, points, "No feasible probe to plot.");
   return { points };
 }
+
+// -- sweeps: the best value of each group -----------------------------------------------------
+/**
+ * A grouped bar chart: `categories` along x, one bar series per `series` entry ({label,
+ * values: [value per category, null where none]}). Returns {points} (bars with a value).
+ */
+export function drawGroupedBars(canvas, categories, series, { xTitle, yTitle, describe = () => [] } = {}) {
+  const datasets = series.map((s, i) => ({
+    label: s.label,
+    data: s.values,
+    rows: s.rows,
+    borderColor: PALETTE[i % PALETTE.length],
+    backgroundColor: withAlpha(PALETTE[i % PALETTE.length], 0.75),
+    borderWidth: 1,
+  }));
+  draw(canvas, {
+    type: "bar",
+    data: { labels: categories, datasets },
+    options: {
+      ...baseOptions(),
+      interaction: { mode: "nearest", intersect: true },
+      scales: {
+        x: { title: { display: Boolean(xTitle), text: xTitle } },
+        y: { title: { display: Boolean(yTitle), text: yTitle }, beginAtZero: true },
+      },
+      plugins: {
+        ...baseOptions().plugins,
+        tooltip: {
+          callbacks: {
+            label: (ctx) => [`${ctx.dataset.label}: ${fmt(ctx.raw, 1)}`, ...describe(ctx.dataset.rows?.[ctx.dataIndex])],
+          },
+        },
+      },
+    },
+  });
+  const points = series.reduce((n, s) => n + s.values.filter((v) => v !== null && v !== undefined).length, 0);
+  note(canvas, points, "No feasible row to plot yet.");
+  return { points };
+}

@@ -1,6 +1,6 @@
 // Dashboard entry point: catalogs -> form; optimize -> summary, table, charts, chunk plan;
 // a selected row -> /v1/simulate step timeline. Errors never leave a blank page.
-import { ApiError, getJson, postJson } from "./api.js";
+import { postJson } from "./api.js";
 import { activeCalibration, activeProfile, initCalibration, restore, setActive } from "./calibrate.js";
 import {
   drawConcurrencyChart, drawDisaggChart, drawLatencyChart, drawParetoChart, drawTimeline, renderChunkPlan,
@@ -9,17 +9,16 @@ import {
 import { exportDisaggCsv, renderDisaggSummary, renderDisaggTable } from "./disagg.js";
 import { cliCommand, curlCommand } from "./commands.js";
 import {
-  applyMode, applySchema, clearErrors, fieldOfLoc, fieldSpec, formState, input, readForm, renderForm,
-  resetForm, setFormState, setOptions, showErrors,
+  applyMode, clearErrors, formState, input, readForm, renderForm, resetForm, setFormState, showErrors,
 } from "./fields.js";
 import { LAUNCH_ENGINES, launchBody, renderLaunch } from "./launch.js";
 import { exportCsv, exportJson, intervalSource, renderSummary, renderTable } from "./results.js";
-import { fmt, fmtMs, gib, h } from "./util.js";
+import { describeDevice, describeModel, hideBanner, loadCatalogs, loadSchema, showBanner, showProblem } from "./page.js";
+import { fmt, fmtMs, h } from "./util.js";
 
 const $ = (id) => document.getElementById(id);
 
 const state = {
-  catalog: { models: [], devices: [] },
   response: null,
   controller: null, // AbortController of the running optimize
   simController: null,
@@ -28,95 +27,6 @@ const state = {
 };
 // For the end-to-end tests and the curious: the last results.
 window.chunkwise = state;
-
-// -- banner (errors that belong to no field) ------------------------------------------------
-function showBanner(title, detail, extra = []) {
-  const banner = $("banner");
-  banner.replaceChildren(
-    h("strong", {}, title),
-    detail ? h("span", {}, ` ${detail}`) : "",
-    extra.length ? h("ul", {}, extra.map((e) => h("li", {}, e))) : "",
-    h("button", { type: "button", class: "close", "aria-label": "Dismiss", onclick: hideBanner }, "×"),
-  );
-  banner.hidden = false;
-}
-
-function hideBanner() {
-  $("banner").hidden = true;
-  $("banner").replaceChildren();
-}
-
-window.addEventListener("error", (event) => {
-  showBanner("Something went wrong in the page:", event.message || String(event.error));
-});
-window.addEventListener("unhandledrejection", (event) => {
-  showBanner("Something went wrong in the page:", String(event.reason?.message || event.reason));
-});
-
-/** Show an ApiError: field errors next to their fields, the rest in the banner. */
-function showProblem(err, what) {
-  if (!(err instanceof ApiError)) {
-    showBanner(`${what} failed:`, String(err.message || err));
-    return;
-  }
-  const p = err.problem;
-  const byField = {};
-  const loose = [];
-  for (const e of p.errors || []) {
-    const field = fieldOfLoc(e.loc);
-    let msg = e.msg;
-    if (p.valid && (field === "model" || field === "device")) {
-      msg = `${msg}. Valid: ${p.valid.slice(0, 12).join(", ")}${p.valid.length > 12 ? ", …" : ""}`;
-    }
-    if (field) byField[field] = byField[field] ? `${byField[field]}; ${msg}` : msg;
-    else loose.push(`${(e.loc || []).filter((x) => x !== "body").join(".")}: ${msg}`);
-  }
-  loose.push(...showErrors(byField));
-  const status = p.status ? ` (${p.status})` : "";
-  if (Object.keys(byField).length && !loose.length) {
-    showBanner(`${p.title || "Invalid input"}${status}:`, "see the marked fields.");
-  } else {
-    showBanner(`${p.title || what + " failed"}${status}:`, p.detail || "", loose);
-  }
-}
-
-// -- catalogs -> form ------------------------------------------------------------------------
-async function loadCatalogs() {
-  try {
-    const [models, devices] = await Promise.all([getJson("/v1/models"), getJson("/v1/devices")]);
-    state.catalog = { models: models.models, devices: devices.devices };
-    $("model-options").replaceChildren(...models.models.map((m) => h("option", { value: m.name })));
-    setOptions(input("device"), devices.devices.map((d) => [d.name, `${d.name} (${fmt(gib(d.hbm_capacity_gb), 0)} GiB)`]));
-    for (const [name, actions] of [
-      ["quantize_linear_action", models.quantize_linear_actions],
-      ["quantize_attention_action", models.quantize_attention_actions],
-    ]) {
-      setOptions(input(name), [["", fieldSpec(name).blank], ...actions]);
-    }
-    describeModel();
-    describeDevice();
-  } catch (err) {
-    // The form still works with typed names; the API validates them.
-    const device = input("device");
-    const text = h("input", { id: device.id, name: device.name, type: "text", value: "ATLAS_800_A2_376T_64G", "aria-describedby": device.getAttribute("aria-describedby") });
-    device.replaceWith(text);
-    showProblem(err, "Loading the model and device catalogs");
-  }
-}
-
-function describeModel() {
-  const name = input("model").value.trim().toLowerCase();
-  const m = state.catalog.models.find((x) => x.name.toLowerCase() === name);
-  const hint = $("hint-model");
-  hint.textContent = m
-    ? `${m.model_type} · ${fmt(m.num_params / 1e9, 1)}B params${m.num_active_params !== m.num_params ? ` (${fmt(m.num_active_params / 1e9, 1)}B active)` : ""} · ${m.num_layers} layers`
-    : "Catalog name or Hugging Face id (case-insensitive)";
-}
-
-function describeDevice() {
-  const d = state.catalog.devices.find((x) => x.name === input("device").value);
-  $("hint-device").textContent = d ? `${d.vendor} · ${fmt(gib(d.hbm_capacity_gb), 1)} GiB HBM · ${fmt(d.hbm_bandwidth_gb_s, 0)} GB/s · ${fmt(d.peak_bf16_tflops, 0)} BF16 TFLOPS` : "";
-}
 
 // -- optimize ----------------------------------------------------------------------------------
 let timer = null;
@@ -507,17 +417,6 @@ async function copyCommand(kind) {
 }
 
 // -- boot --------------------------------------------------------------------------------------
-/** Choices, bounds and defaults of the form: the API's request schema (one source, in core). */
-async function loadSchema() {
-  try {
-    const openapi = await getJson("/openapi.json");
-    applySchema(openapi.components.schemas);
-  } catch (err) {
-    // The form still renders (without client-side checks); the API validates every request.
-    showProblem(err, "Loading the request schema");
-  }
-}
-
 async function boot() {
   const form = $("plan-form");
   await loadSchema();
