@@ -23,6 +23,7 @@ point) is timed on its own.
     PYTHONPATH=$PWD python -m bench.bench_sweep                 # 1 and 2 processes
     PYTHONPATH=$PWD python -m bench.bench_sweep --processes 1 2 4
     PYTHONPATH=$PWD python -m bench.bench_sweep --processes --workers 1 2   # the worker path
+    PYTHONPATH=$PWD python -m bench.bench_sweep --hit-rates 18 --workers 1 2  # 9,936 scenarios
 """
 
 from __future__ import annotations
@@ -187,14 +188,29 @@ def _celery(tasks: list[sweep.Task], processes: int) -> tuple[float, list[dict[s
     return elapsed, rows, commands
 
 
+def _scaled(spec: dict[str, Any], axis: dict[str, list[float]]) -> dict[str, Any]:
+    """``spec`` with one more grid axis."""
+    return {**spec, "grid": {**spec["grid"], **axis}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, nargs="*", default=[1, 2])
     parser.add_argument(
         "--workers", type=int, nargs="*", default=[], help="pool processes of a chunkwise worker"
     )
+    parser.add_argument(
+        "--hit-rates",
+        type=int,
+        default=1,
+        help="a prefix-cache hit-rate axis of this many values (0, 0.05, ...) over both grids: "
+        "18 gives the issue's 10,000-scenario sweep (9,936)",
+    )
     args = parser.parse_args()
-    points = expand_grid(SIMULATE) + expand_grid(OPTIMIZE)
+    if not 1 <= args.hit_rates <= 19:
+        parser.error("--hit-rates: 1 to 19 values (hit rates up to 0.9)")
+    rates = {"prefix_cache_hit_rate": [round(i * 0.05, 2) for i in range(args.hit_rates)]}
+    points = expand_grid(_scaled(SIMULATE, rates)) + expand_grid(_scaled(OPTIMIZE, rates))
     context = create_context(_settings())
     started = time.perf_counter()
     tasks = sweep.prepare(context, points)
