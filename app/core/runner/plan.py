@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from app.core.catalog.architecture import (
     GDN_PARAMS_PER_VALUE_HEAD,
@@ -35,17 +36,11 @@ from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation
 from app.core.runner.kernel_fit import GEMM_16BIT, FittedGemm, fitted_gemm, gemm_label
-from app.core.runner.kernel_fit_attention import (
-    CONTEXT_ATTENTION,
-    CONTEXT_MLA,
-    GENERATION_ATTENTION,
-    GENERATION_MLA,
-    FittedAttention,
-    attention_labels,
-    fitted_attention,
-)
-from app.core.runner.kernel_fit_comm import FittedComm, fitted_comm
-from app.core.runner.kernel_fit_moe import FittedMoe, fitted_moe, moe_label
+
+if TYPE_CHECKING:  # the fitted tables' modules load only for a plan with a kernel engine
+    from app.core.runner.kernel_fit_attention import FittedAttention
+    from app.core.runner.kernel_fit_comm import FittedComm
+    from app.core.runner.kernel_fit_moe import FittedMoe
 
 FLOPS_PER_TFLOP = 1e12
 S_PER_US = 1e-6
@@ -341,6 +336,8 @@ def _moe_fit_label(
             return None
     elif compute is not quantization.linear_format.compute_dtype:
         return None
+    from app.core.runner.kernel_fit_moe import moe_label
+
     return moe_label(quantization, model.native_linear, mxfp4_activation)
 
 
@@ -400,17 +397,14 @@ def build_plan(
         peak_hbm_bytes_per_s=hbm_peak,
         graph_launch_s=graph_launch_s,
     )
-    moe_fit = None
-    if model.moe is not None:
-        moe_fit = fitted_moe(
-            device=device.name,
-            engine=kernel_engine,
-            label=_moe_fit_label(model, quantization, mxfp4_activation, compute),
-            peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops)
-            * FLOPS_PER_TFLOP,
-            peak_hbm_bytes_per_s=hbm_peak,
-            graph_launch_s=graph_launch_s,
-        )
+    moe_fit, comm_fit = _moe_and_comm_fits(
+        model,
+        device,
+        (quantization, mxfp4_activation, compute),
+        kernel_engine,
+        hbm_peak,
+        graph_launch_s,
+    )
     prefill_attention, decode_attention = _attention_fits(
         model, device, quantization, kernel_engine, hbm_peak, graph_launch_s
     )
@@ -456,10 +450,40 @@ def build_plan(
         gemm_fit=gemm_fit,
         bf16_gemm_fit=bf16_fit,
         moe_fit=moe_fit,
-        comm_fit=fitted_comm(device.name, kernel_engine),
+        comm_fit=comm_fit,
         prefill_attention_fit=prefill_attention,
         decode_attention_fit=decode_attention,
     )
+
+
+def _moe_and_comm_fits(
+    model: ModelArchitecture,
+    device: Device,
+    path: tuple[Quantization, Mxfp4Activation, DType],
+    kernel_engine: str | None,
+    hbm_peak: float,
+    graph_launch_s: float,
+) -> tuple[FittedMoe | None, FittedComm | None]:
+    """The fitted routed experts and collectives of ``kernel_engine`` (None: defaults);
+    ``path``: the run's quantization, MXFP4 activations and matrix dtype."""
+    if kernel_engine is None:
+        return None, None
+    quantization, mxfp4_activation, compute = path
+    from app.core.runner.kernel_fit_comm import fitted_comm
+    from app.core.runner.kernel_fit_moe import fitted_moe
+
+    moe_fit = None
+    if model.moe is not None:
+        moe_fit = fitted_moe(
+            device=device.name,
+            engine=kernel_engine,
+            label=_moe_fit_label(model, quantization, mxfp4_activation, compute),
+            peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops)
+            * FLOPS_PER_TFLOP,
+            peak_hbm_bytes_per_s=hbm_peak,
+            graph_launch_s=graph_launch_s,
+        )
+    return moe_fit, fitted_comm(device.name, kernel_engine)
 
 
 def _attention_fits(
@@ -474,6 +498,15 @@ def _attention_fits(
     A sparse-indexer model's top-k attention is another kernel than the measured dense ones."""
     if kernel_engine is None or model.sparse_indexer is not None:
         return None, None
+    from app.core.runner.kernel_fit_attention import (
+        CONTEXT_ATTENTION,
+        CONTEXT_MLA,
+        GENERATION_ATTENTION,
+        GENERATION_MLA,
+        attention_labels,
+        fitted_attention,
+    )
+
     families = (
         (CONTEXT_MLA, GENERATION_MLA)
         if model.mla is not None
