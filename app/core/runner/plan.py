@@ -400,7 +400,9 @@ def build_plan(
     moe_fit, comm_fit = _moe_and_comm_fits(
         model,
         device,
-        (quantization, mxfp4_activation, compute),
+        quantization,
+        mxfp4_activation,
+        compute,
         kernel_engine,
         hbm_peak,
         graph_launch_s,
@@ -459,16 +461,16 @@ def build_plan(
 def _moe_and_comm_fits(
     model: ModelArchitecture,
     device: Device,
-    path: tuple[Quantization, Mxfp4Activation, DType],
+    quantization: Quantization,
+    mxfp4_activation: Mxfp4Activation,
+    compute: DType,
     kernel_engine: str | None,
     hbm_peak: float,
     graph_launch_s: float,
 ) -> tuple[FittedMoe | None, FittedComm | None]:
-    """The fitted routed experts and collectives of ``kernel_engine`` (None: defaults);
-    ``path``: the run's quantization, MXFP4 activations and matrix dtype."""
+    """The fitted routed experts and collectives of ``kernel_engine`` (None: defaults)."""
     if kernel_engine is None:
         return None, None
-    quantization, mxfp4_activation, compute = path
     from app.core.runner.kernel_fit_comm import fitted_comm
     from app.core.runner.kernel_fit_moe import fitted_moe
 
