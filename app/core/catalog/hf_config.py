@@ -1,12 +1,14 @@
 """Model architectures read from Hugging Face ``config.json``.
 
 Supported ``model_type`` values: dense GQA/MHA decoders (``llama``, ``mistral``, ``qwen2``,
-``qwen3``), parallel-attention decoders (``gptj``, ``falcon``), MoE decoders (``mixtral``,
+``qwen3``, ``internlm2``: its fused ``wqkv`` holds the same q, k and v weights as three
+projections), parallel-attention decoders (``gptj``, ``falcon``), MoE decoders (``mixtral``,
 ``qwen3_moe``, ``gpt_oss``, ``minimax_m2``), MLA + MoE decoders (``deepseek_v2``,
 ``deepseek_v3``, ``kimi_k2``), with DeepSeek Sparse Attention's lightning indexer
 (``deepseek_v32``, ``glm_moe_dsa``: the ``index_*`` keys, MLA attending to the ``index_topk``
-tokens the indexer selects), and hybrid linear-attention MoE decoders (``qwen3_5_moe_text``:
-Gated DeltaNet layers between gated full-attention layers, as ``layer_types`` lists them). A
+tokens the indexer selects), and hybrid linear-attention decoders (``qwen3_5_text`` dense,
+``qwen3_5_moe_text`` MoE: Gated DeltaNet layers between gated full-attention layers, as
+``layer_types`` lists them). A
 multimodal wrapper (``kimi_k25``, ``qwen3_5_moe``, ...) that
 nests its language model under ``text_config`` is read through it: the serving workloads are
 text only, so the vision tower never runs, and its weights (Kimi-K2.5's MoonViT: 27 layers of
@@ -46,18 +48,21 @@ from app.core.catalog.architecture import (
 )
 from app.core.errors import InvalidParameterError, UnsupportedError
 
-_DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+_DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "internlm2")
 _MOE_TYPES = ("mixtral", "qwen3_moe", "gpt_oss", "minimax_m2")
 _MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
 _PARALLEL_TYPES = ("gptj", "falcon")
-#: Hybrid decoders whose ``linear_attention`` layers are Gated DeltaNet (``linear_*`` keys).
+#: Hybrid decoders whose ``linear_attention`` layers are Gated DeltaNet (``linear_*`` keys):
+#: Qwen3.5 with a dense FFN in every layer, and with MoE layers.
+_GDN_DENSE_TYPES = ("qwen3_5_text",)
 _GDN_MOE_TYPES = ("qwen3_5_moe_text",)
+_GDN_TYPES = (*_GDN_DENSE_TYPES, *_GDN_MOE_TYPES)
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     *_DENSE_TYPES,
     *_PARALLEL_TYPES,
     *_MOE_TYPES,
     *_MLA_TYPES,
-    *_GDN_MOE_TYPES,
+    *_GDN_TYPES,
 )
 #: Bytes per element of the ``mamba_ssm_dtype`` names a config may give its recurrent state.
 _STATE_DTYPE_BYTES = {"float32": FP32_BYTES, "bfloat16": 2, "float16": 2}
@@ -215,7 +220,7 @@ def _refuse_unmodelled_features(config: Mapping[str, Any], model_type: str) -> N
     layer_types = config.get("layer_types")
     if isinstance(layer_types, list):
         known = _ATTENTION_LAYER_TYPES
-        if model_type in _GDN_MOE_TYPES:
+        if model_type in _GDN_TYPES:
             known = known | {_LINEAR_LAYER_TYPE}
         other = sorted({str(t) for t in layer_types} - known)
         if other:
@@ -224,7 +229,7 @@ def _refuse_unmodelled_features(config: Mapping[str, Any], model_type: str) -> N
                 f"model_type {model_type!r} has {count} of {len(layer_types)} layers of type "
                 f"{', '.join(repr(t) for t in other)} (layer_types): only full and sliding "
                 "attention, and the Gated DeltaNet linear attention of "
-                f"{', '.join(_GDN_MOE_TYPES)}, are modelled; other layer types are not modelled, "
+                f"{', '.join(_GDN_TYPES)}, are modelled; other layer types are not modelled, "
                 "and Chunkwise does not approximate them as full attention"
             )
     found = [key for key in _SPARSE_INDEXER_KEYS if key in config]
@@ -329,7 +334,7 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
         "tie_word_embeddings": _bool(config, "tie_word_embeddings", True),
         # Partial rotary embeddings (MiniMax-M2 rotates 64 of 128 dims) name their width.
         "rotary_dim": _int(config, "rotary_dim", default=head_dim),
-        "attention_bias": _bool(config, "attention_bias", model_type == "qwen2"),
+        "attention_bias": _attention_bias(config, model_type),
         "mlp_bias": _bool(config, "mlp_bias", False),
         "qk_norm": model_type in ("qwen3", "qwen3_moe") or _bool(config, "use_qk_norm", False),
         "max_context_tokens": context_limit(config),
@@ -340,9 +345,17 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
         return ModelArchitecture(**common, layer_groups=_groups([FfnKind.DENSE] * layers, windows))
     if model_type in _MOE_TYPES:
         return _moe_model(config, common, model_type, layers, windows)
-    if model_type in _GDN_MOE_TYPES:
-        return _gated_deltanet_moe_model(config, common, layers)
+    if model_type in _GDN_TYPES:
+        return _gated_deltanet_model(config, common, layers, moe=model_type in _GDN_MOE_TYPES)
     return _mla_model(config, common, layers, windows)
+
+
+def _attention_bias(config: Mapping[str, Any], model_type: str) -> bool:
+    """Bias on the q/k/v projections: Qwen2's default is on; an InternLM2 config names it
+    ``bias`` (one flag for its fused ``wqkv`` projection and ``wo``); else ``attention_bias``."""
+    if model_type == "internlm2":
+        return _bool(config, "bias", False)
+    return _bool(config, "attention_bias", model_type == "qwen2")
 
 
 def _moe_model(
@@ -415,40 +428,46 @@ def _rope_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return rope if isinstance(rope, Mapping) else {}
 
 
-def _gated_deltanet_moe_model(
-    config: Mapping[str, Any], common: dict[str, Any], layers: int
+def _gated_deltanet_model(
+    config: Mapping[str, Any], common: dict[str, Any], layers: int, *, moe: bool
 ) -> ModelArchitecture:
-    """Qwen3.5 MoE: Gated DeltaNet and gated full-attention layers, every layer MoE with one
-    shared expert (``mlp_only_layers`` dense); one MTP layer (full attention + MoE).
+    """Qwen3.5: Gated DeltaNet and gated full-attention layers, one MTP layer (full attention
+    and the model's FFN). ``qwen3_5_text`` has a dense SwiGLU FFN of ``intermediate_size`` in
+    every layer; ``qwen3_5_moe_text`` makes every layer MoE with one shared expert
+    (``mlp_only_layers`` dense).
 
     The shared expert's sigmoid gate (hidden_size weights per layer, 0.25 M parameters over
     the 60 layers of Qwen3.5-397B-A17B) is left out of the counts and the cost.
     """
-    expert_size = _int(config, "moe_intermediate_size")
-    shared_size = _int(config, "shared_expert_intermediate_size", default=0)
-    dense_only = set(config.get("mlp_only_layers") or [])
-    step = max(_int(config, "decoder_sparse_step", default=1), 1)
-    ffn = [
-        FfnKind.MOE if (i not in dense_only and (i + 1) % step == 0) else FfnKind.DENSE
-        for i in range(layers)
-    ]
-    if FfnKind.DENSE in ffn:
-        dense_size = _int(config, "intermediate_size")
-    else:
-        # No dense layer: the dense width only sizes activations; the expert width stands in.
-        dense_size = common["intermediate_size"] or expert_size
+    moe_dims = None
+    ffn = [FfnKind.DENSE] * layers
+    dense_size = common["intermediate_size"]
+    if moe:
+        expert_size = _int(config, "moe_intermediate_size")
+        shared_size = _int(config, "shared_expert_intermediate_size", default=0)
+        dense_only = set(config.get("mlp_only_layers") or [])
+        step = max(_int(config, "decoder_sparse_step", default=1), 1)
+        ffn = [
+            FfnKind.MOE if (i not in dense_only and (i + 1) % step == 0) else FfnKind.DENSE
+            for i in range(layers)
+        ]
+        if FfnKind.DENSE in ffn:
+            dense_size = _int(config, "intermediate_size")
+        else:
+            # No dense layer: the dense width only sizes activations; the expert width stands in.
+            dense_size = dense_size or expert_size
+        moe_dims = MoeDims(
+            num_experts=_int(config, "num_experts"),
+            experts_per_token=_int(config, "num_experts_per_tok"),
+            expert_intermediate_size=expert_size,
+            num_shared_experts=1 if shared_size else 0,
+            shared_intermediate_size=shared_size,
+        )
     head_dim = common["head_dim"]
     factor = _rope_config(config).get("partial_rotary_factor", config.get("partial_rotary_factor"))
     rotary_dim = common["rotary_dim"]
     if isinstance(factor, int | float) and not isinstance(factor, bool) and 0 < factor <= 1:
         rotary_dim = int(head_dim * factor)
-    moe = MoeDims(
-        num_experts=_int(config, "num_experts"),
-        experts_per_token=_int(config, "num_experts_per_tok"),
-        expert_intermediate_size=expert_size,
-        num_shared_experts=1 if shared_size else 0,
-        shared_intermediate_size=shared_size,
-    )
     common = {
         **common,
         "intermediate_size": dense_size,
@@ -457,7 +476,7 @@ def _gated_deltanet_moe_model(
     }
     return ModelArchitecture(
         **common,
-        moe=moe,
+        moe=moe_dims,
         layer_groups=_groups(ffn, [None] * layers, _mixers(config, layers)),
         num_mtp_layers=_int(config, "mtp_num_hidden_layers", default=0),
         attn_output_gate=_bool(config, "attn_output_gate", False),

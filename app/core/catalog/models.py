@@ -29,7 +29,10 @@ BUILTIN_MODEL_FILES: dict[str, str] = {
     "Qwen/Qwen3-235B-A22B": "qwen3_moe_235b_a22b.json",
     "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b.json",
     "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b-instruct.json",
+    "Qwen/Qwen2.5-32B": "qwen2.5-32b.json",
     "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b-instruct.json",
+    "Qwen/Qwen3.5-4B": "qwen3.5-4b.json",
+    "internlm/internlm2-20b": "internlm2-20b.json",
     "meta-llama/Llama-3.1-8B": "llama3.1-8b.json",
     "meta-llama/Llama-3.1-70B": "llama3.1-70b.json",
     "meta-llama/Llama-3.1-405B": "llama3.1-405b.json",
@@ -57,6 +60,17 @@ UNSUPPORTED_MODEL_FILES: dict[str, str] = {
     "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b.json",
 }
 
+#: Other names of a built-in architecture (model_configs/SOURCES.md, "Aliases", says why each
+#: has the same architecture): Meta's repositories before the rename to ``Llama-3.1-*``, a
+#: post-trained checkpoint of a shipped base, a chat checkpoint of a shipped base.
+MODEL_ALIASES: dict[str, str] = {
+    "meta-llama/Meta-Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
+    "meta-llama/Meta-Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
+    "meta-llama/Meta-Llama-3.1-405B": "meta-llama/Llama-3.1-405B",
+    "Qwen/QwQ-32B": "Qwen/Qwen2.5-32B",
+    "internlm/internlm2-chat-20b": "internlm/internlm2-20b",
+}
+
 # Trailing parts a checkpoint name may carry on top of its base architecture.
 _VARIANT_SUFFIX = re.compile(
     r"[-_](instruct|chat|base|hf|fp8|bf16|fp16|fp4|nvfp4|mxfp4|int8|int4|w8a8|w4a16|w4a8|"
@@ -72,6 +86,9 @@ def _aliases() -> dict[str, str]:
     table: dict[str, str] = {}
     for hf_id, file_name in {**BUILTIN_MODEL_FILES, **UNSUPPORTED_MODEL_FILES}.items():
         for alias in (hf_id, hf_id.split("/", 1)[1], file_name.removesuffix(".json")):
+            table.setdefault(_key(alias), hf_id)
+    for other, hf_id in MODEL_ALIASES.items():
+        for alias in (other, other.split("/", 1)[1]):
             table.setdefault(_key(alias), hf_id)
     return table
 

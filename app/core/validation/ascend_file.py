@@ -28,8 +28,11 @@ Column mapping (checked in this order; the first that fails names the refusal):
   Atlas 800 A3's die, msmodeling's A3 device); an Atlas 800T/800I A2, an "atlas A2" or a 910B
   card is ``ATLAS_800_A2_313T_64G`` (the 910B3, which vLLM-Ascend's QwQ-32B page states for
   its Atlas 800I A2; the A2 variants share 64 GB at 1.6 TB/s and decode is memory-bound);
-  cards without a catalog device (Atlas 300I Duo / 310P, Ascend950PR, the first-generation
-  Ascend 910) are refused.
+  an Ascend950PR is ``ATLAS_350_425T_112G`` (the Atlas 350 card carries the 950PR, 112 GB);
+  a "64 GB Ascend 910" is a 910B (A2) or a 910C die (A3), not the first-generation 910 (32 GB,
+  which vLLM-Ascend does not support), and is refused as A2 / A3 unsaid; cards without a
+  catalog device (Atlas 300I Duo / 310P: no public FP16 peak; the first-generation Ascend 910)
+  are refused.
 - ``model``: the catalog resolves the name (``Qwen3.5-397B-A17B-w8a8`` -> the base
   architecture); others are refused by name.
 - ``engine``: the family named in the text (``vLLM-Ascend`` -> ``vllm``, ``SGLang`` ->
@@ -116,15 +119,17 @@ _ASCEND_MARKERS = frozenset({"concurrency_or_rate", "spec_decode", "metric"})
 
 A3_DIE = "ATLAS_800_A3_752T_128G_DIE"
 A2_CARD = "ATLAS_800_A2_313T_64G"
+ATLAS_350 = "ATLAS_350_425T_112G"
 #: ``hardware`` text (lower case) -> catalog device, or None: refused with the rule's reason.
 #: First match wins; the refusals come first so that "not stated ... A2 series" stays unstated.
 HARDWARE_RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"not stated|not explicit|usually", None, "the card is not stated"),
     (r"a2\s*/\s*a3", None, "the source does not say A2 or A3"),
     (r"310p|300i", None, "no catalog device for the Atlas 300I Duo (310P)"),
-    (r"950", None, "no catalog device for the Ascend950PR"),
+    (r"950", ATLAS_350, "an Atlas 350 card (Ascend 950PR)"),
     (r"\ba3\b", A3_DIE, "an Atlas 800 A3 die"),
     (r"\ba2\b|910b", A2_CARD, "an Atlas 800 A2 card (910B3)"),
+    (r"64\s*gb ascend 910\b", None, "the source does not say A2 or A3"),
     (r"\b910\b", None, "no catalog device for the first-generation Ascend 910"),
 )
 _METRICS: Mapping[str, str] = {
@@ -244,7 +249,11 @@ def _device(hardware: str) -> str:
 
 
 def _model(name: str) -> str:
-    hf_id = resolve_model_name(name)
+    # "InternLM2-20B-Chat (internlm2-chat-20b)": the whole text, the name before the
+    # parenthesis, then the one inside it.
+    head, _, inside = name.partition("(")
+    names = (name, head.strip(), inside.rstrip(") ").strip())
+    hf_id = next((h for n in names if n and (h := resolve_model_name(n)) is not None), None)
     if hf_id is None:
         raise RowRefusal("model", "not in the catalog", name)
     get_model(hf_id)  # an architecture the runner cannot represent is refused here

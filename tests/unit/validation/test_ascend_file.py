@@ -142,6 +142,39 @@ def _csv(rows: list[Mapping[str, str]], columns: tuple[str, ...] = ASCEND_CASE_C
                 npu_graph_mode="piecewise",  # v0.11.0rc2
             ),
         ),
+        # QwQ-32B (the Qwen2.5-32B architecture) on 4 x 910B3, v0.21.0rc1, 50 prompts at once
+        (
+            126,
+            "tpot",
+            160.14,
+            _run(
+                model="Qwen/Qwen2.5-32B",
+                tp=4,
+                input_length=2048,
+                output_length=256,
+                num_requests=50,
+                max_concurrency=None,
+                max_num_seqs=256,
+                npu_graph_mode="full_and_piecewise",
+            ),
+        ),
+        # Qwen3.5-4B (dense Gated DeltaNet hybrid) on one A2 card, full decode graphs
+        (
+            258,
+            "tpot",
+            15.6,
+            _run(
+                model="Qwen/Qwen3.5-4B",
+                tp=1,
+                input_length=512,
+                output_length=128,
+                num_requests=64,
+                max_concurrency=None,
+                max_batched_tokens=16384,
+                max_num_seqs=256,
+                npu_graph_mode="full_decode_only",
+            ),
+        ),
     ],
 )
 def test_known_rows_map_to_known_runs(
@@ -175,8 +208,9 @@ def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
         (22, "hardware: the card is not stated"),  # mean TPOT, /dev/davinci7
         (90, "hardware: the source does not say A2 or A3"),
         (129, "hardware: no catalog device for the Atlas 300I Duo (310P)"),
-        (101 + 2, "hardware: no catalog device for the Ascend950PR"),
-        (125, "model: not in the catalog"),  # QwQ-32B mean TTFT
+        # "two 64 GB Ascend 910 NPUs": a 910B (A2) or a 910C die (A3), not the 32 GB 910
+        (230 + 2, "hardware: the source does not say A2 or A3"),
+        (101 + 2, "model: not in the catalog"),  # Qwen3.8-27B on the Ascend950PR
         (148, "spec_decode: suffix decoding is not modelled"),
         (282, "notes: a KV-cache hit of unstated share"),
         (324, "metric: not labelled mean or median"),

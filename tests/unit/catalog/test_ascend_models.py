@@ -1,0 +1,108 @@
+"""Models of the published Ascend results (ascend_serving_points.csv) that the catalog ships:
+InternLM2-20B, Qwen2.5-32B (QwQ-32B's architecture), Qwen3.5-4B (a dense Gated DeltaNet
+hybrid) and the older names of Meta's Llama 3.1 repositories.
+
+Known answers come from the shipped configs and the public figures cited in
+model_configs/SOURCES.md.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from app.core.catalog import get_model, model_from_config, model_names, resolve_model_name
+from app.core.catalog.architecture import FfnKind, LayerAttention
+from app.core.catalog.models import CONFIG_DIR, MODEL_ALIASES
+from app.core.errors import UnsupportedError
+
+
+def _config(file_name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CONFIG_DIR / file_name).read_text(encoding="utf-8"))
+    return data
+
+
+def test_internlm2_20b_is_a_dense_gqa_decoder_of_its_checkpoint_size() -> None:
+    model = get_model("internlm/internlm2-20b")
+    assert model.model_type == "internlm2" and not model.is_moe
+    assert (model.num_layers, model.num_heads, model.num_kv_heads, model.head_dim) == (
+        48,
+        48,
+        8,
+        128,
+    )
+    assert not model.attention_bias and not model.tie_word_embeddings
+    # vLLM-Ascend's InternLM2-20B-Chat tutorial: "approximately 39.7 GB" of BF16 weights.
+    assert abs(model.num_params * 2 / 39.7e9 - 1) < 0.01
+    assert model.max_context_tokens == 32768
+
+
+def test_internlm2_reads_its_bias_flag() -> None:
+    config = {**_config("internlm2-20b.json"), "bias": True}
+    assert model_from_config(config).attention_bias
+
+
+def test_qwen25_32b_matches_the_published_parameter_counts() -> None:
+    model = get_model("Qwen/Qwen2.5-32B")
+    assert model.attention_bias  # Qwen2: bias on q, k and v
+    # The model card: 32.5 B parameters, 31.0 B without the embeddings.
+    assert abs(model.num_params / 32.5e9 - 1) < 0.01
+    non_embedding = model.num_params - model.embedding_params - model.lm_head_params
+    assert abs(non_embedding / 31.0e9 - 1) < 0.01
+
+
+@pytest.mark.parametrize(
+    ("name", "hf_id"),
+    [
+        ("QwQ-32B", "Qwen/Qwen2.5-32B"),
+        ("Qwen/QwQ-32B", "Qwen/Qwen2.5-32B"),
+        ("InternLM2-20B-Chat", "internlm/internlm2-20b"),
+        ("internlm/internlm2-chat-20b", "internlm/internlm2-20b"),
+        ("Meta-Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B"),
+        ("meta-llama/Meta-Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B"),
+        ("Qwen3.5-4B", "Qwen/Qwen3.5-4B"),
+    ],
+)
+def test_names_resolve_to_the_shipped_architecture(name: str, hf_id: str) -> None:
+    assert resolve_model_name(name) == hf_id
+    assert get_model(name) is get_model(hf_id)
+
+
+def test_aliases_point_at_listed_models_and_are_not_listed_themselves() -> None:
+    names = model_names()
+    assert set(MODEL_ALIASES.values()) <= set(names)
+    assert not set(MODEL_ALIASES) & set(names)
+
+
+def test_qwen35_4b_is_a_dense_gated_deltanet_hybrid() -> None:
+    model = get_model("Qwen/Qwen3.5-4B")
+    text = _config("qwen3.5-4b.json")["text_config"]
+    assert model.model_type == "qwen3_5_text" and model.moe is None
+    assert model.num_linear_attention_layers == 24 and model.num_full_attention_layers == 8
+    assert all(g.ffn is FfnKind.DENSE for g in model.layer_groups)
+    assert {g.attention for g in model.layer_groups} == {
+        LayerAttention.LINEAR,
+        LayerAttention.FULL,
+    }
+    assert model.intermediate_size == text["intermediate_size"] == 9216
+    assert model.attn_output_gate and model.qk_norm
+    assert model.rotary_dim == 64  # head_dim 256 x partial_rotary_factor 0.25
+    assert model.num_mtp_layers == 1 and model.tie_word_embeddings
+    dims = model.linear_attention
+    assert dims is not None
+    # The checkpoint's conv1d has 8192 channels over a 4096-wide value path (q, k: 16 x 128
+    # each; v: 32 x 128).
+    assert (dims.conv_dim, dims.value_dim) == (8192, 4096)
+    # KV cache only in the 8 full-attention layers: K and V of 4 heads x 256 per token.
+    assert model.kv_bytes_per_token(2.0) == 8 * 2 * 4 * 256 * 2
+    # fp32 recurrent state: 32 heads x 128 x 128 per layer, plus the bf16 conv state.
+    assert model.state_bytes(2.0) == 24 * (32 * 128 * 128 * 4 + 3 * 8192 * 2)
+
+
+def test_a_dense_hybrid_with_an_unknown_layer_type_is_refused() -> None:
+    config = _config("qwen3.5-4b.json")
+    config["text_config"]["layer_types"] = ["mamba"] * 32
+    with pytest.raises(UnsupportedError, match="mamba"):
+        model_from_config(config)
