@@ -61,14 +61,17 @@ UNSUPPORTED_MODEL_FILES: dict[str, str] = {
 }
 
 #: Other names of a built-in architecture (model_configs/SOURCES.md, "Aliases", says why each
-#: has the same architecture): Meta's repositories before the rename to ``Llama-3.1-*``, a
-#: post-trained checkpoint of a shipped base, a chat checkpoint of a shipped base.
+#: has the same architecture): Meta's repositories before the rename to ``Llama-3.1-*``,
+#: post-trained or chat checkpoints of a shipped base, and later checkpoints of a shipped
+#: architecture.
 MODEL_ALIASES: dict[str, str] = {
     "meta-llama/Meta-Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
     "meta-llama/Meta-Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
     "meta-llama/Meta-Llama-3.1-405B": "meta-llama/Llama-3.1-405B",
     "Qwen/QwQ-32B": "Qwen/Qwen2.5-32B",
     "internlm/internlm2-chat-20b": "internlm/internlm2-20b",
+    "deepseek-ai/DeepSeek-V3.1": "deepseek-ai/DeepSeek-V3",
+    "moonshotai/Kimi-K2.6": "moonshotai/Kimi-K2.5",
 }
 
 # Trailing parts a checkpoint name may carry on top of its base architecture.

@@ -1,6 +1,7 @@
 """Models of the published Ascend results (ascend_serving_points.csv) that the catalog ships:
 InternLM2-20B, Qwen2.5-32B (QwQ-32B's architecture), Qwen3.5-4B (a dense Gated DeltaNet
-hybrid) and the older names of Meta's Llama 3.1 repositories.
+hybrid), the older names of Meta's Llama 3.1 repositories and later checkpoints of shipped
+architectures (DeepSeek-V3.1, Kimi-K2.6).
 
 Known answers come from the shipped configs and the public figures cited in
 model_configs/SOURCES.md.
@@ -63,6 +64,8 @@ def test_qwen25_32b_matches_the_published_parameter_counts() -> None:
         ("Meta-Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B"),
         ("meta-llama/Meta-Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B"),
         ("Qwen3.5-4B", "Qwen/Qwen3.5-4B"),
+        ("DeepSeek-V3.1-W8A8", "deepseek-ai/DeepSeek-V3"),
+        ("Kimi-K2.6", "moonshotai/Kimi-K2.5"),
     ],
 )
 def test_names_resolve_to_the_shipped_architecture(name: str, hf_id: str) -> None:
