@@ -34,7 +34,8 @@ Column mapping (checked in this order; the first that fails names the refusal):
   catalog device (Atlas 300I Duo / 310P: no public FP16 peak; the first-generation Ascend 910)
   are refused.
 - ``model``: the catalog resolves the name (``Qwen3.5-397B-A17B-w8a8`` -> the base
-  architecture); others are refused by name.
+  architecture), else the name before or inside a parenthesis (``InternLM2-20B-Chat
+  (internlm2-chat-20b)``, ``Kimi-K2.6 (W4A16)``); others are refused by name.
 - ``engine``: the family named in the text (``vLLM-Ascend`` -> ``vllm``, ``SGLang`` ->
   ``sglang``), which on an Ascend device is the engine's NPU build; others are refused.
 - ``precision``: ``bf16`` / ``fp16`` (dummy weights included: same shapes), ``w8a8`` (vLLM-

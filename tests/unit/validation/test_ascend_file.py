@@ -184,6 +184,15 @@ def test_known_rows_map_to_known_runs(
     assert (mapped.metric, mapped.measured_ms, mapped.run) == (metric, measured_ms, run)
 
 
+def test_an_ascend950pr_is_the_atlas_350_card() -> None:
+    """The Atlas 350 card carries the Ascend 950PR (msmodeling's ``ATLAS_350_425T_112G``);
+    the row's own model and MTP are replaced to reach the device mapping."""
+    row = {**ROWS[101 + 2], "model": "Qwen/Qwen3-32B", "spec_decode": "none"}  # mean_tpot
+    run = ascend_row(row).run
+    assert (run.device, run.precision, run.max_concurrency) == ("ATLAS_350_425T_112G", "W8A8", 10)
+    assert (run.input_length, run.output_length) == (65536, 3072)
+
+
 def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
     """``ShareGPT (42659 input tokens / 200 req)``: 213 tokens; ``qps 4``: 200 requests at 4/s."""
     row = {
