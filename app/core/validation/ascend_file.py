@@ -61,7 +61,9 @@ Column mapping (checked in this order; the first that fails names the refusal):
   or unstated: the clients' default, all sent at once). A run without a request count, or a
   decode batch size instead of a client load, is refused.
 - ``spec_decode``: ``none`` only; MTP without its per-position acceptance and suffix decoding
-  are refused (the product's MTP takes the acceptance of every drafted position).
+  are refused (the product's MTP takes the acceptance of every drafted position; suffix
+  decoding drafts a varying number of tokens per step, up to ``num_speculative_tokens``, and a
+  printed accept rate of accepted / drafted tokens does not give the tokens per step).
 - ``notes``: ``max-num-batched-tokens N`` and ``max-num-seqs N`` are the engine's settings;
   eager execution (``enforce-eager``) and KV-cache hits of an unstated share are refused.
 - graph mode and async scheduling (vLLM-Ascend, ``npu_graph_mode`` and ``overlap_scheduling``
@@ -190,6 +192,8 @@ _VLLM_CLIENT = re.compile(
     r"vllm bench|benchmark_serving|benchmark guide|run-performance-benchmarks"
 )
 _LONG_STREAM_INTERVAL = re.compile(r"stream[-_ ]interval[\s=]+0*(?:[2-9]|[1-9]\d)")
+#: Why a suffix-decoding row is refused (:func:`_spec_decode`).
+SUFFIX_REFUSAL = "suffix decoding (drafts per step vary; no tokens per step given)"
 #: The label of a mean ITL row replayed as the mean TPOT (:func:`_itl_as_tpot`).
 ITL_AS_TPOT = "metric: mean ITL read as the mean TPOT (vLLM's client, one token per chunk)"
 _UNITS_MS: Mapping[str, float] = {"ms": 1.0, "s": MS_PER_S}
@@ -454,7 +458,12 @@ def _spec_decode(text: str) -> None:
     if lowered.startswith("mtp"):
         raise RowRefusal("spec_decode", "MTP without per-position acceptance", text)
     if "suffix" in lowered:
-        raise RowRefusal("spec_decode", "suffix decoding is not modelled", text)
+        # vLLM's suffix method (Arctic Inference) drafts from suffix trees on the CPU, up to
+        # num_speculative_tokens but fewer where the match is short or unlikely
+        # (suffix_decoding_max_spec_factor x prefix match length, suffix_decoding_min_token_prob;
+        # vllm/config/speculative.py): a printed accept rate (accepted / drafted tokens) leaves
+        # the tokens per step, which set TPOT, unknown.
+        raise RowRefusal("spec_decode", SUFFIX_REFUSAL, text)
     raise RowRefusal("spec_decode", "speculative decoding not represented", text)
 
 

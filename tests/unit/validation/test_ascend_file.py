@@ -22,7 +22,12 @@ from app.core.validation import (
     is_disagg_header,
     replay_ascend_file,
 )
-from app.core.validation.ascend_file import ITL_AS_TPOT, RowRefusal, ascend_row
+from app.core.validation.ascend_file import (
+    ITL_AS_TPOT,
+    SUFFIX_REFUSAL,
+    RowRefusal,
+    ascend_row,
+)
 from app.core.validation.case_file import ASSUMPTION_SEP, OUT_COLUMNS
 from app.core.validation.predict import ServingReplay
 
@@ -184,7 +189,7 @@ def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
         (129, "hardware: no catalog device for the Atlas 300I Duo (310P)"),
         (101 + 2, "hardware: no catalog device for the Ascend950PR"),
         (125, "model: not in the catalog"),  # QwQ-32B mean TTFT
-        (148, "spec_decode: suffix decoding is not modelled"),
+        (148, f"spec_decode: {SUFFIX_REFUSAL}"),
         (282, "notes: a KV-cache hit of unstated share"),
         (324, "metric: not labelled mean or median"),
     ],
