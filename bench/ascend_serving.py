@@ -119,6 +119,9 @@ def request(point: Point) -> SimulateRequest:
     }
     if run.max_batched_tokens is not None:
         body["max_batched_tokens"] = run.max_batched_tokens
+    if run.num_mtp_tokens:
+        body["num_mtp_tokens"] = run.num_mtp_tokens
+        body["mtp_acceptance_rates"] = list(run.mtp_acceptance_rates)
     options = {
         "max_num_seqs": run.max_num_seqs,
         "npu_graph_mode": run.npu_graph_mode,

@@ -60,8 +60,9 @@ Column mapping (checked in this order; the first that fails names the refusal):
   ``max-concurrency=N``) and the rate (``request-rate R``, ``qps R``, ``request rate R``; ``inf``
   or unstated: the clients' default, all sent at once). A run without a request count, or a
   decode batch size instead of a client load, is refused.
-- ``spec_decode``: ``none`` only; MTP without its per-position acceptance and suffix decoding
-  are refused (the product's MTP takes the acceptance of every drafted position; suffix
+- ``spec_decode``: ``none``, or MTP with ``num_speculative_tokens=k`` and its printed
+  acceptance length or rate (:func:`_mtp`: ``k`` drafts verified per step, ``1 + sum`` of the
+  rates emitted); MTP without them and suffix decoding are refused (suffix
   decoding drafts a varying number of tokens per step, up to ``num_speculative_tokens``, and a
   printed accept rate of accepted / drafted tokens does not give the tokens per step).
 - ``notes``: ``max-num-batched-tokens N`` and ``max-num-seqs N`` are the engine's settings;
@@ -82,6 +83,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from app.core import limits
 from app.core.catalog.models import get_model, resolve_model_name
 from app.core.errors import ChunkwiseError, UnsupportedError
 from app.core.validation.case_file import (
@@ -94,6 +96,7 @@ from app.core.validation.case_file import (
 from app.core.validation.cases import MS_PER_S
 from app.core.validation.csv_text import csv_lines, malformed_csv
 from app.core.validation.predict import ALL_AT_ONCE_RATE, BenchmarkRun, ServingReplay
+from app.core.validation.report import PERCENT
 
 __all__ = [
     "ASCEND_CASE_COLUMNS",
@@ -186,6 +189,9 @@ _THROUGHPUTS: Mapping[str, tuple[str, str]] = {
 _PERCENTILE_METRIC = re.compile(r"(median|p(\d{1,2}(?:\.\d+)?))_(ttft|tpot)")
 _MEDIAN = 50.0
 _MEAN_ITL = "mean_itl"
+#: MTP's printed acceptance: "acceptance length 2.93", "acceptance rate 64.21%".
+_MTP_LENGTH = re.compile(r"acceptance length\s*(?:=|:)?\s*(\d+(?:\.\d+)?)")
+_MTP_RATE = re.compile(r"acceptance rate\s*(?:=|:)?\s*(\d+(?:\.\d+)?)\s*%")
 #: vLLM's benchmark client by name (``vllm bench serve``, ``benchmark_serving.py``; the
 #: vLLM-Ascend benchmark guide and ``run-performance-benchmarks.sh`` run it).
 _VLLM_CLIENT = re.compile(
@@ -451,12 +457,14 @@ def _load(row: Mapping[str, str]) -> tuple[int, int | None, float]:
     return requests, cap, rate
 
 
-def _spec_decode(text: str) -> None:
+def _spec_decode(text: str) -> tuple[int, tuple[float, ...]]:
+    """(drafted tokens per step, acceptance per drafted position) of a row: none, or MTP with
+    its printed acceptance (:func:`_mtp`)."""
     lowered = text.strip().lower()
     if lowered.startswith("none"):
-        return
+        return 0, ()
     if lowered.startswith("mtp"):
-        raise RowRefusal("spec_decode", "MTP without per-position acceptance", text)
+        return _mtp(text)
     if "suffix" in lowered:
         # vLLM's suffix method (Arctic Inference) drafts from suffix trees on the CPU, up to
         # num_speculative_tokens but fewer where the match is short or unlikely
@@ -465,6 +473,31 @@ def _spec_decode(text: str) -> None:
         # the tokens per step, which set TPOT, unknown.
         raise RowRefusal("spec_decode", SUFFIX_REFUSAL, text)
     raise RowRefusal("spec_decode", "speculative decoding not represented", text)
+
+
+def _mtp(text: str) -> tuple[int, tuple[float, ...]]:
+    """MTP's ``num_speculative_tokens`` ``k`` and its acceptance, from the printed mean
+    acceptance length ``L`` (vLLM's "Mean acceptance length": tokens a step emits, ``1 +``
+    the drafts accepted) or acceptance rate ``a`` (accepted / drafted tokens: MTP drafts ``k``
+    every step, so ``L = 1 + k a``). The product's MTP emits ``1 + sum(rates)`` tokens per step
+    and verifies ``1 + k``: the ``k`` rates are ``(L - 1) / k`` each (only their sum moves
+    the mean)."""
+    lowered = text.lower()
+    drafts = re.search(r"num_speculative_tokens\s*=\s*(\d+)", lowered)
+    if drafts is None or not 1 <= int(drafts.group(1)) <= limits.MAX_MTP_TOKENS:
+        raise RowRefusal("spec_decode", "MTP without its number of drafted tokens", text)
+    k = int(drafts.group(1))
+    length = _MTP_LENGTH.search(lowered)
+    rate = _MTP_RATE.search(lowered)
+    if length is not None:
+        accepted = float(length.group(1)) - 1.0
+    elif rate is not None:
+        accepted = k * float(rate.group(1)) / PERCENT
+    else:
+        raise RowRefusal("spec_decode", "MTP without its acceptance length or rate", text)
+    if not 0.0 <= accepted <= k:
+        raise RowRefusal("spec_decode", f"an MTP acceptance outside 1 to {1 + k} tokens", text)
+    return k, (accepted / k,) * k
 
 
 def _setting(notes: str, flag: str) -> int | None:
@@ -539,7 +572,7 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
             "longest request; only mean lengths are given)",
             row["metric"],
         )
-    _spec_decode(row["spec_decode"])
+    num_mtp_tokens, mtp_acceptance_rates = _spec_decode(row["spec_decode"])
     budget, max_num_seqs = _notes(row["notes"])
     graph_mode = _graph_mode(row["engine"], row["notes"]) if engine == "vllm" else None
     run = BenchmarkRun(
@@ -559,6 +592,8 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
         max_num_seqs=max_num_seqs,
         npu_graph_mode=graph_mode,
         async_scheduling=_async_scheduling(row["notes"]),
+        num_mtp_tokens=num_mtp_tokens,
+        mtp_acceptance_rates=mtp_acceptance_rates,
     )
     if throughput is not None:
         return AscendRow(

@@ -439,3 +439,49 @@ def test_any_text_in_a_column_is_mapped_or_refused_by_name(
     else:  # a throughput row measures per second (its ms is NaN by definition)
         assert mapped.measured_per_s is not None and mapped.measured_per_s > 0
     assert run.max_concurrency is None or run.max_concurrency >= 1
+
+
+@pytest.mark.parametrize(
+    ("spec_decode", "drafts", "rate"),
+    [
+        # the 950PR page prints both: 1 + 3 x 64.21 % = 2.93 tokens per step
+        (ROWS[101]["spec_decode"], 3, (2.93 - 1.0) / 3),
+        ("MTP, num_speculative_tokens=2; acceptance rate 55%", 2, 0.55),
+        ("MTP num_speculative_tokens = 1, acceptance length 1.8", 1, 0.8),
+    ],
+)
+def test_mtp_with_its_printed_acceptance_maps_to_the_products_mtp(
+    spec_decode: str, drafts: int, rate: float
+) -> None:
+    """MTP drafts ``k`` tokens every step: a mean acceptance length ``L`` or a rate ``a``
+    (accepted / drafted) gives ``1 + k a = L`` tokens per step; each position takes ``a``."""
+    row = {**ROWS[5], "spec_decode": spec_decode}
+    run = ascend_row(row).run
+    assert run.num_mtp_tokens == drafts
+    assert run.mtp_acceptance_rates == pytest.approx((rate,) * drafts)
+    assert ascend_row(ROWS[5]).run.num_mtp_tokens == 0  # "none": no drafts
+
+
+@pytest.mark.parametrize(
+    ("spec_decode", "reason"),
+    [
+        (ROWS[268]["spec_decode"], "MTP without its acceptance length or rate"),  # Hy3
+        ("MTP; acceptance length 2.5", "MTP without its number of drafted tokens"),
+        ("MTP, num_speculative_tokens=2, acceptance length 3.5", "outside 1 to 3 tokens"),
+    ],
+)
+def test_mtp_without_a_usable_acceptance_is_refused(spec_decode: str, reason: str) -> None:
+    with pytest.raises(RowRefusal) as err:
+        ascend_row({**ROWS[5], "spec_decode": spec_decode})
+    assert err.value.column == "spec_decode" and reason in err.value.reason
+
+
+def test_an_mtp_run_emits_its_acceptance_length_per_verify_step() -> None:
+    """The same Qwen3-32B run with MTP: TPOT falls below the plain run's, and by less than
+    the 2.93 tokens a step emits (each step verifies 4 tokens and runs 3 draft passes)."""
+    plain = ascend_row(ROWS[146]).run  # Qwen3-32B, 4 x A2, one client
+    mtp = ascend_row({**ROWS[146], "spec_decode": ROWS[101]["spec_decode"]}).run
+    replay = ServingReplay()
+    tpot_plain = replay.predict_benchmark(plain)[1]
+    tpot_mtp = replay.predict_benchmark(mtp)[1]
+    assert tpot_plain / 2.93 < tpot_mtp < tpot_plain
