@@ -60,9 +60,10 @@ Column mapping (checked in this order; the first that fails names the refusal):
   ``max-concurrency=N``) and the rate (``request-rate R``, ``qps R``, ``request rate R``; ``inf``
   or unstated: the clients' default, all sent at once). A run without a request count, or a
   decode batch size instead of a client load, is refused.
-- ``spec_decode``: ``none``, or MTP with ``num_speculative_tokens=k`` and its printed
-  acceptance length or rate (:func:`_mtp`: ``k`` drafts verified per step, ``1 + sum`` of the
-  rates emitted); MTP without them and suffix decoding are refused (suffix
+- ``spec_decode``: ``none``, or MTP / EAGLE (a chain) with its drafts per step
+  (``num_speculative_tokens=k``, ``speculative-num-steps k``) and its printed acceptance length
+  or rate (:func:`_mtp`: ``k`` drafts verified per step, ``1 + sum`` of the rates emitted);
+  without them, a draft tree (top-k above 1) and suffix decoding are refused (suffix
   decoding drafts a varying number of tokens per step, up to ``num_speculative_tokens``, and a
   printed accept rate of accepted / drafted tokens does not give the tokens per step).
 - ``notes``: ``max-num-batched-tokens N`` and ``max-num-seqs N`` are the engine's settings;
@@ -189,9 +190,13 @@ _THROUGHPUTS: Mapping[str, tuple[str, str]] = {
 _PERCENTILE_METRIC = re.compile(r"(median|p(\d{1,2}(?:\.\d+)?))_(ttft|tpot)")
 _MEDIAN = 50.0
 _MEAN_ITL = "mean_itl"
-#: MTP's printed acceptance: "acceptance length 2.93", "acceptance rate 64.21%".
-_MTP_LENGTH = re.compile(r"acceptance length\s*(?:=|:)?\s*(\d+(?:\.\d+)?)")
-_MTP_RATE = re.compile(r"acceptance rate\s*(?:=|:)?\s*(\d+(?:\.\d+)?)\s*%")
+#: Speculative decoding that drafts a fixed chain: MTP, EAGLE / EAGLE-3 (top-k 1).
+_CHAIN_DRAFTS = re.compile(r"(?:mtp|eagle)")
+#: Drafts per step: vLLM's ``num_speculative_tokens``, SGLang's ``--speculative-num-steps``.
+_DRAFTS = re.compile(r"(?:num_speculative_tokens|speculative[-_ ]num[-_ ]steps)\s*[=:]?\s*(\d+)")
+#: The printed acceptance: "acceptance length 2.93", "accept_len=2.05", "acceptance rate 64%".
+_ACCEPT_LENGTH = re.compile(r"accept(?:ance)?[-_ ]len(?:gth)?\s*[=:]?\s*(\d+(?:\.\d+)?)")
+_ACCEPT_RATE = re.compile(r"accept(?:ance)?[-_ ]rate\s*[=:]?\s*(\d+(?:\.\d+)?)\s*%")
 #: vLLM's benchmark client by name (``vllm bench serve``, ``benchmark_serving.py``; the
 #: vLLM-Ascend benchmark guide and ``run-performance-benchmarks.sh`` run it).
 _VLLM_CLIENT = re.compile(
@@ -463,7 +468,7 @@ def _spec_decode(text: str) -> tuple[int, tuple[float, ...]]:
     lowered = text.strip().lower()
     if lowered.startswith("none"):
         return 0, ()
-    if lowered.startswith("mtp"):
+    if _CHAIN_DRAFTS.match(lowered):
         return _mtp(text)
     if "suffix" in lowered:
         # vLLM's suffix method (Arctic Inference) drafts from suffix trees on the CPU, up to
@@ -476,27 +481,32 @@ def _spec_decode(text: str) -> tuple[int, tuple[float, ...]]:
 
 
 def _mtp(text: str) -> tuple[int, tuple[float, ...]]:
-    """MTP's ``num_speculative_tokens`` ``k`` and its acceptance, from the printed mean
-    acceptance length ``L`` (vLLM's "Mean acceptance length": tokens a step emits, ``1 +``
-    the drafts accepted) or acceptance rate ``a`` (accepted / drafted tokens: MTP drafts ``k``
-    every step, so ``L = 1 + k a``). The product's MTP emits ``1 + sum(rates)`` tokens per step
-    and verifies ``1 + k``: the ``k`` rates are ``(L - 1) / k`` each (only their sum moves
-    the mean)."""
+    """The drafts per step ``k`` of MTP or EAGLE (a chain: top-k 1) and their acceptance,
+    from the printed mean acceptance length ``L`` (vLLM's "Mean acceptance length", SGLang's
+    "Accept length": tokens a step emits, ``1 +`` the drafts accepted) or acceptance rate ``a``
+    (accepted / drafted tokens; a chain drafts ``k`` every step, so ``L = 1 + k a``). The
+    product's MTP (which the EAGLE replays of ``bench.ascend_eagle3`` use too) emits ``1 +
+    sum(rates)`` tokens per step and verifies ``1 + k`` after ``k`` draft passes: the ``k``
+    rates are ``(L - 1) / k`` each (only their sum moves the mean)."""
     lowered = text.lower()
-    drafts = re.search(r"num_speculative_tokens\s*=\s*(\d+)", lowered)
+    method = "EAGLE" if lowered.startswith("eagle") else "MTP"
+    topk = re.search(r"topk\s*[=:]?\s*(\d+)", lowered.replace("-", "").replace("_", ""))
+    if topk is not None and int(topk.group(1)) > 1:
+        raise RowRefusal("spec_decode", f"{method} with a draft tree (top-k above 1)", text)
+    drafts = _DRAFTS.search(lowered)
     if drafts is None or not 1 <= int(drafts.group(1)) <= limits.MAX_MTP_TOKENS:
-        raise RowRefusal("spec_decode", "MTP without its number of drafted tokens", text)
+        raise RowRefusal("spec_decode", f"{method} without its number of drafted tokens", text)
     k = int(drafts.group(1))
-    length = _MTP_LENGTH.search(lowered)
-    rate = _MTP_RATE.search(lowered)
+    length = _ACCEPT_LENGTH.search(lowered)
+    rate = _ACCEPT_RATE.search(lowered)
     if length is not None:
         accepted = float(length.group(1)) - 1.0
     elif rate is not None:
         accepted = k * float(rate.group(1)) / PERCENT
     else:
-        raise RowRefusal("spec_decode", "MTP without its acceptance length or rate", text)
+        raise RowRefusal("spec_decode", f"{method} without its acceptance length or rate", text)
     if not 0.0 <= accepted <= k:
-        raise RowRefusal("spec_decode", f"an MTP acceptance outside 1 to {1 + k} tokens", text)
+        raise RowRefusal("spec_decode", f"an acceptance outside 1 to {1 + k} tokens", text)
     return k, (accepted / k,) * k
 
 

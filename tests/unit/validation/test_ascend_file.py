@@ -448,6 +448,8 @@ def test_any_text_in_a_column_is_mapped_or_refused_by_name(
         (ROWS[101]["spec_decode"], 3, (2.93 - 1.0) / 3),
         ("MTP, num_speculative_tokens=2; acceptance rate 55%", 2, 0.55),
         ("MTP num_speculative_tokens = 1, acceptance length 1.8", 1, 0.8),
+        # SGLang's EAGLE-3 launch and its printed accept length (published_points.csv)
+        ("EAGLE3, --speculative-num-steps 3, topk 1, accept_len=2.05", 3, 1.05 / 3),
     ],
 )
 def test_mtp_with_its_printed_acceptance_maps_to_the_products_mtp(
@@ -468,6 +470,8 @@ def test_mtp_with_its_printed_acceptance_maps_to_the_products_mtp(
         (ROWS[268]["spec_decode"], "MTP without its acceptance length or rate"),  # Hy3
         ("MTP; acceptance length 2.5", "MTP without its number of drafted tokens"),
         ("MTP, num_speculative_tokens=2, acceptance length 3.5", "outside 1 to 3 tokens"),
+        ("EAGLE3, speculative-num-steps 3, topk 4, accept length 2.4", "a draft tree"),
+        ("EAGLE3, speculative-num-steps 3", "EAGLE without its acceptance length or rate"),
     ],
 )
 def test_mtp_without_a_usable_acceptance_is_refused(spec_decode: str, reason: str) -> None:
