@@ -33,8 +33,8 @@ Column mapping (checked in this order; the first that fails names the refusal):
   a card that is not stated is replayed on the family its source's context points at and
   labelled ``hardware: assumed <device> (<why>)`` (:data:`ASSUMED_CARD_RULES`: an image line
   selecting vLLM-Ascend's ``-a3`` build, a source naming the Atlas 800 A2 series, or vLLM-
-  Ascend's own documentation, whose requirements say "usually the Atlas 800 A2 series" and
-  whose untagged image is the A2 build), and refused where nothing points anywhere; an Atlas
+  Ascend's own documentation, whose requirements say "usually the Atlas 800 A2 series"), and
+  refused where nothing points anywhere; an Atlas
   A3 node is 16 dies of ``ATLAS_800_A3_752T_128G_DIE`` (the
   Atlas 800 A3's die, msmodeling's A3 device); an Atlas 800T/800I A2, an "atlas A2" or a 910B
   card is ``ATLAS_800_A2_313T_64G`` (the 910B3, which vLLM-Ascend's QwQ-32B page states for
@@ -170,7 +170,7 @@ ASSUMED_CARD_RULES: tuple[tuple[str, str, str, str], ...] = (
         r"^vllm-project/vllm-ascend docs/",
         A2_CARD,
         "vLLM-Ascend's docs: 'usually the Atlas 800 A2 series' (quick_start.md, "
-        "installation.md), and their untagged image is the A2 build",
+        "installation.md)",
     ),
 )
 _METRICS: Mapping[str, str] = {

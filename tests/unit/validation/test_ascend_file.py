@@ -284,7 +284,7 @@ def test_inter_token_latency_is_refused_naming_what_is_missing() -> None:
         (ROWS[308]["hardware"], "", A2, "Atlas 800 A2 series"),
         (ROWS[322]["hardware"], "", A2, "Atlas 800 A2 series"),
         # nothing in the row: vLLM-Ascend's own documentation (its usual card, A2 image)
-        ("Ascend NPU; hardware model not stated", ROWS[64]["source"], A2, "untagged image"),
+        ("Ascend NPU; hardware model not stated", ROWS[64]["source"], A2, "usually the Atlas"),
     ],
 )
 def test_an_unstated_card_with_a_pointer_is_assumed_and_labelled(
