@@ -29,9 +29,16 @@ def test_validate_cases_replays_the_ascend_file(
     row5 = rows[5]
     assert (row5["case_id"], row5["ttft_ms"], row5["tpot_ms"]) == ("row5", "", "39")
     assert float(row5["tpot_ms_pred"]) > 0 and row5["tpot_error_pct"] != ""
+    assumed = [r for r in rows if r["assumed"]]  # represented under a labelled assumption
+    assert assumed and all(r["error"] == "" for r in assumed)
     code, printed, _ = run(["validate", "--cases", str(FILE), "--format", "json"], capsys)
     body = json.loads(printed)
     assert code == 0 and sum(body["refusal_counts"].values()) == body["overall"]["refused"]
+    # every assumption a represented row stands on is counted, one row may carry several
+    labels = [a for r in assumed for a in r["assumed"].split("; ")]
+    assert sum(body["assumption_counts"].values()) == len(labels)
+    stated = body["overall_without_assumptions"]
+    assert stated["rows"] == len(rows) - len(assumed)
 
 
 def test_an_ascend_header_with_a_wrong_column_is_refused_in_one_line(

@@ -9,7 +9,9 @@ them (partly free text). Each row is one point: the mapping below turns it into 
 share the simulation), or refuses it with the column and the setting that cannot be
 represented. The report and the OUT CSV are the aggregated replay's
 (:class:`~app.core.validation.case_file.CaseFileReport`; ``case_id`` is ``row<N>``, the 0-based
-data row); the report counts the refusals per reason.
+data row); the report counts the refusals per reason, and the rows represented under a
+labelled assumption (OUT column ``assumed``) per assumption, with the overall errors without
+them beside the overall errors.
 
 Column mapping (checked in this order; the first that fails names the refusal):
 
@@ -21,10 +23,19 @@ Column mapping (checked in this order; the first that fails names the refusal):
   "Throughput(TPS)", output tokens per second: it reads concurrency / TPOT) are the output
   tokens per second, ``total_token_throughput`` input and output tokens, ``request_throughput``
   requests per second (the report's throughput column); per card, per request and peak
-  throughputs are refused (the simulation reports the run's), and so are inter-token
-  latencies (it keeps per-request TPOT, not the gaps between tokens).
-- ``hardware`` (:data:`HARDWARE_RULES`, first match): a card that is not stated, or stated as
-  "A2/A3", is refused; an Atlas A3 node is 16 dies of ``ATLAS_800_A3_752T_128G_DIE`` (the
+  throughputs are refused (the simulation reports the run's), and so is the throughput of a
+  dataset's requests all sent at once (the run lasts as long as its longest request, the file
+  gives mean lengths). A ``mean_itl`` of vLLM's benchmark client is compared with the mean
+  TPOT and labelled (:func:`_itl_as_tpot`: equal with one token per streamed chunk at the
+  simulated fixed lengths); other inter-token latencies are refused (percentiles are of the
+  gaps between tokens, which the simulation does not keep).
+- ``hardware`` (:data:`HARDWARE_RULES`, first match): a card stated as "A2/A3" is refused;
+  a card that is not stated is replayed on the family its source's context points at and
+  labelled ``hardware: assumed <device> (<why>)`` (:data:`ASSUMED_CARD_RULES`: an image line
+  selecting vLLM-Ascend's ``-a3`` build, a source naming the Atlas 800 A2 series, or vLLM-
+  Ascend's own documentation, whose requirements say "usually the Atlas 800 A2 series"), and
+  refused where nothing points anywhere; an Atlas
+  A3 node is 16 dies of ``ATLAS_800_A3_752T_128G_DIE`` (the
   Atlas 800 A3's die, msmodeling's A3 device); an Atlas 800T/800I A2, an "atlas A2" or a 910B
   card is ``ATLAS_800_A2_313T_64G`` (the 910B3, which vLLM-Ascend's QwQ-32B page states for
   its Atlas 800I A2; the A2 variants share 64 GB at 1.6 TB/s and decode is memory-bound);
@@ -53,8 +64,12 @@ Column mapping (checked in this order; the first that fails names the refusal):
   ``max-concurrency=N``) and the rate (``request-rate R``, ``qps R``, ``request rate R``; ``inf``
   or unstated: the clients' default, all sent at once). A run without a request count, or a
   decode batch size instead of a client load, is refused.
-- ``spec_decode``: ``none`` only; MTP without its per-position acceptance and suffix decoding
-  are refused (the product's MTP takes the acceptance of every drafted position).
+- ``spec_decode``: ``none``, or MTP / EAGLE (a chain) with its drafts per step
+  (``num_speculative_tokens=k``, ``speculative-num-steps k``) and its printed acceptance length
+  or rate (:func:`_mtp`: ``k`` drafts verified per step, ``1 + sum`` of the rates emitted);
+  without them, a draft tree (top-k above 1) and suffix decoding are refused (suffix
+  decoding drafts a varying number of tokens per step, up to ``num_speculative_tokens``, and a
+  printed accept rate of accepted / drafted tokens does not give the tokens per step).
 - ``notes``: ``max-num-batched-tokens N`` and ``max-num-seqs N`` are the engine's settings;
   eager execution (``enforce-eager``) and KV-cache hits of an unstated share are refused.
 - graph mode and async scheduling (vLLM-Ascend, ``npu_graph_mode`` and ``overlap_scheduling``
@@ -73,9 +88,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from app.core import limits
 from app.core.catalog.models import get_model, resolve_model_name
 from app.core.errors import ChunkwiseError, UnsupportedError
 from app.core.validation.case_file import (
+    ASSUMPTION_SEP,
     CaseFileReport,
     RowOutcome,
     case_file_report,
@@ -84,6 +101,7 @@ from app.core.validation.case_file import (
 from app.core.validation.cases import MS_PER_S
 from app.core.validation.csv_text import csv_lines, malformed_csv
 from app.core.validation.predict import ALL_AT_ONCE_RATE, BenchmarkRun, ServingReplay
+from app.core.validation.report import PERCENT
 
 __all__ = [
     "ASCEND_CASE_COLUMNS",
@@ -133,6 +151,34 @@ HARDWARE_RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"64\s*gb ascend 910\b", None, "the source does not say A2 or A3"),
     (r"\b910\b", None, "no catalog device for the first-generation Ascend 910"),
 )
+#: A ``hardware`` text that does not state the card (and not as one of A2 / A3).
+_UNSTATED = re.compile(r"not stated|not explicit|usually")
+_A2_OR_A3 = re.compile(r"a2\s*/\s*a3")
+#: A card that is not stated but that the source's context points at, as (pattern, device,
+#: why): first over the ``hardware`` text (where the file recorded the pointer), then over the
+#: ``source``. The row is replayed on that family's catalog card and labelled ``hardware:
+#: assumed <device> (<why>)``; nothing pointing anywhere stays refused.
+ASSUMED_CARD_RULES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "hardware",
+        r"\ba3\b",
+        A3_DIE,
+        "the source's container image is vLLM-Ascend's -a3 build",
+    ),
+    (
+        "hardware",
+        r"\ba2\b",
+        A2_CARD,
+        "the source's context names the Atlas 800 A2 series",
+    ),
+    (
+        "source",
+        r"^vllm-project/vllm-ascend docs/",
+        A2_CARD,
+        "vLLM-Ascend's docs: 'usually the Atlas 800 A2 series' (quick_start.md, "
+        "installation.md)",
+    ),
+)
 _METRICS: Mapping[str, str] = {
     "mean_ttft": "ttft",
     "ttft": "ttft",
@@ -149,6 +195,24 @@ _THROUGHPUTS: Mapping[str, tuple[str, str]] = {
 #: ``median_ttft``, ``p99_tpot``: a percentile of TTFT or TPOT over the requests.
 _PERCENTILE_METRIC = re.compile(r"(median|p(\d{1,2}(?:\.\d+)?))_(ttft|tpot)")
 _MEDIAN = 50.0
+_MEAN_ITL = "mean_itl"
+#: Speculative decoding that drafts a fixed chain: MTP, EAGLE / EAGLE-3 (top-k 1).
+_CHAIN_DRAFTS = re.compile(r"(?:mtp|eagle)")
+#: Drafts per step: vLLM's ``num_speculative_tokens``, SGLang's ``--speculative-num-steps``.
+_DRAFTS = re.compile(r"(?:num_speculative_tokens|speculative[-_ ]num[-_ ]steps)\s*[=:]?\s*(\d+)")
+#: The printed acceptance: "acceptance length 2.93", "accept_len=2.05", "acceptance rate 64%".
+_ACCEPT_LENGTH = re.compile(r"accept(?:ance)?[-_ ]len(?:gth)?\s*[=:]?\s*(\d+(?:\.\d+)?)")
+_ACCEPT_RATE = re.compile(r"accept(?:ance)?[-_ ]rate\s*[=:]?\s*(\d+(?:\.\d+)?)\s*%")
+#: vLLM's benchmark client by name (``vllm bench serve``, ``benchmark_serving.py``; the
+#: vLLM-Ascend benchmark guide and ``run-performance-benchmarks.sh`` run it).
+_VLLM_CLIENT = re.compile(
+    r"vllm bench|benchmark_serving|benchmark guide|run-performance-benchmarks"
+)
+_LONG_STREAM_INTERVAL = re.compile(r"stream[-_ ]interval[\s=]+0*(?:[2-9]|[1-9]\d)")
+#: Why a suffix-decoding row is refused (:func:`_spec_decode`).
+SUFFIX_REFUSAL = "suffix decoding (drafts per step vary; no tokens per step given)"
+#: The label of a mean ITL row replayed as the mean TPOT (:func:`_itl_as_tpot`).
+ITL_AS_TPOT = "metric: mean ITL read as the mean TPOT (vLLM's client, one token per chunk)"
 _UNITS_MS: Mapping[str, float] = {"ms": 1.0, "s": MS_PER_S}
 _PRECISIONS: Mapping[str, str] = {
     "bf16": "BF16",
@@ -192,6 +256,9 @@ class AscendRow:
     #: value per second (``measured_ms`` is NaN).
     throughput: str | None = None
     measured_per_s: float | None = None
+    #: The labelled assumptions the row is represented under (``hardware: assumed ...``,
+    #: :data:`ITL_AS_TPOT`); empty: every setting is the source's.
+    assumptions: tuple[str, ...] = ()
 
 
 def is_ascend_header(text: str) -> bool:
@@ -204,9 +271,11 @@ def is_ascend_header(text: str) -> bool:
 
 
 # -- columns ---------------------------------------------------------------------------------
-def _metric(row: Mapping[str, str]) -> tuple[str, float, float | None]:
+def _metric(row: Mapping[str, str]) -> tuple[str, float, float | None, str]:
+    """(metric, value in ms or per second, percentile, the assumption it is read under)."""
     metric = row["metric"].lower()
     percentile = None
+    assumed = ""
     found = _PERCENTILE_METRIC.fullmatch(metric)
     if found is not None:
         percentile = _MEDIAN if found.group(1) == "median" else float(found.group(2))
@@ -214,7 +283,9 @@ def _metric(row: Mapping[str, str]) -> tuple[str, float, float | None]:
             raise RowRefusal("metric", "a percentile outside (0, 100)", row["metric"])
         metric = found.group(3)
     elif metric in _THROUGHPUTS:
-        return "throughput", _value(row), None
+        return "throughput", _value(row), None, ""
+    elif metric == _MEAN_ITL:
+        metric, assumed = "tpot", _itl_as_tpot(row)
     elif "itl" in metric:
         raise RowRefusal(
             "metric", "inter-token latency (gaps between tokens not simulated)", row["metric"]
@@ -226,7 +297,34 @@ def _metric(row: Mapping[str, str]) -> tuple[str, float, float | None]:
     scale = _UNITS_MS.get(row["unit"].lower())
     if scale is None:
         raise RowRefusal("unit", "not ms or s", row["unit"])
-    return _METRICS[metric], _value(row) * scale, percentile
+    return _METRICS[metric], _value(row) * scale, percentile, assumed
+
+
+def _itl_as_tpot(row: Mapping[str, str]) -> str:
+    """The label of a mean ITL row compared with the mean TPOT, or a refusal where the two
+    differ.
+
+    vLLM's benchmark client (``calculate_metrics`` of ``vllm/benchmarks/serve.py``, and of
+    ``benchmarks/benchmark_serving.py`` before it) takes a request's TPOT as ``(latency -
+    ttft) / (output_len - 1)`` and appends one ITL per streamed chunk after the first. With one
+    token per chunk a request's TPOT is the mean of its gaps, and the mean ITL is the mean over
+    all gaps: the requests' TPOTs weighted by their gaps, equal to the mean TPOT when every
+    request has the same output length (the simulated requests do). They differ when a chunk
+    carries several tokens (speculative decoding, a stream interval above 1), without a stream
+    (one chunk per request), and for percentiles (of gaps, not of requests: refused above);
+    another client's ITL is not known to follow the same definition."""
+    context = " ".join((row["engine"], row["notes"], row["source"])).lower()
+    if not row["spec_decode"].strip().lower().startswith("none"):
+        raise RowRefusal("metric", "inter-token latency under speculative decoding", row["metric"])
+    if "no-stream" in context or _LONG_STREAM_INTERVAL.search(context):
+        raise RowRefusal(
+            "metric", "inter-token latency without one token per streamed chunk", row["metric"]
+        )
+    if _VLLM_CLIENT.search(context) is None:
+        raise RowRefusal(
+            "metric", "inter-token latency of a client other than vLLM's", row["metric"]
+        )
+    return ITL_AS_TPOT
 
 
 def _value(row: Mapping[str, str]) -> float:
@@ -239,13 +337,21 @@ def _value(row: Mapping[str, str]) -> float:
     return value
 
 
-def _device(hardware: str) -> str:
+def _device(hardware: str, source: str = "") -> tuple[str, str]:
+    """A row's catalog device and, for a card the source does not state, the labelled
+    assumption it is replayed under (:data:`ASSUMED_CARD_RULES`; blank: stated), or a
+    refusal naming why (:data:`HARDWARE_RULES`)."""
     text = hardware.lower()
-    for pattern, device, reason in HARDWARE_RULES:
+    if _UNSTATED.search(text) and not _A2_OR_A3.search(text):
+        texts = {"hardware": text, "source": source.lower()}
+        for column, pattern, device, why in ASSUMED_CARD_RULES:
+            if re.search(pattern, texts[column]):
+                return device, f"hardware: assumed {device} ({why})"
+    for pattern, rule_device, reason in HARDWARE_RULES:
         if re.search(pattern, text):
-            if device is None:
+            if rule_device is None:
                 raise RowRefusal("hardware", reason, hardware)
-            return device
+            return rule_device, ""
     raise RowRefusal("hardware", "no catalog device named", hardware)
 
 
@@ -324,6 +430,20 @@ def _length(column: str, text: str) -> int:
     return round(value)
 
 
+def _dataset_mean(row: Mapping[str, str]) -> bool:
+    """Whether a length is a dataset's mean (``N input tokens / M req``, ``avg N``): the
+    requests' lengths vary around it."""
+    return any(
+        _PER_REQUEST.search(row[c].lower()) or row[c].strip().lower().startswith("avg")
+        for c in ("isl", "osl")
+    )
+
+
+def _sent_at_once(requests: int, cap: int | None, rate: float) -> bool:
+    """Whether every request of a run starts at t = 0 (no rate, no cap below the count)."""
+    return rate == ALL_AT_ONCE_RATE and (cap is None or cap >= requests)
+
+
 def _load(row: Mapping[str, str]) -> tuple[int, int | None, float]:
     """(requests, cap on requests in flight, rate) of ``concurrency_or_rate``."""
     text = row["concurrency_or_rate"]
@@ -352,15 +472,52 @@ def _load(row: Mapping[str, str]) -> tuple[int, int | None, float]:
     return requests, cap, rate
 
 
-def _spec_decode(text: str) -> None:
+def _spec_decode(text: str) -> tuple[int, tuple[float, ...]]:
+    """(drafted tokens per step, acceptance per drafted position) of a row: none, or MTP with
+    its printed acceptance (:func:`_mtp`)."""
     lowered = text.strip().lower()
     if lowered.startswith("none"):
-        return
-    if lowered.startswith("mtp"):
-        raise RowRefusal("spec_decode", "MTP without per-position acceptance", text)
+        return 0, ()
+    if _CHAIN_DRAFTS.match(lowered):
+        return _mtp(text)
     if "suffix" in lowered:
-        raise RowRefusal("spec_decode", "suffix decoding is not modelled", text)
+        # vLLM's suffix method (Arctic Inference) drafts from suffix trees on the CPU, up to
+        # num_speculative_tokens but fewer where the match is short or unlikely
+        # (suffix_decoding_max_spec_factor x prefix match length, suffix_decoding_min_token_prob;
+        # vllm/config/speculative.py): a printed accept rate (accepted / drafted tokens) leaves
+        # the tokens per step, which set TPOT, unknown.
+        raise RowRefusal("spec_decode", SUFFIX_REFUSAL, text)
     raise RowRefusal("spec_decode", "speculative decoding not represented", text)
+
+
+def _mtp(text: str) -> tuple[int, tuple[float, ...]]:
+    """The drafts per step ``k`` of MTP or EAGLE (a chain: top-k 1) and their acceptance,
+    from the printed mean acceptance length ``L`` (vLLM's "Mean acceptance length", SGLang's
+    "Accept length": tokens a step emits, ``1 +`` the drafts accepted) or acceptance rate ``a``
+    (accepted / drafted tokens; a chain drafts ``k`` every step, so ``L = 1 + k a``). The
+    product's MTP (which the EAGLE replays of ``bench.ascend_eagle3`` use too) emits ``1 +
+    sum(rates)`` tokens per step and verifies ``1 + k`` after ``k`` draft passes: the ``k``
+    rates are ``(L - 1) / k`` each (only their sum moves the mean)."""
+    lowered = text.lower()
+    method = "EAGLE" if lowered.startswith("eagle") else "MTP"
+    topk = re.search(r"topk\s*[=:]?\s*(\d+)", lowered.replace("-", "").replace("_", ""))
+    if topk is not None and int(topk.group(1)) > 1:
+        raise RowRefusal("spec_decode", f"{method} with a draft tree (top-k above 1)", text)
+    drafts = _DRAFTS.search(lowered)
+    if drafts is None or not 1 <= int(drafts.group(1)) <= limits.MAX_MTP_TOKENS:
+        raise RowRefusal("spec_decode", f"{method} without its number of drafted tokens", text)
+    k = int(drafts.group(1))
+    length = _ACCEPT_LENGTH.search(lowered)
+    rate = _ACCEPT_RATE.search(lowered)
+    if length is not None:
+        accepted = float(length.group(1)) - 1.0
+    elif rate is not None:
+        accepted = k * float(rate.group(1)) / PERCENT
+    else:
+        raise RowRefusal("spec_decode", f"{method} without its acceptance length or rate", text)
+    if not 0.0 <= accepted <= k:
+        raise RowRefusal("spec_decode", f"an acceptance outside 1 to {1 + k} tokens", text)
+    return k, (accepted / k,) * k
 
 
 def _setting(notes: str, flag: str) -> int | None:
@@ -413,13 +570,14 @@ def _async_scheduling(notes: str) -> bool | None:
 
 def ascend_row(row: Mapping[str, str]) -> AscendRow:
     """The run and measurement of one row, or :class:`RowRefusal` naming the column."""
-    metric, measured, percentile = _metric(row)
+    metric, measured, percentile, metric_assumed = _metric(row)
     throughput = None
     if metric == "throughput":
         throughput, unit = _THROUGHPUTS[row["metric"].lower()]
         if row["unit"].strip().lower() != unit:
             raise RowRefusal("unit", f"not {unit}", row["unit"])
-    device = _device(row["hardware"])
+    device, card_assumed = _device(row["hardware"], row["source"])
+    assumptions = tuple(a for a in (card_assumed, metric_assumed) if a)
     model = _model(row["model"])
     engine = _engine(row["engine"])
     precision = _precision(row["precision"])
@@ -427,7 +585,14 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
     input_length = _length("isl", row["isl"])
     output_length = _length("osl", row["osl"])
     requests, cap, rate = _load(row)
-    _spec_decode(row["spec_decode"])
+    if throughput is not None and _sent_at_once(requests, cap, rate) and _dataset_mean(row):
+        raise RowRefusal(
+            "metric",
+            "a throughput of a dataset's requests sent at once (the run lasts as long as its "
+            "longest request; only mean lengths are given)",
+            row["metric"],
+        )
+    num_mtp_tokens, mtp_acceptance_rates = _spec_decode(row["spec_decode"])
     budget, max_num_seqs = _notes(row["notes"])
     graph_mode = _graph_mode(row["engine"], row["notes"]) if engine == "vllm" else None
     run = BenchmarkRun(
@@ -447,6 +612,8 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
         max_num_seqs=max_num_seqs,
         npu_graph_mode=graph_mode,
         async_scheduling=_async_scheduling(row["notes"]),
+        num_mtp_tokens=num_mtp_tokens,
+        mtp_acceptance_rates=mtp_acceptance_rates,
     )
     if throughput is not None:
         return AscendRow(
@@ -455,8 +622,15 @@ def ascend_row(row: Mapping[str, str]) -> AscendRow:
             measured_ms=math.nan,
             throughput=throughput,
             measured_per_s=measured,
+            assumptions=assumptions,
         )
-    return AscendRow(run=run, metric=metric, measured_ms=measured, percentile=percentile)
+    return AscendRow(
+        run=run,
+        metric=metric,
+        measured_ms=measured,
+        percentile=percentile,
+        assumptions=assumptions,
+    )
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -472,9 +646,7 @@ def replay_ascend_file(text: str) -> CaseFileReport:
             mapped = ascend_row(row)
         except ChunkwiseError as err:
             reason = err.key if isinstance(err, RowRefusal) else str(err)
-            outcomes.append(
-                _outcome(index, row, None, _device_or_text(row["hardware"]), err, reason)
-            )
+            outcomes.append(_outcome(index, row, None, err, reason))
             continue
         run = mapped.run
         key = (run, mapped.percentile)
@@ -486,7 +658,7 @@ def replay_ascend_file(text: str) -> CaseFileReport:
                 found = err
             results[key] = found
         if isinstance(found, ChunkwiseError):
-            outcomes.append(_outcome(index, row, mapped, run.device, found, str(found)))
+            outcomes.append(_outcome(index, row, mapped, found, str(found)))
             continue
         rate = None
         if mapped.throughput is not None:
@@ -494,7 +666,7 @@ def replay_ascend_file(text: str) -> CaseFileReport:
             if rate is None:
                 result = replay.benchmark_result(run)[1]
                 rate = throughputs[(run, mapped.throughput)] = getattr(result, mapped.throughput)
-        outcomes.append(_outcome(index, row, mapped, run.device, found, "", rate))
+        outcomes.append(_outcome(index, row, mapped, found, "", rate))
     return case_file_report(tuple(outcomes))
 
 
@@ -502,7 +674,6 @@ def _outcome(
     index: int,
     row: Mapping[str, str],
     mapped: AscendRow | None,
-    hardware: str,
     result: tuple[float, float] | ChunkwiseError,
     refusal: str,
     throughput_pred: float | None = None,
@@ -517,7 +688,7 @@ def _outcome(
     failed = isinstance(result, ChunkwiseError)
     return RowOutcome(
         case_id=f"row{index}",
-        hardware=hardware,
+        hardware=_hardware_group(row),
         engine_family=_family_or_text(row["engine"]),
         model=row["model"],
         measured_ttft_ms=measured["ttft"],
@@ -528,15 +699,18 @@ def _outcome(
         refusal=refusal,
         measured_throughput=measured_per_s,
         throughput_pred=throughput_pred,
+        assumed=ASSUMPTION_SEP.join(mapped.assumptions) if mapped is not None else "",
     )
 
 
-def _device_or_text(hardware: str) -> str:
-    """A refused row's group: its catalog device when the hardware maps, else the text."""
+def _hardware_group(row: Mapping[str, str]) -> str:
+    """A row's group: its catalog device (``<device> (assumed)`` for a card the source does
+    not state: counted apart from the stated ones), else the hardware text."""
     try:
-        return _device(hardware)
+        device, assumed = _device(row["hardware"], row["source"])
     except RowRefusal:
-        return hardware
+        return row["hardware"]
+    return f"{device} (assumed)" if assumed else device
 
 
 def _family_or_text(engine: str) -> str:

@@ -151,6 +151,9 @@ class RowOutcome:
     #: prediction of the same quantity (the published-Ascend-results file's throughput rows).
     measured_throughput: float = math.nan
     throughput_pred: float | None = None
+    #: The labelled assumptions a represented row stands on (``; ``-joined; blank: none), e.g.
+    #: a card the source does not state (the published-Ascend-results file).
+    assumed: str = ""
 
     @property
     def refused(self) -> bool:
@@ -254,6 +257,21 @@ class CaseFileReport:
         """The share of the rows predicted (not refused)."""
         return sum(not o.refused for o in self.outcomes) / len(self.outcomes)
 
+    @property
+    def assumption_counts(self) -> tuple[tuple[str, int], ...]:
+        """Represented rows per labelled assumption (a row may stand on several), the most
+        frequent first."""
+        represented = (o.assumed for o in self.outcomes if not o.refused and o.assumed)
+        counts = Counter(a for assumed in represented for a in assumed.split(ASSUMPTION_SEP))
+        return tuple(counts.most_common())
+
+    @property
+    def without_assumptions(self) -> GroupErrors:
+        """The overall errors over the rows represented without an assumption."""
+        return _group_errors(
+            "overall, no assumed rows", [o for o in self.outcomes if not o.assumed]
+        )
+
     def to_csv(self) -> str:
         """One line per input row: ``case_id,ttft_ms_pred,tpot_ms_pred,error`` and the rest."""
         buffer = io.StringIO()
@@ -281,12 +299,16 @@ class CaseFileReport:
                     _number(o.throughput_pred),
                     _number(o.measured_throughput),
                     _signed(o.throughput_error_pct),
+                    o.assumed,
                 ]
             )
         return buffer.getvalue()
 
     def format_table(self) -> str:
-        groups = (*self.by_engine, *self.by_model, self.overall)
+        assumed = self.assumption_counts
+        # beside the overall errors, the same without the rows that stand on an assumption
+        overall = (self.overall, self.without_assumptions) if assumed else (self.overall,)
+        groups = (*self.by_engine, *self.by_model, *overall)
         width = max(len(g.group) for g in groups)
         # the throughput column only where a row measured one (the Ascend results file)
         throughput = self.overall.throughput_median_ape_pct is not None
@@ -295,7 +317,7 @@ class CaseFileReport:
             f"{'<=25%':>6s} {'TPOT med':>9s} {'TPOT p90':>9s} {'in 80%':>6s}"
             + (f" {'thru med':>9s}" if throughput else "")
         ]
-        for g in (*self.by_engine, self.overall, *self.by_model):
+        for g in (*self.by_engine, *overall, *self.by_model):
             lines.append(
                 f"{g.group:{width}s} {g.rows:5d} {g.refused:7d} {_pct(g.ttft_median_ape_pct):>9s} "
                 f"{_pct(g.ttft_p90_ape_pct):>9s} {_share(g.ttft_close_share):>6s} "
@@ -309,6 +331,12 @@ class CaseFileReport:
                 "refused per reason:"
             )
             lines.extend(f"{count:5d}  {reason}" for reason, count in self.refusal_counts)
+        if assumed:
+            lines.append(
+                f"represented under a labelled assumption (OUT column 'assumed'): "
+                f"{sum(not o.refused and bool(o.assumed) for o in self.outcomes)} rows"
+            )
+            lines.extend(f"{count:5d}  {reason}" for reason, count in assumed)
         return "\n".join([*lines, *self._floor_lines(), *format_checks(self.interval_checks)])
 
     def _floor_lines(self) -> list[str]:
@@ -366,6 +394,8 @@ class CaseFileReport:
                 {"case_id": o.case_id, "error": o.error} for o in self.outcomes if o.refused
             ],
             "refusal_counts": dict(self.refusal_counts),
+            "assumption_counts": dict(self.assumption_counts),
+            "overall_without_assumptions": group(self.without_assumptions),
         }
 
 
@@ -407,7 +437,10 @@ OUT_COLUMNS = (
     "throughput_pred",
     "throughput",
     "throughput_error_pct",
+    "assumed",
 )
+#: Between two assumptions of one row in the ``assumed`` column.
+ASSUMPTION_SEP = "; "
 
 
 def _bounds(interval: tuple[float, float] | None) -> tuple[str, str]:

@@ -110,21 +110,31 @@ def engine_serving_model(
     precision: str,
     calibration: Mapping[str, float] | None = None,
     forwards: ForwardMemo | None = None,
+    num_mtp_tokens: int = 0,
+    mtp_acceptance_rates: tuple[float, ...] = (),
 ) -> RunnerServingModel:
     """The serving model of a deployment as ``profile``'s engine runs it (its reserve, KV
     pool, KV-cache dtype, CUDA-graph limit and iteration host time): what the service builds
     for a request naming that engine; ``calibration``: fitted parameters replacing the
     device's efficiencies (:func:`~app.core.calibration.parameters.apply_to_device`);
     ``forwards``: a memo of device times shared with other serving models (see
-    :data:`~app.core.runner.serving.ForwardMemo`)."""
+    :data:`~app.core.runner.serving.ForwardMemo`); ``num_mtp_tokens`` drafts verified per
+    decode step, emitting ``1 + sum(mtp_acceptance_rates)`` tokens."""
     runner = engine_runner(
         profile,
         get_model(model),
         apply_to_device(get_device(device), calibration or {}),
         ParallelLayout(tp=tp, dp=dp, ep=ep),
         engine_quantization(profile, PRECISIONS[precision]),
+        num_mtp_tokens=num_mtp_tokens,
     )
-    return RunnerServingModel(runner, profile=profile, forwards=forwards)
+    return RunnerServingModel(
+        runner,
+        num_mtp_tokens,
+        mtp_acceptance_rates,
+        profile=profile,
+        forwards=forwards,
+    )
 
 
 #: (engine, engine options, model, device, tp, dp, ep, precision)
@@ -155,6 +165,9 @@ class BenchmarkRun:
     max_num_seqs: int | None = None  # None: the engine profile's
     npu_graph_mode: str | None = None  # vLLM-Ascend's cudagraph_mode; None: the profile's
     async_scheduling: bool | None = None  # None: the engine profile's overlap_scheduling
+    #: MTP: drafted tokens verified per step and the acceptance of each drafted position.
+    num_mtp_tokens: int = 0
+    mtp_acceptance_rates: tuple[float, ...] = ()
 
 
 class ServingReplay:
@@ -180,10 +193,14 @@ class ServingReplay:
         self._benchmarks: dict[BenchmarkRun, tuple[WorkloadSpec, ServingResult]] = {}
 
     def _model(
-        self, deployment: _Deployment, profile: EngineProfile | None = None
+        self,
+        deployment: _Deployment,
+        profile: EngineProfile | None = None,
+        mtp: tuple[int, tuple[float, ...]] = (0, ()),
     ) -> tuple[RunnerServingModel, MemoLatency]:
         """``deployment``'s serving model under ``profile`` (default: the profile its first
-        field names; a profile with overrides is keyed by a first field that says them)."""
+        field names; a profile with overrides, or ``mtp`` drafts and their acceptance, are
+        keyed by a first field that says them)."""
         found = self._models.get(deployment)
         if found is None:
             engine, options, model, device, tp, dp, ep, precision = deployment
@@ -197,6 +214,8 @@ class ServingReplay:
                 precision,
                 calibration=self._calibration,
                 forwards=self._forwards,
+                num_mtp_tokens=mtp[0],
+                mtp_acceptance_rates=mtp[1],
             )
             found = self._models[deployment] = (serving, MemoLatency(serving))
         return found
@@ -294,14 +313,15 @@ class ServingReplay:
             "overlap_scheduling": run.async_scheduling,
         }
         profile = apply_to_profile(base.with_overrides(overrides), self._calibration)
+        mtp = (run.num_mtp_tokens, run.mtp_acceptance_rates)
         key = (
             f"{profile.name} max_num_seqs={run.max_num_seqs} budget={run.max_batched_tokens} "
-            f"graph={profile.npu_graph_mode} async={profile.overlap_scheduling}"
+            f"graph={profile.npu_graph_mode} async={profile.overlap_scheduling} mtp={mtp}"
         )
         deployment = (key, (), run.model, run.device, run.tp, run.dp, run.ep, run.precision)
-        serving, memo = self._model(deployment, profile)
+        serving, memo = self._model(deployment, profile, mtp)
         device = serving.runner.device
-        data = _engine_workload(profile, device, run.input_length, run.output_length)
+        data = _engine_workload(profile, device, run.input_length, run.output_length, mtp)
         result = simulate_poisson_serving(
             data,
             run.request_rate,
@@ -323,10 +343,17 @@ class ServingReplay:
 
 
 def _engine_workload(
-    profile: EngineProfile, device: Device, input_length: int, output_length: int
+    profile: EngineProfile,
+    device: Device,
+    input_length: int,
+    output_length: int,
+    mtp: tuple[int, tuple[float, ...]] = (0, ()),
 ) -> WorkloadSpec:
-    """The lengths under the engine's token budget on the device and its front-end time."""
+    """The lengths under the engine's token budget on the device and its front-end time, with
+    ``mtp`` drafts per step and their acceptance."""
     return WorkloadSpec(
+        num_mtp_tokens=mtp[0],
+        mtp_acceptance_rates=mtp[1],
         input_length=input_length,
         output_length=output_length,
         max_batched_tokens=profile.token_budget(device.hbm_capacity_gb, device.name, device.vendor),

@@ -22,8 +22,13 @@ from app.core.validation import (
     is_disagg_header,
     replay_ascend_file,
 )
-from app.core.validation.ascend_file import RowRefusal, ascend_row
-from app.core.validation.case_file import OUT_COLUMNS
+from app.core.validation.ascend_file import (
+    ITL_AS_TPOT,
+    SUFFIX_REFUSAL,
+    RowRefusal,
+    ascend_row,
+)
+from app.core.validation.case_file import ASSUMPTION_SEP, OUT_COLUMNS
 from app.core.validation.predict import ServingReplay
 
 FILE = Path(__file__).resolve().parents[3] / "bench" / "data" / "ascend_serving_points.csv"
@@ -213,14 +218,21 @@ def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
         (222, "metric: not a TTFT, TPOT or the run's throughput"),  # input tok/s per card
         (2, "isl: multimodal input"),  # output throughput of the 480p-image run
         (1, "isl: multimodal input"),  # 480p image
-        (20, "hardware: the card is not stated"),  # a median TTFT maps; the card does not
-        (22, "hardware: the card is not stated"),  # mean TPOT, /dev/davinci7
         (90, "hardware: the source does not say A2 or A3"),
+        (96, "hardware: the source does not say A2 or A3"),  # its mean ITL maps; the card not
+        (74, "metric: inter-token latency (gaps between tokens not simulated)"),  # median ITL
+        (117, "metric: inter-token latency of a client other than vLLM's"),  # ais_bench
+        (85, "metric: inter-token latency without one token per streamed chunk"),  # no-stream
+        (
+            64,
+            "metric: a throughput of a dataset's requests sent at once (the run lasts as "
+            "long as its longest request; only mean lengths are given)",
+        ),
         (129, "hardware: no catalog device for the Atlas 300I Duo (310P)"),
         # "two 64 GB Ascend 910 NPUs": a 910B (A2) or a 910C die (A3), not the 32 GB 910
         (230 + 2, "hardware: the source does not say A2 or A3"),
         (101 + 2, "model: not in the catalog"),  # Qwen3.8-27B on the Ascend950PR
-        (148, "spec_decode: suffix decoding is not modelled"),
+        (148, f"spec_decode: {SUFFIX_REFUSAL}"),
         (282, "notes: a KV-cache hit of unstated share"),
         (324, "metric: not labelled mean or median"),
     ],
@@ -306,6 +318,86 @@ def test_inter_token_latency_is_refused_naming_what_is_missing() -> None:
     assert err.value.key == "metric: inter-token latency (gaps between tokens not simulated)"
 
 
+@pytest.mark.parametrize(
+    ("hardware", "source", "device", "why"),
+    [
+        # the file recorded the pointer: the tutorial's image line selects the -a3 build
+        (ROWS[111]["hardware"], "", A3, "-a3 build"),
+        # "usually the Atlas 800 A2 series" in the source; a sibling issue names Atlas A2
+        (ROWS[308]["hardware"], "", A2, "Atlas 800 A2 series"),
+        (ROWS[322]["hardware"], "", A2, "Atlas 800 A2 series"),
+        # nothing in the row: vLLM-Ascend's own documentation (its usual card, A2 image)
+        ("Ascend NPU; hardware model not stated", ROWS[64]["source"], A2, "usually the Atlas"),
+    ],
+)
+def test_an_unstated_card_with_a_pointer_is_assumed_and_labelled(
+    hardware: str, source: str, device: str, why: str
+) -> None:
+    row = {**ROWS[67], "hardware": hardware, "source": source}  # Qwen3-8B mean TTFT
+    mapped = ascend_row(row)
+    assert mapped.run.device == device
+    (label,) = mapped.assumptions
+    assert label.startswith(f"hardware: assumed {device} (") and why in label
+
+
+@pytest.mark.parametrize(
+    "hardware",
+    ["Ascend NPU (hardware model not stated)", "Atlas 800I A2/A3 (not stated which)"],
+)
+def test_an_unstated_card_without_a_pointer_stays_refused(hardware: str) -> None:
+    """A GitHub issue with no card named, or a source that names both families."""
+    row = {**ROWS[67], "hardware": hardware, "source": "https://github.com/x/y/issues/1"}
+    with pytest.raises(RowRefusal) as err:
+        ascend_row(row)
+    assert err.value.column == "hardware"
+
+
+def test_a_stated_card_carries_no_assumption() -> None:
+    assert ascend_row(ROWS[5]).assumptions == ()
+
+
+def test_a_mean_itl_is_read_as_the_mean_tpot_and_labelled() -> None:
+    """vLLM's client: one gap per streamed token, a request's TPOT the mean of its gaps."""
+    itl = ascend_row(ROWS[73])  # Qwen3-8B mean ITL, vLLM-Ascend's benchmark guide
+    tpot = ascend_row(ROWS[70])  # the same run's mean TPOT
+    assert (itl.metric, itl.percentile, itl.measured_ms) == ("tpot", None, 25.78)
+    assert itl.run == tpot.run
+    assert ITL_AS_TPOT in itl.assumptions and ITL_AS_TPOT not in tpot.assumptions
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"spec_decode": "MTP, num_speculative_tokens=1"}, "under speculative decoding"),
+        ({"notes": "vllm bench serve; --stream-interval 4"}, "one token per streamed chunk"),
+        ({"notes": "vllm bench serve; no-stream"}, "one token per streamed chunk"),
+        ({"notes": "ais_bench stream chat", "source": "x"}, "a client other than vLLM's"),
+    ],
+)
+def test_a_mean_itl_where_it_differs_from_tpot_is_refused(
+    change: dict[str, str], reason: str
+) -> None:
+    with pytest.raises(RowRefusal) as err:
+        ascend_row({**ROWS[73], **change})
+    assert err.value.column == "metric" and reason in err.value.reason
+
+
+def test_the_report_counts_assumed_rows_apart_with_errors_without_them() -> None:
+    report = replay_ascend_file(_csv([ROWS[5], ROWS[67], ROWS[70], ROWS[73]]))
+    assert [bool(o.assumed) for o in report.outcomes] == [False, True, True, True]
+    counts = dict(report.assumption_counts)
+    assert counts[ITL_AS_TPOT] == 1 and sum(counts.values()) == 4  # 3 cards + 1 ITL
+    stated = report.without_assumptions
+    assert stated.rows == 1
+    assert stated.tpot_median_ape_pct == abs(report.outcomes[0].tpot_error_pct or math.nan)
+    table = report.format_table()
+    assert "overall, no assumed rows" in table and "under a labelled assumption" in table
+    assert f"{A2} (assumed) | vllm" in table
+    assert report.to_dict()["assumption_counts"] == counts
+    out = list(csv.DictReader(io.StringIO(report.to_csv())))
+    assert out[0]["assumed"] == "" and out[3]["assumed"].count(ASSUMPTION_SEP) == 1
+
+
 def test_a_release_before_graph_mode_is_refused_as_eager() -> None:
     with pytest.raises(RowRefusal) as err:
         ascend_row({**ROWS[146], "engine": "vllm-ascend v0.7.3"})
@@ -330,7 +422,8 @@ def test_the_file_replays_with_every_row_predicted_or_refused_by_reason() -> Non
         == 1
         for o in predicted
     )
-    assert {o.hardware for o in predicted} == {A2, A3}
+    assert {o.hardware for o in predicted} == {A2, A3, f"{A2} (assumed)"}
+    assert all(o.assumed for o in predicted if o.hardware.endswith("(assumed)"))
     assert math.isclose(report.represented_share, len(predicted) / len(ROWS))
     lines = report.to_csv().splitlines()
     assert tuple(lines[0].split(",")) == OUT_COLUMNS and len(lines) == len(ROWS) + 1
@@ -389,3 +482,53 @@ def test_any_text_in_a_column_is_mapped_or_refused_by_name(
     else:  # a throughput row measures per second (its ms is NaN by definition)
         assert mapped.measured_per_s is not None and mapped.measured_per_s > 0
     assert run.max_concurrency is None or run.max_concurrency >= 1
+
+
+@pytest.mark.parametrize(
+    ("spec_decode", "drafts", "rate"),
+    [
+        # the 950PR page prints both: 1 + 3 x 64.21 % = 2.93 tokens per step
+        (ROWS[101]["spec_decode"], 3, (2.93 - 1.0) / 3),
+        ("MTP, num_speculative_tokens=2; acceptance rate 55%", 2, 0.55),
+        ("MTP num_speculative_tokens = 1, acceptance length 1.8", 1, 0.8),
+        # SGLang's EAGLE-3 launch and its printed accept length (published_points.csv)
+        ("EAGLE3, --speculative-num-steps 3, topk 1, accept_len=2.05", 3, 1.05 / 3),
+    ],
+)
+def test_mtp_with_its_printed_acceptance_maps_to_the_products_mtp(
+    spec_decode: str, drafts: int, rate: float
+) -> None:
+    """MTP drafts ``k`` tokens every step: a mean acceptance length ``L`` or a rate ``a``
+    (accepted / drafted) gives ``1 + k a = L`` tokens per step; each position takes ``a``."""
+    row = {**ROWS[5], "spec_decode": spec_decode}
+    run = ascend_row(row).run
+    assert run.num_mtp_tokens == drafts
+    assert run.mtp_acceptance_rates == pytest.approx((rate,) * drafts)
+    assert ascend_row(ROWS[5]).run.num_mtp_tokens == 0  # "none": no drafts
+
+
+@pytest.mark.parametrize(
+    ("spec_decode", "reason"),
+    [
+        (ROWS[268]["spec_decode"], "MTP without its acceptance length or rate"),  # Hy3
+        ("MTP; acceptance length 2.5", "MTP without its number of drafted tokens"),
+        ("MTP, num_speculative_tokens=2, acceptance length 3.5", "outside 1 to 3 tokens"),
+        ("EAGLE3, speculative-num-steps 3, topk 4, accept length 2.4", "a draft tree"),
+        ("EAGLE3, speculative-num-steps 3", "EAGLE without its acceptance length or rate"),
+    ],
+)
+def test_mtp_without_a_usable_acceptance_is_refused(spec_decode: str, reason: str) -> None:
+    with pytest.raises(RowRefusal) as err:
+        ascend_row({**ROWS[5], "spec_decode": spec_decode})
+    assert err.value.column == "spec_decode" and reason in err.value.reason
+
+
+def test_an_mtp_run_emits_its_acceptance_length_per_verify_step() -> None:
+    """The same Qwen3-32B run with MTP: TPOT falls below the plain run's, and by less than
+    the 2.93 tokens a step emits (each step verifies 4 tokens and runs 3 draft passes)."""
+    plain = ascend_row(ROWS[146]).run  # Qwen3-32B, 4 x A2, one client
+    mtp = ascend_row({**ROWS[146], "spec_decode": ROWS[101]["spec_decode"]}).run
+    replay = ServingReplay()
+    tpot_plain = replay.predict_benchmark(plain)[1]
+    tpot_mtp = replay.predict_benchmark(mtp)[1]
+    assert tpot_plain / 2.93 < tpot_mtp < tpot_plain
