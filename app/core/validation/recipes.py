@@ -60,6 +60,7 @@ from functools import cache
 from typing import Literal
 
 from app.core.catalog.models import resolve_model_name
+from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
 from app.core.validation.cases import DATA_DIR
 
 RECIPE_SETTINGS = DATA_DIR / "inferencex_recipe_settings.csv"
@@ -85,6 +86,8 @@ class RowSettings:
     scheduler_recv_interval: int | None = None
     stream_interval: int | None = None
     chunked_prefill_size: int | None = None
+    #: The benchmark client's length range (``length_range_ratio``; 1: fixed lengths).
+    length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO
     note: str = ""
     source: str = ""
 
