@@ -312,6 +312,17 @@ class WorkloadMixin(LengthsMixin):
         description="output tokens per request",
         examples=[1500],
     )
+    length_range_ratio: float = Field(
+        default=limits.DEFAULT_LENGTH_RANGE_RATIO,
+        gt=limits.MIN_LENGTH_RANGE_RATIO_EXCLUSIVE,
+        le=limits.MAX_LENGTH_RANGE_RATIO,
+        allow_inf_nan=False,
+        description="the benchmark client's length range (vLLM benchmark_serving "
+        "--random-range-ratio r): each prompt and output drawn uniformly between r x and 1 x "
+        "input_length / output_length; 1 (default): fixed lengths. Below 1: workload closed_loop "
+        f"or poisson of mode agg, outputs simulated as {limits.LENGTH_CLASSES} length classes "
+        "(closed-loop clients drift apart), every prompt prefilled at the range's mean",
+    )
     num_mtp_tokens: int = Field(
         default=0,
         strict=True,

@@ -286,6 +286,12 @@ def test_custom_device_and_inline_model(client: TestClient) -> None:
         ({"mode": "turbo"}, "mode"),
         ({"tpot_limit_ms": 0}, "tpot_limit_ms"),
         ({"no_such_field": 1}, "no_such_field"),
+        ({"length_range_ratio": 0}, "length_range_ratio"),
+        ({"length_range_ratio": 1.5}, "length_range_ratio"),
+        ({"length_range_ratio": "0.8"}, "length_range_ratio"),
+        ({"length_range_ratio": True}, "length_range_ratio"),
+        # A burst (the msmodeling profile's workload) replays fixed lengths: refused, not ignored.
+        ({"length_range_ratio": 0.8}, "length_range_ratio"),
     ],
 )
 def test_payload_validation(client: TestClient, patch: dict[str, Any], field: str) -> None:

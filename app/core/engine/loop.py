@@ -57,9 +57,10 @@ def checked_decision(scheduler: Scheduler, state: SchedulerState) -> StepDecisio
     return decision
 
 
-def _decode_item(group: DecodeGroup, run: int, shift: int) -> tuple[int, int, int]:
-    """A live decode group in a cycle state: tokens left, requests, runs since its first token."""
-    return (group.rem_base - shift, group.count, run - group.first_run)
+def _decode_item(group: DecodeGroup, run: int, shift: int) -> tuple[int, int, int, int]:
+    """A live decode group in a cycle state: tokens left, requests, runs since its first token,
+    decode tokens in all."""
+    return (group.rem_base - shift, group.count, run - group.first_run, group.tokens)
 
 
 class _Segment:
@@ -106,7 +107,11 @@ class Engine:
     ``SchedulerRecvSkipper``) the engine polls for new requests only at the top of an iteration
     that follows a prefill step, that of every ``recv_interval``-th decode step since the last
     poll, and when it has nothing to run: requests arriving between polls wait in ``inbox``
-    (their TTFT counts from their arrival). An engine runs once (:meth:`run`). ``interrupt``
+    (their TTFT counts from their arrival). ``output_classes``: the output lengths of a
+    workload's length classes (:attr:`~app.core.spec.WorkloadSpec.output_classes`; omitted:
+    ``output_length`` alone): requests reaching decode take the classes in turn, one request
+    each, so a group that got its first token together splits by output length and finishes
+    at as many steps. An engine runs once (:meth:`run`). ``interrupt``
     (the caller's deadline check) is called every :data:`INTERRUPT_EVERY` iterations and may
     raise to abandon the run.
     """
@@ -118,7 +123,7 @@ class Engine:
         "cycle",
         "cycles",
         "decode",
-        "decode_tokens",
+        "decode_classes",
         "done",
         "effective",
         "ends_ms",
@@ -129,6 +134,7 @@ class Engine:
         "interrupt",
         "max_running",
         "memo",
+        "next_class",
         "pending",
         "pending_total",
         "reads_remaining",
@@ -154,10 +160,14 @@ class Engine:
         max_running: int | None = None,
         recv_interval: int = 1,
         interrupt: Callable[[], None] | None = None,
+        output_classes: tuple[int, ...] = (),
     ) -> None:
         self.effective = chunk_plan[-1].seq_len
         self.interrupt = interrupt
-        self.decode_tokens = output_length - 1  # tokens left after the first one
+        # Decode tokens (after the first token) of each length class, and the class the next
+        # request takes.
+        self.decode_classes = tuple(length - 1 for length in output_classes or (output_length,))
+        self.next_class = 0
         self.budget = max_batched_tokens
         self.scheduler = scheduler
         self.arrivals = arrivals
@@ -179,7 +189,7 @@ class Engine:
         self.runs: list[StepRun] = []
         self.run_objects: dict[tuple[int, ...], StepRun] = {}
         self.first_records: list[tuple[int, int, int]] = []
-        self.finish_records: list[tuple[int, int, int]] = []
+        self.finish_records: list[tuple[int, int, int, int]] = []
         self.t_ms = 0.0  # with a clock: the end of the last run
         self.starts_ms: list[float] = []
         self.ends_ms: list[float] = []
@@ -259,12 +269,13 @@ class Engine:
             self.arrivals.held_total,
             self.since_poll,
             len(self.inbox),
+            self.next_class,
         )
 
     def cycle_state_is(self, state: tuple[object, ...]) -> bool:
         """Whether :meth:`cycle_state` would equal ``state``, stopping at the first
         difference (most candidates differ in their first decode groups: no state is built)."""
-        pending, decode, waiting, held, since_poll, inbox = state
+        pending, decode, waiting, held, since_poll, inbox, next_class = state
         assert isinstance(decode, tuple)
         run, shift, i = len(self.runs), self.decode.shift, 0
         for g in self.decode.groups:
@@ -280,6 +291,7 @@ class Engine:
             and self.arrivals.held_state(run) == held
             and self.since_poll == since_poll
             and self._waiting_state(run, self.inbox) == inbox
+            and self.next_class == next_class
         )
 
     def cycle_state(self) -> tuple[object, ...]:
@@ -293,6 +305,7 @@ class Engine:
             self.arrivals.held_state(run),
             self.since_poll,
             self._waiting_state(run, self.inbox),
+            self.next_class,
         )
 
     def _pending_state(self, run: int) -> tuple[object, ...]:
@@ -408,8 +421,8 @@ class Engine:
     def _finish(self, run: int, who: list[Finished]) -> None:
         """Record finishes at the end of ``run`` and tell the arrival source (its clients
         re-submit, or arrivals take the freed slots)."""
-        for count, first_run in who:
-            self.finish_records.append((count, first_run, run))
+        for count, first_run, tokens in who:
+            self.finish_records.append((count, first_run, run, tokens))
             self.done += count
         self.arrivals.finished(run, who, self.t_ms, self.entry)
 
@@ -526,7 +539,7 @@ class Engine:
             finished.extend(decode.requeue(selected))
         self._finish(run_index, finished)
         self._count_steps(p_step > 0, repeat)
-        done = sum(count for count, _ in finished) if finished else 0
+        done = sum(part[0] for part in finished) if finished else 0
         self._append_run(p_step, prefill_start, tokens, d_step, repeat, first_tokens, done)
 
     def _append_run(self, *fields: int) -> None:
@@ -558,12 +571,42 @@ class Engine:
         decode (or done, when the output is one token)."""
         for count, arrival in moved.parts:
             self.first_records.append((count, arrival, run_index))
-        if self.decode_tokens == 0:
-            finished.append((moved.count, run_index))
+        classes = self.decode_classes
+        if len(classes) == 1:  # fixed lengths (the common case: no split)
+            tokens = classes[0]
+            if tokens == 0:
+                finished.append((moved.count, run_index, 0))
+            else:
+                self.decode.promote(
+                    moved.count, tokens + shifted, run_index, front=front, tokens=tokens
+                )
+            return
+        # The requests take the classes in turn from ``next_class``: as even a split as whole
+        # requests allow, the classes reached first taking one more.
+        k, start, count = len(classes), self.next_class, moved.count
+        self.next_class = (start + count) % k
+        for i in range(min(k, count)):
+            c = (start + i) % k
+            share = count // k + (1 if i < count % k else 0)
+            self._promote(share, classes[c], run_index, shifted, front, finished)
+
+    def _promote(
+        self,
+        count: int,
+        tokens: int,
+        run_index: int,
+        shifted: int,
+        front: bool,
+        finished: list[Finished],
+    ) -> None:
+        """``count`` requests with ``tokens`` decode tokens to emit start decoding (or are done,
+        when the output is one token)."""
+        if tokens == 0:
+            finished.append((count, run_index, 0))
         else:
             # Promoted requests queue behind the unselected ones and ahead of the selected ones
             # re-queueing later (all were selected when all advance).
-            self.decode.promote(moved.count, self.decode_tokens + shifted, run_index, front=front)
+            self.decode.promote(count, tokens + shifted, run_index, front=front, tokens=tokens)
 
     def _requeue_prefill(self, moved: _Segment) -> None:
         """``moved`` has chunks left: back to the front (``continue_first``) or the back."""
@@ -605,7 +648,7 @@ class Engine:
                 self.starts_ms.append(start_ms + steps * d_ms)
                 self.ends_ms.append(start_ms + (steps + repeat) * d_ms)
             steps += repeat
-            self._append_run(0, -1, 0, d_step, repeat, 0, sum(count for count, _ in who))
+            self._append_run(0, -1, 0, d_step, repeat, 0, sum(part[0] for part in who))
         self._count_steps(False, steps)
         if clock is not None:
             self.t_ms = start_ms + steps * d_ms

@@ -53,6 +53,7 @@ from app.core.errors import (
     UnknownModelError,
     UnsupportedError,
 )
+from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
 from app.core.validation.cases import (
     SERVING_DEVICE_ALIASES,
     SERVING_PRECISIONS,
@@ -690,10 +691,13 @@ def check_expert_split(tp: int, dp: int, moe_tp: int, ep: int, pool: str = "") -
 
 
 def row_case(
-    row: Mapping[str, str], engine_options: tuple[tuple[str, str | float], ...] = ()
+    row: Mapping[str, str],
+    engine_options: tuple[tuple[str, str | float], ...] = (),
+    length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO,
 ) -> ValidationCase:
     """The serving case of one row (domain errors say why a row cannot be one), under
-    ``engine_options`` over its engine's profile (the replay's recipe settings)."""
+    ``engine_options`` over its engine's profile and the benchmark client's
+    ``length_range_ratio`` (the replay's recipe settings)."""
     model, device, precision = row_deployment(row)
     _check_devices(row)
     tp, dp, ep = row_layout(row, model)
@@ -714,6 +718,7 @@ def row_case(
         name=row["case_id"],
         engine=row["engine"],
         engine_options=engine_options,
+        length_range_ratio=length_range_ratio,
     )
 
 
@@ -776,7 +781,8 @@ def replay_case_file(
     cases: dict[str, ValidationCase] = {}
 
     def predict(row: Mapping[str, str]) -> RowPrediction:
-        case = row_case(row, row_settings(row).options)
+        settings = row_settings(row)
+        case = row_case(row, settings.options, settings.length_range_ratio)
         predicted = replay.predict(case)
         cases[row["case_id"]] = case
         return (*predicted, case_spreads(case, calibration))
