@@ -170,6 +170,13 @@ class EngineOptions(StrictModel):
         int,
         "--stream-interval: a streaming client receives tokens every that many tokens (1: each)",
     )
+    eager_layer_host_ms: float | None = _bounded(
+        "eager_layer_host_ms",
+        float,
+        "host time per model layer of a forward run without a captured graph (prefill and "
+        "mixed steps, decode batches above the captured sizes), ms; the step takes the longer "
+        "of it and the device time when the engine overlaps scheduling",
+    )
     stream_first_token: StreamFirstTokenName | None = Field(
         default=None,
         description="when the first streamed chunk leaves under stream_interval > 1: immediate "
