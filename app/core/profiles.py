@@ -233,6 +233,12 @@ class EngineProfile:
     #: GPU waits for when the forward's own work is shorter (:meth:`layer_host_ms`). 0: not
     #: modelled (vLLM compiles and graphs its prefill pieces).
     eager_layer_host_ms: float = 0.0
+    #: TensorRT-LLM's ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio`` (both
+    #: default 0: off): new requests wait while decodes run, up to that many iterations or until
+    #: their prompts and the decodes reach the ratio of ``max_num_tokens``
+    #: (``PyExecutor._waiting_requests``; either at 0 stops every wait).
+    batch_wait_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         for name, (low, high) in OVERRIDE_BOUNDS.items():
@@ -251,7 +257,7 @@ class EngineProfile:
             raise InvalidParameterError(
                 "mxfp4_activation", self.mxfp4_activation, f"one of {MXFP4_ACTIVATIONS}"
             )
-        for name in ("scheduler_recv_interval", "stream_interval"):
+        for name in ("scheduler_recv_interval", "stream_interval", "batch_wait_iters"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
                 raise InvalidParameterError(name, getattr(self, name), "an integer")
         if self.stream_first_token not in STREAM_FIRST_TOKEN_RULES:
@@ -383,15 +389,17 @@ class EngineProfile:
         return make_scheduler(self.scheduler)
 
     def to_dict(self) -> dict[str, object]:
-        """Every value, but ``npu_graph_mode`` only on an NPU build (where it is set) and
-        ``eager_layer_host_ms`` only where it is not the unmodelled 0 of an engine whose
-        default is 0 (a zero on SGLang, whose default is not, is echoed)."""
+        """Every value, but ``npu_graph_mode`` only on an NPU build (where it is set) and the
+        values of :data:`_ECHOED_WHEN_SET` only where they are not the unmodelled 0 of an engine
+        whose default is 0 (a zero on SGLang's eager host time, whose default is not, is
+        echoed)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if self.npu_graph_mode is None:
             del out["npu_graph_mode"]
         base = PROFILES.get(self.name)
-        if not self.eager_layer_host_ms and (base is None or not base.eager_layer_host_ms):
-            del out["eager_layer_host_ms"]
+        for name in _ECHOED_WHEN_SET:
+            if not out[name] and (base is None or not getattr(base, name)):
+                del out[name]
         return out
 
 
@@ -411,6 +419,10 @@ def _sglang_row(hbm_capacity_gb: float, vendor: str) -> tuple[float, int, int, i
     return next(row for row in SGLANG_MEMORY_TABLE if memory_gib < row[0])
 
 
+#: Values echoed only where set or where their engine's default is (the others' unmodelled 0s
+#: stay out of every answer, as before they existed).
+_ECHOED_WHEN_SET = ("eager_layer_host_ms", "batch_wait_iters", "batch_wait_max_tokens_ratio")
+
 #: Overridable numeric values and their bounds (the wire's bounds come from here).
 OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "max_batched_tokens": (1, limits.MAX_BATCHED_TOKENS),
@@ -425,6 +437,8 @@ OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "scheduler_recv_interval": (1, limits.MAX_RECV_INTERVAL),
     "stream_interval": (1, limits.MAX_STREAM_INTERVAL),
     "eager_layer_host_ms": (0.0, 100.0),
+    "batch_wait_iters": (0, limits.MAX_RECV_INTERVAL),
+    "batch_wait_max_tokens_ratio": (0.0, 1.0),
 }
 #: Every value a request may override.
 OVERRIDABLE: tuple[str, ...] = (
