@@ -6,19 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.engine import TimedArrivals, run_engine
-from app.core.engine.plan import RequestRecords
 from app.core.errors import InvalidParameterError
 from app.core.profiles import TRTLLM
-from app.core.scheduler import make_scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload.closed_loop import simulate_closed_loop
 
-from .fakes import LinearLatency
-
-
-def _one_ms(p_step: int, tokens: int, seq_len: int, d_step: int) -> float:
-    return 1.0  # every step, prefill or decode, lasts 1 ms
+from .fakes import LinearLatency, one_ms_ttfts
 
 
 def _ttfts_ms(
@@ -36,14 +29,7 @@ def _ttfts_ms(
         batch_wait_iters=iters,
         batch_wait_max_tokens_ratio=ratio,
     )
-    arrivals = TimedArrivals(times_ms=times_ms, max_in_flight=None, step_ms=_one_ms)
-    _, records = run_engine(data, 1, make_scheduler("decode_first_with_slack"), arrivals)
-    return _spans(records)
-
-
-def _spans(records: RequestRecords) -> list[float]:
-    assert records.ends_ms is not None and records.sent_ms is not None
-    return [records.ends_ms[run] - records.sent_ms[a] for _, a, run in records.first]
+    return one_ms_ttfts(data, "decode_first_with_slack", times_ms)
 
 
 def test_a_request_arriving_during_decodes_is_held_for_the_timeout() -> None:
