@@ -84,6 +84,12 @@ class WorkloadSpec:
     #: The engine's scheduler receive interval (a profile's ``scheduler_recv_interval``): new
     #: requests are seen once per that many decode steps (:class:`~app.core.engine.loop.Engine`).
     recv_interval: int = 1
+    #: TensorRT-LLM's batch wait (a profile's ``batch_wait_iters`` and
+    #: ``batch_wait_max_tokens_ratio``): new requests wait while decodes run, up to that many
+    #: iterations or until their prompts and the decodes reach the ratio of the token budget
+    #: (:class:`~app.core.engine.loop.Engine`); both 0 (or either): no wait.
+    batch_wait_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
     #: A streaming client's view (a profile's ``stream_interval`` and ``stream_first_token``):
     #: tokens reach it every ``stream_interval`` tokens, the first one with the first token
     #: (``immediate``) or with the ``stream_interval``-th (``interval``): :meth:`client_view`.
@@ -115,6 +121,15 @@ class WorkloadSpec:
         require_number("ttft_overhead_ms", self.ttft_overhead_ms, 0.0, limits.MAX_TTFT_OVERHEAD_MS)
         require_number("arrival_spread", self.arrival_spread, 0.0, limits.MAX_ARRIVAL_SPREAD)
         require_int("recv_interval", self.recv_interval, 1, limits.MAX_RECV_INTERVAL)
+        require_int("batch_wait_iters", self.batch_wait_iters, 0, limits.MAX_RECV_INTERVAL)
+        require_number("batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio, 0.0, 1.0)
+        if self.recv_interval > 1 and self.batch_wait_iters and self.batch_wait_max_tokens_ratio:
+            raise InvalidParameterError(
+                "batch_wait_iters",
+                self.batch_wait_iters,
+                "0 with a receive interval above 1 (SGLang's polling and TensorRT-LLM's batch "
+                "wait are different engines' rules)",
+            )
         require_int("stream_interval", self.stream_interval, 1, limits.MAX_STREAM_INTERVAL)
         require_length_range_ratio(self.length_range_ratio)
         if self.stream_first_token not in STREAM_FIRST_TOKEN_RULES:

@@ -170,6 +170,25 @@ class EngineOptions(StrictModel):
         int,
         "--stream-interval: a streaming client receives tokens every that many tokens (1: each)",
     )
+    eager_layer_host_ms: float | None = _bounded(
+        "eager_layer_host_ms",
+        float,
+        "host time per model layer of a forward run without a captured graph (prefill and "
+        "mixed steps, decode batches above the captured sizes), ms; the step takes the longer "
+        "of it and the device time when the engine overlaps scheduling",
+    )
+    batch_wait_iters: int | None = _bounded(
+        "batch_wait_iters",
+        int,
+        "TensorRT-LLM batch_wait_timeout_iters: new requests wait while decodes run, up to that "
+        "many iterations (with batch_wait_max_tokens_ratio; either at 0: no wait)",
+    )
+    batch_wait_max_tokens_ratio: float | None = _bounded(
+        "batch_wait_max_tokens_ratio",
+        float,
+        "TensorRT-LLM batch_wait_max_tokens_ratio: waiting requests are scheduled once their "
+        "prompts and the running decodes reach this share of the token budget",
+    )
     stream_first_token: StreamFirstTokenName | None = Field(
         default=None,
         description="when the first streamed chunk leaves under stream_interval > 1: immediate "

@@ -111,7 +111,14 @@ class Engine:
     workload's length classes (:attr:`~app.core.spec.WorkloadSpec.output_classes`; omitted:
     ``output_length`` alone): requests reaching decode take the classes in turn, one request
     each, so a group that got its first token together splits by output length and finishes
-    at as many steps. An engine runs once (:meth:`run`). ``interrupt``
+    at as many steps.
+    With a batch wait (TensorRT-LLM's
+    ``batch_wait_timeout_iters`` ``wait_iters`` and ``batch_wait_max_tokens_ratio`` x budget
+    ``wait_tokens``, both set; ``PyExecutor._waiting_requests``) arrivals also wait in
+    ``inbox`` while decodes run: each iteration that holds them counts, and they are received
+    once ``wait_iters`` iterations held them, once their prompt tokens and the running decodes
+    reach ``wait_tokens``, or when no decode runs.
+    An engine runs once (:meth:`run`). ``interrupt``
     (the caller's deadline check) is called every :data:`INTERRUPT_EVERY` iterations and may
     raise to abandon the run.
     """
@@ -130,6 +137,7 @@ class Engine:
         "entry",
         "finish_records",
         "first_records",
+        "holding",
         "inbox",
         "interrupt",
         "max_running",
@@ -137,6 +145,7 @@ class Engine:
         "next_class",
         "pending",
         "pending_total",
+        "poll_every",
         "reads_remaining",
         "recv_interval",
         "run_objects",
@@ -146,6 +155,8 @@ class Engine:
         "starts_ms",
         "stateless",
         "t_ms",
+        "wait_iters",
+        "wait_tokens",
         "waiting",
     )
 
@@ -159,6 +170,8 @@ class Engine:
         *,
         max_running: int | None = None,
         recv_interval: int = 1,
+        batch_wait_iters: int = 0,
+        batch_wait_tokens: float = 0.0,
         interrupt: Callable[[], None] | None = None,
         output_classes: tuple[int, ...] = (),
     ) -> None:
@@ -180,8 +193,14 @@ class Engine:
         self.recv_interval = recv_interval
         self.inbox: Waiting = deque()  # arrived, not yet received (recv_interval > 1)
         self.since_poll = 0  # decode steps since the last poll (recv_interval: a poll is due)
+        # TensorRT-LLM's batch wait: on only with both limits (either at 0 stops every wait).
+        waits = batch_wait_iters > 0 and batch_wait_tokens > 0
+        self.wait_iters = batch_wait_iters if waits else 0
+        self.wait_tokens = batch_wait_tokens if waits else 0.0
+        self.holding = False  # the inbox was held this iteration (batch wait)
+        self.poll_every = recv_interval if recv_interval > 1 else self.wait_iters
         # Where arrivals after t = 0 go: straight to admission, or to the inbox.
-        self.entry = self.inbox if recv_interval > 1 else self.waiting
+        self.entry = self.inbox if self.poll_every > 1 else self.waiting
         self.pending: deque[_Segment] = deque()
         self.pending_total = 0
         self.decode = DecodeQueue()
@@ -245,7 +264,7 @@ class Engine:
             if all_advance and not one_step:
                 repeat = self._repeat(decision, ready, pend, remaining)
             if polling and repeat > 1:
-                repeat = 1 if decision.p_step else min(repeat, self.recv_interval - self.since_poll)
+                repeat = 1 if decision.p_step else min(repeat, self.poll_every - self.since_poll)
             if timed:
                 repeat = self._price(decision, repeat)
             self._advance(decision, repeat, all_advance)
@@ -371,8 +390,20 @@ class Engine:
 
     def _poll(self) -> None:
         """The scheduler polls when a poll is due or it has nothing to run (its idle
-        iterations reach the interval at once): the inbox joins the waiting queue."""
-        if self.since_poll < self.recv_interval and (self.pending or self.decode.ready):
+        iterations reach the interval at once): the inbox joins the waiting queue. Under a batch
+        wait the inbox is held while decodes run, for ``wait_iters`` iterations or until its
+        prompts and the decodes reach ``wait_tokens``."""
+        if self.wait_iters:
+            held = sum(part[0] for part in self.inbox) * self.effective + self.decode.ready
+            self.holding = bool(
+                self.inbox
+                and self.decode.ready
+                and self.since_poll < self.wait_iters
+                and held < self.wait_tokens
+            )
+            if self.holding:
+                return
+        elif self.since_poll < self.recv_interval and (self.pending or self.decode.ready):
             return
         self.since_poll = 0
         waiting = self.waiting
@@ -388,6 +419,10 @@ class Engine:
         SGLang, passes any interval); decode steps count towards the next poll, the polls
         in between (nothing waiting) leaving the remainder."""
         if self.entry is not self.inbox:
+            return
+        if self.wait_iters:  # every iteration that held the inbox counts
+            if self.holding:
+                self.since_poll = min(self.since_poll + steps, self.wait_iters)
             return
         interval = self.recv_interval
         if prefill:

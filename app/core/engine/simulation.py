@@ -63,6 +63,9 @@ def run_engine(
         arrivals,
         max_running=max_running,
         recv_interval=spec.recv_interval,
+        # TensorRT-LLM skips its batch wait under attention data parallelism (coupled ranks).
+        batch_wait_iters=spec.batch_wait_iters if budget_replicas == 1 else 0,
+        batch_wait_tokens=spec.batch_wait_max_tokens_ratio * spec.max_batched_tokens,
         interrupt=interrupt,
         output_classes=spec.output_classes,
     )

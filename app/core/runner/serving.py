@@ -165,15 +165,18 @@ class RunnerServingModel:
         engine = ""
         if (p := self.profile) is not None and (p.step_sync_ms or p.step_host_ms):
             engine = f"|host={p.step_sync_ms:.6g}:{p.step_host_ms:.6g}:{int(p.overlap_scheduling)}"
+        if (p := self.profile) is not None and p.eager_layer_host_ms:
+            engine += f"|eager_layer={p.eager_layer_host_ms:.6g}"
         if (p := self.profile) is not None and p.npu_graph_mode is not None:
             engine += f"|npu_graph={p.npu_graph_mode}"
         return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}{engine}"
 
     def _step_ms(self, device_ms: float, *, decode_only: bool = False) -> float:
         """One engine iteration around a forward of ``device_ms``: the host sync the GPU always
-        waits for, and the host's own iteration work (per step, and per layer on an NPU
-        build's graphs: :meth:`EngineProfile.layer_host_ms`), hidden behind the forward when
-        the engine overlaps scheduling with execution (then only what exceeds it shows)."""
+        waits for, and the host's own iteration work (per step, and per layer of an eager
+        prefill or an NPU build's graphs: :meth:`EngineProfile.layer_host_ms`), hidden behind
+        the forward when the engine overlaps scheduling with execution (then only what exceeds
+        it shows)."""
         profile = self.profile
         if profile is None:
             return device_ms

@@ -175,8 +175,7 @@ ASSUMED_CARD_RULES: tuple[tuple[str, str, str, str], ...] = (
         "source",
         r"^vllm-project/vllm-ascend docs/",
         A2_CARD,
-        "vLLM-Ascend's docs: 'usually the Atlas 800 A2 series' (quick_start.md, "
-        "installation.md)",
+        "vLLM-Ascend's docs: 'usually the Atlas 800 A2 series' (quick_start.md, installation.md)",
     ),
 )
 _METRICS: Mapping[str, str] = {

@@ -370,6 +370,8 @@ def _engine_workload(
         ttft_overhead_ms=profile.request_frontend_ms,
         arrival_spread=profile.arrival_spread,
         recv_interval=profile.scheduler_recv_interval,
+        batch_wait_iters=profile.batch_wait_iters,
+        batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,
         stream_interval=profile.stream_interval,
         stream_first_token=profile.stream_first_token,
     )
