@@ -60,9 +60,33 @@ _GEMM_LABELS: Mapping[LinearQuantAction, str] = {
 }
 FP8_BLOCK = "fp8_block"
 
+#: The floor (µs) of one measured kernel inside a served decode forward that the engine replays
+#: as one captured CUDA graph, per kernel engine: it replaces the kernel's fitted ``fixed_us``
+#: there (docs/kernels.md, "In-graph floors"). A fitted floor is what the collectors timed for
+#: one op on its own: besides the kernel's launch and ramp it holds the op's other kernels and
+#: host work that a served forward does not repeat per op (an unfused activation quantization,
+#: per-call scale layouts, attention metadata). Inside the served graph each kernel pays its
+#: graph node: the NVIDIA stack's captured-graph kernel cost (``graph_kernel_launch_us``, 3 µs;
+#: the collectors' smallest graph-replayed BF16 GEMMs take 1.7-2.5 µs, H100 to B200). Equal for
+#: the three engines: each replays decode as CUDA graphs with the same kernel-node launch, and
+#: programmatic dependent launch (TensorRT-LLM's default on SM90+, ``TRTLLM_ENABLE_PDL``) was on
+#: in its collector too, so it is already inside the measured floors it would lower.
+IN_GRAPH_FLOOR_US: Mapping[str, float] = {"trtllm": 3.0, "vllm": 3.0, "sglang": 3.0}
+#: The vendor whose engines replay decode as CUDA graphs (the floors above are theirs).
+CUDA_GRAPH_VENDOR = "nvidia"
+
 
 class KernelFitError(ChunkwiseError):
     """The fitted kernel table is missing or malformed (a packaging error, not bad input)."""
+
+
+def in_graph_floor_s(engine: str | None, vendor: str) -> float | None:
+    """A measured kernel's floor (s) inside ``engine``'s served captured graphs on a ``vendor``
+    device (None: no in-graph floor, the fitted floors stand)."""
+    if engine is None or vendor != CUDA_GRAPH_VENDOR:
+        return None
+    floor_us = IN_GRAPH_FLOOR_US.get(engine)
+    return None if floor_us is None else floor_us * S_PER_US
 
 
 def gemm_label(quantization: Quantization, native_linear: str | None) -> str | None:
@@ -139,6 +163,9 @@ class FittedGemm:
     peak_flops_per_s: float
     peak_hbm_bytes_per_s: float
     fixed_s: float
+    #: The floor inside a served captured graph (:data:`IN_GRAPH_FLOOR_US`; ``fixed_s`` where
+    #: the kernel is priced as measured).
+    graph_fixed_s: float
     source: str  # ``fitted:<engine>``
 
     def flops_per_s(self, m: float, nk: float) -> float:
@@ -241,19 +268,28 @@ def fitted_gemm(
     peak_flops_per_s: float,
     peak_hbm_bytes_per_s: float,
     graph_launch_s: float,
+    in_graph_s: float | None = None,
+    fixed_cap_s: float | None = None,
 ) -> FittedGemm | None:
     """The fitted GEMM of ``engine``'s ``label`` kernels on ``device`` (None: the defaults).
 
-    The fitted floor never undercuts the captured-graph launch cost it stands in for."""
+    The fitted floor never undercuts the captured-graph launch cost it stands in for, nor
+    exceeds ``fixed_cap_s`` (a served quantized GEMM: its 16-bit twin's floor, the activation
+    quantization being fused upstream); ``in_graph_s``: its floor inside a served captured
+    graph (None: the fitted floor there too)."""
     if engine is None or label is None:
         return None
     curve = kernel_fit().gemm_curve(device, engine, label)
     if curve is None:
         return None
+    fixed_s = max(curve.fixed_us * S_PER_US, graph_launch_s)
+    if fixed_cap_s is not None:
+        fixed_s = min(fixed_s, fixed_cap_s)
     return FittedGemm(
         curve=curve,
         peak_flops_per_s=peak_flops_per_s,
         peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
-        fixed_s=max(curve.fixed_us * S_PER_US, graph_launch_s),
+        fixed_s=fixed_s,
+        graph_fixed_s=fixed_s if in_graph_s is None else in_graph_s,
         source=FITTED_SOURCE_PREFIX + engine,
     )

@@ -159,6 +159,9 @@ class FittedAttention:
     peak_flops_per_s: float
     peak_hbm_bytes_per_s: float
     fixed_s: float
+    #: The floor inside a served captured graph (``kernel_fit``'s ``IN_GRAPH_FLOOR_US``;
+    #: ``fixed_s`` where the kernel is priced as measured).
+    graph_fixed_s: float
     row_s: float
     source: str  # ``fitted:<engine>``
 
@@ -253,21 +256,25 @@ def fitted_attention(
     peak_flops_per_s: Mapping[bool, float],
     peak_hbm_bytes_per_s: float,
     graph_launch_s: float,
+    in_graph_s: float | None = None,
 ) -> FittedAttention | None:
     """The fitted ``family`` kernel of ``engine`` on ``device`` for the first of ``labels`` with
     a curve (None: the defaults). ``peak_flops_per_s``: the matrix peak by FP8 compute (True)
-    or 16-bit (False). The fitted floor never undercuts the graph launch cost it stands in for."""
+    or 16-bit (False). The fitted floor never undercuts the graph launch cost it stands in for;
+    ``in_graph_s``: the floor inside a served captured graph (None: the fitted floor there)."""
     if engine is None:
         return None
     table = attention_fit()
     for label in labels:
         curve = table.curve(device, engine, family, label)
         if curve is not None:
+            fixed_s = max(curve.fixed_us * S_PER_US, graph_launch_s)
             return FittedAttention(
                 curve=curve,
                 peak_flops_per_s=peak_flops_per_s[label_is_fp8_compute(label)],
                 peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
-                fixed_s=max(curve.fixed_us * S_PER_US, graph_launch_s),
+                fixed_s=fixed_s,
+                graph_fixed_s=fixed_s if in_graph_s is None else in_graph_s,
                 row_s=curve.row_ns * S_PER_NS,
                 source=FITTED_SOURCE_PREFIX + engine,
             )
