@@ -27,7 +27,7 @@ import itertools
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,23 @@ def _position(x: float, knots: tuple[float, ...]) -> tuple[int, float]:
     return i, math.log2(x / knots[i]) / math.log2(knots[i + 1] / knots[i])
 
 
+#: Entries a curve remembers per axis before it forgets them all (token counts, contexts and
+#: messages recur within a simulation; the bound keeps a long-lived process's memory flat).
+POSITION_MEMO_LIMIT = 4096
+
+
+def _memo_position(
+    memo: dict[float, tuple[int, float]], x: float, knots: tuple[float, ...]
+) -> tuple[int, float]:
+    """:func:`_position`, remembered in ``memo`` (emptied at :data:`POSITION_MEMO_LIMIT`)."""
+    found = memo.get(x)
+    if found is None:
+        if len(memo) >= POSITION_MEMO_LIMIT:
+            memo.clear()
+        found = memo[x] = _position(x, knots)
+    return found
+
+
 def _check_knots(name: str, knots: tuple[float, ...]) -> None:
     if len(knots) < 2 or any(k <= 0 for k in knots):
         raise ValueError(f"{name} needs two or more positive knots")
@@ -125,6 +142,14 @@ class GemmCurve:
     compute_efficiency: tuple[tuple[float, ...], ...]  # [m knot][nk knot]
     memory_efficiency: tuple[float, ...]  # [nk knot]
     fixed_us: float
+    #: Per weight size seen: its nk interval, share and memory efficiency (a forward asks for
+    #: the same few weights again and again; not part of the curve's value).
+    _by_nk: dict[float, tuple[int, float, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_m: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         _check_knots("m_knots", self.m_knots)
@@ -139,11 +164,20 @@ class GemmCurve:
         if not (math.isfinite(self.fixed_us) and self.fixed_us >= 0):
             raise ValueError("fixed_us must be a number >= 0")
 
+    def _nk_terms(self, nk: float) -> tuple[int, float, float]:
+        """``nk``'s knot interval and share, and the memory efficiency there (remembered)."""
+        found = self._by_nk.get(nk)
+        if found is None:
+            j, u = _position(nk, self.nk_knots)
+            memory = (1 - u) * self.memory_efficiency[j] + u * self.memory_efficiency[j + 1]
+            found = self._by_nk[nk] = (j, u, memory)
+        return found
+
     def compute_efficiency_at(self, m: float, nk: float) -> float:
         """The compute efficiency at ``m`` rows of a ``nk``-element weight (bilinear in
         ``log2``)."""
-        i, t = _position(m, self.m_knots)
-        j, u = _position(nk, self.nk_knots)
+        i, t = _memo_position(self._by_m, m, self.m_knots)
+        j, u, _ = self._nk_terms(nk)
         low, high = self.compute_efficiency[i], self.compute_efficiency[i + 1]
         return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
             (1 - u) * high[j] + u * high[j + 1]
@@ -151,8 +185,7 @@ class GemmCurve:
 
     def memory_efficiency_at(self, nk: float) -> float:
         """The memory efficiency of a ``nk``-element weight (linear in ``log2``)."""
-        j, u = _position(nk, self.nk_knots)
-        return (1 - u) * self.memory_efficiency[j] + u * self.memory_efficiency[j + 1]
+        return self._nk_terms(nk)[2]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,9 @@ from app.core.runner.kernel_fit import (
     S_PER_US,
     KernelFitError,
     _check_knots,
+    _memo_position,
     _number,
     _numbers,
-    _position,
     read_fit_json,
 )
 
@@ -104,6 +104,16 @@ class AttentionCurve:
     head_dim_factor: tuple[float, ...]  # [head_dim knot]
     row_ns: float
     fixed_us: float
+    #: Knot positions already found, per axis (not part of the curve's value).
+    _by_rows: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_context: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_head_dim: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         _check_knots("row_knots", self.row_knots)
@@ -127,28 +137,36 @@ class AttentionCurve:
             if not (value >= 0 and value != float("inf")):
                 raise ValueError(f"{name} must be a number >= 0")
 
-    def _table_at(self, table: tuple[tuple[float, ...], ...], rows: float, context: float) -> float:
-        i, t = _position(rows, self.row_knots)
-        j, u = _position(context, self.context_knots)
-        low, high = table[i], table[i + 1]
-        return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
-            (1 - u) * high[j] + u * high[j + 1]
-        )
+    def efficiencies_at(self, rows: float, context: float, head_dim: float) -> tuple[float, float]:
+        """``(compute, memory)``: the shares of the matrix and HBM peaks at ``rows`` query rows
+        over ``context`` positions of ``head_dim``-wide heads."""
+        i, t = _memo_position(self._by_rows, rows, self.row_knots)
+        j, u = _memo_position(self._by_context, context, self.context_knots)
+        head = self.head_factor_at(head_dim)
+        shares = []
+        for table in (self.compute_efficiency, self.memory_efficiency):
+            low, high = table[i], table[i + 1]
+            shares.append(
+                head
+                * (
+                    (1 - t) * ((1 - u) * low[j] + u * low[j + 1])
+                    + t * ((1 - u) * high[j] + u * high[j + 1])
+                )
+            )
+        return shares[0], shares[1]
 
     def head_factor_at(self, head_dim: float) -> float:
         """The share of both rates a ``head_dim``-wide head reaches (linear in ``log2``)."""
-        j, u = _position(head_dim, self.head_dim_knots)
+        j, u = _memo_position(self._by_head_dim, head_dim, self.head_dim_knots)
         return (1 - u) * self.head_dim_factor[j] + u * self.head_dim_factor[j + 1]
 
     def compute_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
         """The share of the matrix peak at ``rows`` query rows over ``context`` positions."""
-        return self._table_at(self.compute_efficiency, rows, context) * self.head_factor_at(
-            head_dim
-        )
+        return self.efficiencies_at(rows, context, head_dim)[0]
 
     def memory_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
         """The share of the HBM peak at ``rows`` query rows over ``context`` positions."""
-        return self._table_at(self.memory_efficiency, rows, context) * self.head_factor_at(head_dim)
+        return self.efficiencies_at(rows, context, head_dim)[1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,12 +189,12 @@ class FittedAttention:
         """``(flops_per_s, hbm_bytes_per_s)`` of a kernel of ``flops`` at this shape: the
         compute time is the larger of the matrix work and the per-row floor, expressed as a
         rate so the op's roofline stays ``max(compute, memory) + fixed``."""
-        c = self.curve
-        rate = self.peak_flops_per_s * c.compute_efficiency_at(rows, context, head_dim)
+        compute, memory = self.curve.efficiencies_at(rows, context, head_dim)
+        rate = self.peak_flops_per_s * compute
         floor_s = rows * self.row_s
         if flops > 0 and floor_s * rate > flops:
             rate = flops / floor_s
-        return rate, self.peak_hbm_bytes_per_s * c.memory_efficiency_at(rows, context, head_dim)
+        return rate, self.peak_hbm_bytes_per_s * memory
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
