@@ -27,7 +27,7 @@ import itertools
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -60,9 +60,33 @@ _GEMM_LABELS: Mapping[LinearQuantAction, str] = {
 }
 FP8_BLOCK = "fp8_block"
 
+#: The floor (µs) of one measured kernel inside a served decode forward that the engine replays
+#: as one captured CUDA graph, per kernel engine: it replaces the kernel's fitted ``fixed_us``
+#: there (docs/kernels.md, "In-graph floors"). A fitted floor is what the collectors timed for
+#: one op on its own: besides the kernel's launch and ramp it holds the op's other kernels and
+#: host work that a served forward does not repeat per op (an unfused activation quantization,
+#: per-call scale layouts, attention metadata). Inside the served graph each kernel pays its
+#: graph node: the NVIDIA stack's captured-graph kernel cost (``graph_kernel_launch_us``, 3 µs;
+#: the collectors' smallest graph-replayed BF16 GEMMs take 1.7-2.5 µs, H100 to B200). Equal for
+#: the three engines: each replays decode as CUDA graphs with the same kernel-node launch, and
+#: programmatic dependent launch (TensorRT-LLM's default on SM90+, ``TRTLLM_ENABLE_PDL``) was on
+#: in its collector too, so it is already inside the measured floors it would lower.
+IN_GRAPH_FLOOR_US: Mapping[str, float] = {"trtllm": 3.0, "vllm": 3.0, "sglang": 3.0}
+#: The vendor whose engines replay decode as CUDA graphs (the floors above are theirs).
+CUDA_GRAPH_VENDOR = "nvidia"
+
 
 class KernelFitError(ChunkwiseError):
     """The fitted kernel table is missing or malformed (a packaging error, not bad input)."""
+
+
+def in_graph_floor_s(engine: str | None, vendor: str) -> float | None:
+    """A measured kernel's floor (s) inside ``engine``'s served captured graphs on a ``vendor``
+    device (None: no in-graph floor, the fitted floors stand)."""
+    if engine is None or vendor != CUDA_GRAPH_VENDOR:
+        return None
+    floor_us = IN_GRAPH_FLOOR_US.get(engine)
+    return None if floor_us is None else floor_us * S_PER_US
 
 
 def gemm_label(quantization: Quantization, native_linear: str | None) -> str | None:
@@ -84,6 +108,23 @@ def _position(x: float, knots: tuple[float, ...]) -> tuple[int, float]:
     return i, math.log2(x / knots[i]) / math.log2(knots[i + 1] / knots[i])
 
 
+#: Entries a curve remembers per axis before it forgets them all (token counts, contexts and
+#: messages recur within a simulation; the bound keeps a long-lived process's memory flat).
+POSITION_MEMO_LIMIT = 4096
+
+
+def _memo_position(
+    memo: dict[float, tuple[int, float]], x: float, knots: tuple[float, ...]
+) -> tuple[int, float]:
+    """:func:`_position`, remembered in ``memo`` (emptied at :data:`POSITION_MEMO_LIMIT`)."""
+    found = memo.get(x)
+    if found is None:
+        if len(memo) >= POSITION_MEMO_LIMIT:
+            memo.clear()
+        found = memo[x] = _position(x, knots)
+    return found
+
+
 def _check_knots(name: str, knots: tuple[float, ...]) -> None:
     if len(knots) < 2 or any(k <= 0 for k in knots):
         raise ValueError(f"{name} needs two or more positive knots")
@@ -101,6 +142,14 @@ class GemmCurve:
     compute_efficiency: tuple[tuple[float, ...], ...]  # [m knot][nk knot]
     memory_efficiency: tuple[float, ...]  # [nk knot]
     fixed_us: float
+    #: Per weight size seen: its nk interval, share and memory efficiency (a forward asks for
+    #: the same few weights again and again; not part of the curve's value).
+    _by_nk: dict[float, tuple[int, float, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_m: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         _check_knots("m_knots", self.m_knots)
@@ -115,11 +164,20 @@ class GemmCurve:
         if not (math.isfinite(self.fixed_us) and self.fixed_us >= 0):
             raise ValueError("fixed_us must be a number >= 0")
 
+    def _nk_terms(self, nk: float) -> tuple[int, float, float]:
+        """``nk``'s knot interval and share, and the memory efficiency there (remembered)."""
+        found = self._by_nk.get(nk)
+        if found is None:
+            j, u = _position(nk, self.nk_knots)
+            memory = (1 - u) * self.memory_efficiency[j] + u * self.memory_efficiency[j + 1]
+            found = self._by_nk[nk] = (j, u, memory)
+        return found
+
     def compute_efficiency_at(self, m: float, nk: float) -> float:
         """The compute efficiency at ``m`` rows of a ``nk``-element weight (bilinear in
         ``log2``)."""
-        i, t = _position(m, self.m_knots)
-        j, u = _position(nk, self.nk_knots)
+        i, t = _memo_position(self._by_m, m, self.m_knots)
+        j, u, _ = self._nk_terms(nk)
         low, high = self.compute_efficiency[i], self.compute_efficiency[i + 1]
         return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
             (1 - u) * high[j] + u * high[j + 1]
@@ -127,8 +185,7 @@ class GemmCurve:
 
     def memory_efficiency_at(self, nk: float) -> float:
         """The memory efficiency of a ``nk``-element weight (linear in ``log2``)."""
-        j, u = _position(nk, self.nk_knots)
-        return (1 - u) * self.memory_efficiency[j] + u * self.memory_efficiency[j + 1]
+        return self._nk_terms(nk)[2]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +196,9 @@ class FittedGemm:
     peak_flops_per_s: float
     peak_hbm_bytes_per_s: float
     fixed_s: float
+    #: The floor inside a served captured graph (:data:`IN_GRAPH_FLOOR_US`; ``fixed_s`` where
+    #: the kernel is priced as measured).
+    graph_fixed_s: float
     source: str  # ``fitted:<engine>``
 
     def flops_per_s(self, m: float, nk: float) -> float:
@@ -241,19 +301,28 @@ def fitted_gemm(
     peak_flops_per_s: float,
     peak_hbm_bytes_per_s: float,
     graph_launch_s: float,
+    in_graph_s: float | None = None,
+    fixed_cap_s: float | None = None,
 ) -> FittedGemm | None:
     """The fitted GEMM of ``engine``'s ``label`` kernels on ``device`` (None: the defaults).
 
-    The fitted floor never undercuts the captured-graph launch cost it stands in for."""
+    The fitted floor never undercuts the captured-graph launch cost it stands in for, nor
+    exceeds ``fixed_cap_s`` (a served quantized GEMM: its 16-bit twin's floor, the activation
+    quantization being fused upstream); ``in_graph_s``: its floor inside a served captured
+    graph (None: the fitted floor there too)."""
     if engine is None or label is None:
         return None
     curve = kernel_fit().gemm_curve(device, engine, label)
     if curve is None:
         return None
+    fixed_s = max(curve.fixed_us * S_PER_US, graph_launch_s)
+    if fixed_cap_s is not None:
+        fixed_s = min(fixed_s, fixed_cap_s)
     return FittedGemm(
         curve=curve,
         peak_flops_per_s=peak_flops_per_s,
         peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
-        fixed_s=max(curve.fixed_us * S_PER_US, graph_launch_s),
+        fixed_s=fixed_s,
+        graph_fixed_s=fixed_s if in_graph_s is None else in_graph_s,
         source=FITTED_SOURCE_PREFIX + engine,
     )

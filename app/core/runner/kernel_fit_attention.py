@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,9 @@ from app.core.runner.kernel_fit import (
     S_PER_US,
     KernelFitError,
     _check_knots,
+    _memo_position,
     _number,
     _numbers,
-    _position,
     read_fit_json,
 )
 
@@ -104,6 +104,16 @@ class AttentionCurve:
     head_dim_factor: tuple[float, ...]  # [head_dim knot]
     row_ns: float
     fixed_us: float
+    #: Knot positions already found, per axis (not part of the curve's value).
+    _by_rows: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_context: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_head_dim: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         _check_knots("row_knots", self.row_knots)
@@ -127,28 +137,36 @@ class AttentionCurve:
             if not (value >= 0 and value != float("inf")):
                 raise ValueError(f"{name} must be a number >= 0")
 
-    def _table_at(self, table: tuple[tuple[float, ...], ...], rows: float, context: float) -> float:
-        i, t = _position(rows, self.row_knots)
-        j, u = _position(context, self.context_knots)
-        low, high = table[i], table[i + 1]
-        return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
-            (1 - u) * high[j] + u * high[j + 1]
-        )
+    def efficiencies_at(self, rows: float, context: float, head_dim: float) -> tuple[float, float]:
+        """``(compute, memory)``: the shares of the matrix and HBM peaks at ``rows`` query rows
+        over ``context`` positions of ``head_dim``-wide heads."""
+        i, t = _memo_position(self._by_rows, rows, self.row_knots)
+        j, u = _memo_position(self._by_context, context, self.context_knots)
+        head = self.head_factor_at(head_dim)
+        shares = []
+        for table in (self.compute_efficiency, self.memory_efficiency):
+            low, high = table[i], table[i + 1]
+            shares.append(
+                head
+                * (
+                    (1 - t) * ((1 - u) * low[j] + u * low[j + 1])
+                    + t * ((1 - u) * high[j] + u * high[j + 1])
+                )
+            )
+        return shares[0], shares[1]
 
     def head_factor_at(self, head_dim: float) -> float:
         """The share of both rates a ``head_dim``-wide head reaches (linear in ``log2``)."""
-        j, u = _position(head_dim, self.head_dim_knots)
+        j, u = _memo_position(self._by_head_dim, head_dim, self.head_dim_knots)
         return (1 - u) * self.head_dim_factor[j] + u * self.head_dim_factor[j + 1]
 
     def compute_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
         """The share of the matrix peak at ``rows`` query rows over ``context`` positions."""
-        return self._table_at(self.compute_efficiency, rows, context) * self.head_factor_at(
-            head_dim
-        )
+        return self.efficiencies_at(rows, context, head_dim)[0]
 
     def memory_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
         """The share of the HBM peak at ``rows`` query rows over ``context`` positions."""
-        return self._table_at(self.memory_efficiency, rows, context) * self.head_factor_at(head_dim)
+        return self.efficiencies_at(rows, context, head_dim)[1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +177,9 @@ class FittedAttention:
     peak_flops_per_s: float
     peak_hbm_bytes_per_s: float
     fixed_s: float
+    #: The floor inside a served captured graph (``kernel_fit``'s ``IN_GRAPH_FLOOR_US``;
+    #: ``fixed_s`` where the kernel is priced as measured).
+    graph_fixed_s: float
     row_s: float
     source: str  # ``fitted:<engine>``
 
@@ -168,12 +189,12 @@ class FittedAttention:
         """``(flops_per_s, hbm_bytes_per_s)`` of a kernel of ``flops`` at this shape: the
         compute time is the larger of the matrix work and the per-row floor, expressed as a
         rate so the op's roofline stays ``max(compute, memory) + fixed``."""
-        c = self.curve
-        rate = self.peak_flops_per_s * c.compute_efficiency_at(rows, context, head_dim)
+        compute, memory = self.curve.efficiencies_at(rows, context, head_dim)
+        rate = self.peak_flops_per_s * compute
         floor_s = rows * self.row_s
         if flops > 0 and floor_s * rate > flops:
             rate = flops / floor_s
-        return rate, self.peak_hbm_bytes_per_s * c.memory_efficiency_at(rows, context, head_dim)
+        return rate, self.peak_hbm_bytes_per_s * memory
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,21 +274,25 @@ def fitted_attention(
     peak_flops_per_s: Mapping[bool, float],
     peak_hbm_bytes_per_s: float,
     graph_launch_s: float,
+    in_graph_s: float | None = None,
 ) -> FittedAttention | None:
     """The fitted ``family`` kernel of ``engine`` on ``device`` for the first of ``labels`` with
     a curve (None: the defaults). ``peak_flops_per_s``: the matrix peak by FP8 compute (True)
-    or 16-bit (False). The fitted floor never undercuts the graph launch cost it stands in for."""
+    or 16-bit (False). The fitted floor never undercuts the graph launch cost it stands in for;
+    ``in_graph_s``: the floor inside a served captured graph (None: the fitted floor there)."""
     if engine is None:
         return None
     table = attention_fit()
     for label in labels:
         curve = table.curve(device, engine, family, label)
         if curve is not None:
+            fixed_s = max(curve.fixed_us * S_PER_US, graph_launch_s)
             return FittedAttention(
                 curve=curve,
                 peak_flops_per_s=peak_flops_per_s[label_is_fp8_compute(label)],
                 peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
-                fixed_s=max(curve.fixed_us * S_PER_US, graph_launch_s),
+                fixed_s=fixed_s,
+                graph_fixed_s=fixed_s if in_graph_s is None else in_graph_s,
                 row_s=curve.row_ns * S_PER_NS,
                 source=FITTED_SOURCE_PREFIX + engine,
             )

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,9 +38,9 @@ from app.core.runner.kernel_fit import (
     S_PER_US,
     KernelFitError,
     _check_knots,
+    _memo_position,
     _number,
     _numbers,
-    _position,
     read_fit_json,
 )
 
@@ -63,6 +63,10 @@ class CommCurve:
     message_knots: tuple[float, ...]  # bytes
     bandwidth_gb_s: tuple[float, ...]  # algorithm bandwidth at each knot
     latency_us: float
+    #: Knot positions already found (not part of the curve's value).
+    _by_message: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         _check_knots("message_knots", self.message_knots)
@@ -74,7 +78,7 @@ class CommCurve:
             raise ValueError("latency_us must be a number >= 0")
 
     def time_s(self, message_bytes: float) -> float:
-        j, u = _position(message_bytes, self.message_knots)
+        j, u = _memo_position(self._by_message, message_bytes, self.message_knots)
         bandwidth = (1 - u) * self.bandwidth_gb_s[j] + u * self.bandwidth_gb_s[j + 1]
         return self.latency_us * S_PER_US + message_bytes / (bandwidth * BYTES_PER_GB)
 

@@ -105,11 +105,19 @@ class FittedMoe:
     peak_hbm_bytes_per_s: float
     graph_launch_s: float
     source: str  # ``fitted:<engine>``
+    #: Each grouped GEMM's floor inside a served captured graph (``kernel_fit``'s
+    #: ``IN_GRAPH_FLOOR_US``; None: the fitted floor there too).
+    in_graph_s: float | None = None
 
     @property
     def fixed_s(self) -> float:
         """Each grouped GEMM's floor: never below the captured-graph cost it stands in for."""
         return max(self.curve.gemm.fixed_us * S_PER_US, self.graph_launch_s)
+
+    @property
+    def graph_fixed_s(self) -> float:
+        """Each grouped GEMM's floor inside a captured graph."""
+        return self.fixed_s if self.in_graph_s is None else self.in_graph_s
 
     @property
     def expert_s(self) -> float:
@@ -264,9 +272,11 @@ def fitted_moe(
     peak_flops_per_s: float,
     peak_hbm_bytes_per_s: float,
     graph_launch_s: float,
+    in_graph_s: float | None = None,
 ) -> FittedMoe | None:
     """The fitted MoE of ``engine``'s ``label`` kernels on ``device``, its default version
-    (None: the defaults)."""
+    (None: the defaults); ``in_graph_s``: each grouped GEMM's floor inside a served captured
+    graph."""
     if engine is None or label is None:
         return None
     curve = kernel_fit_moe().curve(device, engine, label)
@@ -279,4 +289,5 @@ def fitted_moe(
         peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
         graph_launch_s=graph_launch_s,
         source=FITTED_SOURCE_PREFIX + engine,
+        in_graph_s=in_graph_s,
     )
