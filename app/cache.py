@@ -151,6 +151,9 @@ class LatencyCache(Protocol):
     """Batched JSON key/value store for forward-pass results."""
 
     backend: str
+    #: Whether other processes read what this one writes, over a network (Redis): what saves
+    #: a round trip, such as an optimize search's manifest, is worth storing only then.
+    shared: bool
     stats: CacheStats
 
     def get_many(self, keys: Sequence[str]) -> list[JSONValue | None]:
@@ -178,6 +181,7 @@ class MemoryLatencyCache:
     """In-process LRU bounded by entry count and by bytes. Values are JSON text, like Redis."""
 
     backend = "memory"
+    shared = False
 
     def __init__(self, max_entries: int = 200_000, max_bytes: int = 256 * 1024 * 1024) -> None:
         if max_entries < 1 or max_bytes < 1:
@@ -254,6 +258,7 @@ class RedisLatencyCache:
     """Redis backend shared by every worker; degrades to all-miss when Redis is unreachable."""
 
     backend = "redis"
+    shared = True
 
     def __init__(
         self,

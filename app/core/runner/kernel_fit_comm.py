@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +159,12 @@ def _measured_engines() -> frozenset[str]:
     return frozenset({NCCL_ENGINE} | {key[2] for key in kernel_fit_comm() if key[1] == CUSTOM})
 
 
-@cache
+#: Pairs (device, engine) whose chosen collectives a process keeps: every built-in device with
+#: every engine (25 x a few); a custom device's name is the client's, so the memo is bounded.
+FITTED_COMM_MEMO = 256
+
+
+@lru_cache(maxsize=FITTED_COMM_MEMO)
 def fitted_comm(device: str, engine: str | None) -> FittedComm | None:
     """The collectives ``engine`` runs on ``device`` with a fitted curve (None: none).
 
