@@ -149,9 +149,7 @@ class Sweeps:
         self.store: SweepStore
         self._local: LocalPool | None = None
         if broker:
-            self.store = RedisSweepStore(
-                settings.sweep_store_url or broker, ttl_s=settings.sweep_ttl_s
-            )
+            self.store = RedisSweepStore(settings.store_url, ttl_s=settings.sweep_ttl_s)
         else:
             self.store = MemorySweepStore()
             self._local = LocalPool(settings, self.store)

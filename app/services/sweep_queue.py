@@ -51,12 +51,17 @@ def worker_broker(settings: Settings) -> str:
     return settings.broker_url or settings.redis_url
 
 
-def worker_store(settings: Settings, retries: int = 2) -> RedisSweepStore:
-    """The sweep store a worker (or its command) talks to: ``APP_SWEEP_STORE_URL``, else the
+def worker_store_url(settings: Settings) -> str:
+    """The durable store a worker (or its command) talks to: ``APP_SWEEP_STORE_URL``, else the
     broker's Redis."""
+    return settings.sweep_store_url or worker_broker(settings)
+
+
+def worker_store(settings: Settings, retries: int = 2) -> RedisSweepStore:
+    """The sweep store a worker (or its command) talks to (:func:`worker_store_url`)."""
     from app.services.sweep_store import RedisSweepStore
 
-    url = settings.sweep_store_url or worker_broker(settings)
+    url = worker_store_url(settings)
     return RedisSweepStore(url, ttl_s=settings.sweep_ttl_s, retries=retries)
 
 
@@ -123,7 +128,8 @@ def _worker_state() -> tuple[ServiceContext, RedisSweepStore]:
         from app.services.context import create_context
 
         settings: Settings = _WORKER.get("settings") or Settings()
-        _WORKER["context"] = create_context(settings)
+        # A scenario naming a stored calibration reads it from the store its sweep is in.
+        _WORKER["context"] = create_context(settings, store_url=worker_store_url(settings))
         _WORKER["store"] = worker_store(settings, retries=WORKER_STORE_RETRIES)
     return _WORKER["context"], _WORKER["store"]
 

@@ -18,8 +18,10 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from app.cli.sweep import idempotency_key
+from app.main import create_app
 from app.models.sweep import SweepRequest
 from app.services import sweep
 from app.services.context import create_context
@@ -27,7 +29,7 @@ from app.services.sweep_jobs import Submitted, Sweeps, points_of, queued_batches
 from app.services.sweep_queue import enqueue
 from app.services.sweep_store import SweepMeta, new_sweep_id
 from app.settings import Settings
-from tests.api import test_sweep
+from tests.api import test_calibrations, test_sweep
 from tests.integration.conftest import RedisServer, Uvicorn, wait_until
 from tests.integration.servers import ROOT, redis_env, start_server
 
@@ -221,6 +223,37 @@ def test_a_failing_scenario_is_a_row_with_its_error(
         assert by_key[good.scenario_key]["error"] is None
         assert "NO_SUCH_DEVICE" in by_key[broken.scenario_key]["error"]
         assert by_key[broken.scenario_key]["concurrency"] == 2
+    finally:
+        sweeps.close()
+        context.close()
+
+
+def test_a_worker_reads_a_stored_calibration_from_the_durable_store(
+    redis_server: RedisServer, workers: list[Worker], tmp_path: Path
+) -> None:
+    """A scenario naming a stored calibration: the worker, its latency cache in-process, reads
+    the profile from the store its sweep is in (the broker's Redis here) and gives the rows
+    this process gives."""
+    settings = Settings(cache_backend="memory", broker_url=redis_server.url)
+    with TestClient(create_app(settings)) as client:
+        created = client.post("/v1/calibrations", json={"points": test_calibrations._rows()})
+        assert created.status_code == 201, created.text
+    base = {**test_calibrations.SIMULATE, "calibration": created.json()["id"]}
+    request = SweepRequest(operation="simulate", base=base, grid={"concurrency": [4, 16]})
+    sweeps = Sweeps(settings)
+    context = create_context(settings)
+    try:
+        submitted = sweeps.submit(context, request, owner=None, idempotency_key=None)
+        env = redis_env(None, broker_url=redis_server.url)
+        workers.append(Worker(env, tmp_path / "worker.log"))
+        wait_done(sweeps, submitted.sweep_id)
+        progress = sweeps.progress(submitted.sweep_id, None)
+        assert (progress.done, progress.failed) == (2, 0)
+        _, rows = sweeps.rows(submitted.sweep_id, None)
+        tasks = sweep.prepare(context, points_of(request))
+        expected = sweep.evaluate_tasks(context, tasks)
+        key = "scenario_key"
+        assert sorted(rows, key=lambda r: r[key]) == sorted(expected, key=lambda r: r[key])
     finally:
         sweeps.close()
         context.close()
