@@ -510,6 +510,28 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:MAX_ERROR_TEXT]
 
 
+def durable_client(
+    url: str, *, socket_timeout_s: float, retries: int, decode_responses: bool = False
+) -> redis.Redis:
+    """A client of a durable store (sweeps, calibrations: docs/sweeps.md), unlike the latency
+    cache's: a lost connection (a Redis restart) is retried ``retries`` times, backing off to
+    2 s, before the caller's error (the API answers 503 soon; a worker waits longer)."""
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    client: redis.Redis = redis.Redis.from_url(
+        url,
+        socket_connect_timeout=2.0,
+        socket_timeout=socket_timeout_s,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        health_check_interval=30,
+        decode_responses=decode_responses,
+    )
+    return client
+
+
 def redact_url(url: str) -> str:
     """The URL without its password, for logs and health output."""
     if "@" not in url:

@@ -18,12 +18,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from app.cache import JSONObject, JSONValue, redact_url
-
-if TYPE_CHECKING:
-    import redis
+from app.cache import JSONObject, JSONValue, durable_client, redact_url
 
 KEY_PREFIX = "calibration:"
 #: Most profiles a process keeps without a durable store (a profile's JSON is at most 64 KiB:
@@ -134,19 +131,10 @@ class RedisCalibrationStore:
 
     def __init__(self, url: str, *, socket_timeout_s: float = 5.0, retries: int = 2) -> None:
         import redis
-        from redis.backoff import ExponentialBackoff
-        from redis.retry import Retry
 
         self.url = url
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        self._client: redis.Redis = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=2.0,
-            socket_timeout=socket_timeout_s,
-            retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries),
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-            health_check_interval=30,
-        )
+        self._client = durable_client(url, socket_timeout_s=socket_timeout_s, retries=retries)
 
     def _failed(self, exc: BaseException) -> str:
         # The store's URL without its password, the error's class: no key, no value.

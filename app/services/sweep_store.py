@@ -26,13 +26,10 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from app.cache import redact_url
+from app.cache import durable_client, redact_url
 from app.services.sweep import Task
-
-if TYPE_CHECKING:
-    import redis
 
 KEY_PREFIX = "chunkwise:sweep"
 #: Keys written to Redis per command (a 100,000-scenario sweep is 100 commands).
@@ -168,19 +165,8 @@ class RedisSweepStore:
         self.url = url
         self.ttl_s = ttl_s
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        # Retried on a lost connection (a Redis restart): ``retries`` times, backing off to 2 s
-        # (the API answers 503 soon; a worker waits longer).
-        from redis.backoff import ExponentialBackoff
-        from redis.retry import Retry
-
-        self._client: redis.Redis = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=2.0,
-            socket_timeout=socket_timeout_s,
-            retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries),
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-            health_check_interval=30,
-            decode_responses=True,
+        self._client = durable_client(
+            url, socket_timeout_s=socket_timeout_s, retries=retries, decode_responses=True
         )
 
     @staticmethod
