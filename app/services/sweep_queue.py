@@ -145,13 +145,22 @@ def sweep_batch(sweep_id: str, keys: list[str]) -> int:
     """The task (of every configured app): evaluate the batch's scenarios still without a row
     and write their rows; the rows written (0 for a cancelled sweep or a batch already
     done)."""
+    from app.services.context import REQUEST_OWNER
     from app.services.sweep import evaluate_tasks
 
     context, store = _worker_state()
     tasks = store.claim(sweep_id, keys)
     if not tasks:
         return 0
-    rows = evaluate_tasks(context, tasks)
+    # A stored calibration belongs to its owner (the API key's digest): the batch reads the
+    # ones its scenarios name as the sweep's owner, as the API did when it resolved them (one
+    # more round trip, for such batches only).
+    named = any(isinstance(task.echo.get("calibration"), str) for task in tasks)
+    owned = REQUEST_OWNER.set(store.owner(sweep_id) if named else None)
+    try:
+        rows = evaluate_tasks(context, tasks)
+    finally:
+        REQUEST_OWNER.reset(owned)
     store.put_rows(sweep_id, rows)
     return len(rows)
 

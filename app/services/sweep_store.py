@@ -132,6 +132,11 @@ class SweepStore(Protocol):
         a key with a row already is left out)."""
         ...
 
+    def owner(self, sweep_id: str) -> str | None:
+        """The owner of the sweep (None: none, or no such sweep): a worker reads a stored
+        calibration a scenario names as that owner."""
+        ...
+
     def put_rows(self, sweep_id: str, rows: Sequence[Mapping[str, Any]]) -> None: ...
 
     def iter_rows(self, sweep_id: str, page: int = WRITE_CHUNK) -> Iterator[dict[str, Any]]:
@@ -255,6 +260,10 @@ class RedisSweepStore:
             if row is None and text is not None
         ]
 
+    def owner(self, sweep_id: str) -> str | None:
+        text = self._client.hget(self.key(sweep_id), "meta")
+        return None if text is None else SweepMeta.from_json(str(text)).owner
+
     def put_rows(self, sweep_id: str, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:
             return
@@ -369,6 +378,11 @@ class MemorySweepStore:
                 return []
             tasks, rows = self._tasks[sweep_id], self._rows[sweep_id]
             return [tasks[key] for key in keys if key in tasks and key not in rows]
+
+    def owner(self, sweep_id: str) -> str | None:
+        with self._lock:
+            meta = self._meta.get(sweep_id)
+        return None if meta is None else meta.owner
 
     def put_rows(self, sweep_id: str, rows: Sequence[Mapping[str, Any]]) -> None:
         with self._lock:
