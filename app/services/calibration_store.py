@@ -98,7 +98,7 @@ class MemoryCalibrationStore:
         with self._lock:
             for key in [k for k, (_, until) in self._values.items() if until <= now]:
                 del self._values[key]
-            if len(self._values) >= self.max_items:
+            if calibration_id not in self._values and len(self._values) >= self.max_items:
                 raise StoreFullError(
                     f"the calibration was not stored: this process keeps at most "
                     f"{self.max_items} profiles without a durable store; delete some, or set "

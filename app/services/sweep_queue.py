@@ -146,7 +146,7 @@ def sweep_batch(sweep_id: str, keys: list[str]) -> int:
     and write their rows; the rows written (0 for a cancelled sweep or a batch already
     done)."""
     from app.services.context import REQUEST_OWNER
-    from app.services.sweep import evaluate_tasks
+    from app.services.sweep import evaluate_tasks, named_calibrations
 
     context, store = _worker_state()
     tasks = store.claim(sweep_id, keys)
@@ -155,7 +155,7 @@ def sweep_batch(sweep_id: str, keys: list[str]) -> int:
     # A stored calibration belongs to its owner (the API key's digest): the batch reads the
     # ones its scenarios name as the sweep's owner, as the API did when it resolved them (one
     # more round trip, for such batches only).
-    named = any(isinstance(task.echo.get("calibration"), str) for task in tasks)
+    named = bool(named_calibrations(tasks))
     owned = REQUEST_OWNER.set(store.owner(sweep_id) if named else None)
     try:
         rows = evaluate_tasks(context, tasks)
