@@ -17,23 +17,32 @@ stands in for the captured-graph launch cost).
 
 A device, engine or quantization the file has no curve for keeps the runner's physics-derived
 defaults (:mod:`app.core.runner.plan`); every op says which priced it (``OpCost.source``). A
-missing or malformed file raises :class:`KernelFitError` on first use, never a silent default.
+missing or malformed file raises :class:`~app.core.runner.fit_tables.KernelFitError` on first
+use, never a silent default.
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from app.core.catalog.quantization import LinearQuantAction, Quantization
-from app.core.errors import ChunkwiseError
+from app.core.runner.fit_tables import (
+    add_curve,
+    check_knots,
+    document_entries,
+    memo_position,
+    number,
+    number_rows,
+    numbers,
+    position,
+    read_fit_json,
+    string_key,
+)
 
 KERNEL_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit.json"
 KERNEL_FIT_FORMAT = "chunkwise-kernel-fit/1"
@@ -76,10 +85,6 @@ IN_GRAPH_FLOOR_US: Mapping[str, float] = {"trtllm": 3.0, "vllm": 3.0, "sglang": 
 CUDA_GRAPH_VENDOR = "nvidia"
 
 
-class KernelFitError(ChunkwiseError):
-    """The fitted kernel table is missing or malformed (a packaging error, not bad input)."""
-
-
 def in_graph_floor_s(engine: str | None, vendor: str) -> float | None:
     """A measured kernel's floor (s) inside ``engine``'s served captured graphs on a ``vendor``
     device (None: no in-graph floor, the fitted floors stand)."""
@@ -95,41 +100,6 @@ def gemm_label(quantization: Quantization, native_linear: str | None) -> str | N
     if action is LinearQuantAction.FP8 and native_linear == LinearQuantAction.FP8.value:
         return FP8_BLOCK
     return _GEMM_LABELS.get(action)
-
-
-def _position(x: float, knots: tuple[float, ...]) -> tuple[int, float]:
-    """The knot interval of ``x`` and its share of the way to the upper knot, linear in
-    ``log2`` (clamped to the end knots)."""
-    if x <= knots[0]:
-        return 0, 0.0
-    if x >= knots[-1]:
-        return len(knots) - 2, 1.0
-    i = bisect.bisect_right(knots, x) - 1
-    return i, math.log2(x / knots[i]) / math.log2(knots[i + 1] / knots[i])
-
-
-#: Entries a curve remembers per axis before it forgets them all (token counts, contexts and
-#: messages recur within a simulation; the bound keeps a long-lived process's memory flat).
-POSITION_MEMO_LIMIT = 4096
-
-
-def _memo_position(
-    memo: dict[float, tuple[int, float]], x: float, knots: tuple[float, ...]
-) -> tuple[int, float]:
-    """:func:`_position`, remembered in ``memo`` (emptied at :data:`POSITION_MEMO_LIMIT`)."""
-    found = memo.get(x)
-    if found is None:
-        if len(memo) >= POSITION_MEMO_LIMIT:
-            memo.clear()
-        found = memo[x] = _position(x, knots)
-    return found
-
-
-def _check_knots(name: str, knots: tuple[float, ...]) -> None:
-    if len(knots) < 2 or any(k <= 0 for k in knots):
-        raise ValueError(f"{name} needs two or more positive knots")
-    if any(b <= a for a, b in itertools.pairwise(knots)):
-        raise ValueError(f"{name} must increase")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,8 +122,8 @@ class GemmCurve:
     )
 
     def __post_init__(self) -> None:
-        _check_knots("m_knots", self.m_knots)
-        _check_knots("nk_knots", self.nk_knots)
+        check_knots("m_knots", self.m_knots)
+        check_knots("nk_knots", self.nk_knots)
         rows = self.compute_efficiency
         if len(rows) != len(self.m_knots) or any(len(r) != len(self.nk_knots) for r in rows):
             raise ValueError("compute_efficiency needs one row per m knot, one value per nk knot")
@@ -168,7 +138,7 @@ class GemmCurve:
         """``nk``'s knot interval and share, and the memory efficiency there (remembered)."""
         found = self._by_nk.get(nk)
         if found is None:
-            j, u = _position(nk, self.nk_knots)
+            j, u = position(nk, self.nk_knots)
             memory = (1 - u) * self.memory_efficiency[j] + u * self.memory_efficiency[j + 1]
             found = self._by_nk[nk] = (j, u, memory)
         return found
@@ -176,7 +146,7 @@ class GemmCurve:
     def compute_efficiency_at(self, m: float, nk: float) -> float:
         """The compute efficiency at ``m`` rows of a ``nk``-element weight (bilinear in
         ``log2``)."""
-        i, t = _memo_position(self._by_m, m, self.m_knots)
+        i, t = memo_position(self._by_m, m, self.m_knots)
         j, u, _ = self._nk_terms(nk)
         low, high = self.compute_efficiency[i], self.compute_efficiency[i + 1]
         return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
@@ -208,78 +178,46 @@ class FittedGemm:
         return self.peak_hbm_bytes_per_s * self.curve.memory_efficiency_at(nk)
 
 
+#: (device name, engine, GEMM label).
+GemmKey = tuple[str, str, str]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KernelFit:
     """The whole fitted table: GEMM curves by (device name, engine, GEMM label)."""
 
-    gemm: Mapping[tuple[str, str, str], GemmCurve]
+    gemm: Mapping[GemmKey, GemmCurve]
     source: Mapping[str, Any]
 
     def gemm_curve(self, device: str, engine: str, label: str) -> GemmCurve | None:
         return self.gemm.get((device, engine, label))
 
 
-def _number(entry: Mapping[str, Any], name: str) -> float:
-    value = entry.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise KernelFitError(f"kernel fit: {name!r} is not a number in {entry.get('device')}")
-    return float(value)
-
-
-def _numbers(entry: Mapping[str, Any], name: str) -> tuple[float, ...]:
-    values = entry.get(name)
-    if not isinstance(values, list):
-        raise KernelFitError(f"kernel fit: {name!r} is not a list in {entry.get('device')}")
-    return tuple(_number({name: v, "device": entry.get("device")}, name) for v in values)
+def gemm_curve_of(
+    entry: Mapping[str, Any], key: object, *, m_knots: str = "m_knots", nk_knots: str = "nk_knots"
+) -> GemmCurve:
+    """The :class:`GemmCurve` of a table entry (its knots under the names given, then
+    ``compute_efficiency``, ``memory_efficiency``, ``fixed_us``); a ValueError when its
+    numbers do not make a curve."""
+    table = number_rows(entry, "compute_efficiency", key, "kernel fit")
+    return GemmCurve(
+        m_knots=numbers(entry, m_knots),
+        nk_knots=numbers(entry, nk_knots),
+        compute_efficiency=table,
+        memory_efficiency=numbers(entry, "memory_efficiency"),
+        fixed_us=number(entry, "fixed_us"),
+    )
 
 
 def parse_kernel_fit(body: Any) -> KernelFit:
     """A :class:`KernelFit` from the decoded json (raises :class:`KernelFitError`)."""
-    if not isinstance(body, dict) or body.get("format") != KERNEL_FIT_FORMAT:
-        raise KernelFitError(f"kernel fit: not a {KERNEL_FIT_FORMAT} document")
-    entries = body.get("gemm")
-    source = body.get("source")
-    if not isinstance(entries, list) or not isinstance(source, dict):
-        raise KernelFitError("kernel fit: needs a 'source' object and a 'gemm' list")
+    what = "kernel fit"
+    source, entries = document_entries(body, what=what, document=KERNEL_FIT_FORMAT, entries="gemm")
     curves: dict[tuple[str, str, str], GemmCurve] = {}
     for entry in entries:
-        if not isinstance(entry, dict):
-            raise KernelFitError("kernel fit: a 'gemm' entry is not an object")
-        key = tuple(entry.get(name) for name in ("device", "engine", "quantization"))
-        if not all(isinstance(part, str) and part for part in key):
-            raise KernelFitError(f"kernel fit: entry without device/engine/quantization: {key}")
-        table = entry.get("compute_efficiency")
-        if not isinstance(table, list):
-            raise KernelFitError(f"kernel fit: 'compute_efficiency' is not a list in {key}")
-        try:
-            curve = GemmCurve(
-                m_knots=_numbers(entry, "m_knots"),
-                nk_knots=_numbers(entry, "nk_knots"),
-                compute_efficiency=tuple(
-                    _numbers({"row": row, "device": key}, "row") for row in table
-                ),
-                memory_efficiency=_numbers(entry, "memory_efficiency"),
-                fixed_us=_number(entry, "fixed_us"),
-            )
-        except ValueError as err:
-            raise KernelFitError(f"kernel fit: {key}: {err}") from None
-        if key in curves:
-            raise KernelFitError(f"kernel fit: {key} appears twice")
-        curves[key] = curve  # type: ignore[index]
+        key = cast(GemmKey, string_key(entry, ("device", "engine", "quantization"), what))
+        add_curve(curves, key, gemm_curve_of, entry, what)
     return KernelFit(gemm=curves, source=source)
-
-
-def read_fit_json(path: Path, what: str) -> Any:
-    """The decoded json of the fitted table ``what`` at ``path`` (raises
-    :class:`KernelFitError` if it cannot be read or is not json)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise KernelFitError(f"{what}: cannot read {path} ({err.strerror})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise KernelFitError(f"{what}: {path} is not json ({err.msg})") from None
 
 
 def load_kernel_fit(path: Path = KERNEL_FIT_PATH) -> KernelFit:

@@ -27,7 +27,7 @@ and ``context_mla`` / ``generation_mla`` (DeepSeek MLA, prefill / absorbed decod
 measured ``<compute dtype>/kv <KV dtype>`` (:func:`attention_labels`). A device, engine, family or
 label without a curve keeps the runner's defaults; every op says which priced it
 (``OpCost.source``). A missing or malformed file raises
-:class:`~app.core.runner.kernel_fit.KernelFitError` on first use, never a silent default.
+:class:`~app.core.runner.fit_tables.KernelFitError` on first use, never a silent default.
 """
 
 from __future__ import annotations
@@ -37,19 +37,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from app.core.catalog.quantization import AttentionQuantAction
-from app.core.runner.kernel_fit import (
-    FITTED_SOURCE_PREFIX,
-    S_PER_US,
+from app.core.runner.fit_tables import (
     KernelFitError,
-    _check_knots,
-    _memo_position,
-    _number,
-    _numbers,
+    add_curve,
+    check_knots,
+    document_entries,
+    memo_position,
+    number,
+    number_rows,
+    numbers,
     read_fit_json,
+    string_key,
 )
+from app.core.runner.kernel_fit import FITTED_SOURCE_PREFIX, S_PER_US
 
 ATTENTION_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_attention.json"
 ATTENTION_FIT_FORMAT = "chunkwise-attention-fit/1"
@@ -116,9 +119,9 @@ class AttentionCurve:
     )
 
     def __post_init__(self) -> None:
-        _check_knots("row_knots", self.row_knots)
-        _check_knots("context_knots", self.context_knots)
-        _check_knots("head_dim_knots", self.head_dim_knots)
+        check_knots("row_knots", self.row_knots)
+        check_knots("context_knots", self.context_knots)
+        check_knots("head_dim_knots", self.head_dim_knots)
         for name in ("compute_efficiency", "memory_efficiency"):
             table = getattr(self, name)
             if len(table) != len(self.row_knots) or any(
@@ -140,8 +143,8 @@ class AttentionCurve:
     def efficiencies_at(self, rows: float, context: float, head_dim: float) -> tuple[float, float]:
         """``(compute, memory)``: the shares of the matrix and HBM peaks at ``rows`` query rows
         over ``context`` positions of ``head_dim``-wide heads."""
-        i, t = _memo_position(self._by_rows, rows, self.row_knots)
-        j, u = _memo_position(self._by_context, context, self.context_knots)
+        i, t = memo_position(self._by_rows, rows, self.row_knots)
+        j, u = memo_position(self._by_context, context, self.context_knots)
         head = self.head_factor_at(head_dim)
         shares = []
         for table in (self.compute_efficiency, self.memory_efficiency):
@@ -157,7 +160,7 @@ class AttentionCurve:
 
     def head_factor_at(self, head_dim: float) -> float:
         """The share of both rates a ``head_dim``-wide head reaches (linear in ``log2``)."""
-        j, u = _memo_position(self._by_head_dim, head_dim, self.head_dim_knots)
+        j, u = memo_position(self._by_head_dim, head_dim, self.head_dim_knots)
         return (1 - u) * self.head_dim_factor[j] + u * self.head_dim_factor[j + 1]
 
     def compute_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
@@ -197,60 +200,47 @@ class FittedAttention:
         return rate, self.peak_hbm_bytes_per_s * memory
 
 
+#: (device name, engine, family, label).
+AttentionKey = tuple[str, str, str, str]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionFit:
     """The whole fitted table: curves by (device name, engine, family, label)."""
 
-    curves: Mapping[tuple[str, str, str, str], AttentionCurve]
+    curves: Mapping[AttentionKey, AttentionCurve]
     source: Mapping[str, Any]
 
     def curve(self, device: str, engine: str, family: str, label: str) -> AttentionCurve | None:
         return self.curves.get((device, engine, family, label))
 
 
-def _table(entry: Mapping[str, Any], name: str, key: object) -> tuple[tuple[float, ...], ...]:
-    rows = entry.get(name)
-    if not isinstance(rows, list):
-        raise KernelFitError(f"attention fit: {name!r} is not a list in {key}")
-    return tuple(_numbers({"row": row, "device": key}, "row") for row in rows)
-
-
 def _curve(entry: Mapping[str, Any], key: object) -> AttentionCurve:
-    try:
-        return AttentionCurve(
-            row_knots=_numbers(entry, "row_knots"),
-            context_knots=_numbers(entry, "context_knots"),
-            head_dim_knots=_numbers(entry, "head_dim_knots"),
-            compute_efficiency=_table(entry, "compute_efficiency", key),
-            memory_efficiency=_table(entry, "memory_efficiency", key),
-            head_dim_factor=_numbers(entry, "head_dim_factor"),
-            row_ns=_number(entry, "row_ns"),
-            fixed_us=_number(entry, "fixed_us"),
-        )
-    except ValueError as err:
-        raise KernelFitError(f"attention fit: {key}: {err}") from None
+    return AttentionCurve(
+        row_knots=numbers(entry, "row_knots"),
+        context_knots=numbers(entry, "context_knots"),
+        head_dim_knots=numbers(entry, "head_dim_knots"),
+        compute_efficiency=number_rows(entry, "compute_efficiency", key, "attention fit"),
+        memory_efficiency=number_rows(entry, "memory_efficiency", key, "attention fit"),
+        head_dim_factor=numbers(entry, "head_dim_factor"),
+        row_ns=number(entry, "row_ns"),
+        fixed_us=number(entry, "fixed_us"),
+    )
 
 
 def parse_attention_fit(body: Any) -> AttentionFit:
     """An :class:`AttentionFit` from the decoded json (raises ``KernelFitError``)."""
-    if not isinstance(body, dict) or body.get("format") != ATTENTION_FIT_FORMAT:
-        raise KernelFitError(f"attention fit: not a {ATTENTION_FIT_FORMAT} document")
-    entries = body.get("attention")
-    source = body.get("source")
-    if not isinstance(entries, list) or not isinstance(source, dict):
-        raise KernelFitError("attention fit: needs a 'source' object and an 'attention' list")
-    curves: dict[tuple[str, str, str, str], AttentionCurve] = {}
+    what = "attention fit"
+    source, entries = document_entries(
+        body, what=what, document=ATTENTION_FIT_FORMAT, entries="attention"
+    )
+    curves: dict[AttentionKey, AttentionCurve] = {}
     for entry in entries:
-        if not isinstance(entry, dict):
-            raise KernelFitError("attention fit: an 'attention' entry is not an object")
-        key = tuple(entry.get(name) for name in ("device", "engine", "family", "label"))
-        if not all(isinstance(part, str) and part for part in key):
-            raise KernelFitError(f"attention fit: entry without device/engine/family/label: {key}")
+        names = ("device", "engine", "family", "label")
+        key = cast(AttentionKey, string_key(entry, names, what))
         if key[2] not in FAMILIES:
             raise KernelFitError(f"attention fit: unknown family {key[2]!r}")
-        if key in curves:
-            raise KernelFitError(f"attention fit: {key} appears twice")
-        curves[key] = _curve(entry, key)  # type: ignore[index]
+        add_curve(curves, key, _curve, entry, what)
     return AttentionFit(curves=curves, source=source)
 
 

@@ -778,17 +778,20 @@ def replay_case_file(
     rows = read_case_rows(text)
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = ServingReplay(None if calibration is None else calibration.values)
-    cases: dict[str, ValidationCase] = {}
+    cases: dict[int, ValidationCase] = {}  # by row index: a file may repeat a case_id
 
-    def predict(row: Mapping[str, str]) -> RowPrediction:
-        settings = row_settings(row)
-        case = row_case(row, settings.options, settings.length_range_ratio)
-        predicted = replay.predict(case)
-        cases[row["case_id"]] = case
-        return (*predicted, case_spreads(case, calibration))
+    def predictor(index: int) -> Callable[[Mapping[str, str]], RowPrediction]:
+        def predict(row: Mapping[str, str]) -> RowPrediction:
+            settings = row_settings(row)
+            case = row_case(row, settings.options, settings.length_range_ratio)
+            predicted = replay.predict(case)
+            cases[index] = case
+            return (*predicted, case_spreads(case, calibration))
+
+        return predict
 
     outcomes = {
-        i: row_outcome(row, predict, row_settings(row))
+        i: row_outcome(row, predictor(i), row_settings(row))
         for i, row in enumerate(rows)
         if i not in skip
     }
@@ -801,10 +804,10 @@ def replay_case_file(
             deployment=(o.hardware, o.engine_family, case.model),
             family=o.engine_family.lower(),
         )
-        for o in outcomes.values()
+        for i, o in outcomes.items()
         if o.ttft_ms_pred is not None
         and o.tpot_ms_pred is not None
-        and (case := cases.get(o.case_id)) is not None
+        and (case := cases.get(i)) is not None
     ]
     return dataclasses.replace(report, interval_checks=leave_deployment_out(residuals))
 

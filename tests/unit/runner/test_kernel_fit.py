@@ -20,13 +20,12 @@ from app.core.catalog.quantization import BYTES_16BIT, parse_quantization
 from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner
+from app.core.runner.fit_tables import POSITION_MEMO_LIMIT, KernelFitError
 from app.core.runner.kernel_fit import (
     DEFAULT_SOURCE,
     FP8_BLOCK,
     KERNEL_FIT_FORMAT,
-    POSITION_MEMO_LIMIT,
     GemmCurve,
-    KernelFitError,
     gemm_label,
     kernel_fit,
     load_kernel_fit,

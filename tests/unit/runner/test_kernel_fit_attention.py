@@ -22,7 +22,8 @@ from app.core.catalog.quantization import AttentionQuantAction
 from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner
-from app.core.runner.kernel_fit import DEFAULT_SOURCE, IN_GRAPH_FLOOR_US, KernelFitError
+from app.core.runner.fit_tables import KernelFitError
+from app.core.runner.kernel_fit import DEFAULT_SOURCE, IN_GRAPH_FLOOR_US
 from app.core.runner.kernel_fit_attention import (
     ATTENTION_FIT_FORMAT,
     ATTENTION_FIT_PATH,

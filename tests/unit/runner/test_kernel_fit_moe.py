@@ -20,7 +20,8 @@ from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner
 from app.core.runner.comm import Collective
-from app.core.runner.kernel_fit import DEFAULT_SOURCE, IN_GRAPH_FLOOR_US, KernelFitError
+from app.core.runner.fit_tables import KernelFitError
+from app.core.runner.kernel_fit import DEFAULT_SOURCE, IN_GRAPH_FLOOR_US
 from app.core.runner.kernel_fit_comm import (
     KERNEL_FIT_COMM_FORMAT,
     KERNEL_FIT_COMM_PATH,
