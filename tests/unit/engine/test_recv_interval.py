@@ -66,6 +66,35 @@ def test_lock_step_clients_see_no_polling_delay() -> None:
     assert ttft_ms(10) == ttft_ms(1)
 
 
+@pytest.mark.parametrize("recv_interval", [10, 30])
+def test_ranged_clients_drift_apart_and_wait_under_an_interval_for_the_poll(
+    recv_interval: int,
+) -> None:
+    """Four clients with the benchmark's ``--random-range-ratio 0.8`` outputs finish at
+    different steps, so each re-submission reaches an engine whose other requests decode: it
+    waits for the next poll, at most ``N - 1`` decode steps (a prefill step resets the count),
+    then is prefilled alone. With an interval of 1 it is prefilled at the next step; the mean
+    TTFT grows by more than nothing and by less than ``N - 1`` decode steps of 4 requests
+    (5.08 ms each). Fixed lengths keep the clients in lock step: nothing to wait for."""
+    latency = LinearLatency(base_ms=5.0, per_token_ms=0.02)
+    decode_step_ms = 5.0 + 4 * 0.02
+
+    def ttft_ms(interval: int, ratio: float) -> float:
+        data = WorkloadSpec(
+            input_length=512,
+            output_length=200,
+            max_batched_tokens=8192,
+            recv_interval=interval,
+            length_range_ratio=ratio,
+        )
+        sglang = make_scheduler("sglang")
+        return simulate_closed_loop(data, 4, latency, sglang, num_requests=400).ttft_ms
+
+    wait_ms = ttft_ms(recv_interval, 0.8) - ttft_ms(1, 0.8)
+    assert 0.0 < wait_ms < (recv_interval - 1) * decode_step_ms
+    assert ttft_ms(recv_interval, 1.0) == ttft_ms(1, 1.0)
+
+
 def test_requests_arriving_while_others_decode_wait_for_the_poll() -> None:
     """Open arrivals (every 50 ms, one at 7.5 ms) land while an earlier request decodes (39
     steps of 1 ms): with a poll every 8 decode steps the mean TTFT grows."""
