@@ -71,7 +71,8 @@ Column mapping (checked in this order; the first that fails names the refusal):
   decoding drafts a varying number of tokens per step, up to ``num_speculative_tokens``, and a
   printed accept rate of accepted / drafted tokens does not give the tokens per step).
 - ``notes``: ``max-num-batched-tokens N`` and ``max-num-seqs N`` are the engine's settings;
-  KV-cache hits of an unstated share are refused.
+  KV-cache hits of an unstated share and KV blocks loaded from external storage (UCM) are
+  refused; "no ... cache hit" or "cold" marks a cold run.
 - graph mode and async scheduling (vLLM-Ascend, ``npu_graph_mode`` and ``overlap_scheduling``
   of the profile): ``enforce-eager`` (or ``eager mode``) in the notes is ``eager``,
   ``FULL_DECODE_ONLY`` ``full_decode_only``; otherwise the engine column's version decides:
@@ -527,8 +528,10 @@ def _setting(notes: str, flag: str) -> int | None:
 
 def _notes(notes: str) -> tuple[int | None, int | None]:
     lowered = notes.lower()
-    hit = re.search(r"cache hit|hit kv cache|dram hit", lowered)
-    if hit and not re.search(r"\bno (?:kv )?cache hit|\bcold\b", lowered):
+    hit = re.search(r"cache hit|hit kv cache|dram hit|blocks? hit", lowered)
+    if hit and not re.search(r"\bno (?:\w+ )?cache hit|\bcold\b", lowered):
+        if re.search(r"\bucm\b|storage", lowered):
+            raise RowRefusal("notes", "KV-cache blocks loaded from external storage (UCM)", notes)
         raise RowRefusal("notes", "a KV-cache hit of unstated share", notes)
     return _setting(lowered, "max-num-batched-tokens"), _setting(lowered, "max-num-seqs")
 
