@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from app.core import limits
 from app.core.errors import InvalidParameterError, UnknownEngineError
@@ -50,12 +50,7 @@ MXFP4_ACTIVATIONS: tuple[Mxfp4Activation, ...] = ("fp4", "fp8", "bf16")
 #: eager execution for the others (the tutorials' tuned launches); ``eager`` runs every step
 #: eagerly (``--enforce-eager``, and every release before v0.9.0rc1).
 NpuGraphMode = Literal["full_and_piecewise", "piecewise", "full_decode_only", "eager"]
-NPU_GRAPH_MODES: tuple[NpuGraphMode, ...] = (
-    "full_and_piecewise",
-    "piecewise",
-    "full_decode_only",
-    "eager",
-)
+NPU_GRAPH_MODES: tuple[NpuGraphMode, ...] = get_args(NpuGraphMode)
 
 GIB_BYTES = 2**30
 GB_BYTES = 1e9
