@@ -151,6 +151,9 @@ class LatencyCache(Protocol):
     """Batched JSON key/value store for forward-pass results."""
 
     backend: str
+    #: Whether other processes read what this one writes, over a network (Redis): what saves
+    #: a round trip, such as an optimize search's manifest, is worth storing only then.
+    shared: bool
     stats: CacheStats
 
     def get_many(self, keys: Sequence[str]) -> list[JSONValue | None]:
@@ -178,6 +181,7 @@ class MemoryLatencyCache:
     """In-process LRU bounded by entry count and by bytes. Values are JSON text, like Redis."""
 
     backend = "memory"
+    shared = False
 
     def __init__(self, max_entries: int = 200_000, max_bytes: int = 256 * 1024 * 1024) -> None:
         if max_entries < 1 or max_bytes < 1:
@@ -254,6 +258,7 @@ class RedisLatencyCache:
     """Redis backend shared by every worker; degrades to all-miss when Redis is unreachable."""
 
     backend = "redis"
+    shared = True
 
     def __init__(
         self,
@@ -503,6 +508,28 @@ def _describe(exc: BaseException) -> str:
     or value appears in any error text)."""
     text = str(exc).rpartition(" of pipeline caused error: ")[2]
     return f"{type(exc).__name__}: {text}"[:MAX_ERROR_TEXT]
+
+
+def durable_client(
+    url: str, *, socket_timeout_s: float, retries: int, decode_responses: bool = False
+) -> redis.Redis:
+    """A client of a durable store (sweeps, calibrations: docs/sweeps.md), unlike the latency
+    cache's: a lost connection (a Redis restart) is retried ``retries`` times, backing off to
+    2 s, before the caller's error (the API answers 503 soon; a worker waits longer)."""
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    client: redis.Redis = redis.Redis.from_url(
+        url,
+        socket_connect_timeout=2.0,
+        socket_timeout=socket_timeout_s,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        health_check_interval=30,
+        decode_responses=decode_responses,
+    )
+    return client
 
 
 def redact_url(url: str) -> str:

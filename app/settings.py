@@ -91,8 +91,8 @@ class Settings(BaseSettings):
     # URL, else APP_REDIS_URL when the cache backend is Redis; none: the API runs sweeps in
     # its own process pool (sweep_processes) and keeps them in memory until it stops.
     broker_url: str = ""
-    # Where sweep state and rows live (a Redis with persistence and noeviction); empty: the
-    # broker's Redis (which Celery needs unevicted anyway).
+    # Where sweep state and rows, and stored calibrations, live (a Redis with persistence and
+    # noeviction); empty: the broker's Redis (which Celery needs unevicted anyway).
     sweep_store_url: str = ""
     # A task not acknowledged this long after a worker took it is handed to another worker
     # (the worker died): longer than the slowest batch (MAX_BATCH scenarios), or a batch runs
@@ -142,6 +142,12 @@ class Settings(BaseSettings):
         if self.broker_url:
             return self.broker_url
         return self.redis_url if self.cache_backend == "redis" else ""
+
+    @property
+    def store_url(self) -> str:
+        """The durable store's Redis, where sweeps and calibrations live: ``sweep_store_url``,
+        else the sweeps' broker (empty: none, each process keeps its own)."""
+        return self.sweep_store_url or self.sweep_broker
 
     @property
     def cors_origin_list(self) -> list[str]:

@@ -11,9 +11,11 @@ output length x TPOT limit), run
 - ``sweep N``: the same on a spawn pool of N processes (worker start-up included),
 - ``celery N`` (``--workers``): the same tasks stored in a Redis sweep store and queued to a
   real ``chunkwise worker --concurrency N`` on a redis-server this bench starts on loopback
-  (the worker started and warmed by a first sweep of N scenarios per process before the timed
-  one; from the first message queued to the last row written), with the broker's and the
-  store's Redis commands counted (``INFO commandstats``) per scenario.
+  (the worker started and warmed by a first sweep of 8 simulate and 8 optimize scenarios per
+  process before the timed one; from the first message queued to the last row written), with
+  the broker's and the store's Redis commands counted (``INFO commandstats``) per scenario, and
+  the resident memory of the worker's pool processes (``VmRSS``) read when the timed sweep
+  starts and once it is 10 %, 50 %, 90 % and 100 % done.
 
 A first loop warms this process's own caches (catalog, parsed configs) and is reported apart:
 spawned workers start cold. Each run gets a fresh service context (an empty latency and
@@ -116,9 +118,46 @@ def _redis_commands(client: Any) -> int:
     return sum(int(entry["calls"]) for entry in stats.values())
 
 
-def _celery(tasks: list[sweep.Task], processes: int) -> tuple[float, list[dict[str, Any]], int]:
+#: Shares of the timed sweep's rows at which the worker pool's memory is read (0: at its start).
+RSS_MARKS = (0.0, 0.1, 0.5, 0.9, 1.0)
+
+
+def _first(tasks: list[sweep.Task], operation: str, processes: int) -> list[sweep.Task]:
+    """The first tasks of ``operation``, ``BATCHES_PER_PROCESS`` per pool process (to warm)."""
+    count = processes * sweep.BATCHES_PER_PROCESS
+    return [task for task in tasks if task.operation == operation][:count]
+
+
+def _status_field(pid: int, name: str) -> str | None:
+    """A field of ``/proc/<pid>/status`` (None once the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(f"{name}:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _pool_rss_mb(parent: int) -> list[float]:
+    """Resident memory (MB) of each process whose parent is ``parent``: a worker's prefork
+    pool, read from /proc."""
+    sizes: list[float] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _status_field(int(entry), "PPid") == str(parent):
+            rss = _status_field(int(entry), "VmRSS")  # "123456 kB"
+            if rss is not None:
+                sizes.append(int(rss.split()[0]) / 1024)
+    return sorted(sizes)
+
+
+def _celery(
+    tasks: list[sweep.Task], processes: int
+) -> tuple[float, list[dict[str, Any]], int, list[tuple[float, list[float]]]]:
     """The tasks on a real worker of ``processes`` pool processes: seconds from the first
-    message queued to the last row, the rows, and Redis commands per scenario."""
+    message queued to the last row, the rows, Redis commands per scenario, and the pool
+    processes' resident memory at each of :data:`RSS_MARKS`."""
     import redis
 
     from app.services.sweep_jobs import queued_batches
@@ -155,22 +194,33 @@ def _celery(tasks: list[sweep.Task], processes: int) -> tuple[float, list[dict[s
     settings = Settings(cache_backend="memory", broker_url=url)
     store = RedisSweepStore(url, ttl_s=3600)
 
+    memory: list[tuple[float, list[float]]] = []
+
     def run(batch: list[sweep.Task]) -> tuple[float, str, int]:
-        """Seconds to the last row, the sweep id, and this bench's own polls."""
+        """Seconds to the last row, the sweep id, and this bench's own polls; the pool's
+        memory appended to ``memory`` at each mark."""
         meta = SweepMeta(
             id=new_sweep_id(), owner=None, total=len(batch), created_s=time.time(), columns=()
         )
         store.create(meta, batch, None)
+        marks = list(RSS_MARKS)
         started = time.perf_counter()
         enqueue(settings, meta.id, queued_batches([task.scenario_key for task in batch]))
         polls = 1
-        while store.progress(meta.id, None).state != "done":
+        while True:
+            progress = store.progress(meta.id, None)
+            while marks and progress.done >= marks[0] * len(batch):
+                memory.append((marks.pop(0), _pool_rss_mb(worker.pid)))
+            if progress.state == "done":
+                break
             time.sleep(POLL_S)
             polls += 1
         return time.perf_counter() - started, meta.id, polls
 
     try:
-        run(tasks[: processes * sweep.BATCHES_PER_PROCESS])  # the pool processes warmed
+        # the pool processes warmed by both operations (imports, catalogs, compiled plans)
+        run([task for op in ("simulate", "optimize") for task in _first(tasks, op, processes)])
+        memory.clear()
         before = _redis_commands(client)
         elapsed, sweep_id, polls = run(tasks)
         # What a sweep costs the Redis: storing it (as the API does: two commands per 1,000
@@ -185,7 +235,7 @@ def _celery(tasks: list[sweep.Task], processes: int) -> tuple[float, list[dict[s
         redis_process.terminate()
         redis_process.wait(timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
-    return elapsed, rows, commands
+    return elapsed, rows, commands, memory
 
 
 def _scaled(spec: dict[str, Any], axis: dict[str, list[float]]) -> dict[str, Any]:
@@ -237,7 +287,7 @@ def main() -> None:
             f"{errors} errors)"
         )
     for processes in args.workers:
-        elapsed, rows, commands = _celery(tasks, processes)
+        elapsed, rows, commands, memory = _celery(tasks, processes)
         rows.sort(key=lambda row: row["scenario_key"])
         same = reference is None or rows == reference
         reference = reference or rows
@@ -247,6 +297,9 @@ def main() -> None:
             f"rows {'identical' if same else 'DIFFER'}; {commands / count:.2f} Redis commands "
             "per scenario)"
         )
+        for share, sizes in memory:
+            shown = ", ".join(f"{size:.1f}" for size in sizes)
+            print(f"  pool RSS at {share:4.0%} of the sweep: {shown} MB (one per process)")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
             (413, "Body over the size limit"),
             (
                 503,
-                "Overloaded, or the profile could not be stored (the cache backend did not "
-                "take the write: Retry-After; several workers without a shared store)",
+                "Overloaded, or the calibration store did not take the write or answer a read "
+                "(Retry-After), or it cannot keep the profile (several workers without a shared "
+                "store, a full in-process store)",
             ),
         )
     },
@@ -44,13 +45,13 @@ def _response(stored: service.StoredCalibration) -> CalibrationResponse:
 async def create_calibration(
     request: CalibrationRequest, context: ContextDep, gate: GateDep
 ) -> CalibrationResponse:
-    """Fit a profile to the measured runs and store it (Redis when configured, so every worker
-    sees it). The profile states which parameters were fitted and why the others were not,
-    the fit's errors and its cross-validated errors. Fewer points than the free parameters
-    need, runs of several devices, engines, models or quantizations, or a non-positive
-    measurement: 422 naming the problem. The fit runs in the heavy lane (a child process when
-    the worker has them) under the request deadline (``APP_REQUEST_DEADLINE_S``: 504 past it);
-    at most ``MAX_CALIBRATION_POINTS`` points per fit (README, "Bounds")."""
+    """Fit a profile to the measured runs and store it (in the durable store when configured, so
+    every worker sees it and nothing evicts it). The profile states which parameters were fitted
+    and why the others were not, the fit's errors and its cross-validated errors. Fewer points
+    than the free parameters need, runs of several devices, engines, models or quantizations, or
+    a non-positive measurement: 422 naming the problem. The fit runs in the heavy lane (a child
+    process when the worker has them) under the request deadline (``APP_REQUEST_DEADLINE_S``:
+    504 past it); at most ``MAX_CALIBRATION_POINTS`` points per fit (README, "Bounds")."""
     stored = await gate.run_service("calibrate", service.create_calibration, context, request)
     return _response(stored)
 

@@ -14,7 +14,7 @@ InfeasibleError                    422     cannot run at all (results say why ot
 DeadlineExceededError              504     ``Retry-After``
 OverloadedError (api.compute)      503     every computation slot and queue place taken
 ChildProcessLostError              503     a heavy-lane child died (pool restarted)
-CalibrationStoreError              503     not stored (``Retry-After`` when a retry helps)
+CalibrationStoreError              503     not stored, or the store unreachable (``Retry-After``)
 SweepStoreError                    503     store or broker down: nothing queued (``Retry-After``)
 other ChunkwiseError               400
 HTTPException                      its own status (404 unknown route, 405, ...)
@@ -47,7 +47,7 @@ from app.core.errors import (
     UnsupportedError,
 )
 from app.models.common import Problem, ProblemFieldError, problem_dict
-from app.services.calibration import CalibrationStoreError
+from app.services.calibration_store import CalibrationStoreError
 from app.services.processes import ChildProcessLostError
 from app.services.sweep_store import SweepStoreError
 
@@ -206,7 +206,7 @@ async def _store(request: Request, exc: Exception) -> ProblemResponse:
     return problem_response(
         request,
         503,
-        "Calibration not stored",
+        exc.title,
         str(exc),
         kind="calibration-store",
         headers=None if retry is None else {"Retry-After": str(retry)},

@@ -344,6 +344,7 @@ def common_fields(args: argparse.Namespace) -> dict[str, Any]:
             (
                 "quantize_linear_action",
                 "quantize_attention_action",
+                "length_range_ratio",
                 "engine",
                 "workload",
                 "window",

@@ -216,6 +216,13 @@ def _add_deployment_flags(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--device", required=True, nargs="+", help=DEVICE_HELP)
     cmd.add_argument("--input-length", type=int, required=True)
     cmd.add_argument("--output-length", type=int, required=True)
+    cmd.add_argument(
+        "--length-range-ratio",
+        type=float,
+        default=None,
+        help="lengths drawn uniformly in [ratio, 1] x the given ones, as vLLM benchmark_serving "
+        "--random-range-ratio (default 1: fixed; closed_loop and poisson workloads)",
+    )
     cmd.add_argument("--max-batched-tokens", type=int, default=None, help="token budget per step")
     cmd.add_argument(
         "--max-prefill-tokens", type=int, default=None, help=argparse.SUPPRESS

@@ -143,6 +143,15 @@ VLLM_STEP_HOST_MS = 0.8
 #: taken. Qwen3.5 and DeepSeek-V3 then land within +-4 % signed on every device; GLM-5 keeps a
 #: gap of its own (-19 to -22 %: its sparse-attention decode).
 SGLANG_STEP_SYNC_MS = 2.5
+#: Host time per model layer of a forward SGLang runs eagerly: every prefill (extend) batch of
+#: the builds the measured rows name (0.5.9: ``enable_piecewise_cuda_graph`` off by default;
+#: 0.5.10: piecewise prefill graphs on by default but switched off by ``--enable-symm-mem``,
+#: speculative decoding, DP attention and DeepSeek-NSA models, ``_handle_piecewise_cuda_graph``).
+#: A short eager prefill is host-bound: a one-token DeepSeek-V3 prefill took 82.6 ms eagerly and
+#: 23.1 ms as a captured graph (sgl-project/sglang#12160), 82.6 / 61 layers = 1.35 ms per layer
+#: of launch work the GPU waits for. Applied as ``max(layers x value, device time)`` per step
+#: with a prefill (the overlap scheduler hides it behind a longer forward).
+SGLANG_EAGER_LAYER_HOST_MS = 1.35
 
 #: vLLM-Ascend's default graph mode (``vllm_ascend/platform.py``): vLLM's default
 #: ``FULL_AND_PIECEWISE`` is kept since v0.21.0rc1 (vllm-project/vllm-ascend#9572, 1bb58b5);
@@ -230,6 +239,17 @@ class EngineProfile:
     #: vLLM-Ascend's ACL graph mode on an Ascend NPU (None: not an NPU build): what the host
     #: does per layer of every step (:meth:`layer_host_ms`).
     npu_graph_mode: NpuGraphMode | None = None
+    #: Host time per model layer of a step with a prefill, which the engine runs without a
+    #: captured graph, on a GPU build: the framework's per-operator launch work, which the
+    #: GPU waits for when the forward's own work is shorter (:meth:`layer_host_ms`). 0: not
+    #: modelled (vLLM compiles and graphs its prefill pieces).
+    eager_layer_host_ms: float = 0.0
+    #: TensorRT-LLM's ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio`` (both
+    #: default 0: off): new requests wait while decodes run, up to that many iterations or until
+    #: their prompts and the decodes reach the ratio of ``max_num_tokens``
+    #: (``PyExecutor._waiting_requests``; either at 0 stops every wait).
+    batch_wait_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         for name, (low, high) in OVERRIDE_BOUNDS.items():
@@ -248,7 +268,7 @@ class EngineProfile:
             raise InvalidParameterError(
                 "mxfp4_activation", self.mxfp4_activation, f"one of {MXFP4_ACTIVATIONS}"
             )
-        for name in ("scheduler_recv_interval", "stream_interval"):
+        for name in ("scheduler_recv_interval", "stream_interval", "batch_wait_iters"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
                 raise InvalidParameterError(name, getattr(self, name), "an integer")
         if self.stream_first_token not in STREAM_FIRST_TOKEN_RULES:
@@ -350,15 +370,18 @@ class EngineProfile:
         )
 
     def layer_host_ms(self, *, decode_only: bool) -> float:
-        """Host time per model layer of one step (0 off an NPU build): a decode-only step
-        replayed as a full ACL graph updates each attention layer's parameters
+        """Host time per model layer of one step. On a GPU build a step with a prefill, which
+        runs without a captured graph, pays :attr:`eager_layer_host_ms`, a decode step nothing
+        (decode batches above the captured sizes are priced by the runner's eager launch cost
+        alone). On an NPU build a
+        decode-only step replayed as a full ACL graph updates each attention layer's parameters
         (:data:`NPU_FULL_GRAPH_LAYER_HOST_MS`); a step in graph pieces launches each layer's
         attention eagerly between pieces (:data:`NPU_PIECEWISE_LAYER_HOST_MS`, also the floor
         of ``full_decode_only``'s eager steps with a prefill: no public figure for those, and
         the floor of an ``eager`` step: :meth:`eager_step_ms`)."""
         mode = self.npu_graph_mode
         if mode is None:
-            return 0.0
+            return 0.0 if decode_only else self.eager_layer_host_ms
         if decode_only and mode not in ("piecewise", "eager"):
             return NPU_FULL_GRAPH_LAYER_HOST_MS
         return NPU_PIECEWISE_LAYER_HOST_MS
@@ -400,10 +423,17 @@ class EngineProfile:
         return make_scheduler(self.scheduler)
 
     def to_dict(self) -> dict[str, object]:
-        """Every value, but ``npu_graph_mode`` only on an NPU build (where it is set)."""
+        """Every value, but ``npu_graph_mode`` only on an NPU build (where it is set) and the
+        values of :data:`_ECHOED_WHEN_SET` only where they are not the unmodelled 0 of an engine
+        whose default is 0 (a zero on SGLang's eager host time, whose default is not, is
+        echoed)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if self.npu_graph_mode is None:
             del out["npu_graph_mode"]
+        base = PROFILES.get(self.name)
+        for name in _ECHOED_WHEN_SET:
+            if not out[name] and (base is None or not getattr(base, name)):
+                del out[name]
         return out
 
 
@@ -423,6 +453,10 @@ def _sglang_row(hbm_capacity_gb: float, vendor: str) -> tuple[float, int, int, i
     return next(row for row in SGLANG_MEMORY_TABLE if memory_gib < row[0])
 
 
+#: Values echoed only where set or where their engine's default is (the others' unmodelled 0s
+#: stay out of every answer, as before they existed).
+_ECHOED_WHEN_SET = ("eager_layer_host_ms", "batch_wait_iters", "batch_wait_max_tokens_ratio")
+
 #: Overridable numeric values and their bounds (the wire's bounds come from here).
 OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "max_batched_tokens": (1, limits.MAX_BATCHED_TOKENS),
@@ -436,6 +470,9 @@ OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "arrival_spread": (0.0, limits.MAX_ARRIVAL_SPREAD),
     "scheduler_recv_interval": (1, limits.MAX_RECV_INTERVAL),
     "stream_interval": (1, limits.MAX_STREAM_INTERVAL),
+    "eager_layer_host_ms": (0.0, 100.0),
+    "batch_wait_iters": (0, limits.MAX_RECV_INTERVAL),
+    "batch_wait_max_tokens_ratio": (0.0, 1.0),
 }
 #: Every value a request may override.
 OVERRIDABLE: tuple[str, ...] = (
@@ -473,6 +510,7 @@ SGLANG = EngineProfile(
     overlap_scheduling=True,
     step_sync_ms=SGLANG_STEP_SYNC_MS,
     mxfp4_activation=SGLANG_MXFP4_ACTIVATION,
+    eager_layer_host_ms=SGLANG_EAGER_LAYER_HOST_MS,
 )
 TRTLLM = EngineProfile(
     name="trtllm",
@@ -561,8 +599,13 @@ def device_profile(name: str, *, vendor: str, device_name: str) -> EngineProfile
     check_engine_runs_on(name, vendor=vendor, device_name=device_name)
     if vendor.lower() in NPU_VENDORS and name in NPU_DESCRIPTIONS:
         graph_mode = VLLM_ASCEND_GRAPH_MODE if name == VLLM.name else None
+        # The eager host time per layer is a CUDA build's (SGLANG_EAGER_LAYER_HOST_MS); no
+        # public figure prices an NPU build's eager prefill, so it is not modelled there.
         return dataclasses.replace(
-            profile, description=NPU_DESCRIPTIONS[name], npu_graph_mode=graph_mode
+            profile,
+            description=NPU_DESCRIPTIONS[name],
+            npu_graph_mode=graph_mode,
+            eager_layer_host_ms=0.0,
         )
     return profile
 

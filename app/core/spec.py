@@ -34,6 +34,33 @@ StreamFirstToken = Literal["immediate", "interval"]
 STREAM_FIRST_TOKEN_RULES: tuple[StreamFirstToken, ...] = ("immediate", "interval")
 
 
+def require_length_range_ratio(value: object) -> None:
+    """A length range ratio: a number in ``(0, 1]`` (:data:`~app.core.limits.
+    DEFAULT_LENGTH_RANGE_RATIO`)."""
+    low, high = limits.MIN_LENGTH_RANGE_RATIO_EXCLUSIVE, limits.MAX_LENGTH_RANGE_RATIO
+    if isinstance(value, bool) or not (isinstance(value, int | float) and low < value <= high):
+        raise InvalidParameterError("length_range_ratio", value, f"a number in ({low:g}, {high:g}]")
+
+
+def length_classes(
+    length: int, ratio: float, classes: int = limits.LENGTH_CLASSES
+) -> tuple[int, ...]:
+    """A length drawn uniformly from the integers ``[max(1, int(length * ratio)), length]``
+    (vLLM ``benchmark_serving.py``'s random dataset: ``np.random.randint(int(L * r), L + 1)``)
+    as ``classes`` equal-probability classes, each at its midpoint quantile, ascending;
+    ``(length,)`` for a ratio of 1 (fixed lengths)."""
+    if ratio >= limits.MAX_LENGTH_RANGE_RATIO:
+        return (length,)
+    low = max(1, int(length * ratio))
+    span = length - low + 1
+    return tuple(low + (2 * k + 1) * span // (2 * classes) for k in range(classes))
+
+
+def _mean(lengths: tuple[int, ...]) -> int:
+    """The nearest whole mean of ``lengths``."""
+    return (2 * sum(lengths) + len(lengths)) // (2 * len(lengths))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadSpec:
     """Everything a simulation or search needs about the workload, validated on construction."""
@@ -57,14 +84,30 @@ class WorkloadSpec:
     #: The engine's scheduler receive interval (a profile's ``scheduler_recv_interval``): new
     #: requests are seen once per that many decode steps (:class:`~app.core.engine.loop.Engine`).
     recv_interval: int = 1
+    #: TensorRT-LLM's batch wait (a profile's ``batch_wait_iters`` and
+    #: ``batch_wait_max_tokens_ratio``): new requests wait while decodes run, up to that many
+    #: iterations or until their prompts and the decodes reach the ratio of the token budget
+    #: (:class:`~app.core.engine.loop.Engine`); both 0 (or either): no wait.
+    batch_wait_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
     #: A streaming client's view (a profile's ``stream_interval`` and ``stream_first_token``):
     #: tokens reach it every ``stream_interval`` tokens, the first one with the first token
     #: (``immediate``) or with the ``stream_interval``-th (``interval``): :meth:`client_view`.
     stream_interval: int = 1
     stream_first_token: StreamFirstToken = "immediate"
+    #: The workload's length range (vLLM ``--random-range-ratio``): prompts and outputs drawn
+    #: uniformly in ``[ratio, 1]`` x the nominal lengths (1: fixed lengths). Outputs run as
+    #: :data:`~app.core.limits.LENGTH_CLASSES` classes through the engine loop
+    #: (:attr:`output_classes`), so closed-loop clients finish at different steps and drift
+    #: apart; every prompt is prefilled at the range's mean (:attr:`mean_input_length`: one
+    #: step's prefill forward has one shape).
+    length_range_ratio: float = limits.DEFAULT_LENGTH_RANGE_RATIO
     _plan: tuple[PrefillChunk, ...] = field(init=False, repr=False, compare=False)
     _decode_query_len: int = field(init=False, repr=False, compare=False)
     _decode_seq_len: int = field(init=False, repr=False, compare=False)
+    _output_classes: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _mean_input_length: int = field(init=False, repr=False, compare=False)
+    _mean_output_length: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         require_int("input_length", self.input_length, 1)
@@ -78,7 +121,17 @@ class WorkloadSpec:
         require_number("ttft_overhead_ms", self.ttft_overhead_ms, 0.0, limits.MAX_TTFT_OVERHEAD_MS)
         require_number("arrival_spread", self.arrival_spread, 0.0, limits.MAX_ARRIVAL_SPREAD)
         require_int("recv_interval", self.recv_interval, 1, limits.MAX_RECV_INTERVAL)
+        require_int("batch_wait_iters", self.batch_wait_iters, 0, limits.MAX_RECV_INTERVAL)
+        require_number("batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio, 0.0, 1.0)
+        if self.recv_interval > 1 and self.batch_wait_iters and self.batch_wait_max_tokens_ratio:
+            raise InvalidParameterError(
+                "batch_wait_iters",
+                self.batch_wait_iters,
+                "0 with a receive interval above 1 (SGLang's polling and TensorRT-LLM's batch "
+                "wait are different engines' rules)",
+            )
         require_int("stream_interval", self.stream_interval, 1, limits.MAX_STREAM_INTERVAL)
+        require_length_range_ratio(self.length_range_ratio)
         if self.stream_first_token not in STREAM_FIRST_TOKEN_RULES:
             raise InvalidParameterError(
                 "stream_first_token", self.stream_first_token, f"one of {STREAM_FIRST_TOKEN_RULES}"
@@ -97,17 +150,40 @@ class WorkloadSpec:
                 rates,
                 f"at least num_mtp_tokens={self.num_mtp_tokens} rates",
             )
+        ratio = self.length_range_ratio
+        outputs = length_classes(self.output_length, ratio)
+        mean_input = _mean(length_classes(self.input_length, ratio))
+        mean_output = _mean(outputs)
         plan = prefill_chunk_plan(
-            effective_input_length(self.input_length, self.prefix_cache_hit_rate),
+            effective_input_length(mean_input, self.prefix_cache_hit_rate),
             self.max_batched_tokens,
         )
         object.__setattr__(self, "_plan", plan)
+        object.__setattr__(self, "_output_classes", outputs)
+        object.__setattr__(self, "_mean_input_length", mean_input)
+        object.__setattr__(self, "_mean_output_length", mean_output)
         object.__setattr__(self, "_decode_query_len", decode_query_len(self.num_mtp_tokens))
         object.__setattr__(
             self,
             "_decode_seq_len",
-            decode_seq_len(self.input_length, self.output_length, self.num_mtp_tokens),
+            decode_seq_len(mean_input, mean_output, self.num_mtp_tokens),
         )
+
+    @property
+    def output_classes(self) -> tuple[int, ...]:
+        """Output lengths of the length classes (:func:`length_classes`; one: fixed),
+        ascending: the order requests take them in turn."""
+        return self._output_classes
+
+    @property
+    def mean_input_length(self) -> int:
+        """The prompt every request prefills: the nominal one, or a range's mean."""
+        return self._mean_input_length
+
+    @property
+    def mean_output_length(self) -> int:
+        """The mean output: the nominal one, or a range's mean over its classes."""
+        return self._mean_output_length
 
     def reported_ttft_ms(self, simulated_ms: float) -> float:
         """The TTFT a client sees: the simulated one plus the per-request overhead."""
@@ -118,7 +194,7 @@ class WorkloadSpec:
         the ``interval`` rule the ``stream_interval``-th (the whole answer when shorter)."""
         if self.stream_first_token == "immediate":
             return 1
-        return min(self.stream_interval, self.output_length)
+        return min(self.stream_interval, self.mean_output_length)
 
     def client_view(self, ttft_ms: float, tpot_ms: float) -> tuple[float, float]:
         """The TTFT and TPOT a streaming benchmark client computes (``tpot = (e2e - ttft) /
@@ -129,7 +205,7 @@ class WorkloadSpec:
         k = self.first_chunk_tokens()
         if k == 1:
             return ttft_ms, tpot_ms
-        decode_tokens = self.output_length - 1
+        decode_tokens = self.mean_output_length - 1
         return ttft_ms + (k - 1) * tpot_ms, tpot_ms * (decode_tokens - (k - 1)) / decode_tokens
 
     def get_prefill_chunk_plan(self) -> tuple[PrefillChunk, ...]:

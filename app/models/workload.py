@@ -170,6 +170,25 @@ class EngineOptions(StrictModel):
         int,
         "--stream-interval: a streaming client receives tokens every that many tokens (1: each)",
     )
+    eager_layer_host_ms: float | None = _bounded(
+        "eager_layer_host_ms",
+        float,
+        "host time per model layer of a forward run without a captured graph (prefill and "
+        "mixed steps, decode batches above the captured sizes), ms; the step takes the longer "
+        "of it and the device time when the engine overlaps scheduling",
+    )
+    batch_wait_iters: int | None = _bounded(
+        "batch_wait_iters",
+        int,
+        "TensorRT-LLM batch_wait_timeout_iters: new requests wait while decodes run, up to that "
+        "many iterations (with batch_wait_max_tokens_ratio; either at 0: no wait)",
+    )
+    batch_wait_max_tokens_ratio: float | None = _bounded(
+        "batch_wait_max_tokens_ratio",
+        float,
+        "TensorRT-LLM batch_wait_max_tokens_ratio: waiting requests are scheduled once their "
+        "prompts and the running decodes reach this share of the token budget",
+    )
     stream_first_token: StreamFirstTokenName | None = Field(
         default=None,
         description="when the first streamed chunk leaves under stream_interval > 1: immediate "
@@ -312,6 +331,17 @@ class WorkloadMixin(LengthsMixin):
         le=limits.MAX_OUTPUT_LENGTH,
         description="output tokens per request",
         examples=[1500],
+    )
+    length_range_ratio: float = Field(
+        default=limits.DEFAULT_LENGTH_RANGE_RATIO,
+        gt=limits.MIN_LENGTH_RANGE_RATIO_EXCLUSIVE,
+        le=limits.MAX_LENGTH_RANGE_RATIO,
+        allow_inf_nan=False,
+        description="the benchmark client's length range (vLLM benchmark_serving "
+        "--random-range-ratio r): each prompt and output drawn uniformly between r x and 1 x "
+        "input_length / output_length; 1 (default): fixed lengths. Below 1: workload closed_loop "
+        f"or poisson of mode agg, outputs simulated as {limits.LENGTH_CLASSES} length classes "
+        "(closed-loop clients drift apart), every prompt prefilled at the range's mean",
     )
     num_mtp_tokens: int = Field(
         default=0,

@@ -1,10 +1,11 @@
 """Calibrations: fit a profile to measured points, store it, apply it, and give every estimate
 its 80 % interval (:mod:`app.core.calibration`).
 
-A stored profile lives in the cache backend under ``calibration:<id>`` (Redis when configured,
-so every worker sees it; the in-process cache otherwise, where an LRU eviction can drop it
-early), with an expiry time inside the value (``calibration_ttl_s``) and, on Redis, the same
-TTL on the key. A profile's JSON is at most :data:`MAX_PROFILE_BYTES`. A request names a stored
+A stored profile lives in the durable store (:mod:`.calibration_store`: the sweeps' Redis when
+one is configured, so every worker sees it and nothing evicts it; the process's own store
+otherwise) under ``calibration:<id>``, with an expiry time inside the value
+(``calibration_ttl_s``) and the same TTL on the key. A profile's JSON is at most
+:data:`MAX_PROFILE_BYTES`. A request names a stored
 profile by id or sends one inline; either way it is read once per request, never refitted.
 
 Ids are random (128 bits: nobody computes one from a CSV), and a profile belongs to the
@@ -36,38 +37,19 @@ from app.core.calibration import (
 from app.core.calibration.residuals import lookup, shipped_table
 from app.core.errors import DeadlineExceededError, InvalidParameterError, UnknownNameError
 from app.core.profiles import EngineProfile
+from app.services.calibration_store import KEY_PREFIX, UnsharedStoreError
 from app.services.context import REQUEST_OWNER, ServiceContext, deadline_from
 from app.services.resolve import ResolvedDeployment
 
 if TYPE_CHECKING:  # the calibration wire models load with the calibrations API, not a search
     from app.models.calibration import CalibrationRequest
 
-KEY_PREFIX = "calibration:"
 #: Largest stored profile (its JSON); a fit's profile is a few kilobytes.
 MAX_PROFILE_BYTES = 64 * 1024
 
 
 class UnknownCalibrationError(UnknownNameError):
     kind = "calibration"
-
-
-class CalibrationStoreError(Exception):
-    """A profile that cannot be stored where every later request reads it (a 503: answering
-    201 with an id that then 404s would lose it silently). ``retry_after_s``: when a retry may
-    succeed (None: not before the deployment changes)."""
-
-    retry_after_s: int | None = 1
-
-
-class StoreUnavailableError(CalibrationStoreError):
-    """The cache backend did not take the write (unreachable, full, read-only)."""
-
-
-class UnsharedStoreError(CalibrationStoreError):
-    """Several workers serve the port and each has its own in-process cache: a profile one
-    stored, the others would not know."""
-
-    retry_after_s = None
 
 
 def _rows_csv(points: Sequence[Mapping[str, object]]) -> str:
@@ -148,11 +130,11 @@ def store(context: ServiceContext, profile: CalibrationProfile) -> StoredCalibra
             "calibration", "<profile>", f"at most {MAX_PROFILE_BYTES} bytes"
         )
     settings = context.settings
-    if settings.workers > 1 and context.cache.backend == "memory":
+    if settings.workers > 1 and not context.calibrations.shared:
         raise UnsharedStoreError(
             f"calibrations need the shared store: {settings.workers} workers each keep their "
-            "own in-process cache, so a profile one stored the others would not know; set "
-            "APP_CACHE_BACKEND=redis and APP_REDIS_URL (or serve with one worker)"
+            "own, so a profile one stored the others would not know; set APP_CACHE_BACKEND=redis "
+            "and APP_REDIS_URL, or APP_SWEEP_STORE_URL (or serve with one worker)"
         )
     expires = time.time() + settings.calibration_ttl_s
     calibration_id = new_calibration_id()
@@ -162,14 +144,7 @@ def store(context: ServiceContext, profile: CalibrationProfile) -> StoredCalibra
         "profile": body,
         "expires_at_s": expires,
     }
-    stored = context.cache.set_many(
-        {KEY_PREFIX + calibration_id: value}, ttl_s=settings.calibration_ttl_s
-    )
-    if not stored:
-        raise StoreUnavailableError(
-            f"the calibration was not stored: the {context.cache.backend} cache backend did "
-            "not take the write (unreachable or refusing writes, see /readyz); retry shortly"
-        )
+    context.calibrations.put(calibration_id, value, ttl_s=settings.calibration_ttl_s)
     return StoredCalibration(
         profile=dataclasses.replace(profile, stored_id=calibration_id), expires_at_s=expires
     )
@@ -178,7 +153,7 @@ def store(context: ServiceContext, profile: CalibrationProfile) -> StoredCalibra
 def fetch(context: ServiceContext, calibration_id: str) -> StoredCalibration:
     """The stored profile, or :class:`UnknownCalibrationError` (also for an expired one, one
     of another owner, or a stored value that does not read back as a profile)."""
-    value = context.cache.get_many([KEY_PREFIX + calibration_id])[0]
+    value = context.calibrations.get(calibration_id)
     if (
         isinstance(value, dict)
         and value.get("id") == calibration_id
@@ -199,7 +174,7 @@ def fetch(context: ServiceContext, calibration_id: str) -> StoredCalibration:
 
 def delete(context: ServiceContext, calibration_id: str) -> None:
     fetch(context, calibration_id)  # 404 for an unknown one
-    context.cache.delete_many([KEY_PREFIX + calibration_id])
+    context.calibrations.delete(calibration_id)
 
 
 def resolve_calibration(

@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 from app.cache import LatencyCache, create_cache
 from app.core.runner import RunnerServingModel
 from app.core.workload import PlanCache
+from app.services.calibration_store import (
+    CalibrationStore,
+    MemoryCalibrationStore,
+    create_calibration_store,
+)
 from app.settings import Settings
 
 
@@ -70,16 +75,24 @@ class ServiceContext:
     plans: PlanCache = field(
         default_factory=lambda: PlanCache(Settings.model_fields["plan_cache_items"].default)
     )
+    #: Stored calibrations: the durable store's (``Settings.store_url``), else this process's.
+    calibrations: CalibrationStore = field(default_factory=MemoryCalibrationStore)
 
     def close(self) -> None:
         self.cache.close()
+        self.calibrations.close()
 
 
-def create_context(settings: Settings) -> ServiceContext:
+def create_context(settings: Settings, *, store_url: str | None = None) -> ServiceContext:
+    """The process's context; ``store_url``: the durable store's Redis when it is not
+    ``settings.store_url`` (a sweep worker's is its broker's)."""
     return ServiceContext(
         settings=settings,
         cache=create_cache(settings),
         plans=PlanCache(max_items=settings.plan_cache_items),
+        calibrations=create_calibration_store(
+            settings.store_url if store_url is None else store_url
+        ),
     )
 
 

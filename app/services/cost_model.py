@@ -344,7 +344,12 @@ class ModelFactory:
         self.preloaded.update((k, v) for k, v in zip(keys, values, strict=True) if v is not None)
 
     def manifest(self) -> JSONObject | None:
-        """The keys this search used, when they differ from the manifest it was given."""
+        """The keys this search used, when they differ from the manifest it was given and the
+        cache is shared. An in-process cache has no round trip for a manifest to save, and
+        there each distinct search would leave one (~3 KB for a small-model optimize): a sweep
+        worker's memory grew by one per optimize scenario (docs/sweeps.md, "Memory")."""
+        if not self.context.cache.shared:
+            return None
         keys = frozenset(k for model in self.models for k in model.keys_seen)
         if not keys or keys == self._manifest_keys or len(keys) > limits.MAX_MANIFEST_KEYS:
             return None

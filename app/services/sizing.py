@@ -68,10 +68,35 @@ def with_engine_defaults(request: RequestT) -> tuple[RequestT, EngineProfile]:
     return (request.model_copy(update=update) if update else request), profile
 
 
+#: The workloads a length range runs through (the engine loop's classes, measured per request).
+RANGED_WORKLOADS = ("closed_loop", "poisson")
+
+
+def check_length_range(request: WorkloadMixin) -> None:
+    """A length range (``length_range_ratio`` < 1) runs through the closed-loop and Poisson
+    workloads of mode agg; a burst (closed-form waves) and the disaggregated modes replay fixed
+    lengths, so they refuse it rather than ignore it."""
+    ratio = request.length_range_ratio
+    if ratio == limits.DEFAULT_LENGTH_RANGE_RATIO:
+        return
+    workload = getattr(request, "workload", "poisson")  # a plan request: poisson arrivals
+    mode = getattr(request, "mode", "agg")
+    if mode != "agg" or workload not in RANGED_WORKLOADS:
+        raise InvalidParameterError(
+            "length_range_ratio",
+            ratio,
+            f"{limits.DEFAULT_LENGTH_RANGE_RATIO:g} (fixed lengths) for mode {mode!r} and "
+            f"workload {workload!r}: a length range runs the {' and '.join(RANGED_WORKLOADS)} "
+            "workloads of mode 'agg'",
+        )
+
+
 def workload_spec(request: WorkloadMixin, num_devices: int, profile: EngineProfile) -> WorkloadSpec:
+    check_length_range(request)
     return WorkloadSpec(
         input_length=request.input_length,
         output_length=request.output_length,
+        length_range_ratio=request.length_range_ratio,
         max_batched_tokens=engine_budget(request, profile),
         prefix_cache_hit_rate=request.prefix_cache_hit_rate,
         ttft_limit_ms=getattr(request, "ttft_limit_ms", None),
@@ -82,6 +107,8 @@ def workload_spec(request: WorkloadMixin, num_devices: int, profile: EngineProfi
         ttft_overhead_ms=profile.request_frontend_ms,
         arrival_spread=profile.arrival_spread,
         recv_interval=profile.scheduler_recv_interval,
+        batch_wait_iters=profile.batch_wait_iters,
+        batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,
         stream_interval=profile.stream_interval,
         stream_first_token=profile.stream_first_token,
     )

@@ -18,6 +18,7 @@ import io
 import json
 import math
 import multiprocessing
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -324,9 +325,32 @@ def evaluate_tasks(context: ServiceContext, tasks: Sequence[Task]) -> list[dict[
     return [evaluate_task(context, task) for task in tasks]
 
 
-def evaluate_batch(tasks: Sequence[Task]) -> list[dict[str, Any]]:
-    """A pool process's batch (the process's own context)."""
-    return evaluate_tasks(_WORKER_CONTEXT[0], tasks)
+def evaluate_batch(
+    tasks: Sequence[Task],
+    owner: str | None = None,
+    calibrations: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """A pool process's batch (the process's own context), evaluated as ``owner`` (the
+    sweep's: a stored calibration belongs to one); ``calibrations``: the stored profiles its
+    scenarios name (by id, as stored) when the API keeps them in its own process, where a pool
+    process cannot read them."""
+    from app.services.context import REQUEST_OWNER
+
+    context = _WORKER_CONTEXT[0]
+    for calibration_id, value in (calibrations or {}).items():
+        left_s = float(value.get("expires_at_s", 0)) - time.time()
+        if left_s > 0:
+            context.calibrations.put(calibration_id, dict(value), ttl_s=math.ceil(left_s))
+    owned = REQUEST_OWNER.set(owner)
+    try:
+        return evaluate_tasks(context, tasks)
+    finally:
+        REQUEST_OWNER.reset(owned)
+
+
+def named_calibrations(tasks: Sequence[Task]) -> set[str]:
+    """The stored calibrations (ids) the tasks' scenarios name."""
+    return {ref for task in tasks if isinstance(ref := task.echo.get("calibration"), str)}
 
 
 def batches(tasks: Sequence[T], processes: int) -> Iterator[Sequence[T]]:

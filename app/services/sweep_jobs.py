@@ -19,7 +19,7 @@ import logging
 import multiprocessing
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -100,11 +100,20 @@ class LocalPool:
                 )
             return self._pool
 
-    def dispatch(self, sweep_id: str, tasks: Sequence[sweep.Task]) -> None:
+    def dispatch(
+        self,
+        sweep_id: str,
+        tasks: Sequence[sweep.Task],
+        *,
+        owner: str | None = None,
+        calibrations: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """The tasks' batches to the pool, evaluated as ``owner`` with ``calibrations`` (the
+        stored profiles they name, when this process keeps them: the pool cannot read them)."""
         pool = self._executor()
         futures = []
         for batch in sweep.batches(tasks, self._settings.sweep_processes):
-            future = pool.submit(sweep.evaluate_batch, batch)
+            future = pool.submit(sweep.evaluate_batch, batch, owner, calibrations)
             future.add_done_callback(self._writer(sweep_id, batch))
             futures.append(future)
         with self._lock:
@@ -149,9 +158,7 @@ class Sweeps:
         self.store: SweepStore
         self._local: LocalPool | None = None
         if broker:
-            self.store = RedisSweepStore(
-                settings.sweep_store_url or broker, ttl_s=settings.sweep_ttl_s
-            )
+            self.store = RedisSweepStore(settings.store_url, ttl_s=settings.sweep_ttl_s)
         else:
             self.store = MemorySweepStore()
             self._local = LocalPool(settings, self.store)
@@ -179,7 +186,9 @@ class Sweeps:
             self._resume(sweep_id, owner)
             return Submitted(sweep_id, created=False)
         if self._local is not None:
-            self._local.dispatch(sweep_id, tasks)
+            self._local.dispatch(
+                sweep_id, tasks, owner=owner, calibrations=_kept_calibrations(context, tasks)
+            )
         else:
             from app.services.sweep_queue import enqueue
 
@@ -225,6 +234,17 @@ class Sweeps:
         if self._local is not None:
             self._local.close()
         self.store.close()
+
+
+def _kept_calibrations(
+    context: ServiceContext, tasks: Sequence[sweep.Task]
+) -> dict[str, Mapping[str, Any]]:
+    """The stored profiles the tasks name, as stored, when this process keeps them (a shared
+    store: none, the pool reads it); ``prepare`` has read each as the sweep's owner."""
+    if context.calibrations.shared:
+        return {}
+    found = {ref: context.calibrations.get(ref) for ref in sweep.named_calibrations(tasks)}
+    return {ref: value for ref, value in found.items() if isinstance(value, dict)}
 
 
 def rate_and_eta(progress: SweepProgress, now_s: float) -> tuple[float | None, float | None]:

@@ -51,12 +51,17 @@ def worker_broker(settings: Settings) -> str:
     return settings.broker_url or settings.redis_url
 
 
-def worker_store(settings: Settings, retries: int = 2) -> RedisSweepStore:
-    """The sweep store a worker (or its command) talks to: ``APP_SWEEP_STORE_URL``, else the
+def worker_store_url(settings: Settings) -> str:
+    """The durable store a worker (or its command) talks to: ``APP_SWEEP_STORE_URL``, else the
     broker's Redis."""
+    return settings.sweep_store_url or worker_broker(settings)
+
+
+def worker_store(settings: Settings, retries: int = 2) -> RedisSweepStore:
+    """The sweep store a worker (or its command) talks to (:func:`worker_store_url`)."""
     from app.services.sweep_store import RedisSweepStore
 
-    url = settings.sweep_store_url or worker_broker(settings)
+    url = worker_store_url(settings)
     return RedisSweepStore(url, ttl_s=settings.sweep_ttl_s, retries=retries)
 
 
@@ -123,7 +128,8 @@ def _worker_state() -> tuple[ServiceContext, RedisSweepStore]:
         from app.services.context import create_context
 
         settings: Settings = _WORKER.get("settings") or Settings()
-        _WORKER["context"] = create_context(settings)
+        # A scenario naming a stored calibration reads it from the store its sweep is in.
+        _WORKER["context"] = create_context(settings, store_url=worker_store_url(settings))
         _WORKER["store"] = worker_store(settings, retries=WORKER_STORE_RETRIES)
     return _WORKER["context"], _WORKER["store"]
 
@@ -139,13 +145,22 @@ def sweep_batch(sweep_id: str, keys: list[str]) -> int:
     """The task (of every configured app): evaluate the batch's scenarios still without a row
     and write their rows; the rows written (0 for a cancelled sweep or a batch already
     done)."""
-    from app.services.sweep import evaluate_tasks
+    from app.services.context import REQUEST_OWNER
+    from app.services.sweep import evaluate_tasks, named_calibrations
 
     context, store = _worker_state()
     tasks = store.claim(sweep_id, keys)
     if not tasks:
         return 0
-    rows = evaluate_tasks(context, tasks)
+    # A stored calibration belongs to its owner (the API key's digest): the batch reads the
+    # ones its scenarios name as the sweep's owner, as the API did when it resolved them (one
+    # more round trip, for such batches only).
+    named = bool(named_calibrations(tasks))
+    owned = REQUEST_OWNER.set(store.owner(sweep_id) if named else None)
+    try:
+        rows = evaluate_tasks(context, tasks)
+    finally:
+        REQUEST_OWNER.reset(owned)
     store.put_rows(sweep_id, rows)
     return len(rows)
 

@@ -26,13 +26,10 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from app.cache import redact_url
+from app.cache import durable_client, redact_url
 from app.services.sweep import Task
-
-if TYPE_CHECKING:
-    import redis
 
 KEY_PREFIX = "chunkwise:sweep"
 #: Keys written to Redis per command (a 100,000-scenario sweep is 100 commands).
@@ -135,6 +132,11 @@ class SweepStore(Protocol):
         a key with a row already is left out)."""
         ...
 
+    def owner(self, sweep_id: str) -> str | None:
+        """The owner of the sweep (None: none, or no such sweep): a worker reads a stored
+        calibration a scenario names as that owner."""
+        ...
+
     def put_rows(self, sweep_id: str, rows: Sequence[Mapping[str, Any]]) -> None: ...
 
     def iter_rows(self, sweep_id: str, page: int = WRITE_CHUNK) -> Iterator[dict[str, Any]]:
@@ -168,19 +170,8 @@ class RedisSweepStore:
         self.url = url
         self.ttl_s = ttl_s
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        # Retried on a lost connection (a Redis restart): ``retries`` times, backing off to 2 s
-        # (the API answers 503 soon; a worker waits longer).
-        from redis.backoff import ExponentialBackoff
-        from redis.retry import Retry
-
-        self._client: redis.Redis = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=2.0,
-            socket_timeout=socket_timeout_s,
-            retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries),
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-            health_check_interval=30,
-            decode_responses=True,
+        self._client = durable_client(
+            url, socket_timeout_s=socket_timeout_s, retries=retries, decode_responses=True
         )
 
     @staticmethod
@@ -268,6 +259,10 @@ class RedisSweepStore:
             for key, row, text in zip(keys, rows, tasks, strict=True)
             if row is None and text is not None
         ]
+
+    def owner(self, sweep_id: str) -> str | None:
+        text = self._client.hget(self.key(sweep_id), "meta")
+        return None if text is None else SweepMeta.from_json(str(text)).owner
 
     def put_rows(self, sweep_id: str, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:
@@ -383,6 +378,11 @@ class MemorySweepStore:
                 return []
             tasks, rows = self._tasks[sweep_id], self._rows[sweep_id]
             return [tasks[key] for key in keys if key in tasks and key not in rows]
+
+    def owner(self, sweep_id: str) -> str | None:
+        with self._lock:
+            meta = self._meta.get(sweep_id)
+        return None if meta is None else meta.owner
 
     def put_rows(self, sweep_id: str, rows: Sequence[Mapping[str, Any]]) -> None:
         with self._lock:

@@ -87,6 +87,7 @@ def _with(body: dict[str, Any], **optional: Any) -> dict[str, Any]:
     workload=st.sampled_from([None, "burst", "closed_loop", "poisson"]),
     concurrency=st.integers(1, 48),
     tp=st.sampled_from([1, 2]),
+    ratio=st.sampled_from([None, 0.8]),
 )
 def test_a_simulate_echo_reproduces_its_answer(
     client: TestClient,
@@ -97,6 +98,7 @@ def test_a_simulate_echo_reproduces_its_answer(
     workload: str | None,
     concurrency: int,
     tp: int,
+    ratio: float | None,
 ) -> None:
     body = _with(
         {**BASE, "engine": engine, "quantize_linear_action": linear, "tp_size": tp},
@@ -108,6 +110,10 @@ def test_a_simulate_echo_reproduces_its_answer(
         body |= {"request_rate": 4.0, "num_requests": 2 * concurrency}
     else:
         body |= {"concurrency": concurrency, "requests_per_client": 2}
+    if ratio is not None and workload in {"closed_loop", "poisson"}:
+        body |= {"length_range_ratio": ratio}  # a length range (those workloads run it)
+    first = _answer(client, "/v1/simulate", body)
+    assert first["input"]["length_range_ratio"] == body.get("length_range_ratio", 1.0)
     _assert_echo_reproduces(client, "/v1/simulate", body)
 
 
@@ -141,6 +147,7 @@ def test_a_disaggregated_simulate_echo_reproduces_its_answer(
     mode=st.sampled_from(["agg", "disagg_prefill", "disagg_decode", "pd_ratio", "disagg"]),
     workload=st.sampled_from([None, "burst", "closed_loop"]),
     cap=st.sampled_from([None, 64]),
+    ratio=st.sampled_from([None, 0.8]),
 )
 def test_an_optimize_echo_reproduces_its_answer(
     client: TestClient,
@@ -150,6 +157,7 @@ def test_an_optimize_echo_reproduces_its_answer(
     mode: str,
     workload: str | None,
     cap: int | None,
+    ratio: float | None,
 ) -> None:
     if mode != "agg":
         scheduler = None  # the other modes run no step scheduler (and refuse another one)
@@ -171,6 +179,8 @@ def test_an_optimize_echo_reproduces_its_answer(
     )
     if mode == "disagg":
         body |= {"max_workers": 2}
+    if ratio is not None and mode == "agg" and workload == "closed_loop":
+        body |= {"length_range_ratio": ratio}
     if mode in {"disagg_prefill", "pd_ratio"}:
         body |= {"ttft_limit_ms": 5000.0}
     _assert_echo_reproduces(client, "/v1/optimize", body)

@@ -151,8 +151,10 @@ def test_a_changed_request_reuses_cached_forwards(client: TestClient) -> None:
     assert not again["stats"]["cache"]["response_cache_hit"]
     assert again["stats"]["forward_evaluations"] == 0
     assert again["stats"]["cache"]["hits"] > 0
-    # One read (manifest + response cache), one MGET of every key the search needs.
-    assert again["stats"]["cache"]["round_trips"] == 2
+    # No manifest in an in-process cache (tests/api/test_sweep_memory.py): the forwards are
+    # read per probe batch; a shared cache's manifest reads them in one MGET
+    # (tests/integration/test_two_workers.py).
+    assert again["stats"]["cache"]["misses"] == 0
     assert len(again["rows"]) <= 2
 
 
@@ -286,6 +288,12 @@ def test_custom_device_and_inline_model(client: TestClient) -> None:
         ({"mode": "turbo"}, "mode"),
         ({"tpot_limit_ms": 0}, "tpot_limit_ms"),
         ({"no_such_field": 1}, "no_such_field"),
+        ({"length_range_ratio": 0}, "length_range_ratio"),
+        ({"length_range_ratio": 1.5}, "length_range_ratio"),
+        ({"length_range_ratio": "0.8"}, "length_range_ratio"),
+        ({"length_range_ratio": True}, "length_range_ratio"),
+        # A burst (the msmodeling profile's workload) replays fixed lengths: refused, not ignored.
+        ({"length_range_ratio": 0.8}, "length_range_ratio"),
     ],
 )
 def test_payload_validation(client: TestClient, patch: dict[str, Any], field: str) -> None:

@@ -253,3 +253,22 @@ def test_mxfp4_activations_are_the_engines_and_overridable(client: TestClient) -
     ).json()
     assert fp4["engine"]["mxfp4_activation"] == "fp4"
     assert fp4["ttft_ms"] < vllm["ttft_ms"]  # the 8192-token prefills on the FP4 matrix rate
+
+
+def test_sglang_eager_prefill_host_time_is_echoed_overridden_and_bounded(
+    client: TestClient,
+) -> None:
+    from app.core.profiles import SGLANG_EAGER_LAYER_HOST_MS
+
+    short = {**SIM, "engine": "sglang", "input_length": 128, "concurrency": 1}
+    default = client.post("/v1/simulate", json=short).json()
+    assert default["engine"]["eager_layer_host_ms"] == SGLANG_EAGER_LAYER_HOST_MS
+    off = client.post(
+        "/v1/simulate", json={**short, "engine_options": {"eager_layer_host_ms": 0}}
+    ).json()
+    assert off["engine"]["eager_layer_host_ms"] == 0
+    # a 128-token prefill of a 64-layer model is host-bound: 64 x 1.35 ms on its TTFT
+    assert default["ttft_ms"] - off["ttft_ms"] > 0.5 * 64 * SGLANG_EAGER_LAYER_HOST_MS
+    assert default["tpot_ms"] == pytest.approx(off["tpot_ms"])  # captured decodes
+    bad = client.post("/v1/simulate", json={**short, "engine_options": {"eager_layer_host_ms": -1}})
+    assert bad.status_code == 422 and "eager_layer_host_ms" in bad.text

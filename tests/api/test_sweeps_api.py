@@ -155,3 +155,25 @@ def test_a_csv_spec_and_a_cancel(client: TestClient) -> None:
     assert client.get(f"/v1/sweeps/{sweep_id}").json()["state"] == cancelled.json()["state"]
     rows = client.get(f"/v1/sweeps/{sweep_id}/results?format=json").json()
     assert len(rows) <= 4 and len({row["scenario_key"] for row in rows}) == len(rows)
+
+
+def test_a_sweep_applies_a_calibration_the_api_keeps_in_its_own_process(
+    client: TestClient,
+) -> None:
+    """No broker, no Redis: the API keeps the profile itself and its pool process cannot read
+    it, so the batches carry the profiles their scenarios name and run as the sweep's owner;
+    each row is the API's own answer to that scenario."""
+    from tests.api.test_calibrations import SIMULATE, _rows
+
+    created = client.post("/v1/calibrations", json={"points": _rows()})
+    assert created.status_code == 201, created.text
+    base = {**SIMULATE, "calibration": created.json()["id"]}
+    spec = {"operation": "simulate", "base": base, "grid": {"concurrency": [4, 16]}}
+    submitted = client.post("/v1/sweeps", json=spec)
+    assert submitted.status_code == 202, submitted.text
+    status = wait_done(client, submitted.json()["id"])
+    assert (status["done"], status["failed"]) == (2, 0)
+    rows = client.get(f"/v1/sweeps/{status['id']}/results?format=json").json()
+    for row in rows:
+        alone = client.post("/v1/simulate", json={**base, "concurrency": row["concurrency"]})
+        assert row["error"] is None and row["ttft_ms"] == alone.json()["ttft_ms"]

@@ -219,8 +219,24 @@ API_CASES: list[ApiCase] = [
         concurrency=256,
         input_length=8192,
     ),
+    # A length range (vLLM --random-range-ratio 0.8): outputs as length classes.
+    _sim(
+        "sim_closed_loop_length_range",
+        workload="closed_loop",
+        concurrency=24,
+        scheduler={"name": "vllm"},
+        length_range_ratio=0.8,
+    ),
     # --- simulate: poisson
     _sim("sim_poisson", workload="poisson", concurrency=None, request_rate=4.0, num_requests=200),
+    _sim(
+        "sim_poisson_length_range",
+        workload="poisson",
+        concurrency=None,
+        request_rate=4.0,
+        num_requests=200,
+        length_range_ratio=0.8,
+    ),
     _sim(
         "sim_poisson_cap",
         workload="poisson",

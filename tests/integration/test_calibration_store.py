@@ -5,13 +5,14 @@ forged value under its key reads as unknown, never a 500."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.services.calibration import KEY_PREFIX
+from app.services.calibration_store import KEY_PREFIX
 from app.settings import Settings
 from tests.api.test_calibrations import SIMULATE, _rows
 from tests.integration.conftest import RedisServer
@@ -141,3 +142,77 @@ def test_readyz_sees_a_full_redis_the_worker_never_wrote_to(redis_server: RedisS
         finally:
             redis_server.client().config_set("maxmemory", "0")
         assert client.get("/readyz").status_code == 200
+
+
+# -- calibrations live in the durable store, where nothing evicts them (issue 33) ---------------
+def test_a_calibration_lives_in_the_durable_store_not_the_cache(tmp_path: Path) -> None:
+    """With a cache Redis (LRU) and a durable store (APP_SWEEP_STORE_URL, persistence), a
+    profile is written to the store: the cache losing every key (an eviction) and the store
+    restarting (its append-only file) both leave it readable."""
+    cache = RedisServer(workdir=tmp_path / "cache")
+    store = RedisServer(workdir=tmp_path / "store", persistent=True)
+    for server in (cache, store):
+        server.workdir.mkdir()
+        server.start()
+    settings = Settings(
+        cache_backend="redis", redis_url=cache.url, sweep_store_url=store.url, workers=2
+    )
+    try:
+        with TestClient(create_app(settings)) as client:
+            created = client.post("/v1/calibrations", json={"points": _rows()})
+            assert created.status_code == 201, created.text
+            cid = created.json()["id"]
+            assert 0 < store.client().ttl(KEY_PREFIX + cid) <= settings.calibration_ttl_s
+            assert not cache.client().exists(KEY_PREFIX + cid)
+            cache.client().flushall()
+            assert client.get(f"/v1/calibrations/{cid}").status_code == 200
+        store.stop()
+        store.start()
+        with TestClient(create_app(settings)) as client:
+            read = client.get(f"/v1/calibrations/{cid}")
+            assert read.status_code == 200 and read.json()["profile"] == created.json()["profile"]
+            applied = client.post("/v1/simulate", json={**SIMULATE, "calibration": cid})
+            assert applied.status_code == 200 and applied.json()["calibration"]["id"] == cid
+    finally:
+        cache.stop()
+        store.stop()
+
+
+def test_workers_with_in_process_caches_share_calibrations_through_the_broker(
+    redis_server: RedisServer,
+) -> None:
+    """The in-process latency cache and a broker: the broker's Redis is the store, so two
+    workers (each with its own cache) share a profile, and several workers may store one."""
+    settings = Settings(cache_backend="memory", broker_url=redis_server.url, workers=2)
+    with (
+        TestClient(create_app(settings)) as first,
+        TestClient(create_app(settings)) as second,
+    ):
+        created = first.post("/v1/calibrations", json={"points": _rows()})
+        assert created.status_code == 201, created.text
+        cid = created.json()["id"]
+        assert redis_server.client().exists(KEY_PREFIX + cid)
+        applied = second.post("/v1/simulate", json={**SIMULATE, "calibration": cid})
+        assert applied.status_code == 200 and applied.json()["calibration"]["id"] == cid
+        assert second.delete(f"/v1/calibrations/{cid}").status_code == 204
+        assert first.get(f"/v1/calibrations/{cid}").status_code == 404
+
+
+def test_an_unreachable_store_is_a_503_not_an_unknown_calibration(
+    redis_server: RedisServer,
+) -> None:
+    """The store down: a read or an application of a stored id is a 503 (the profile may well
+    exist), quoting no key."""
+    settings = Settings(cache_backend="memory", sweep_store_url=redis_server.url)
+    with TestClient(create_app(settings)) as client:
+        created = client.post("/v1/calibrations", json={"points": _rows()})
+        cid = created.json()["id"]
+        redis_server.stop()
+        for response in (
+            client.get(f"/v1/calibrations/{cid}"),
+            client.post("/v1/simulate", json={**SIMULATE, "calibration": cid}),
+        ):
+            assert response.status_code == 503, response.text
+            assert response.json()["title"] == "Calibration store unavailable"
+            assert response.headers["retry-after"] == "1"
+            assert KEY_PREFIX not in response.text

@@ -18,8 +18,10 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from app.cli.sweep import idempotency_key
+from app.main import create_app
 from app.models.sweep import SweepRequest
 from app.services import sweep
 from app.services.context import create_context
@@ -27,7 +29,7 @@ from app.services.sweep_jobs import Submitted, Sweeps, points_of, queued_batches
 from app.services.sweep_queue import enqueue
 from app.services.sweep_store import SweepMeta, new_sweep_id
 from app.settings import Settings
-from tests.api import test_sweep
+from tests.api import test_calibrations, test_sweep
 from tests.integration.conftest import RedisServer, Uvicorn, wait_until
 from tests.integration.servers import ROOT, redis_env, start_server
 
@@ -224,6 +226,38 @@ def test_a_failing_scenario_is_a_row_with_its_error(
     finally:
         sweeps.close()
         context.close()
+
+
+def test_a_worker_reads_a_stored_calibration_from_the_durable_store(
+    redis_server: RedisServer, workers: list[Worker], tmp_path: Path
+) -> None:
+    """A scenario naming a stored calibration, with authentication on: the worker, its latency
+    cache in-process, reads the profile from the store its sweep is in (the broker's Redis
+    here) as the sweep's owner, and its rows are the API's own evaluation's."""
+    settings = Settings(cache_backend="memory", broker_url=redis_server.url, api_keys="owner-token")
+    with TestClient(create_app(settings)) as client:
+        client.headers["Authorization"] = "Bearer owner-token"
+        created = client.post("/v1/calibrations", json={"points": test_calibrations._rows()})
+        assert created.status_code == 201, created.text
+        base = {**test_calibrations.SIMULATE, "calibration": created.json()["id"]}
+        spec = {"operation": "simulate", "base": base, "grid": {"concurrency": [4, 16]}}
+        submitted = client.post("/v1/sweeps", json=spec)
+        assert submitted.status_code == 202, submitted.text
+        location = submitted.headers["location"]
+        env = redis_env(None, broker_url=redis_server.url)
+        workers.append(Worker(env, tmp_path / "worker.log"))
+        wait_until(
+            lambda: client.get(location).json()["state"] == "done",
+            timeout_s=120,
+            what="the calibrated sweep to finish",
+        )
+        progress = client.get(location).json()
+        assert (progress["done"], progress["failed"]) == (2, 0)
+        rows = client.get(f"{location}/results?format=json").json()
+        for row in rows:
+            assert row["error"] is None
+            alone = client.post("/v1/simulate", json={**base, "concurrency": row["concurrency"]})
+            assert row["ttft_ms"] == alone.json()["ttft_ms"]
 
 
 def test_the_cli_follows_a_remote_sweep_through_an_api_restart(

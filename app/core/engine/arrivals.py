@@ -26,8 +26,8 @@ from app.core.errors import SimulationError
 StepClock = Callable[[int, int, int, int], float]
 #: Requests that wait for admission: ``[requests, arrival]`` entries in arrival order.
 Waiting = deque[list[int]]
-#: Requests that finished together: ``(requests, run of their first token)``.
-Finished = tuple[int, int]
+#: Requests that finished together: ``(requests, run of their first token, decode tokens)``.
+Finished = tuple[int, int, int]
 
 
 class ArrivalSource:
@@ -134,7 +134,7 @@ class ClosedLoop(ArrivalSource):
     def finished(self, run: int, who: Sequence[Finished], now_ms: float, waiting: Waiting) -> None:
         if not who:
             return  # most runs finish nobody
-        more = min(sum(count for count, _ in who), self.num_requests - self.submitted)
+        more = min(sum(part[0] for part in who), self.num_requests - self.submitted)
         if more <= 0:
             return
         self.submitted += more
@@ -223,7 +223,7 @@ class TimedArrivals(ArrivalSource):
         """Requests that arrived during the run are sent, then queued arrivals take the slots of
         the finished ones."""
         self.arrive(now_ms, waiting)
-        for count, _ in who:
+        for count, *_ in who:
             self.in_flight -= count
             if self.backlog:  # only when a cap is set
                 free = min(self.backlog, (self.cap or 0) - self.in_flight)

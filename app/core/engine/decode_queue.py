@@ -18,24 +18,31 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 
-#: A finished part of a group: (requests, run index of their first token).
-Finished = tuple[int, int]
+#: A finished part of a group: (requests, run index of their first token, decode tokens each
+#: emitted after its first token).
+Finished = tuple[int, int, int]
 
 
 class DecodeGroup:
-    """Requests that emitted their first token together (run ``first_run``).
+    """Requests of one output length that emitted their first token together (run
+    ``first_run``) and emit ``tokens`` more in all.
 
     Effective remaining tokens = ``rem_base - shift`` where the queue's ``shift`` counts the
     steps in which every decode request advanced.
     """
 
-    __slots__ = ("alive", "count", "first_run", "rem_base")
+    __slots__ = ("alive", "count", "first_run", "rem_base", "tokens")
 
-    def __init__(self, count: int, rem_base: int, first_run: int) -> None:
+    def __init__(self, count: int, rem_base: int, first_run: int, tokens: int) -> None:
         self.count = count
         self.rem_base = rem_base
         self.first_run = first_run
+        self.tokens = tokens
         self.alive = True
+
+    def split(self, count: int, rem_base: int) -> DecodeGroup:
+        """``count`` of these requests with ``rem_base``, as a group of their own."""
+        return DecodeGroup(count, rem_base, self.first_run, self.tokens)
 
 
 class _Fenwick:
@@ -113,9 +120,13 @@ class DecodeQueue:
             heapq.heappop(heap)
         return -1
 
-    def promote(self, count: int, remaining: int, first_run: int, *, front: bool) -> None:
-        """``count`` requests join with ``remaining`` tokens to emit (before any shift to come)."""
-        group = DecodeGroup(count, remaining + self.shift, first_run)
+    def promote(
+        self, count: int, remaining: int, first_run: int, *, front: bool, tokens: int | None = None
+    ) -> None:
+        """``count`` requests join with ``remaining`` tokens to emit (before any shift to come),
+        of ``tokens`` decode tokens in all (``remaining`` when not given)."""
+        total = remaining if tokens is None else tokens
+        group = DecodeGroup(count, remaining + self.shift, first_run, total)
         if front:
             self.groups.appendleft(group)
         else:
@@ -134,7 +145,7 @@ class DecodeQueue:
         while self.min_remaining() == 0:
             _, _, group = heapq.heappop(self.heap)
             self._leave(group)
-            finished.append((group.count, group.first_run))
+            finished.append((group.count, group.first_run, group.tokens))
         self.finished_in_queue += len(finished)
         if self.finished_in_queue > len(self.groups) // 2:
             # Finished groups are skipped wherever the queue is read: forget them once they
@@ -154,7 +165,7 @@ class DecodeQueue:
             if group.count > need:
                 group.count -= need
                 self.groups.appendleft(group)
-                group = DecodeGroup(need, group.rem_base, group.first_run)
+                group = group.split(need, group.rem_base)
             need -= group.count
             group.rem_base -= 1
             self.rem_moment -= group.count
@@ -168,7 +179,7 @@ class DecodeQueue:
         for group in selected:
             if group.rem_base == self.shift:
                 self._leave(group)
-                finished.append((group.count, group.first_run))
+                finished.append((group.count, group.first_run, group.tokens))
             else:
                 self.groups.append(group)
         return finished
@@ -206,7 +217,7 @@ class DecodeQueue:
             finished = events[step]
             runs.append((step - previous, finished))
             previous = step
-            ready -= sum(count for count, _ in finished)
+            ready -= sum(part[0] for part in finished)
             self.ready = ready  # admission inside ``on_finish`` counts the running requests
             keep_going = on_finish(ready, finished, step)
             if ready == 0 or not keep_going:
@@ -236,9 +247,9 @@ class DecodeQueue:
             position += g.count
             if g.count - in_sweep:
                 left = m - (sweep - 1)
-                unserved.append(DecodeGroup(g.count - in_sweep, left + self.shift, g.first_run))
+                unserved.append(g.split(g.count - in_sweep, left + self.shift))
             if in_sweep and m > sweep:
-                served.append(DecodeGroup(in_sweep, m - sweep + self.shift, g.first_run))
+                served.append(g.split(in_sweep, m - sweep + self.shift))
         return unserved + served
 
 
@@ -298,6 +309,6 @@ class _Sweeps:
             while (step - 1) * d_step < last:
                 lo = max(first, (step - 1) * d_step + 1)
                 hi = min(last, step * d_step)
-                events.setdefault(step, []).append((hi - lo + 1, g.first_run))
+                events.setdefault(step, []).append((hi - lo + 1, g.first_run, g.tokens))
                 step += 1
         return events

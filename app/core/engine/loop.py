@@ -57,9 +57,10 @@ def checked_decision(scheduler: Scheduler, state: SchedulerState) -> StepDecisio
     return decision
 
 
-def _decode_item(group: DecodeGroup, run: int, shift: int) -> tuple[int, int, int]:
-    """A live decode group in a cycle state: tokens left, requests, runs since its first token."""
-    return (group.rem_base - shift, group.count, run - group.first_run)
+def _decode_item(group: DecodeGroup, run: int, shift: int) -> tuple[int, int, int, int]:
+    """A live decode group in a cycle state: tokens left, requests, runs since its first token,
+    decode tokens in all."""
+    return (group.rem_base - shift, group.count, run - group.first_run, group.tokens)
 
 
 class _Segment:
@@ -106,7 +107,18 @@ class Engine:
     ``SchedulerRecvSkipper``) the engine polls for new requests only at the top of an iteration
     that follows a prefill step, that of every ``recv_interval``-th decode step since the last
     poll, and when it has nothing to run: requests arriving between polls wait in ``inbox``
-    (their TTFT counts from their arrival). An engine runs once (:meth:`run`). ``interrupt``
+    (their TTFT counts from their arrival). ``output_classes``: the output lengths of a
+    workload's length classes (:attr:`~app.core.spec.WorkloadSpec.output_classes`; omitted:
+    ``output_length`` alone): requests reaching decode take the classes in turn, one request
+    each, so a group that got its first token together splits by output length and finishes
+    at as many steps.
+    With a batch wait (TensorRT-LLM's
+    ``batch_wait_timeout_iters`` ``wait_iters`` and ``batch_wait_max_tokens_ratio`` x budget
+    ``wait_tokens``, both set; ``PyExecutor._waiting_requests``) arrivals also wait in
+    ``inbox`` while decodes run: each iteration that holds them counts, and they are received
+    once ``wait_iters`` iterations held them, once their prompt tokens and the running decodes
+    reach ``wait_tokens``, or when no decode runs.
+    An engine runs once (:meth:`run`). ``interrupt``
     (the caller's deadline check) is called every :data:`INTERRUPT_EVERY` iterations and may
     raise to abandon the run.
     """
@@ -118,19 +130,22 @@ class Engine:
         "cycle",
         "cycles",
         "decode",
-        "decode_tokens",
+        "decode_classes",
         "done",
         "effective",
         "ends_ms",
         "entry",
         "finish_records",
         "first_records",
+        "holding",
         "inbox",
         "interrupt",
         "max_running",
         "memo",
+        "next_class",
         "pending",
         "pending_total",
+        "poll_every",
         "reads_remaining",
         "recv_interval",
         "run_objects",
@@ -140,6 +155,8 @@ class Engine:
         "starts_ms",
         "stateless",
         "t_ms",
+        "wait_iters",
+        "wait_tokens",
         "waiting",
     )
 
@@ -153,11 +170,17 @@ class Engine:
         *,
         max_running: int | None = None,
         recv_interval: int = 1,
+        batch_wait_iters: int = 0,
+        batch_wait_tokens: float = 0.0,
         interrupt: Callable[[], None] | None = None,
+        output_classes: tuple[int, ...] = (),
     ) -> None:
         self.effective = chunk_plan[-1].seq_len
         self.interrupt = interrupt
-        self.decode_tokens = output_length - 1  # tokens left after the first one
+        # Decode tokens (after the first token) of each length class, and the class the next
+        # request takes.
+        self.decode_classes = tuple(length - 1 for length in output_classes or (output_length,))
+        self.next_class = 0
         self.budget = max_batched_tokens
         self.scheduler = scheduler
         self.arrivals = arrivals
@@ -170,8 +193,14 @@ class Engine:
         self.recv_interval = recv_interval
         self.inbox: Waiting = deque()  # arrived, not yet received (recv_interval > 1)
         self.since_poll = 0  # decode steps since the last poll (recv_interval: a poll is due)
+        # TensorRT-LLM's batch wait: on only with both limits (either at 0 stops every wait).
+        waits = batch_wait_iters > 0 and batch_wait_tokens > 0
+        self.wait_iters = batch_wait_iters if waits else 0
+        self.wait_tokens = batch_wait_tokens if waits else 0.0
+        self.holding = False  # the inbox was held this iteration (batch wait)
+        self.poll_every = recv_interval if recv_interval > 1 else self.wait_iters
         # Where arrivals after t = 0 go: straight to admission, or to the inbox.
-        self.entry = self.inbox if recv_interval > 1 else self.waiting
+        self.entry = self.inbox if self.poll_every > 1 else self.waiting
         self.pending: deque[_Segment] = deque()
         self.pending_total = 0
         self.decode = DecodeQueue()
@@ -179,7 +208,7 @@ class Engine:
         self.runs: list[StepRun] = []
         self.run_objects: dict[tuple[int, ...], StepRun] = {}
         self.first_records: list[tuple[int, int, int]] = []
-        self.finish_records: list[tuple[int, int, int]] = []
+        self.finish_records: list[tuple[int, int, int, int]] = []
         self.t_ms = 0.0  # with a clock: the end of the last run
         self.starts_ms: list[float] = []
         self.ends_ms: list[float] = []
@@ -235,7 +264,7 @@ class Engine:
             if all_advance and not one_step:
                 repeat = self._repeat(decision, ready, pend, remaining)
             if polling and repeat > 1:
-                repeat = 1 if decision.p_step else min(repeat, self.recv_interval - self.since_poll)
+                repeat = 1 if decision.p_step else min(repeat, self.poll_every - self.since_poll)
             if timed:
                 repeat = self._price(decision, repeat)
             self._advance(decision, repeat, all_advance)
@@ -259,12 +288,13 @@ class Engine:
             self.arrivals.held_total,
             self.since_poll,
             len(self.inbox),
+            self.next_class,
         )
 
     def cycle_state_is(self, state: tuple[object, ...]) -> bool:
         """Whether :meth:`cycle_state` would equal ``state``, stopping at the first
         difference (most candidates differ in their first decode groups: no state is built)."""
-        pending, decode, waiting, held, since_poll, inbox = state
+        pending, decode, waiting, held, since_poll, inbox, next_class = state
         assert isinstance(decode, tuple)
         run, shift, i = len(self.runs), self.decode.shift, 0
         for g in self.decode.groups:
@@ -280,6 +310,7 @@ class Engine:
             and self.arrivals.held_state(run) == held
             and self.since_poll == since_poll
             and self._waiting_state(run, self.inbox) == inbox
+            and self.next_class == next_class
         )
 
     def cycle_state(self) -> tuple[object, ...]:
@@ -293,6 +324,7 @@ class Engine:
             self.arrivals.held_state(run),
             self.since_poll,
             self._waiting_state(run, self.inbox),
+            self.next_class,
         )
 
     def _pending_state(self, run: int) -> tuple[object, ...]:
@@ -358,8 +390,20 @@ class Engine:
 
     def _poll(self) -> None:
         """The scheduler polls when a poll is due or it has nothing to run (its idle
-        iterations reach the interval at once): the inbox joins the waiting queue."""
-        if self.since_poll < self.recv_interval and (self.pending or self.decode.ready):
+        iterations reach the interval at once): the inbox joins the waiting queue. Under a batch
+        wait the inbox is held while decodes run, for ``wait_iters`` iterations or until its
+        prompts and the decodes reach ``wait_tokens``."""
+        if self.wait_iters:
+            held = sum(part[0] for part in self.inbox) * self.effective + self.decode.ready
+            self.holding = bool(
+                self.inbox
+                and self.decode.ready
+                and self.since_poll < self.wait_iters
+                and held < self.wait_tokens
+            )
+            if self.holding:
+                return
+        elif self.since_poll < self.recv_interval and (self.pending or self.decode.ready):
             return
         self.since_poll = 0
         waiting = self.waiting
@@ -375,6 +419,10 @@ class Engine:
         SGLang, passes any interval); decode steps count towards the next poll, the polls
         in between (nothing waiting) leaving the remainder."""
         if self.entry is not self.inbox:
+            return
+        if self.wait_iters:  # every iteration that held the inbox counts
+            if self.holding:
+                self.since_poll = min(self.since_poll + steps, self.wait_iters)
             return
         interval = self.recv_interval
         if prefill:
@@ -408,8 +456,8 @@ class Engine:
     def _finish(self, run: int, who: list[Finished]) -> None:
         """Record finishes at the end of ``run`` and tell the arrival source (its clients
         re-submit, or arrivals take the freed slots)."""
-        for count, first_run in who:
-            self.finish_records.append((count, first_run, run))
+        for count, first_run, tokens in who:
+            self.finish_records.append((count, first_run, run, tokens))
             self.done += count
         self.arrivals.finished(run, who, self.t_ms, self.entry)
 
@@ -526,7 +574,7 @@ class Engine:
             finished.extend(decode.requeue(selected))
         self._finish(run_index, finished)
         self._count_steps(p_step > 0, repeat)
-        done = sum(count for count, _ in finished) if finished else 0
+        done = sum(part[0] for part in finished) if finished else 0
         self._append_run(p_step, prefill_start, tokens, d_step, repeat, first_tokens, done)
 
     def _append_run(self, *fields: int) -> None:
@@ -558,12 +606,42 @@ class Engine:
         decode (or done, when the output is one token)."""
         for count, arrival in moved.parts:
             self.first_records.append((count, arrival, run_index))
-        if self.decode_tokens == 0:
-            finished.append((moved.count, run_index))
+        classes = self.decode_classes
+        if len(classes) == 1:  # fixed lengths (the common case: no split)
+            tokens = classes[0]
+            if tokens == 0:
+                finished.append((moved.count, run_index, 0))
+            else:
+                self.decode.promote(
+                    moved.count, tokens + shifted, run_index, front=front, tokens=tokens
+                )
+            return
+        # The requests take the classes in turn from ``next_class``: as even a split as whole
+        # requests allow, the classes reached first taking one more.
+        k, start, count = len(classes), self.next_class, moved.count
+        self.next_class = (start + count) % k
+        for i in range(min(k, count)):
+            c = (start + i) % k
+            share = count // k + (1 if i < count % k else 0)
+            self._promote(share, classes[c], run_index, shifted, front, finished)
+
+    def _promote(
+        self,
+        count: int,
+        tokens: int,
+        run_index: int,
+        shifted: int,
+        front: bool,
+        finished: list[Finished],
+    ) -> None:
+        """``count`` requests with ``tokens`` decode tokens to emit start decoding (or are done,
+        when the output is one token)."""
+        if tokens == 0:
+            finished.append((count, run_index, 0))
         else:
             # Promoted requests queue behind the unselected ones and ahead of the selected ones
             # re-queueing later (all were selected when all advance).
-            self.decode.promote(moved.count, self.decode_tokens + shifted, run_index, front=front)
+            self.decode.promote(count, tokens + shifted, run_index, front=front, tokens=tokens)
 
     def _requeue_prefill(self, moved: _Segment) -> None:
         """``moved`` has chunks left: back to the front (``continue_first``) or the back."""
@@ -605,7 +683,7 @@ class Engine:
                 self.starts_ms.append(start_ms + steps * d_ms)
                 self.ends_ms.append(start_ms + (steps + repeat) * d_ms)
             steps += repeat
-            self._append_run(0, -1, 0, d_step, repeat, 0, sum(count for count, _ in who))
+            self._append_run(0, -1, 0, d_step, repeat, 0, sum(part[0] for part in who))
         self._count_steps(False, steps)
         if clock is not None:
             self.t_ms = start_ms + steps * d_ms

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, cast
 
 from app.core.chunking import PrefillChunk
 from app.core.cost import AnyShape, ForwardShape, MixedShape, shape_order
@@ -66,6 +66,9 @@ class StepRun:
 
 
 Record = tuple[int, int, int]
+#: A finish record: a :data:`Record` and the decode tokens each of its requests emitted.
+FinishRecord = tuple[int, int, int, int]
+_R = TypeVar("_R", bound=tuple[int, ...])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,8 +117,8 @@ class CycleCopies:
         return runs[: self.end] + runs[self.resume :]
 
     def segments(
-        self, records: Sequence[Record], span: tuple[int, int]
-    ) -> Iterator[tuple[Sequence[Record], int]]:
+        self, records: Sequence[_R], span: tuple[int, int]
+    ) -> Iterator[tuple[Sequence[_R], int]]:
         """Stored ``records`` in the loop's order as ``(records, run offset)`` pieces: those up
         to the cycle's end, its ``span`` once per copy shifted by whole periods, the rest."""
         lo, hi = span
@@ -125,10 +128,14 @@ class CycleCopies:
             yield body, m * self.period
         yield records[hi:], 0
 
-    def expand(self, records: tuple[Record, ...], span: tuple[int, int]) -> tuple[Record, ...]:
+    def expand(self, records: tuple[_R, ...], span: tuple[int, int]) -> tuple[_R, ...]:
         """Stored ``records`` with the cycle's ``span`` of them copied and shifted in."""
-        pieces = self.segments(records, span)
-        return tuple((c, a + off, b + off) for piece, off in pieces for c, a, b in piece)
+        out: list[_R] = []
+        for piece, off in self.segments(records, span):
+            for record in piece:
+                shifted = (record[0], record[1] + off, record[2] + off, *record[3:])
+                out.append(cast(_R, shifted))
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,7 +198,9 @@ class SimulationPlan:
 
     @property
     def output_length(self) -> int:
-        return self.spec.output_length
+        """The output of every request (a length range's mean: :attr:`WorkloadSpec.
+        mean_output_length`)."""
+        return self.spec.mean_output_length
 
     @property
     def max_batched_tokens(self) -> int:
@@ -262,7 +271,8 @@ class RequestRecords:
 
     A run index ``r`` means "at the end of run ``r``"; ``-1`` means ``t = 0``.
     ``first``: ``(requests, arrival, first_token_run)``;
-    ``finish``: ``(requests, first_token_run, finish_run)``; a closed loop's skipped cycles
+    ``finish``: ``(requests, first_token_run, finish_run, decode_tokens)`` (each request's
+    tokens after its first, its length class's); a closed loop's skipped cycles
     are stored once (``cycle``; :meth:`all_first` and :meth:`all_finish` expand them).
 
     Without timed arrivals, ``arrival`` is a run index too. With them (``sent_ms`` set), it
@@ -272,7 +282,7 @@ class RequestRecords:
     """
 
     first: tuple[Record, ...]
-    finish: tuple[Record, ...]
+    finish: tuple[FinishRecord, ...]
     last_arrival_run: int
     sent_ms: tuple[float, ...] | None = None
     starts_ms: tuple[float, ...] | None = None
@@ -285,7 +295,7 @@ class RequestRecords:
         cycle = self.cycle
         return self.first if cycle is None else cycle.expand(self.first, cycle.first_span)
 
-    def all_finish(self) -> tuple[Record, ...]:
+    def all_finish(self) -> tuple[FinishRecord, ...]:
         """Every finish record, a skipped cycle's copies included, in the loop's order."""
         cycle = self.cycle
         return self.finish if cycle is None else cycle.expand(self.finish, cycle.finish_span)

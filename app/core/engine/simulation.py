@@ -63,7 +63,11 @@ def run_engine(
         arrivals,
         max_running=max_running,
         recv_interval=spec.recv_interval,
+        # TensorRT-LLM skips its batch wait under attention data parallelism (coupled ranks).
+        batch_wait_iters=spec.batch_wait_iters if budget_replicas == 1 else 0,
+        batch_wait_tokens=spec.batch_wait_max_tokens_ratio * spec.max_batched_tokens,
         interrupt=interrupt,
+        output_classes=spec.output_classes,
     )
     runs, records = engine.run()
     plan = SimulationPlan.of_runs(runs, spec, concurrency, scheduler, cycle=records.cycle)
@@ -79,10 +83,12 @@ def plan_serving(
     interrupt: Callable[[], None] | None = None,
 ) -> AnyPlan:
     """Plan a burst of ``concurrency`` requests: closed-form waves when the prompt is one chunk
-    (unless ``force_simulation``), else the time simulation's runs (``interrupt``: the
-    caller's deadline check, see :class:`~app.core.engine.loop.Engine`)."""
+    (unless ``force_simulation``, or a length range: its outputs finish at several steps),
+    else the time simulation's runs (``interrupt``: the caller's deadline check, see
+    :class:`~app.core.engine.loop.Engine`)."""
     require_int("concurrency", concurrency, 1, MAX_CONCURRENCY)
-    if spec.prefill_num_chunks == 1 and not force_simulation:
+    fixed = len(spec.output_classes) == 1
+    if spec.prefill_num_chunks == 1 and fixed and not force_simulation:
         return plan_waves(spec, concurrency)
     scheduler = scheduler or default_scheduler()
     return run_engine(spec, concurrency, scheduler, Burst(concurrency), interrupt=interrupt)[0]

@@ -17,23 +17,32 @@ stands in for the captured-graph launch cost).
 
 A device, engine or quantization the file has no curve for keeps the runner's physics-derived
 defaults (:mod:`app.core.runner.plan`); every op says which priced it (``OpCost.source``). A
-missing or malformed file raises :class:`KernelFitError` on first use, never a silent default.
+missing or malformed file raises :class:`~app.core.runner.fit_tables.KernelFitError` on first
+use, never a silent default.
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from app.core.catalog.quantization import LinearQuantAction, Quantization
-from app.core.errors import ChunkwiseError
+from app.core.runner.fit_tables import (
+    add_curve,
+    check_knots,
+    document_entries,
+    memo_position,
+    number,
+    number_rows,
+    numbers,
+    position,
+    read_fit_json,
+    string_key,
+)
 
 KERNEL_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit.json"
 KERNEL_FIT_FORMAT = "chunkwise-kernel-fit/1"
@@ -60,9 +69,29 @@ _GEMM_LABELS: Mapping[LinearQuantAction, str] = {
 }
 FP8_BLOCK = "fp8_block"
 
+#: The floor (µs) of one measured kernel inside a served decode forward that the engine replays
+#: as one captured CUDA graph, per kernel engine: it replaces the kernel's fitted ``fixed_us``
+#: there (docs/kernels.md, "In-graph floors"). A fitted floor is what the collectors timed for
+#: one op on its own: besides the kernel's launch and ramp it holds the op's other kernels and
+#: host work that a served forward does not repeat per op (an unfused activation quantization,
+#: per-call scale layouts, attention metadata). Inside the served graph each kernel pays its
+#: graph node: the NVIDIA stack's captured-graph kernel cost (``graph_kernel_launch_us``, 3 µs;
+#: the collectors' smallest graph-replayed BF16 GEMMs take 1.7-2.5 µs, H100 to B200). Equal for
+#: the three engines: each replays decode as CUDA graphs with the same kernel-node launch, and
+#: programmatic dependent launch (TensorRT-LLM's default on SM90+, ``TRTLLM_ENABLE_PDL``) was on
+#: in its collector too, so it is already inside the measured floors it would lower.
+IN_GRAPH_FLOOR_US: Mapping[str, float] = {"trtllm": 3.0, "vllm": 3.0, "sglang": 3.0}
+#: The vendor whose engines replay decode as CUDA graphs (the floors above are theirs).
+CUDA_GRAPH_VENDOR = "nvidia"
 
-class KernelFitError(ChunkwiseError):
-    """The fitted kernel table is missing or malformed (a packaging error, not bad input)."""
+
+def in_graph_floor_s(engine: str | None, vendor: str) -> float | None:
+    """A measured kernel's floor (s) inside ``engine``'s served captured graphs on a ``vendor``
+    device (None: no in-graph floor, the fitted floors stand)."""
+    if engine is None or vendor != CUDA_GRAPH_VENDOR:
+        return None
+    floor_us = IN_GRAPH_FLOOR_US.get(engine)
+    return None if floor_us is None else floor_us * S_PER_US
 
 
 def gemm_label(quantization: Quantization, native_linear: str | None) -> str | None:
@@ -71,24 +100,6 @@ def gemm_label(quantization: Quantization, native_linear: str | None) -> str | N
     if action is LinearQuantAction.FP8 and native_linear == LinearQuantAction.FP8.value:
         return FP8_BLOCK
     return _GEMM_LABELS.get(action)
-
-
-def _position(x: float, knots: tuple[float, ...]) -> tuple[int, float]:
-    """The knot interval of ``x`` and its share of the way to the upper knot, linear in
-    ``log2`` (clamped to the end knots)."""
-    if x <= knots[0]:
-        return 0, 0.0
-    if x >= knots[-1]:
-        return len(knots) - 2, 1.0
-    i = bisect.bisect_right(knots, x) - 1
-    return i, math.log2(x / knots[i]) / math.log2(knots[i + 1] / knots[i])
-
-
-def _check_knots(name: str, knots: tuple[float, ...]) -> None:
-    if len(knots) < 2 or any(k <= 0 for k in knots):
-        raise ValueError(f"{name} needs two or more positive knots")
-    if any(b <= a for a, b in itertools.pairwise(knots)):
-        raise ValueError(f"{name} must increase")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,10 +112,18 @@ class GemmCurve:
     compute_efficiency: tuple[tuple[float, ...], ...]  # [m knot][nk knot]
     memory_efficiency: tuple[float, ...]  # [nk knot]
     fixed_us: float
+    #: Per weight size seen: its nk interval, share and memory efficiency (a forward asks for
+    #: the same few weights again and again; not part of the curve's value).
+    _by_nk: dict[float, tuple[int, float, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_m: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
-        _check_knots("m_knots", self.m_knots)
-        _check_knots("nk_knots", self.nk_knots)
+        check_knots("m_knots", self.m_knots)
+        check_knots("nk_knots", self.nk_knots)
         rows = self.compute_efficiency
         if len(rows) != len(self.m_knots) or any(len(r) != len(self.nk_knots) for r in rows):
             raise ValueError("compute_efficiency needs one row per m knot, one value per nk knot")
@@ -115,11 +134,20 @@ class GemmCurve:
         if not (math.isfinite(self.fixed_us) and self.fixed_us >= 0):
             raise ValueError("fixed_us must be a number >= 0")
 
+    def _nk_terms(self, nk: float) -> tuple[int, float, float]:
+        """``nk``'s knot interval and share, and the memory efficiency there (remembered)."""
+        found = self._by_nk.get(nk)
+        if found is None:
+            j, u = position(nk, self.nk_knots)
+            memory = (1 - u) * self.memory_efficiency[j] + u * self.memory_efficiency[j + 1]
+            found = self._by_nk[nk] = (j, u, memory)
+        return found
+
     def compute_efficiency_at(self, m: float, nk: float) -> float:
         """The compute efficiency at ``m`` rows of a ``nk``-element weight (bilinear in
         ``log2``)."""
-        i, t = _position(m, self.m_knots)
-        j, u = _position(nk, self.nk_knots)
+        i, t = memo_position(self._by_m, m, self.m_knots)
+        j, u, _ = self._nk_terms(nk)
         low, high = self.compute_efficiency[i], self.compute_efficiency[i + 1]
         return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
             (1 - u) * high[j] + u * high[j + 1]
@@ -127,8 +155,7 @@ class GemmCurve:
 
     def memory_efficiency_at(self, nk: float) -> float:
         """The memory efficiency of a ``nk``-element weight (linear in ``log2``)."""
-        j, u = _position(nk, self.nk_knots)
-        return (1 - u) * self.memory_efficiency[j] + u * self.memory_efficiency[j + 1]
+        return self._nk_terms(nk)[2]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +166,9 @@ class FittedGemm:
     peak_flops_per_s: float
     peak_hbm_bytes_per_s: float
     fixed_s: float
+    #: The floor inside a served captured graph (:data:`IN_GRAPH_FLOOR_US`; ``fixed_s`` where
+    #: the kernel is priced as measured).
+    graph_fixed_s: float
     source: str  # ``fitted:<engine>``
 
     def flops_per_s(self, m: float, nk: float) -> float:
@@ -148,78 +178,46 @@ class FittedGemm:
         return self.peak_hbm_bytes_per_s * self.curve.memory_efficiency_at(nk)
 
 
+#: (device name, engine, GEMM label).
+GemmKey = tuple[str, str, str]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KernelFit:
     """The whole fitted table: GEMM curves by (device name, engine, GEMM label)."""
 
-    gemm: Mapping[tuple[str, str, str], GemmCurve]
+    gemm: Mapping[GemmKey, GemmCurve]
     source: Mapping[str, Any]
 
     def gemm_curve(self, device: str, engine: str, label: str) -> GemmCurve | None:
         return self.gemm.get((device, engine, label))
 
 
-def _number(entry: Mapping[str, Any], name: str) -> float:
-    value = entry.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise KernelFitError(f"kernel fit: {name!r} is not a number in {entry.get('device')}")
-    return float(value)
-
-
-def _numbers(entry: Mapping[str, Any], name: str) -> tuple[float, ...]:
-    values = entry.get(name)
-    if not isinstance(values, list):
-        raise KernelFitError(f"kernel fit: {name!r} is not a list in {entry.get('device')}")
-    return tuple(_number({name: v, "device": entry.get("device")}, name) for v in values)
+def gemm_curve_of(
+    entry: Mapping[str, Any], key: object, *, m_knots: str = "m_knots", nk_knots: str = "nk_knots"
+) -> GemmCurve:
+    """The :class:`GemmCurve` of a table entry (its knots under the names given, then
+    ``compute_efficiency``, ``memory_efficiency``, ``fixed_us``); a ValueError when its
+    numbers do not make a curve."""
+    table = number_rows(entry, "compute_efficiency", key, "kernel fit")
+    return GemmCurve(
+        m_knots=numbers(entry, m_knots),
+        nk_knots=numbers(entry, nk_knots),
+        compute_efficiency=table,
+        memory_efficiency=numbers(entry, "memory_efficiency"),
+        fixed_us=number(entry, "fixed_us"),
+    )
 
 
 def parse_kernel_fit(body: Any) -> KernelFit:
     """A :class:`KernelFit` from the decoded json (raises :class:`KernelFitError`)."""
-    if not isinstance(body, dict) or body.get("format") != KERNEL_FIT_FORMAT:
-        raise KernelFitError(f"kernel fit: not a {KERNEL_FIT_FORMAT} document")
-    entries = body.get("gemm")
-    source = body.get("source")
-    if not isinstance(entries, list) or not isinstance(source, dict):
-        raise KernelFitError("kernel fit: needs a 'source' object and a 'gemm' list")
+    what = "kernel fit"
+    source, entries = document_entries(body, what=what, document=KERNEL_FIT_FORMAT, entries="gemm")
     curves: dict[tuple[str, str, str], GemmCurve] = {}
     for entry in entries:
-        if not isinstance(entry, dict):
-            raise KernelFitError("kernel fit: a 'gemm' entry is not an object")
-        key = tuple(entry.get(name) for name in ("device", "engine", "quantization"))
-        if not all(isinstance(part, str) and part for part in key):
-            raise KernelFitError(f"kernel fit: entry without device/engine/quantization: {key}")
-        table = entry.get("compute_efficiency")
-        if not isinstance(table, list):
-            raise KernelFitError(f"kernel fit: 'compute_efficiency' is not a list in {key}")
-        try:
-            curve = GemmCurve(
-                m_knots=_numbers(entry, "m_knots"),
-                nk_knots=_numbers(entry, "nk_knots"),
-                compute_efficiency=tuple(
-                    _numbers({"row": row, "device": key}, "row") for row in table
-                ),
-                memory_efficiency=_numbers(entry, "memory_efficiency"),
-                fixed_us=_number(entry, "fixed_us"),
-            )
-        except ValueError as err:
-            raise KernelFitError(f"kernel fit: {key}: {err}") from None
-        if key in curves:
-            raise KernelFitError(f"kernel fit: {key} appears twice")
-        curves[key] = curve  # type: ignore[index]
+        key = cast(GemmKey, string_key(entry, ("device", "engine", "quantization"), what))
+        add_curve(curves, key, gemm_curve_of, entry, what)
     return KernelFit(gemm=curves, source=source)
-
-
-def read_fit_json(path: Path, what: str) -> Any:
-    """The decoded json of the fitted table ``what`` at ``path`` (raises
-    :class:`KernelFitError` if it cannot be read or is not json)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise KernelFitError(f"{what}: cannot read {path} ({err.strerror})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise KernelFitError(f"{what}: {path} is not json ({err.msg})") from None
 
 
 def load_kernel_fit(path: Path = KERNEL_FIT_PATH) -> KernelFit:
@@ -241,19 +239,28 @@ def fitted_gemm(
     peak_flops_per_s: float,
     peak_hbm_bytes_per_s: float,
     graph_launch_s: float,
+    in_graph_s: float | None = None,
+    fixed_cap_s: float | None = None,
 ) -> FittedGemm | None:
     """The fitted GEMM of ``engine``'s ``label`` kernels on ``device`` (None: the defaults).
 
-    The fitted floor never undercuts the captured-graph launch cost it stands in for."""
+    The fitted floor never undercuts the captured-graph launch cost it stands in for, nor
+    exceeds ``fixed_cap_s`` (a served quantized GEMM: its 16-bit twin's floor, the activation
+    quantization being fused upstream); ``in_graph_s``: its floor inside a served captured
+    graph (None: the fitted floor there too)."""
     if engine is None or label is None:
         return None
     curve = kernel_fit().gemm_curve(device, engine, label)
     if curve is None:
         return None
+    fixed_s = max(curve.fixed_us * S_PER_US, graph_launch_s)
+    if fixed_cap_s is not None:
+        fixed_s = min(fixed_s, fixed_cap_s)
     return FittedGemm(
         curve=curve,
         peak_flops_per_s=peak_flops_per_s,
         peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
-        fixed_s=max(curve.fixed_us * S_PER_US, graph_launch_s),
+        fixed_s=fixed_s,
+        graph_fixed_s=fixed_s if in_graph_s is None else in_graph_s,
         source=FITTED_SOURCE_PREFIX + engine,
     )

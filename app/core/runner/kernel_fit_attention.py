@@ -27,29 +27,32 @@ and ``context_mla`` / ``generation_mla`` (DeepSeek MLA, prefill / absorbed decod
 measured ``<compute dtype>/kv <KV dtype>`` (:func:`attention_labels`). A device, engine, family or
 label without a curve keeps the runner's defaults; every op says which priced it
 (``OpCost.source``). A missing or malformed file raises
-:class:`~app.core.runner.kernel_fit.KernelFitError` on first use, never a silent default.
+:class:`~app.core.runner.fit_tables.KernelFitError` on first use, never a silent default.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from app.core.catalog.quantization import AttentionQuantAction
-from app.core.runner.kernel_fit import (
-    FITTED_SOURCE_PREFIX,
-    S_PER_US,
+from app.core.runner.fit_tables import (
     KernelFitError,
-    _check_knots,
-    _number,
-    _numbers,
-    _position,
+    add_curve,
+    check_knots,
+    document_entries,
+    memo_position,
+    number,
+    number_rows,
+    numbers,
     read_fit_json,
+    string_key,
 )
+from app.core.runner.kernel_fit import FITTED_SOURCE_PREFIX, S_PER_US
 
 ATTENTION_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_attention.json"
 ATTENTION_FIT_FORMAT = "chunkwise-attention-fit/1"
@@ -104,11 +107,21 @@ class AttentionCurve:
     head_dim_factor: tuple[float, ...]  # [head_dim knot]
     row_ns: float
     fixed_us: float
+    #: Knot positions already found, per axis (not part of the curve's value).
+    _by_rows: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_context: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_head_dim: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
-        _check_knots("row_knots", self.row_knots)
-        _check_knots("context_knots", self.context_knots)
-        _check_knots("head_dim_knots", self.head_dim_knots)
+        check_knots("row_knots", self.row_knots)
+        check_knots("context_knots", self.context_knots)
+        check_knots("head_dim_knots", self.head_dim_knots)
         for name in ("compute_efficiency", "memory_efficiency"):
             table = getattr(self, name)
             if len(table) != len(self.row_knots) or any(
@@ -127,28 +140,36 @@ class AttentionCurve:
             if not (value >= 0 and value != float("inf")):
                 raise ValueError(f"{name} must be a number >= 0")
 
-    def _table_at(self, table: tuple[tuple[float, ...], ...], rows: float, context: float) -> float:
-        i, t = _position(rows, self.row_knots)
-        j, u = _position(context, self.context_knots)
-        low, high = table[i], table[i + 1]
-        return (1 - t) * ((1 - u) * low[j] + u * low[j + 1]) + t * (
-            (1 - u) * high[j] + u * high[j + 1]
-        )
+    def efficiencies_at(self, rows: float, context: float, head_dim: float) -> tuple[float, float]:
+        """``(compute, memory)``: the shares of the matrix and HBM peaks at ``rows`` query rows
+        over ``context`` positions of ``head_dim``-wide heads."""
+        i, t = memo_position(self._by_rows, rows, self.row_knots)
+        j, u = memo_position(self._by_context, context, self.context_knots)
+        head = self.head_factor_at(head_dim)
+        shares = []
+        for table in (self.compute_efficiency, self.memory_efficiency):
+            low, high = table[i], table[i + 1]
+            shares.append(
+                head
+                * (
+                    (1 - t) * ((1 - u) * low[j] + u * low[j + 1])
+                    + t * ((1 - u) * high[j] + u * high[j + 1])
+                )
+            )
+        return shares[0], shares[1]
 
     def head_factor_at(self, head_dim: float) -> float:
         """The share of both rates a ``head_dim``-wide head reaches (linear in ``log2``)."""
-        j, u = _position(head_dim, self.head_dim_knots)
+        j, u = memo_position(self._by_head_dim, head_dim, self.head_dim_knots)
         return (1 - u) * self.head_dim_factor[j] + u * self.head_dim_factor[j + 1]
 
     def compute_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
         """The share of the matrix peak at ``rows`` query rows over ``context`` positions."""
-        return self._table_at(self.compute_efficiency, rows, context) * self.head_factor_at(
-            head_dim
-        )
+        return self.efficiencies_at(rows, context, head_dim)[0]
 
     def memory_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
         """The share of the HBM peak at ``rows`` query rows over ``context`` positions."""
-        return self._table_at(self.memory_efficiency, rows, context) * self.head_factor_at(head_dim)
+        return self.efficiencies_at(rows, context, head_dim)[1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +180,9 @@ class FittedAttention:
     peak_flops_per_s: float
     peak_hbm_bytes_per_s: float
     fixed_s: float
+    #: The floor inside a served captured graph (``kernel_fit``'s ``IN_GRAPH_FLOOR_US``;
+    #: ``fixed_s`` where the kernel is priced as measured).
+    graph_fixed_s: float
     row_s: float
     source: str  # ``fitted:<engine>``
 
@@ -168,68 +192,55 @@ class FittedAttention:
         """``(flops_per_s, hbm_bytes_per_s)`` of a kernel of ``flops`` at this shape: the
         compute time is the larger of the matrix work and the per-row floor, expressed as a
         rate so the op's roofline stays ``max(compute, memory) + fixed``."""
-        c = self.curve
-        rate = self.peak_flops_per_s * c.compute_efficiency_at(rows, context, head_dim)
+        compute, memory = self.curve.efficiencies_at(rows, context, head_dim)
+        rate = self.peak_flops_per_s * compute
         floor_s = rows * self.row_s
         if flops > 0 and floor_s * rate > flops:
             rate = flops / floor_s
-        return rate, self.peak_hbm_bytes_per_s * c.memory_efficiency_at(rows, context, head_dim)
+        return rate, self.peak_hbm_bytes_per_s * memory
+
+
+#: (device name, engine, family, label).
+AttentionKey = tuple[str, str, str, str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionFit:
     """The whole fitted table: curves by (device name, engine, family, label)."""
 
-    curves: Mapping[tuple[str, str, str, str], AttentionCurve]
+    curves: Mapping[AttentionKey, AttentionCurve]
     source: Mapping[str, Any]
 
     def curve(self, device: str, engine: str, family: str, label: str) -> AttentionCurve | None:
         return self.curves.get((device, engine, family, label))
 
 
-def _table(entry: Mapping[str, Any], name: str, key: object) -> tuple[tuple[float, ...], ...]:
-    rows = entry.get(name)
-    if not isinstance(rows, list):
-        raise KernelFitError(f"attention fit: {name!r} is not a list in {key}")
-    return tuple(_numbers({"row": row, "device": key}, "row") for row in rows)
-
-
 def _curve(entry: Mapping[str, Any], key: object) -> AttentionCurve:
-    try:
-        return AttentionCurve(
-            row_knots=_numbers(entry, "row_knots"),
-            context_knots=_numbers(entry, "context_knots"),
-            head_dim_knots=_numbers(entry, "head_dim_knots"),
-            compute_efficiency=_table(entry, "compute_efficiency", key),
-            memory_efficiency=_table(entry, "memory_efficiency", key),
-            head_dim_factor=_numbers(entry, "head_dim_factor"),
-            row_ns=_number(entry, "row_ns"),
-            fixed_us=_number(entry, "fixed_us"),
-        )
-    except ValueError as err:
-        raise KernelFitError(f"attention fit: {key}: {err}") from None
+    return AttentionCurve(
+        row_knots=numbers(entry, "row_knots"),
+        context_knots=numbers(entry, "context_knots"),
+        head_dim_knots=numbers(entry, "head_dim_knots"),
+        compute_efficiency=number_rows(entry, "compute_efficiency", key, "attention fit"),
+        memory_efficiency=number_rows(entry, "memory_efficiency", key, "attention fit"),
+        head_dim_factor=numbers(entry, "head_dim_factor"),
+        row_ns=number(entry, "row_ns"),
+        fixed_us=number(entry, "fixed_us"),
+    )
 
 
 def parse_attention_fit(body: Any) -> AttentionFit:
     """An :class:`AttentionFit` from the decoded json (raises ``KernelFitError``)."""
-    if not isinstance(body, dict) or body.get("format") != ATTENTION_FIT_FORMAT:
-        raise KernelFitError(f"attention fit: not a {ATTENTION_FIT_FORMAT} document")
-    entries = body.get("attention")
-    source = body.get("source")
-    if not isinstance(entries, list) or not isinstance(source, dict):
-        raise KernelFitError("attention fit: needs a 'source' object and an 'attention' list")
-    curves: dict[tuple[str, str, str, str], AttentionCurve] = {}
+    what = "attention fit"
+    source, entries = document_entries(
+        body, what=what, document=ATTENTION_FIT_FORMAT, entries="attention"
+    )
+    curves: dict[AttentionKey, AttentionCurve] = {}
     for entry in entries:
-        if not isinstance(entry, dict):
-            raise KernelFitError("attention fit: an 'attention' entry is not an object")
-        key = tuple(entry.get(name) for name in ("device", "engine", "family", "label"))
-        if not all(isinstance(part, str) and part for part in key):
-            raise KernelFitError(f"attention fit: entry without device/engine/family/label: {key}")
+        names = ("device", "engine", "family", "label")
+        key = cast(AttentionKey, string_key(entry, names, what))
         if key[2] not in FAMILIES:
             raise KernelFitError(f"attention fit: unknown family {key[2]!r}")
-        if key in curves:
-            raise KernelFitError(f"attention fit: {key} appears twice")
-        curves[key] = _curve(entry, key)  # type: ignore[index]
+        add_curve(curves, key, _curve, entry, what)
     return AttentionFit(curves=curves, source=source)
 
 
@@ -253,21 +264,25 @@ def fitted_attention(
     peak_flops_per_s: Mapping[bool, float],
     peak_hbm_bytes_per_s: float,
     graph_launch_s: float,
+    in_graph_s: float | None = None,
 ) -> FittedAttention | None:
     """The fitted ``family`` kernel of ``engine`` on ``device`` for the first of ``labels`` with
     a curve (None: the defaults). ``peak_flops_per_s``: the matrix peak by FP8 compute (True)
-    or 16-bit (False). The fitted floor never undercuts the graph launch cost it stands in for."""
+    or 16-bit (False). The fitted floor never undercuts the graph launch cost it stands in for;
+    ``in_graph_s``: the floor inside a served captured graph (None: the fitted floor there)."""
     if engine is None:
         return None
     table = attention_fit()
     for label in labels:
         curve = table.curve(device, engine, family, label)
         if curve is not None:
+            fixed_s = max(curve.fixed_us * S_PER_US, graph_launch_s)
             return FittedAttention(
                 curve=curve,
                 peak_flops_per_s=peak_flops_per_s[label_is_fp8_compute(label)],
                 peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
-                fixed_s=max(curve.fixed_us * S_PER_US, graph_launch_s),
+                fixed_s=fixed_s,
+                graph_fixed_s=fixed_s if in_graph_s is None else in_graph_s,
                 row_s=curve.row_ns * S_PER_NS,
                 source=FITTED_SOURCE_PREFIX + engine,
             )

@@ -19,30 +19,31 @@ all-reduce kernels, per ``engine``); ``mode`` is ``graph`` or ``eager`` (how the
 launched it). A run with a kernel engine prices an all-reduce with its engine's custom kernel
 where measured, else with NCCL, and every other collective with NCCL; a group larger than one
 node, or a GPU count without a curve, keeps the tier model (:mod:`app.core.runner.comm`).
-A missing or malformed file raises :class:`~app.core.runner.kernel_fit.KernelFitError`.
+A missing or malformed file raises :class:`~app.core.runner.fit_tables.KernelFitError`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from app.core.catalog.hardware import BYTES_PER_GB
 from app.core.runner.comm import Collective
-from app.core.runner.kernel_fit import (
-    FITTED_SOURCE_PREFIX,
-    S_PER_US,
+from app.core.runner.fit_tables import (
     KernelFitError,
-    _check_knots,
-    _number,
-    _numbers,
-    _position,
+    add_curve,
+    check_knots,
+    document_entries,
+    memo_position,
+    number,
+    numbers,
     read_fit_json,
 )
+from app.core.runner.kernel_fit import FITTED_SOURCE_PREFIX, S_PER_US
 
 KERNEL_FIT_COMM_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_comm.json"
 KERNEL_FIT_COMM_FORMAT = "chunkwise-kernel-fit-comm/1"
@@ -63,9 +64,13 @@ class CommCurve:
     message_knots: tuple[float, ...]  # bytes
     bandwidth_gb_s: tuple[float, ...]  # algorithm bandwidth at each knot
     latency_us: float
+    #: Knot positions already found (not part of the curve's value).
+    _by_message: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
-        _check_knots("message_knots", self.message_knots)
+        check_knots("message_knots", self.message_knots)
         if len(self.bandwidth_gb_s) != len(self.message_knots):
             raise ValueError("bandwidth_gb_s needs one value per message knot")
         if not all(math.isfinite(b) and b > 0 for b in self.bandwidth_gb_s):
@@ -74,7 +79,7 @@ class CommCurve:
             raise ValueError("latency_us must be a number >= 0")
 
     def time_s(self, message_bytes: float) -> float:
-        j, u = _position(message_bytes, self.message_knots)
+        j, u = memo_position(self._by_message, message_bytes, self.message_knots)
         bandwidth = (1 - u) * self.bandwidth_gb_s[j] + u * self.bandwidth_gb_s[j + 1]
         return self.latency_us * S_PER_US + message_bytes / (bandwidth * BYTES_PER_GB)
 
@@ -89,18 +94,23 @@ class FittedCollective:
 CommKey = tuple[str, str, str, str, int, str]
 
 
+def _comm_curve(entry: Mapping[str, Any], key: object) -> CommCurve:
+    return CommCurve(
+        message_knots=numbers(entry, "message_knots"),
+        bandwidth_gb_s=numbers(entry, "bandwidth_gb_s"),
+        latency_us=number(entry, "latency_us"),
+    )
+
+
 def parse_kernel_fit_comm(body: Any) -> Mapping[CommKey, CommCurve]:
     """The curves of the decoded json (raises :class:`KernelFitError`)."""
-    if not isinstance(body, dict) or body.get("format") != KERNEL_FIT_COMM_FORMAT:
-        raise KernelFitError(f"kernel fit: not a {KERNEL_FIT_COMM_FORMAT} document")
-    entries = body.get("collectives")
-    if not isinstance(entries, list) or not isinstance(body.get("source"), dict):
-        raise KernelFitError("kernel fit: needs a 'source' object and a 'collectives' list")
+    what = "kernel fit"
+    _, entries = document_entries(
+        body, what=what, document=KERNEL_FIT_COMM_FORMAT, entries="collectives"
+    )
     ops = {c.value for c in Collective}
     curves: dict[CommKey, CommCurve] = {}
     for entry in entries:
-        if not isinstance(entry, dict):
-            raise KernelFitError("kernel fit: a 'collectives' entry is not an object")
         names = (entry.get(name) for name in ("device", "library", "engine", "op", "mode"))
         device, library, engine, op, mode = names
         gpus = entry.get("num_gpus")
@@ -118,17 +128,7 @@ def parse_kernel_fit_comm(body: Any) -> Mapping[CommKey, CommCurve]:
             and gpus >= 2
         ):
             raise KernelFitError(f"kernel fit: a collective entry with a bad key: {key}")
-        try:
-            curve = CommCurve(
-                message_knots=_numbers(entry, "message_knots"),
-                bandwidth_gb_s=_numbers(entry, "bandwidth_gb_s"),
-                latency_us=_number(entry, "latency_us"),
-            )
-        except ValueError as err:
-            raise KernelFitError(f"kernel fit: {key}: {err}") from None
-        if key in curves:
-            raise KernelFitError(f"kernel fit: {key} appears twice")
-        curves[key] = curve  # type: ignore[index]
+        add_curve(curves, cast(CommKey, key), _comm_curve, entry, what)
     return curves
 
 
@@ -159,7 +159,12 @@ def _measured_engines() -> frozenset[str]:
     return frozenset({NCCL_ENGINE} | {key[2] for key in kernel_fit_comm() if key[1] == CUSTOM})
 
 
-@cache
+#: Pairs (device, engine) whose chosen collectives a process keeps: every built-in device with
+#: every engine (25 x a few); a custom device's name is the client's, so the memo is bounded.
+FITTED_COMM_MEMO = 256
+
+
+@lru_cache(maxsize=FITTED_COMM_MEMO)
 def fitted_comm(device: str, engine: str | None) -> FittedComm | None:
     """The collectives ``engine`` runs on ``device`` with a fitted curve (None: none).
 

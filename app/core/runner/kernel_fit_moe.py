@@ -25,7 +25,7 @@ Engine versions change MoE kernels (vLLM 0.19 / 0.22 ran Triton ``fused_moe``, 0
 TensorRT-LLM kernels, up to 2.4x apart at one shape), so each version has its own curve; the
 runner prices with the newest (``default``), ``validate --kernels`` each table with its own
 version's. A device, engine or quantization without a curve keeps the defaults; a missing or
-malformed file raises :class:`~app.core.runner.kernel_fit.KernelFitError` on first use.
+malformed file raises :class:`~app.core.runner.fit_tables.KernelFitError` on first use.
 """
 
 from __future__ import annotations
@@ -35,22 +35,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from app.core.catalog.quantization import LinearQuantAction, Quantization
 from app.core.profiles import Mxfp4Activation
+from app.core.runner.fit_tables import (
+    KernelFitError,
+    add_curve,
+    check_knots,
+    document_entries,
+    number,
+    numbers,
+    objects,
+    position,
+    read_fit_json,
+    string_key,
+)
 from app.core.runner.kernel_fit import (
     FITTED_SOURCE_PREFIX,
     FP8_BLOCK,
     GEMM_16BIT,
     S_PER_US,
     GemmCurve,
-    KernelFitError,
-    _check_knots,
-    _number,
-    _numbers,
-    _position,
-    read_fit_json,
+    gemm_curve_of,
 )
 
 KERNEL_FIT_MOE_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_moe.json"
@@ -105,11 +112,19 @@ class FittedMoe:
     peak_hbm_bytes_per_s: float
     graph_launch_s: float
     source: str  # ``fitted:<engine>``
+    #: Each grouped GEMM's floor inside a served captured graph (``kernel_fit``'s
+    #: ``IN_GRAPH_FLOOR_US``; None: the fitted floor there too).
+    in_graph_s: float | None = None
 
     @property
     def fixed_s(self) -> float:
         """Each grouped GEMM's floor: never below the captured-graph cost it stands in for."""
         return max(self.curve.gemm.fixed_us * S_PER_US, self.graph_launch_s)
+
+    @property
+    def graph_fixed_s(self) -> float:
+        """Each grouped GEMM's floor inside a captured graph."""
+        return self.fixed_s if self.in_graph_s is None else self.in_graph_s
 
     @property
     def expert_s(self) -> float:
@@ -135,15 +150,21 @@ class SkewCurve:
     factor: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        _check_knots("tpe_knots", self.tpe_knots)
+        check_knots("tpe_knots", self.tpe_knots)
         if len(self.factor) != len(self.tpe_knots):
             raise ValueError("factor needs one value per tpe knot")
         if not all(math.isfinite(f) and f > 0 for f in self.factor):
             raise ValueError("factors must be positive")
 
     def factor_at(self, tokens_per_expert: float) -> float:
-        i, t = _position(tokens_per_expert, self.tpe_knots)
+        i, t = position(tokens_per_expert, self.tpe_knots)
         return (1 - t) * self.factor[i] + t * self.factor[i + 1]
+
+
+#: (device name, engine, MoE dtype, engine version).
+MoeKey = tuple[str, str, str, str]
+#: (device name, engine, token distribution).
+SkewKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,9 +174,9 @@ class MoeFit:
     engine, skewed distribution) a :class:`SkewCurve` (``validate --kernels`` prices the
     measured power-law rows with it; serving routes uniformly)."""
 
-    curves: Mapping[tuple[str, str, str, str], MoeCurve]  # (device, engine, dtype, version)
+    curves: Mapping[MoeKey, MoeCurve]
     default_versions: Mapping[tuple[str, str, str], str]
-    skew: Mapping[tuple[str, str, str], SkewCurve]  # (device, engine, distribution)
+    skew: Mapping[SkewKey, SkewCurve]
 
     def curve(
         self, device: str, engine: str, label: str, version: str | None = None
@@ -169,79 +190,49 @@ class MoeFit:
 
 
 def _moe_curve(entry: Mapping[str, Any], key: object) -> MoeCurve:
-    table = entry.get("compute_efficiency")
-    if not isinstance(table, list):
-        raise KernelFitError(f"kernel fit: 'compute_efficiency' is not a list in {key}")
-    try:
-        return MoeCurve(
-            gemm=GemmCurve(
-                m_knots=_numbers(entry, "tpe_knots"),
-                nk_knots=_numbers(entry, "weight_knots"),
-                compute_efficiency=tuple(
-                    _numbers({"row": row, "device": key}, "row") for row in table
-                ),
-                memory_efficiency=_numbers(entry, "memory_efficiency"),
-                fixed_us=_number(entry, "fixed_us"),
-            ),
-            expert_us=_number(entry, "expert_us"),
-            route_passes=_number(entry, "route_passes"),
-        )
-    except ValueError as err:
-        raise KernelFitError(f"kernel fit: {key}: {err}") from None
+    return MoeCurve(
+        gemm=gemm_curve_of(entry, key, m_knots="tpe_knots", nk_knots="weight_knots"),
+        expert_us=number(entry, "expert_us"),
+        route_passes=number(entry, "route_passes"),
+    )
 
 
 def parse_kernel_fit_moe(body: Any) -> MoeFit:
     """The :class:`MoeFit` of the decoded json (raises :class:`KernelFitError`)."""
-    if not isinstance(body, dict) or body.get("format") != KERNEL_FIT_MOE_FORMAT:
-        raise KernelFitError(f"kernel fit: not a {KERNEL_FIT_MOE_FORMAT} document")
-    entries = body.get("moe")
-    if not isinstance(entries, list) or not isinstance(body.get("source"), dict):
-        raise KernelFitError("kernel fit: needs a 'source' object and a 'moe' list")
-    curves: dict[tuple[str, str, str, str], MoeCurve] = {}
+    what = "kernel fit"
+    _, entries = document_entries(body, what=what, document=KERNEL_FIT_MOE_FORMAT, entries="moe")
+    curves: dict[MoeKey, MoeCurve] = {}
     defaults: dict[tuple[str, str, str], str] = {}
     for entry in entries:
-        if not isinstance(entry, dict):
-            raise KernelFitError("kernel fit: a 'moe' entry is not an object")
         names = ("device", "engine", "quantization", "engine_version")
-        key = tuple(entry.get(name) for name in names)
-        if not all(isinstance(part, str) and part for part in key):
-            raise KernelFitError(f"kernel fit: entry without {'/'.join(names)}: {key}")
-        if key in curves:
-            raise KernelFitError(f"kernel fit: {key} appears twice")
-        curves[key] = _moe_curve(entry, key)  # type: ignore[index]
+        key = cast(MoeKey, string_key(entry, names, what))
+        add_curve(curves, key, _moe_curve, entry, what)
         default = entry.get("default")
         if not isinstance(default, bool):
             raise KernelFitError(f"kernel fit: 'default' is not true or false in {key}")
         if default:
             if key[:3] in defaults:
                 raise KernelFitError(f"kernel fit: two default versions of {key[:3]}")
-            defaults[key[:3]] = key[3]  # type: ignore[index, assignment]
+            defaults[key[:3]] = key[3]
     missing = {key[:3] for key in curves} - set(defaults)
     if missing:
         raise KernelFitError(f"kernel fit: no default version of {sorted(missing)[0]}")
     return MoeFit(curves=curves, default_versions=defaults, skew=_parse_skew(body.get("skew")))
 
 
-def _parse_skew(entries: Any) -> Mapping[tuple[str, str, str], SkewCurve]:
+def _skew_curve(entry: Mapping[str, Any], key: object) -> SkewCurve:
+    return SkewCurve(tpe_knots=numbers(entry, "tpe_knots"), factor=numbers(entry, "factor"))
+
+
+def _parse_skew(entries: Any) -> Mapping[SkewKey, SkewCurve]:
+    what = "kernel fit"
     if not isinstance(entries, list):
         raise KernelFitError("kernel fit: needs a 'skew' list")
-    skew: dict[tuple[str, str, str], SkewCurve] = {}
-    for entry in entries:
-        if not isinstance(entry, dict):
-            raise KernelFitError("kernel fit: a 'skew' entry is not an object")
-        key = tuple(entry.get(name) for name in ("device", "engine", "distribution"))
-        if not all(isinstance(part, str) and part for part in key):
-            raise KernelFitError(
-                f"kernel fit: skew entry without device/engine/distribution: {key}"
-            )
-        if key in skew:
-            raise KernelFitError(f"kernel fit: skew {key} appears twice")
-        try:
-            skew[key] = SkewCurve(  # type: ignore[index]
-                tpe_knots=_numbers(entry, "tpe_knots"), factor=_numbers(entry, "factor")
-            )
-        except ValueError as err:
-            raise KernelFitError(f"kernel fit: skew {key}: {err}") from None
+    skew: dict[SkewKey, SkewCurve] = {}
+    for entry in objects(entries, what=what, entries="skew"):
+        names = ("device", "engine", "distribution")
+        key = cast(SkewKey, string_key(entry, names, what, kind="skew entry"))
+        add_curve(skew, key, _skew_curve, entry, what, kind="skew")
     return skew
 
 
@@ -264,9 +255,11 @@ def fitted_moe(
     peak_flops_per_s: float,
     peak_hbm_bytes_per_s: float,
     graph_launch_s: float,
+    in_graph_s: float | None = None,
 ) -> FittedMoe | None:
     """The fitted MoE of ``engine``'s ``label`` kernels on ``device``, its default version
-    (None: the defaults)."""
+    (None: the defaults); ``in_graph_s``: each grouped GEMM's floor inside a served captured
+    graph."""
     if engine is None or label is None:
         return None
     curve = kernel_fit_moe().curve(device, engine, label)
@@ -279,4 +272,5 @@ def fitted_moe(
         peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
         graph_launch_s=graph_launch_s,
         source=FITTED_SOURCE_PREFIX + engine,
+        in_graph_s=in_graph_s,
     )

@@ -139,6 +139,7 @@ class ForwardBuilder:
     __slots__ = (
         "batches",
         "detail",
+        "draft_graph",
         "draft_launch_s",
         "graph",
         "launch_s",
@@ -164,6 +165,7 @@ class ForwardBuilder:
         decode_only = all(batch.is_decode for batch in self.batches)
         self.graph = graph_mode and decode_only  # the forward's kernels run in a captured graph
         self.launch_s = plan.graph_launch_s if self.graph else plan.eager_launch_s
+        self.draft_graph = graph_mode
         self.draft_launch_s = plan.graph_launch_s if graph_mode else plan.eager_launch_s
         # ``detail``: every op as an :class:`OpCost`; else only each op's total time (what a
         # simulation needs, at a fraction of the cost). ``totals_ms`` is kept either way.
@@ -249,6 +251,13 @@ class ForwardBuilder:
         else:
             self.totals_ms.append(time_s * MS_PER_S)
 
+    def _fitted_floor_s(self, fixed_s: float, graph_fixed_s: float) -> float:
+        """A fitted kernel's floor: ``graph_fixed_s`` inside a captured graph, else its fitted
+        ``fixed_s``, never below the builder's launch cost."""
+        if self.graph:
+            return graph_fixed_s
+        return fixed_s if fixed_s > self.launch_s else self.launch_s
+
     @property
     def tokens(self) -> int:
         """New tokens of every sub-batch: the M of the dense parts."""
@@ -281,7 +290,8 @@ class ForwardBuilder:
         the GEMM efficiency ramp ``m / (m + half-efficiency M)`` (the plan's, per path).
         A plain GEMM (neither) on a path with a fitted curve (``plan.gemm_fit``) is priced by
         the curve instead: its compute efficiency at ``m`` and ``k x n``, its memory efficiency
-        at ``k x n`` and its fixed cost (never below the builder's launch cost).
+        at ``k x n`` and its fixed cost (never below the builder's launch cost; inside a
+        captured graph, the plan's in-graph floor).
         """
         p = self.plan
         quantized = quantized and not self.sixteen_bit
@@ -298,7 +308,7 @@ class ForwardBuilder:
                 fit.hbm_bytes_per_s(k * n),
                 fit.source,
             )
-            launch = fit.fixed_s if fit.fixed_s > launch else launch
+            launch = self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s)
         else:
             rows = m if rows_per_weight is None else rows_per_weight
             if quantized:
@@ -644,7 +654,7 @@ class ForwardBuilder:
             hbm_bytes=hbm_bytes,
             flops_per_s=rate,
             hbm_bytes_per_s=bandwidth,
-            launch_s=fit.fixed_s if fit.fixed_s > self.launch_s else self.launch_s,
+            launch_s=self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s),
             source=fit.source,
         )
 
@@ -957,7 +967,7 @@ class ForwardBuilder:
         fit = p.moe_fit
         if fit is not None:
             expert_elements = m.mlp_matrices * h * width
-            launch = max(fit.fixed_s, self.launch_s) + touched * fit.expert_s
+            launch = self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s) + touched * fit.expert_s
             for name, k, n in (("experts_up", h, in_matrices * width), ("experts_down", width, h)):
                 self._roofline(
                     name=name,
@@ -1111,6 +1121,7 @@ class ForwardBuilder:
         if drafts <= 0:
             return
         main_launch_s, self.launch_s = self.launch_s, self.draft_launch_s
+        main_graph, self.graph = self.graph, self.draft_graph
         try:
             if self.plan.model.num_mtp_layers:
                 self._mtp_module_drafts(drafts, decode)
@@ -1118,6 +1129,7 @@ class ForwardBuilder:
                 self._eagle3_drafts(drafts, decode)
         finally:
             self.launch_s = main_launch_s
+            self.graph = main_graph
 
     def _mtp_module_drafts(self, drafts: int, decode: ForwardShape) -> None:
         p, m = self.plan, self.plan.model

@@ -35,7 +35,13 @@ from app.core.catalog.quantization import (
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation
-from app.core.runner.kernel_fit import GEMM_16BIT, FittedGemm, fitted_gemm, gemm_label
+from app.core.runner.kernel_fit import (
+    GEMM_16BIT,
+    FittedGemm,
+    fitted_gemm,
+    gemm_label,
+    in_graph_floor_s,
+)
 
 if TYPE_CHECKING:  # the fitted tables' modules load only for a plan with a kernel engine
     from app.core.runner.kernel_fit_attention import FittedAttention
@@ -348,10 +354,18 @@ def build_plan(
     quantization: Quantization,
     mxfp4_activation: Mxfp4Activation = "fp4",
     kernel_engine: str | None = None,
+    *,
+    served: bool = False,
 ) -> ShardPlan:
     """``kernel_engine``: the engine whose measured-kernel curves price the GEMMs, the routed
     experts and the collectives on ``device`` (:mod:`app.core.runner.kernel_fit`,
-    ``kernel_fit_moe``, ``kernel_fit_comm``; None, or no curve: the defaults)."""
+    ``kernel_fit_moe``, ``kernel_fit_comm``; None, or no curve: the defaults).
+
+    ``served``: the curves price kernels inside the engine's served forward, not one op as the
+    collectors timed it: a fitted kernel's floor inside a captured graph is the engine's
+    in-graph floor (``kernel_fit.IN_GRAPH_FLOOR_US``), and a quantized GEMM's floor is capped at
+    the 16-bit GEMM's (the engines fuse the activation quantization into the op before it;
+    docs/kernels.md, "In-graph floors")."""
     notes: list[str] = []
     sixteen_bit = _sixteen_bit_parts(model, quantization, notes)
     tp, pp = parallel.tp, parallel.pp
@@ -378,17 +392,10 @@ def build_plan(
     per_layer_kv, kv_full, kv_sliding = _kv_bytes_per_token(model, kv_local, pp, kv_el)
     hbm_peak = device.hbm_bandwidth_gb_s * BYTES_PER_GB
     graph_launch_s = device.graph_kernel_launch_us * S_PER_US
+    in_graph_s = in_graph_floor_s(kernel_engine, device.vendor) if served else None
     label = gemm_label(quantization, model.native_linear)
     if quantization.linear is LinearQuantAction.MXFP4 or compute is not fmt.compute_dtype:
         label = None  # another matrix path than the measured kernels'
-    gemm_fit = fitted_gemm(
-        device=device.name,
-        engine=kernel_engine,
-        label=label,
-        peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops) * FLOPS_PER_TFLOP,
-        peak_hbm_bytes_per_s=hbm_peak,
-        graph_launch_s=graph_launch_s,
-    )
     bf16_fit = fitted_gemm(
         device=device.name,
         engine=kernel_engine,
@@ -396,6 +403,17 @@ def build_plan(
         peak_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP,
         peak_hbm_bytes_per_s=hbm_peak,
         graph_launch_s=graph_launch_s,
+        in_graph_s=in_graph_s,
+    )
+    gemm_fit = fitted_gemm(
+        device=device.name,
+        engine=kernel_engine,
+        label=label,
+        peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops) * FLOPS_PER_TFLOP,
+        peak_hbm_bytes_per_s=hbm_peak,
+        graph_launch_s=graph_launch_s,
+        in_graph_s=in_graph_s,
+        fixed_cap_s=bf16_fit.fixed_s if served and bf16_fit is not None else None,
     )
     moe_fit, comm_fit = _moe_and_comm_fits(
         model,
@@ -405,10 +423,10 @@ def build_plan(
         compute,
         kernel_engine,
         hbm_peak,
-        graph_launch_s,
+        (graph_launch_s, in_graph_s),
     )
     prefill_attention, decode_attention = _attention_fits(
-        model, device, quantization, kernel_engine, hbm_peak, graph_launch_s
+        model, device, quantization, kernel_engine, hbm_peak, (graph_launch_s, in_graph_s)
     )
 
     return ShardPlan(
@@ -466,9 +484,10 @@ def _moe_and_comm_fits(
     compute: DType,
     kernel_engine: str | None,
     hbm_peak: float,
-    graph_launch_s: float,
+    floors_s: tuple[float, float | None],
 ) -> tuple[FittedMoe | None, FittedComm | None]:
-    """The fitted routed experts and collectives of ``kernel_engine`` (None: defaults)."""
+    """The fitted routed experts and collectives of ``kernel_engine`` (None: defaults);
+    ``floors_s``: the captured-graph launch cost and the in-graph floor (None: none)."""
     if kernel_engine is None:
         return None, None
     from app.core.runner.kernel_fit_comm import fitted_comm
@@ -483,7 +502,8 @@ def _moe_and_comm_fits(
             peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops)
             * FLOPS_PER_TFLOP,
             peak_hbm_bytes_per_s=hbm_peak,
-            graph_launch_s=graph_launch_s,
+            graph_launch_s=floors_s[0],
+            in_graph_s=floors_s[1],
         )
     return moe_fit, fitted_comm(device.name, kernel_engine)
 
@@ -494,10 +514,11 @@ def _attention_fits(
     quantization: Quantization,
     kernel_engine: str | None,
     hbm_peak: float,
-    graph_launch_s: float,
+    floors_s: tuple[float, float | None],
 ) -> tuple[FittedAttention | None, FittedAttention | None]:
-    """The fitted prefill and decode attention kernels of ``kernel_engine`` (None: defaults).
-    A sparse-indexer model's top-k attention is another kernel than the measured dense ones."""
+    """The fitted prefill and decode attention kernels of ``kernel_engine`` (None: defaults;
+    ``floors_s`` as for :func:`_moe_and_comm_fits`). A sparse-indexer model's top-k attention
+    is another kernel than the measured dense ones."""
     if kernel_engine is None or model.sparse_indexer is not None:
         return None, None
     from app.core.runner.kernel_fit_attention import (
@@ -526,7 +547,8 @@ def _attention_fits(
             labels=labels,
             peak_flops_per_s=peaks,
             peak_hbm_bytes_per_s=hbm_peak,
-            graph_launch_s=graph_launch_s,
+            graph_launch_s=floors_s[0],
+            in_graph_s=floors_s[1],
         )
         for family in families
     )

@@ -169,7 +169,9 @@ class ModelRunner:
     the device's FP4 path).
     ``kernel_engine``: the engine (``vllm``, ``sglang``, ``trtllm``) whose measured-kernel
     curves price the GEMMs, routed experts and collectives where the fitted tables have them
-    for the device (None: the defaults).
+    for the device (None: the defaults), as kernels of a served forward
+    (``build_plan(served=True)``: in-graph floors in a captured decode step, a quantized GEMM's
+    floor capped at the 16-bit one's).
     """
 
     __slots__ = (
@@ -224,7 +226,13 @@ class ModelRunner:
             )
         self.mxfp4_activation: Mxfp4Activation = mxfp4_activation
         self.plan: ShardPlan = build_plan(
-            model, device, self.parallel, self.quantization, mxfp4_activation, kernel_engine
+            model,
+            device,
+            self.parallel,
+            self.quantization,
+            mxfp4_activation,
+            kernel_engine,
+            served=True,
         )
         plan = self.plan
         fitted = any(

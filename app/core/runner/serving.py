@@ -42,15 +42,18 @@ def engine_quantization(profile: EngineProfile, quantization: Quantization) -> Q
     return quantization
 
 
-#: Engine profile -> the engine whose fitted kernel curves (``app.core.runner.kernel_fit``)
-#: price its serving forwards. Empty for now, on purpose: with only the GEMMs fitted, the agg
-#: file's TPOT median error rises from 11.3 % to 14.4 % (TTFT 38.6 -> 38.5 %) because attention
-#: and MoE, still on the defaults, stay 25-80 % too fast (docs/kernels.md, "Serving effect");
-#: with the MoE and collective curves too, TTFT 37.8 % and TPOT 18.2 % (docs/kernels.md,
-#: "Serving effect of the MoE and collectives fit"): attention is still on the defaults and
-#: the serving mechanisms were tuned against the unfitted op costs.
-#: ``{"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}`` switches it on.
-SERVING_KERNEL_ENGINES: Mapping[str, str] = {}
+#: Engine profile -> the engine whose fitted kernel curves (``app.core.runner.kernel_fit``,
+#: ``kernel_fit_moe``, ``kernel_fit_attention``, ``kernel_fit_comm``) price its serving forwards,
+#: with the in-graph floors (``kernel_fit.IN_GRAPH_FLOOR_US``: a fitted kernel of a captured
+#: decode step costs the graph node, not the floor the collectors timed for the op alone; a
+#: quantized GEMM's floor is capped at the 16-bit one's). On for TensorRT-LLM and SGLang: the
+#: measured agg file goes TTFT / TPOT 37.1 / 11.3 % -> 36.5 / 10.1 % (TensorRT-LLM 35.0 / 11.0
+#: -> 34.6 / 9.7, SGLang 50.7 / 15.4 -> 49.4 / 15.0), the disagg file 52.7 / 28.6 -> 50.0 /
+#: 28.0 %. Off for vLLM: TPOT 7.9 -> 12.5 %, TTFT 29.3 -> 31.6 %. gpt-oss-120b (228 of its
+#: 415 rows) prices its experts from vLLM 0.24's MXFP4 x BF16 MoE table, 2.2x (decode) to 3.7x
+#: (8K prefill) the defaults on B200, while the served rows (vLLM 0.15.1) sit at or below the
+#: defaults: the served MoE path is not the measured one (docs/kernels.md, "In-graph floors").
+SERVING_KERNEL_ENGINES: Mapping[str, str] = {"trtllm": "trtllm", "sglang": "sglang"}
 
 
 def engine_runner(
@@ -180,6 +183,8 @@ class RunnerServingModel:
         engine = ""
         if (p := self.profile) is not None and (p.step_sync_ms or p.step_host_ms):
             engine = f"|host={p.step_sync_ms:.6g}:{p.step_host_ms:.6g}:{int(p.overlap_scheduling)}"
+        if (p := self.profile) is not None and p.eager_layer_host_ms:
+            engine += f"|eager_layer={p.eager_layer_host_ms:.6g}"
         if (p := self.profile) is not None and p.npu_graph_mode is not None:
             engine += f"|npu_graph={p.npu_graph_mode}"
         return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}{engine}"
@@ -188,11 +193,11 @@ class RunnerServingModel:
         self, parts: tuple[ForwardShape, ...], drafts: int, *, decode_only: bool = False
     ) -> float:
         """One engine iteration around the forward of ``parts``: the host sync the GPU always
-        waits for, and the host's own iteration work (per step, and per layer on an NPU
-        build's graphs: :meth:`EngineProfile.layer_host_ms`), hidden behind the forward when
-        the engine overlaps scheduling with execution (then only what exceeds it shows). An
-        eager NPU build dispatches every operator from the host while the device runs
-        (:meth:`EngineProfile.eager_step_ms`)."""
+        waits for, and the host's own iteration work (per step, and per layer of an eager
+        prefill or an NPU build's graphs: :meth:`EngineProfile.layer_host_ms`), hidden behind
+        the forward when the engine overlaps scheduling with execution (then only what exceeds
+        it shows). An eager NPU build dispatches every operator from the host while the device
+        runs (:meth:`EngineProfile.eager_step_ms`)."""
         device_ms = self._device_ms(parts, drafts)
         profile = self.profile
         if profile is None:

@@ -53,6 +53,7 @@ from app.core.errors import (
     UnknownModelError,
     UnsupportedError,
 )
+from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
 from app.core.validation.cases import (
     SERVING_DEVICE_ALIASES,
     SERVING_PRECISIONS,
@@ -690,10 +691,13 @@ def check_expert_split(tp: int, dp: int, moe_tp: int, ep: int, pool: str = "") -
 
 
 def row_case(
-    row: Mapping[str, str], engine_options: tuple[tuple[str, str | float], ...] = ()
+    row: Mapping[str, str],
+    engine_options: tuple[tuple[str, str | float], ...] = (),
+    length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO,
 ) -> ValidationCase:
     """The serving case of one row (domain errors say why a row cannot be one), under
-    ``engine_options`` over its engine's profile (the replay's recipe settings)."""
+    ``engine_options`` over its engine's profile and the benchmark client's
+    ``length_range_ratio`` (the replay's recipe settings)."""
     model, device, precision = row_deployment(row)
     _check_devices(row)
     tp, dp, ep = row_layout(row, model)
@@ -714,6 +718,7 @@ def row_case(
         name=row["case_id"],
         engine=row["engine"],
         engine_options=engine_options,
+        length_range_ratio=length_range_ratio,
     )
 
 
@@ -773,16 +778,20 @@ def replay_case_file(
     rows = read_case_rows(text)
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = ServingReplay(None if calibration is None else calibration.values)
-    cases: dict[str, ValidationCase] = {}
+    cases: dict[int, ValidationCase] = {}  # by row index: a file may repeat a case_id
 
-    def predict(row: Mapping[str, str]) -> RowPrediction:
-        case = row_case(row, row_settings(row).options)
-        predicted = replay.predict(case)
-        cases[row["case_id"]] = case
-        return (*predicted, case_spreads(case, calibration))
+    def predictor(index: int) -> Callable[[Mapping[str, str]], RowPrediction]:
+        def predict(row: Mapping[str, str]) -> RowPrediction:
+            settings = row_settings(row)
+            case = row_case(row, settings.options, settings.length_range_ratio)
+            predicted = replay.predict(case)
+            cases[index] = case
+            return (*predicted, case_spreads(case, calibration))
+
+        return predict
 
     outcomes = {
-        i: row_outcome(row, predict, row_settings(row))
+        i: row_outcome(row, predictor(i), row_settings(row))
         for i, row in enumerate(rows)
         if i not in skip
     }
@@ -795,10 +804,10 @@ def replay_case_file(
             deployment=(o.hardware, o.engine_family, case.model),
             family=o.engine_family.lower(),
         )
-        for o in outcomes.values()
+        for i, o in outcomes.items()
         if o.ttft_ms_pred is not None
         and o.tpot_ms_pred is not None
-        and (case := cases.get(o.case_id)) is not None
+        and (case := cases.get(i)) is not None
     ]
     return dataclasses.replace(report, interval_checks=leave_deployment_out(residuals))
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
 from app.core.parallel import ParallelLayout
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "catalog" / "data"
@@ -111,6 +112,9 @@ class ValidationCase:
     #: Engine options over the engine's profile (a serving row's recipe settings,
     #: :mod:`app.core.validation.recipes`), sorted (name, value) pairs.
     engine_options: tuple[tuple[str, str | float], ...] = ()
+    #: The benchmark client's length range (``--random-range-ratio``; 1: fixed lengths,
+    #: :attr:`~app.core.spec.WorkloadSpec.length_range_ratio`).
+    length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO
 
     @property
     def label(self) -> str:

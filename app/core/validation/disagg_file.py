@@ -253,6 +253,8 @@ class DisaggReplay:
             num_mtp_tokens=settings.num_mtp_tokens,
             mtp_acceptance_rates=settings.mtp_acceptance_rates,
             recv_interval=profile.scheduler_recv_interval,
+            batch_wait_iters=profile.batch_wait_iters,
+            batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,
             stream_interval=profile.stream_interval,
             stream_first_token=profile.stream_first_token,
         )

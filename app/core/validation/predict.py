@@ -20,6 +20,7 @@ from app.core.catalog.models import get_model
 from app.core.catalog.quantization import Quantization, parse_quantization
 from app.core.cost import ForwardShape
 from app.core.errors import InfeasibleError
+from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
 from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
 from app.core.profiles import EngineProfile, device_profile, get_profile
@@ -189,7 +190,7 @@ class ServingReplay:
         self._plans: PlanMemo = {} if plans is None else plans
         self._forwards = forwards
         self._models: dict[_Deployment, tuple[RunnerServingModel, MemoLatency]] = {}
-        self._results: dict[tuple[_Deployment, int, int, int], tuple[float, float]] = {}
+        self._results: dict[tuple[_Deployment, int, int, int, float], tuple[float, float]] = {}
         self._benchmarks: dict[BenchmarkRun, tuple[WorkloadSpec, ServingResult]] = {}
 
     def _model(
@@ -236,7 +237,8 @@ class ServingReplay:
             case.ep,
             case.precision,
         )
-        key = (deployment, case.concurrency, case.query_len, case.output_len)
+        lengths = (case.query_len, case.output_len, case.length_range_ratio)
+        key = (deployment, case.concurrency, *lengths)
         found = self._results.get(key)
         if found is None:
             found = self._results[key] = self._simulate(deployment, profile, case)
@@ -255,10 +257,16 @@ class ServingReplay:
     ) -> tuple[float, float]:
         serving, memo = self._model(deployment, profile)
         device = serving.runner.device
-        data = _engine_workload(profile, device, case.query_len, case.output_len)
+        data = _engine_workload(
+            profile,
+            device,
+            case.query_len,
+            case.output_len,
+            length_range_ratio=case.length_range_ratio,
+        )
         # The memo does not know the KV pool: the running cap is the engine's and the pool's.
         capacity = serving.kv_capacity_requests(
-            case.query_len + case.output_len, data.max_batched_tokens
+            data.mean_input_length + data.mean_output_length, data.max_batched_tokens
         )
         if capacity < 1:
             raise InfeasibleError(
@@ -348,18 +356,22 @@ def _engine_workload(
     input_length: int,
     output_length: int,
     mtp: tuple[int, tuple[float, ...]] = (0, ()),
+    length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO,
 ) -> WorkloadSpec:
-    """The lengths under the engine's token budget on the device and its front-end time, with
-    ``mtp`` drafts per step and their acceptance."""
+    """The lengths (and their range) under the engine's token budget on the device and its
+    front-end time, with ``mtp`` drafts per step and their acceptance."""
     return WorkloadSpec(
         num_mtp_tokens=mtp[0],
         mtp_acceptance_rates=mtp[1],
         input_length=input_length,
         output_length=output_length,
+        length_range_ratio=length_range_ratio,
         max_batched_tokens=profile.token_budget(device.hbm_capacity_gb, device.name, device.vendor),
         ttft_overhead_ms=profile.request_frontend_ms,
         arrival_spread=profile.arrival_spread,
         recv_interval=profile.scheduler_recv_interval,
+        batch_wait_iters=profile.batch_wait_iters,
+        batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,
         stream_interval=profile.stream_interval,
         stream_first_token=profile.stream_first_token,
     )

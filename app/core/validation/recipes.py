@@ -36,6 +36,12 @@ the settings read from it (``python -m scripts.inferencex_recipes`` regenerates 
   overall 38.6 -> 38.7 %; the measured TTFT at 256 clients does not show that queue, so the
   cap's effect in SGLang is not yet understood here.
 
+Every row with a recipe (``recipe`` or ``ambiguous`` below) ran InferenceX's client
+(``benchmarks/benchmark_lib.sh``: ``--dataset-name random --random-range-ratio 0.8``, its copy
+of vLLM's ``benchmark_serving.py``): prompts and outputs drawn uniformly from 0.8-1.0 of the
+nominal lengths. The replay runs it with that length range (:data:`INFERENCEX_LENGTH_RANGE_RATIO`,
+the workload's ``length_range_ratio``); a row without one keeps fixed lengths.
+
 Each row of the replay is then one of (the ``settings`` column of the validator's OUT):
 
 - ``recipe``: the settings its recipe states, applied as engine options;
@@ -60,6 +66,7 @@ from functools import cache
 from typing import Literal
 
 from app.core.catalog.models import resolve_model_name
+from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
 from app.core.validation.cases import DATA_DIR
 
 RECIPE_SETTINGS = DATA_DIR / "inferencex_recipe_settings.csv"
@@ -69,6 +76,9 @@ Settings = Literal["recipe", "ambiguous", "default"]
 _KV_OPTION: Mapping[str, str | None] = {"fp8": "fp8", "default": None}
 #: A CONC rule of the recv interval: ``low;high@threshold``.
 _CONC_RULE = re.compile(r"^(\d+);(\d+)@(\d+)$")
+#: InferenceX's client's ``--random-range-ratio`` (``benchmarks/benchmark_lib.sh``, every
+#: engine's runs): the length range of every row with a recipe.
+INFERENCEX_LENGTH_RANGE_RATIO = 0.8
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +95,8 @@ class RowSettings:
     scheduler_recv_interval: int | None = None
     stream_interval: int | None = None
     chunked_prefill_size: int | None = None
+    #: The benchmark client's length range (``length_range_ratio``; 1: fixed lengths).
+    length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO
     note: str = ""
     source: str = ""
 
@@ -148,6 +160,7 @@ def recipe_table() -> dict[_Key, RowSettings]:
             recv_interval_rule=_recv_rule(row["scheduler_recv_interval"], row),
             stream_interval=int(stream) if stream.isdigit() else None,
             chunked_prefill_size=int(chunk) if chunk.isdigit() else None,
+            length_range_ratio=INFERENCEX_LENGTH_RANGE_RATIO,
             note=row["note"],
             source=f"{RECIPE_SOURCE}: {row['source']}",
         )

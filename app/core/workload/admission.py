@@ -1,7 +1,8 @@
 """KV-cache admission: how many requests one replica runs at once.
 
 ``max_running`` caps the requests in prefill or decode at once (the KV blocks of
-``input_length + output_length`` tokens each must fit); the others queue, and their wait is
+``input_length + output_length`` tokens each must fit, a length range's means); the others
+queue, and their wait is
 part of their TTFT. A latency model that knows its KV capacity
 (:class:`~app.core.cost.KvAdmissionModel`, e.g. the runner adapter) sets the cap.
 """
@@ -20,7 +21,7 @@ def kv_capacity(spec: WorkloadSpec, model: object) -> int | None:
     """Requests whose KV cache fits one replica (``None``: the model does not know)."""
     if not isinstance(model, KvAdmissionModel):
         return None
-    context = spec.input_length + spec.output_length
+    context = spec.mean_input_length + spec.mean_output_length
     return model.kv_capacity_requests(context, spec.max_batched_tokens)
 
 
@@ -36,7 +37,7 @@ def running_cap(
     kv_cap = kv_capacity(spec, latency)
     if kv_cap is not None:
         if kv_cap < 1:
-            context = spec.input_length + spec.output_length
+            context = spec.mean_input_length + spec.mean_output_length
             raise InfeasibleError(
                 f"the KV cache of one request ({context} tokens) does not fit next to the "
                 "weights, the reserve and the activations"

@@ -54,7 +54,8 @@ class ServingPlan:
 
     @property
     def input_length(self) -> int:
-        return self.engine.spec.input_length
+        """The prompt every request prefills (a length range's mean)."""
+        return self.engine.spec.mean_input_length
 
     @property
     def shapes(self) -> tuple[AnyShape, ...]:
@@ -194,7 +195,7 @@ class _WindowTotals:
 
 
 def _spans(
-    pieces: Iterable[tuple[Sequence[tuple[int, int, int]], int]],
+    pieces: Iterable[tuple[Sequence[tuple[int, ...]], int]],
     at: Sequence[float],
     since: Sequence[float],
 ) -> tuple[list[int], list[float]]:
@@ -205,8 +206,13 @@ def _spans(
     values: list[float] = []
     for records, off in pieces:
         counts.extend([r[0] for r in records])
-        values.extend([at[b + off] - since[a + off] for _, a, b in records])
+        values.extend([at[r[2] + off] - since[r[1] + off] for r in records])
     return counts, values
+
+
+def _decode_tokens(pieces: Iterable[tuple[Sequence[tuple[int, ...]], int]]) -> list[int]:
+    """Each finish record's decode tokens per request, over the pieces :func:`_spans` walks."""
+    return [r[3] for records, _ in pieces for r in records]
 
 
 def replay_serving(
@@ -231,7 +237,7 @@ def replay_serving(
         clients=plan.clients,
         num_requests=plan.num_requests,
     )
-    decode_tokens = plan.engine.output_length - 1
+    spec = plan.engine.spec
     if cycle is None:
         counts_first, ttfts = _spans([(first, 0)], at, arrived)
         counts_finish, decodes = _spans([(finish, 0)], at, at)
@@ -242,22 +248,25 @@ def replay_serving(
     measured_finish = sum(counts_finish)
     ttft_ms = sum([c * v for c, v in zip(counts_first, ttfts, strict=True)]) / measured_first
     decode_ms = sum([c * v for c, v in zip(counts_finish, decodes, strict=True)]) / measured_finish
-    tpot_ms = decode_ms / decode_tokens if decode_tokens else 0.0
+    if len(spec.output_classes) == 1:
+        decode_tokens = spec.output_length - 1
+        tpot_ms = decode_ms / decode_tokens if decode_tokens else 0.0
+        tpots = [v / decode_tokens if decode_tokens else 0.0 for v in decodes]
+    else:
+        # A length range: each request's decode time over its own class's tokens.
+        pieces = [(finish, 0)] if cycle is None else cycle.segments(finish, cycle.finish_span)
+        tokens = _decode_tokens(pieces)
+        tpots = [v / t if t else 0.0 for v, t in zip(decodes, tokens, strict=True)]
+        tpot_ms = sum([c * v for c, v in zip(counts_finish, tpots, strict=True)]) / measured_finish
     # A streaming client's view: its first chunk may wait for more tokens (the mean TPOT's
     # worth of each; the steps it waited leave its TPOT).
-    spec = plan.engine.spec
     client_ttft_ms, client_tpot_ms = spec.client_view(ttft_ms, tpot_ms)
     shift_ms = client_ttft_ms - ttft_ms
     scale = client_tpot_ms / tpot_ms if tpot_ms else 1.0
     ttft_ms, tpot_ms = client_ttft_ms, client_tpot_ms
 
     ttft_groups = _distribution((v + shift_ms, c) for v, c in zip(ttfts, counts_first, strict=True))
-    tpot_groups = _distribution(
-        (
-            (v / decode_tokens * scale if decode_tokens else 0.0, c)
-            for v, c in zip(decodes, counts_finish, strict=True)
-        )
-    )
+    tpot_groups = _distribution((v * scale, c) for v, c in zip(tpots, counts_finish, strict=True))
     duration_ms = end_ms - start_ms
     totals = _WindowTotals.over(plan, ends, start_ms, end_ms)
     return ServingResult(

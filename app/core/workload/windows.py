@@ -25,6 +25,7 @@ WINDOWS: tuple[Window, ...] = ("benchmark", "steady_state")
 DEFAULT_WINDOW: Window = "benchmark"
 
 Records = tuple[tuple[int, int, int], ...]
+FinishRecords = tuple[tuple[int, int, int, int], ...]
 
 
 def check_window(window: object) -> Window:
@@ -69,7 +70,7 @@ def measured_records(
     window: Window,
     clients: int,
     num_requests: int,
-) -> tuple[float, float, Records, Records, CycleCopies | None]:
+) -> tuple[float, float, Records, FinishRecords, CycleCopies | None]:
     """The window ``(start_ms, end_ms)`` of a serving run (its engine ``runs`` ending at
     ``ends``), the first-token and finish records inside it, and the skipped cycle those
     records still imply (:class:`~app.core.engine.plan.CycleCopies`: the benchmark window takes

@@ -289,7 +289,7 @@ function resetTimeline() {
 const SIM_FIELDS = [
   "model", "device", "quantize_linear_action", "quantize_attention_action", "reserved_memory_gb",
   "input_length", "prefix_cache_hit_rate", "max_batched_tokens", "output_length",
-  "num_mtp_tokens", "mtp_acceptance_rates", "scheduler", "force_simulation",
+  "length_range_ratio", "num_mtp_tokens", "mtp_acceptance_rates", "scheduler", "force_simulation",
   "workload", "window", "requests_per_client", "engine", "engine_options", "calibration",
 ];
 

@@ -11,7 +11,9 @@ from itertools import takewhile
 
 from app.core.chunking import PrefillChunk
 from app.core.cost import AnyShape, ForwardShape, MixedShape
-from app.core.scheduler import Scheduler, SchedulerState, StepDecision
+from app.core.engine import TimedArrivals, run_engine
+from app.core.engine.plan import RequestRecords
+from app.core.scheduler import Scheduler, SchedulerState, StepDecision, make_scheduler
 from app.core.spec import WorkloadSpec
 
 
@@ -321,3 +323,21 @@ def reference_simulation(
         else 0.0
     )
     return ReferenceResult(ttft, tpot, max(finish.values()), steps, arrival, first, finish, started)
+
+
+def one_ms_step(p_step: int, tokens: int, seq_len: int, d_step: int) -> float:
+    """A step clock where every step, prefill or decode, lasts 1 ms."""
+    return 1.0
+
+
+def ttft_spans(records: RequestRecords) -> list[float]:
+    """Each first token's time from its request's arrival (timed arrivals), in ms."""
+    assert records.ends_ms is not None and records.sent_ms is not None
+    return [records.ends_ms[run] - records.sent_ms[a] for _, a, run in records.first]
+
+
+def one_ms_ttfts(data: WorkloadSpec, scheduler: str, times_ms: tuple[float, ...]) -> list[float]:
+    """The TTFTs (ms) of requests arriving at ``times_ms`` to an engine of 1-ms steps."""
+    arrivals = TimedArrivals(times_ms=times_ms, max_in_flight=None, step_ms=one_ms_step)
+    _, records = run_engine(data, 1, make_scheduler(scheduler), arrivals)
+    return ttft_spans(records)

@@ -37,7 +37,7 @@ def test_late_share_is_the_nearest_whole_share_and_never_all(
 def test_late_requests_wait_one_run_and_arrive_at_its_end() -> None:
     loop = ClosedLoop(4, 12, arrival_spread=0.5)
     queue: Waiting = deque()
-    loop.finished(5, [(4, 1)], 0.0, queue)
+    loop.finished(5, [(4, 1, 10)], 0.0, queue)
     assert list(queue) == [[2, 5]] and loop.held_total == 2
     assert loop.held_state(6) == ((2, 0),)
     loop.release(6, queue)  # the top of run 6: not yet

@@ -79,7 +79,7 @@ class FanOut(ArrivalSource):
         waiting.append([1, -1])
 
     def finished(self, run: int, who: Sequence[Finished], now_ms: float, waiting: Waiting) -> None:
-        for count, _ in who:
+        for count, *_ in who:
             more = min(2 * count, self.num_requests - self.submitted)
             if more > 0:
                 self.submitted += more
@@ -92,7 +92,7 @@ def test_any_source_plugs_into_the_loop(n: int) -> None:
     data = spec(6, 4, 3)
     plan, records = run_engine(data, 1, make_scheduler(), FanOut(n))
     assert sum(count for count, _, _ in records.all_first()) == n  # every request starts once
-    assert sum(count for count, _, _ in records.all_finish()) == n  # and finishes once
+    assert sum(count for count, *_ in records.all_finish()) == n  # and finishes once
     assert sum(run.finished for run in plan.runs) == n
     # Arrivals come at the end of runs in which requests finished (or at t = 0).
     arrivals = {arrival for _, arrival, _ in records.first}

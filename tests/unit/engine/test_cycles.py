@@ -15,6 +15,7 @@ from app.core.engine.plan import RequestRecords, SimulationPlan, StepRun
 from app.core.errors import InvalidParameterError
 from app.core.scheduler import make_scheduler
 from app.core.scheduler.factory import SCHEDULERS
+from app.core.spec import length_classes
 from app.core.workload.metrics import ServingPlan, ServingResult, replay_serving
 from app.core.workload.windows import Window
 
@@ -31,6 +32,8 @@ cases = st.fixed_dictionaries(
         "scheduler": st.sampled_from(sorted(SCHEDULERS)),
         "spread": st.sampled_from((0.0, 0.0, 0.125, 0.25, 0.4, 0.5)),
         "recv": st.sampled_from((1, 1, 2, 3, 10)),
+        # A length range's output classes (1: fixed lengths).
+        "ratio": st.sampled_from((1.0, 1.0, 0.8, 0.3)),
     }
 )
 
@@ -58,6 +61,7 @@ def _run(s: dict[str, Any], *, skip: bool) -> tuple[Engine, tuple[StepRun, ...],
         arrivals,
         max_running=s["cap"],
         recv_interval=s.get("recv", 1),
+        output_classes=length_classes(s["output"], s.get("ratio", 1.0)),
     )
     if not skip:
         engine.cycles = None
@@ -124,6 +128,17 @@ def test_a_long_closed_loop_skips_most_of_its_rounds() -> None:
     assert records.cycle is not None and records.cycle.copies >= 5
     assert engine.arrivals.submitted == stepped.arrivals.submitted == 640
     assert engine.arrivals.last_arrival_run == stepped.arrivals.last_arrival_run
+
+
+def test_a_length_range_repeats_in_cycles_too() -> None:
+    """Output classes taken in turn: the state holds the class the next request takes and each
+    decode group's class, and repeats when the clients are a multiple of the classes."""
+    s = {**LONG_LOOP, "effective": 100, "budget": 256, "output": 20, "clients": 32}
+    s |= {"per_client": 12, "ratio": 0.8}
+    engine, runs, records = _run(s, skip=True)
+    assert engine.cycles is not None and engine.cycles.skipped and records.cycle is not None
+    _, want_runs, want_records = _run(s, skip=False)
+    assert (runs, _expanded(records)) == (want_runs, _expanded(want_records))
 
 
 def test_bursts_and_short_loops_do_not_look_for_cycles() -> None:

@@ -7,17 +7,12 @@ from __future__ import annotations
 import pytest
 
 from app.core.engine import TimedArrivals, run_engine
-from app.core.engine.plan import RequestRecords
 from app.core.errors import InvalidParameterError
 from app.core.scheduler import make_scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload.closed_loop import simulate_closed_loop
 
-from .fakes import LinearLatency
-
-
-def _one_ms(p_step: int, tokens: int, seq_len: int, d_step: int) -> float:
-    return 1.0  # every step, prefill or decode, lasts 1 ms
+from .fakes import LinearLatency, one_ms_step, one_ms_ttfts, ttft_spans
 
 
 def _ttfts_ms(
@@ -29,14 +24,7 @@ def _ttfts_ms(
         max_batched_tokens=8,
         recv_interval=recv_interval,
     )
-    arrivals = TimedArrivals(times_ms=times_ms, max_in_flight=None, step_ms=_one_ms)
-    _, records = run_engine(data, 1, make_scheduler("sglang"), arrivals)
-    return _spans(records)
-
-
-def _spans(records: RequestRecords) -> list[float]:
-    assert records.ends_ms is not None and records.sent_ms is not None
-    return [records.ends_ms[run] - records.sent_ms[a] for _, a, run in records.first]
+    return one_ms_ttfts(data, "sglang", times_ms)
 
 
 def test_a_request_arriving_between_polls_waits_for_the_next_poll() -> None:
@@ -88,10 +76,10 @@ def test_requests_arriving_while_others_decode_wait_for_the_poll() -> None:
         arrivals = TimedArrivals(
             times_ms=(0.0, 7.5, *(50.0 * k for k in range(1, 9))),
             max_in_flight=None,
-            step_ms=_one_ms,
+            step_ms=one_ms_step,
         )
         _, records = run_engine(spec, 1, make_scheduler("sglang"), arrivals)
-        return sum(_spans(records)) / len(records.first)
+        return sum(ttft_spans(records)) / len(records.first)
 
     assert mean_ttft_ms(8) > mean_ttft_ms(1)
 

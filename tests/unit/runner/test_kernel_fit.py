@@ -7,6 +7,7 @@ engine without a curve keeps the physics-derived defaults and says so per op.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -19,12 +20,12 @@ from app.core.catalog.quantization import BYTES_16BIT, parse_quantization
 from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner
+from app.core.runner.fit_tables import POSITION_MEMO_LIMIT, KernelFitError
 from app.core.runner.kernel_fit import (
     DEFAULT_SOURCE,
     FP8_BLOCK,
     KERNEL_FIT_FORMAT,
     GemmCurve,
-    KernelFitError,
     gemm_label,
     kernel_fit,
     load_kernel_fit,
@@ -78,6 +79,17 @@ def test_curve_is_bilinear_in_log2_between_knots_and_clamped_outside() -> None:
     assert CURVE.compute_efficiency_at(1e6, 2.0**40) == pytest.approx(1.0)
     assert CURVE.memory_efficiency_at(2.0**22) == pytest.approx(0.7)
     assert CURVE.memory_efficiency_at(1.0) == pytest.approx(0.6)
+
+
+def test_remembered_positions_give_the_same_answers_and_stay_bounded() -> None:
+    curve = dataclasses.replace(CURVE)  # a copy that has remembered nothing yet
+    first = [curve.compute_efficiency_at(m, 2.0**22) for m in (2, 8, 2)]
+    assert first == [pytest.approx(0.25), pytest.approx(0.65), first[0]]
+    assert curve == CURVE  # what a curve remembered is not part of its value
+    for m in range(1, POSITION_MEMO_LIMIT + 10):
+        curve.compute_efficiency_at(m, SMALL)
+    assert curve.compute_efficiency_at(2, 2.0**22) == pytest.approx(0.25)
+    assert 0 < len(curve._by_m) <= POSITION_MEMO_LIMIT
 
 
 def test_parse_reads_a_well_formed_table() -> None:

@@ -20,7 +20,8 @@ from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner
 from app.core.runner.comm import Collective
-from app.core.runner.kernel_fit import DEFAULT_SOURCE, KernelFitError
+from app.core.runner.fit_tables import KernelFitError
+from app.core.runner.kernel_fit import DEFAULT_SOURCE, IN_GRAPH_FLOOR_US
 from app.core.runner.kernel_fit_comm import (
     KERNEL_FIT_COMM_FORMAT,
     KERNEL_FIT_COMM_PATH,
@@ -256,7 +257,8 @@ def test_fitted_grouped_gemm_time_is_the_curve_by_hand() -> None:
     bandwidth = fit.peak_hbm_bytes_per_s * fit.curve.gemm.memory_efficiency_at(3 * h * width)
     flops = FLOPS_PER_MAC * routes * h * 2 * width
     hbm = touched * h * 2 * width * 2 + routes * h * 2 + routes * 2 * width * 2
-    launch = fit.fixed_s + touched * fit.expert_s
+    launch = fit.graph_fixed_s + touched * fit.expert_s  # a decode step: in the graph
+    assert fit.graph_fixed_s == pytest.approx(IN_GRAPH_FLOOR_US["vllm"] * 1e-6)
     assert op.source == "fitted:vllm"
     assert op.time_ms == pytest.approx((max(flops / rate, hbm / bandwidth) + launch) * MS_PER_S)
     names = {o.name for o in ops if o.category is OpCategory.MOE}

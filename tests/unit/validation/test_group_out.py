@@ -83,3 +83,14 @@ def test_the_case_file_report_states_the_check_per_family_and_overall() -> None:
     assert report.interval_checks[-1].rows == 2 and report.interval_checks[-1].deployments == 2
     assert "leave-deployment-out" in report.format_table()
     assert report.to_dict()["intervals_leave_deployment_out"][-1]["group"] == "overall"
+
+
+def test_rows_sharing_a_case_id_each_keep_their_own_deployment() -> None:
+    """A file may repeat a ``case_id``: each row's residual is its own case's (keyed by row),
+    never the last row of that id's."""
+    rows = [
+        {**ROW, "case_id": "same"},
+        {**ROW, "case_id": "same", "model": "Qwen/Qwen3-32B", "tp": "2", "num_devices": "2"},
+    ]
+    overall = replay_case_file(file_of(*rows)).interval_checks[-1]
+    assert overall.rows == 2 and overall.deployments == 2

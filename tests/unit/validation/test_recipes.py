@@ -11,7 +11,13 @@ from app.core.profiles import get_profile
 from app.core.validation import CASE_COLUMNS, ServingReplay, replay_case_file
 from app.core.validation.case_file import OUT_COLUMNS, row_case
 from app.core.validation.predict import engine_family
-from app.core.validation.recipes import RECIPE_SETTINGS, _recv_rule, recipe_table, row_settings
+from app.core.validation.recipes import (
+    INFERENCEX_LENGTH_RANGE_RATIO,
+    RECIPE_SETTINGS,
+    _recv_rule,
+    recipe_table,
+    row_settings,
+)
 from scripts.inferencex_recipes import extra_settings_of
 
 QWEN = {
@@ -78,17 +84,20 @@ def test_every_recipe_row_is_a_valid_override_of_its_engine() -> None:
 
 
 def test_the_replay_runs_a_row_under_its_recipe_and_says_so() -> None:
-    """A recipe row is predicted under its recipe's options (the same as a case carrying
-    them), differently from the profile's defaults; OUT names the settings and the source."""
+    """A recipe row is predicted under its recipe's options and its client's length range
+    (the same as a case carrying them), differently from the profile's defaults; OUT names the
+    settings and the source."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CASE_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows([QWEN, {**QWEN, "case_id": "d", "engine": "sglang 0.5.8"}])
     report = replay_case_file(buffer.getvalue())
     recipe, default = report.outcomes
-    options = row_settings(QWEN).options
+    settings = row_settings(QWEN)
+    assert settings.length_range_ratio == INFERENCEX_LENGTH_RANGE_RATIO == 0.8
+    assert row_settings({**QWEN, "engine": "sglang 0.5.8"}).length_range_ratio == 1.0
     assert (recipe.ttft_ms_pred, recipe.tpot_ms_pred) == ServingReplay().predict(
-        row_case(QWEN, options)
+        row_case(QWEN, settings.options, settings.length_range_ratio)
     )
     assert (default.ttft_ms_pred, default.tpot_ms_pred) == ServingReplay().predict(row_case(QWEN))
     assert recipe.tpot_ms_pred != default.tpot_ms_pred
