@@ -352,6 +352,7 @@ TIMELINE_FIELDS = (
     "prefix_cache_hit_rate",
     "max_batched_tokens",
     "output_length",
+    "length_range_ratio",
     "num_mtp_tokens",
     "mtp_acceptance_rates",
     "scheduler",
