@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from app.core import limits
 from app.core.errors import InvalidParameterError, UnknownEngineError
@@ -47,9 +47,10 @@ MXFP4_ACTIVATIONS: tuple[Mxfp4Activation, ...] = ("fp4", "fp8", "bf16")
 #: decode-only step as one full graph and a step with a prefill as graph pieces split at
 #: attention (the default since v0.21.0rc1); ``piecewise`` splits every step at attention (the
 #: default of v0.11.0 to v0.20); ``full_decode_only`` a full graph for decode-only steps and
-#: eager execution for the others (the tutorials' tuned launches).
-NpuGraphMode = Literal["full_and_piecewise", "piecewise", "full_decode_only"]
-NPU_GRAPH_MODES: tuple[NpuGraphMode, ...] = ("full_and_piecewise", "piecewise", "full_decode_only")
+#: eager execution for the others (the tutorials' tuned launches); ``eager`` runs every step
+#: eagerly (``--enforce-eager``, and every release before v0.9.0rc1).
+NpuGraphMode = Literal["full_and_piecewise", "piecewise", "full_decode_only", "eager"]
+NPU_GRAPH_MODES: tuple[NpuGraphMode, ...] = get_args(NpuGraphMode)
 
 GIB_BYTES = 2**30
 GB_BYTES = 1e9
@@ -171,6 +172,16 @@ NPU_FULL_GRAPH_LAYER_HOST_MS = 0.18
 #: cards 66.7 ms and Qwen3-235B-A22B W8A8 on 8 cards 71.4 ms TPOT, 15.1 and 29.7 ms above the
 #: device time and vLLM's step host time, 0.24 and 0.32 ms per layer (64 and 94 layers).
 NPU_PIECEWISE_LAYER_HOST_MS = 0.28
+#: Host time to dispatch one operator of the runner's forward plan in vLLM-Ascend's eager
+#: execution (torch_npu's op dispatch and aclnn launch, with the tensor glue between the plan's
+#: operators: ``--enforce-eager`` and every release before v0.9.0rc1). The host issues the
+#: operators one by one while the NPU runs the ones already issued, so an eager step takes the
+#: longer of the two, ``max(device, operators x this)`` (:meth:`EngineProfile.eager_step_ms`).
+#: 0.1 ms from vLLM-Ascend's optimization guide (``optimization_and_tuning.md`` @ec9c48e, the
+#: v0.8 era, V1 engine, card not stated, A2 taken): Qwen2.5-7B-Instruct TP 1 at one request
+#: per second reads 27.56 ms mean TPOT against 16.5 ms of device time: host-bound, (27.56 -
+#: vLLM's 0.8 ms step host time) / 256 operators per decode step = 0.105 ms.
+NPU_EAGER_OP_HOST_MS = 0.1
 
 #: The activations MXFP4 MoE GEMMs (gpt-oss) run with, per engine (docs/engine_defaults.md):
 #: vLLM's MXFP4 MoE backend order puts the BF16 FlashInfer kernels first on Hopper (SM90) and
@@ -366,13 +377,36 @@ class EngineProfile:
         decode-only step replayed as a full ACL graph updates each attention layer's parameters
         (:data:`NPU_FULL_GRAPH_LAYER_HOST_MS`); a step in graph pieces launches each layer's
         attention eagerly between pieces (:data:`NPU_PIECEWISE_LAYER_HOST_MS`, also the floor
-        of ``full_decode_only``'s eager steps with a prefill: no public figure for those)."""
+        of ``full_decode_only``'s eager steps with a prefill: no public figure for those, and
+        the floor of an ``eager`` step: :meth:`eager_step_ms`)."""
         mode = self.npu_graph_mode
         if mode is None:
             return 0.0 if decode_only else self.eager_layer_host_ms
-        if decode_only and mode != "piecewise":
+        if decode_only and mode not in ("piecewise", "eager"):
             return NPU_FULL_GRAPH_LAYER_HOST_MS
         return NPU_PIECEWISE_LAYER_HOST_MS
+
+    @property
+    def eager(self) -> bool:
+        """Every step runs eagerly (vLLM-Ascend's ``--enforce-eager``)."""
+        return self.npu_graph_mode == "eager"
+
+    def eager_step_ms(self, device_ms: float, operators: int, *, layers: int) -> float:
+        """One eager step around a forward of ``device_ms`` whose plan launches ``operators``:
+        the host dispatches them one by one (:data:`NPU_EAGER_OP_HOST_MS` each) while the NPU
+        runs those already dispatched, so the forward takes ``max(device, dispatch)``; the
+        step's host work (scheduling, inputs, sampling) and sync come on top, the host work
+        hidden behind the forward under async scheduling. Never below the same step in graph
+        pieces (``layers`` layers of :data:`NPU_PIECEWISE_LAYER_HOST_MS`): eager execution
+        launches every operator a piecewise step launches eagerly, and the others too."""
+        forward_ms = max(device_ms, operators * NPU_EAGER_OP_HOST_MS)
+        host_ms = self.step_host_ms
+        piecewise_ms = host_ms + layers * self.layer_host_ms(decode_only=False)
+        if self.overlap_scheduling:
+            host_ms = max(0.0, host_ms - forward_ms)
+            piecewise_ms = max(0.0, piecewise_ms - device_ms)
+        eager_ms = forward_ms + host_ms
+        return max(eager_ms, device_ms + piecewise_ms) + self.step_sync_ms
 
     def activations_in_reserve(self) -> bool:
         """SGLang's static fraction leaves activations in the reserve: they do not come out of

@@ -212,8 +212,9 @@ class EngineOptions(StrictModel):
     npu_graph_mode: NpuGraphModeName | None = Field(
         default=None,
         description="vllm on an Ascend NPU: vLLM-Ascend's cudagraph_mode (full_and_piecewise, "
-        "the default; piecewise, the default before v0.21; full_decode_only), which sets the "
-        "host time per layer of every step; refused on other devices and engines",
+        "the default; piecewise, the default before v0.21; full_decode_only; eager, "
+        "--enforce-eager: every operator dispatched from the host), which sets the host time "
+        "per layer or per operator of every step; refused on other devices and engines",
     )
 
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.catalog.devices import DEVICES
-from app.core.profiles import engines_for_vendor
+from app.core.profiles import NPU_GRAPH_MODES, engines_for_vendor
 from tests.api.helpers import run
 
 A3 = "ATLAS_800_A3_752T_128G_DIE"
@@ -62,7 +62,7 @@ ASCEND_DEVICES = sorted(name for name, d in DEVICES.items() if d.vendor == "huaw
     tp=st.sampled_from([1, 2, 4]),
     dp=st.sampled_from([1, 2]),
     expert_parallel=st.booleans(),
-    graph_mode=st.sampled_from([None, "full_and_piecewise", "piecewise", "full_decode_only"]),
+    graph_mode=st.sampled_from([None, *NPU_GRAPH_MODES]),
     overlap=st.booleans(),
     concurrency=st.integers(min_value=1, max_value=64),
 )

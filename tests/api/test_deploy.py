@@ -205,6 +205,11 @@ def test_an_ascend_graph_mode_reaches_vllm_ascends_compilation_config(
     assert "--async-scheduling" in argv
     plain = _deploy(client, engine="vllm", device=ASCEND_A3)["command"]["argv"]
     assert "--compilation-config" not in plain
+    eager = _deploy(
+        client, engine="vllm", device=ASCEND_A3, engine_options={"npu_graph_mode": "eager"}
+    )["command"]["argv"]
+    parse_emitted(ENGINE_CLIS["vllm"], eager)
+    assert "--enforce-eager" in eager and "--compilation-config" not in eager
 
 
 def test_an_npu_graph_mode_on_a_gpu_deploy_is_a_422_naming_it(client: TestClient) -> None:

@@ -29,6 +29,7 @@ BUILTIN_MODEL_FILES: dict[str, str] = {
     "Qwen/Qwen3-235B-A22B": "qwen3_moe_235b_a22b.json",
     "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b.json",
     "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b-instruct.json",
+    "Qwen/Qwen2.5-14B-Instruct": "qwen2.5-14b-instruct.json",
     "Qwen/Qwen2.5-32B": "qwen2.5-32b.json",
     "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b-instruct.json",
     "Qwen/Qwen3.5-4B": "qwen3.5-4b.json",

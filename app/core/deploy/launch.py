@@ -215,7 +215,9 @@ def _vllm(spec: LaunchSpec) -> tuple[_Emit, dict[str, str]]:
         emit.add("--speculative-config", json.dumps(config, separators=(",", ":")))
     if spec.overlap_scheduling:
         emit.add("--async-scheduling")
-    if spec.npu_graph_mode is not None:
+    if spec.npu_graph_mode == "eager":
+        emit.add("--enforce-eager")
+    elif spec.npu_graph_mode is not None:
         config = {"cudagraph_mode": spec.npu_graph_mode.upper()}
         emit.add("--compilation-config", json.dumps(config, separators=(",", ":")))
     return emit, {}

@@ -87,6 +87,8 @@ VLLM_CLI = EngineCli(
         _value("--speculative-config"),
         _flag("--trust-remote-code"),
         _flag("--async-scheduling"),
+        # ModelConfig.enforce_eager: no graphs, every operator launched from the host
+        _flag("--enforce-eager"),
         # VllmConfig's compilation config as JSON (vLLM-Ascend's tutorials launch with
         # --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')
         _value("--compilation-config"),

@@ -143,6 +143,7 @@ class ForwardBuilder:
         "draft_launch_s",
         "graph",
         "launch_s",
+        "launches",
         "ops",
         "plan",
         "sixteen_bit",
@@ -171,6 +172,9 @@ class ForwardBuilder:
         self.detail = detail
         self.ops: list[OpCost] = []
         self.totals_ms: list[float] = []
+        #: Operators the forward launches (every compute op and collective instance; the fixed
+        #: per-forward costs are not operators): what an eager host dispatches one by one.
+        self.launches = 0
         self.sixteen_bit = False  # the part being built is one the checkpoint keeps 16-bit
 
     def latency_ms(self) -> float:
@@ -195,6 +199,7 @@ class ForwardBuilder:
         launch_s: float,
         source: str = DEFAULT_SOURCE,
     ) -> None:
+        self.launches += count
         if self.detail:
             op = roofline(
                 name=name,
@@ -224,6 +229,7 @@ class ForwardBuilder:
         launch_s: float,
         source: str = DEFAULT_SOURCE,
     ) -> None:
+        self.launches += count
         if self.detail:
             op = communication(
                 name=name,

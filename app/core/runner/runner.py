@@ -340,6 +340,17 @@ class ModelRunner:
         parts, drafts = self._mixed_parts(shape, mtp_draft_tokens)
         return self._build(parts, drafts, detail=False).latency_ms()
 
+    def operators(self, shape: ForwardShape, *, mtp_draft_tokens: int | None = None) -> int:
+        """Operators :meth:`forward_ms`'s forward launches (each compute op and collective
+        instance of its plan): what an eager host dispatches one by one."""
+        parts, drafts = self._forward_parts(shape, mtp_draft_tokens)
+        return self._build(parts, drafts, detail=False).launches
+
+    def mixed_operators(self, shape: MixedShape, *, mtp_draft_tokens: int | None = None) -> int:
+        """:meth:`operators` of :meth:`mixed_ms`'s fused forward."""
+        parts, drafts = self._mixed_parts(shape, mtp_draft_tokens)
+        return self._build(parts, drafts, detail=False).launches
+
     def _build(
         self, parts: tuple[ForwardShape, ...], drafts: int, *, detail: bool
     ) -> ForwardBuilder:

@@ -108,6 +108,7 @@ class RunnerServingModel:
 
     __slots__ = (
         "_forwards",
+        "_operators",
         "_tokens_per_step",
         "mtp_acceptance_rates",
         "num_mtp_tokens",
@@ -141,6 +142,7 @@ class RunnerServingModel:
         self.mtp_acceptance_rates = rates
         self._tokens_per_step = 1.0 + math.fsum(rates[:num_mtp_tokens])
         self._forwards = forwards
+        self._operators: dict[tuple[tuple[ForwardShape, ...], int], int] = {}
 
     def _device_ms(self, parts: tuple[ForwardShape, ...], drafts: int) -> float:
         """One forward's device time (through the shared memo when there is one)."""
@@ -151,6 +153,19 @@ class RunnerServingModel:
         found = memo.get(key)
         if found is None:
             found = memo[key] = self._forward_ms(parts, drafts)
+        return found
+
+    def _launches(self, parts: tuple[ForwardShape, ...], drafts: int) -> int:
+        """Operators one forward launches (what an eager host dispatches), memoised."""
+        key = (parts, drafts)
+        found = self._operators.get(key)
+        if found is None:
+            if len(parts) == 1:
+                found = self.runner.operators(parts[0], mtp_draft_tokens=drafts)
+            else:
+                mixed = MixedShape(prefill=parts[0], decode=parts[1])
+                found = self.runner.mixed_operators(mixed, mtp_draft_tokens=drafts)
+            self._operators[key] = found
         return found
 
     def _forward_ms(self, parts: tuple[ForwardShape, ...], drafts: int) -> float:
@@ -174,16 +189,23 @@ class RunnerServingModel:
             engine += f"|npu_graph={p.npu_graph_mode}"
         return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}{engine}"
 
-    def _step_ms(self, device_ms: float, *, decode_only: bool = False) -> float:
-        """One engine iteration around a forward of ``device_ms``: the host sync the GPU always
+    def _step_ms(
+        self, parts: tuple[ForwardShape, ...], drafts: int, *, decode_only: bool = False
+    ) -> float:
+        """One engine iteration around the forward of ``parts``: the host sync the GPU always
         waits for, and the host's own iteration work (per step, and per layer of an eager
         prefill or an NPU build's graphs: :meth:`EngineProfile.layer_host_ms`), hidden behind
         the forward when the engine overlaps scheduling with execution (then only what exceeds
-        it shows)."""
+        it shows). An eager NPU build dispatches every operator from the host while the device
+        runs (:meth:`EngineProfile.eager_step_ms`)."""
+        device_ms = self._device_ms(parts, drafts)
         profile = self.profile
         if profile is None:
             return device_ms
         layers = math.ceil(self.runner.model.num_layers / self.runner.parallel.pp)
+        if profile.eager:
+            operators = self._launches(parts, drafts)
+            return profile.eager_step_ms(device_ms, operators, layers=layers)
         host_ms = profile.step_host_ms + layers * profile.layer_host_ms(decode_only=decode_only)
         if profile.overlap_scheduling:
             host_ms = max(0.0, host_ms - device_ms)
@@ -197,7 +219,7 @@ class RunnerServingModel:
 
     def prefill_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         shape = self._prefill_shape(concurrency, query_len, seq_len)
-        return self._step_ms(self._device_ms((shape,), 0))
+        return self._step_ms((shape,), 0)
 
     def _decode_shape(self, concurrency: int, query_len: int, seq_len: int) -> ForwardShape:
         """The verify step: at least ``1 + num_mtp_tokens`` tokens per request."""
@@ -208,8 +230,8 @@ class RunnerServingModel:
 
     def decode_ms(self, concurrency: int, query_len: int, seq_len: int) -> float:
         shape = self._decode_shape(concurrency, query_len, seq_len)
-        step_ms = self._device_ms((shape,), self.num_mtp_tokens)
-        return self._step_ms(step_ms, decode_only=True) / self._tokens_per_step
+        step_ms = self._step_ms((shape,), self.num_mtp_tokens, decode_only=True)
+        return step_ms / self._tokens_per_step
 
     def _mixed_shape(self, shape: MixedShape) -> MixedShape:
         p, d = shape.prefill, shape.decode
@@ -221,12 +243,10 @@ class RunnerServingModel:
     def mixed_ms(self, shape: MixedShape) -> float:
         """A fused mixed step: one forward over the prefill chunk and the decodes."""
         mixed = self._mixed_shape(shape)
-        fused_ms = self._step_ms(
-            self._device_ms((mixed.prefill, mixed.decode), self.num_mtp_tokens)
-        )
+        fused_ms = self._step_ms((mixed.prefill, mixed.decode), self.num_mtp_tokens)
         if self._tokens_per_step == 1.0:
             return fused_ms
-        prefill_ms = self._step_ms(self._device_ms((mixed.prefill,), 0))
+        prefill_ms = self._step_ms((mixed.prefill,), 0)
         return prefill_ms + (fused_ms - prefill_ms) / self._tokens_per_step
 
     def mixed_memory(self, shape: MixedShape) -> MemoryBreakdown:

@@ -71,13 +71,15 @@ Column mapping (checked in this order; the first that fails names the refusal):
   decoding drafts a varying number of tokens per step, up to ``num_speculative_tokens``, and a
   printed accept rate of accepted / drafted tokens does not give the tokens per step).
 - ``notes``: ``max-num-batched-tokens N`` and ``max-num-seqs N`` are the engine's settings;
-  eager execution (``enforce-eager``) and KV-cache hits of an unstated share are refused.
+  KV-cache hits of an unstated share and KV blocks loaded from external storage (UCM) are
+  refused; "no ... cache hit" or "cold" marks a cold run.
 - graph mode and async scheduling (vLLM-Ascend, ``npu_graph_mode`` and ``overlap_scheduling``
-  of the profile): ``FULL_DECODE_ONLY`` in the notes is ``full_decode_only``; otherwise the
-  engine column's version decides: v0.9 to v0.20 (or a date before June 2026) ran the
-  ``piecewise`` default, v0.21 on ``full_and_piecewise``, an unstated version the profile's
-  (the current default); before v0.9 the engine ran eagerly (refused). ``async scheduling`` in
-  the notes turns the profile's overlap scheduling on.
+  of the profile): ``enforce-eager`` (or ``eager mode``) in the notes is ``eager``,
+  ``FULL_DECODE_ONLY`` ``full_decode_only``; otherwise the engine column's version decides:
+  before v0.9 the engine ran eagerly (``eager``), v0.9 to v0.20 (or a date before June 2026)
+  the ``piecewise`` default, v0.21 on ``full_and_piecewise``, an unstated version the
+  profile's (the current default). ``async scheduling`` in the notes turns the profile's
+  overlap scheduling on.
 """
 
 from __future__ import annotations
@@ -526,10 +528,10 @@ def _setting(notes: str, flag: str) -> int | None:
 
 def _notes(notes: str) -> tuple[int | None, int | None]:
     lowered = notes.lower()
-    if "enforce-eager" in lowered or "eager mode" in lowered:
-        raise RowRefusal("notes", "eager execution is not modelled", notes)
-    hit = re.search(r"cache hit|hit kv cache|dram hit", lowered)
-    if hit and not re.search(r"\bno (?:kv )?cache hit|\bcold\b", lowered):
+    hit = re.search(r"cache hit|hit kv cache|dram hit|blocks? hit", lowered)
+    if hit and not re.search(r"\bno (?:\w+ )?cache hit|\bcold\b", lowered):
+        if re.search(r"\bucm\b|storage", lowered):
+            raise RowRefusal("notes", "KV-cache blocks loaded from external storage (UCM)", notes)
         raise RowRefusal("notes", "a KV-cache hit of unstated share", notes)
     return _setting(lowered, "max-num-batched-tokens"), _setting(lowered, "max-num-seqs")
 
@@ -545,16 +547,19 @@ _DATE = re.compile(r"\b(20\d\d)-(\d\d)\b")
 
 
 def _graph_mode(engine: str, notes: str) -> str | None:
-    """vLLM-Ascend's graph mode of a row (None: the profile's default), or a refusal when the
-    stated release predates graph mode."""
-    if "full_decode_only" in notes.lower():
+    """vLLM-Ascend's graph mode of a row (None: the profile's default): ``eager`` for
+    ``--enforce-eager`` and for a release before graph mode."""
+    lowered = notes.lower()
+    if "enforce-eager" in lowered or "eager mode" in lowered:
+        return "eager"
+    if "full_decode_only" in lowered:
         return "full_decode_only"
     text = engine.lower()
     version = _VERSION.search(text)
     if version is not None:
         minor = int(version.group(1))
         if minor < _GRAPH_MINOR:
-            raise RowRefusal("engine", "a release before graph mode (eager execution)", engine)
+            return "eager"
         return "piecewise" if minor < _FULL_GRAPH_MINOR else "full_and_piecewise"
     date = _DATE.search(text)
     if date is not None:
@@ -688,7 +693,7 @@ def _outcome(
     return RowOutcome(
         case_id=f"row{index}",
         hardware=_hardware_group(row),
-        engine_family=_family_or_text(row["engine"]),
+        engine_family=_family_or_text(row["engine"]) + _mode_label(mapped),
         model=row["model"],
         measured_ttft_ms=measured["ttft"],
         measured_tpot_ms=measured["tpot"],
@@ -710,6 +715,12 @@ def _hardware_group(row: Mapping[str, str]) -> str:
     except RowRefusal:
         return row["hardware"]
     return f"{device} (assumed)" if assumed else device
+
+
+def _mode_label(mapped: AscendRow | None) -> str:
+    """`` (eager)`` for a row replayed in eager execution: its groups stand apart from the
+    graph-mode ones of the same deployment."""
+    return " (eager)" if mapped is not None and mapped.run.npu_graph_mode == "eager" else ""
 
 
 def _family_or_text(engine: str) -> str:

@@ -54,6 +54,21 @@ def test_qwen25_32b_matches_the_published_parameter_counts() -> None:
     assert abs(non_embedding / 31.0e9 - 1) < 0.01
 
 
+def test_qwen25_14b_instruct_matches_its_published_parameter_count() -> None:
+    model = get_model("Qwen/Qwen2.5-14B-Instruct")
+    assert model.model_type == "qwen2" and model.attention_bias and not model.is_moe
+    assert (model.num_layers, model.num_heads, model.num_kv_heads, model.head_dim) == (
+        48,
+        40,
+        8,
+        128,
+    )
+    # Hugging Face's safetensors count for Qwen/Qwen2.5-14B (the Instruct checkpoint's base,
+    # same shapes): 14.77 B (OALL/requests_v2 "params": 14.77).
+    assert abs(model.num_params / 14.77e9 - 1) < 0.01
+    assert model.max_context_tokens == 32768
+
+
 @pytest.mark.parametrize(
     ("name", "hf_id"),
     [
@@ -66,6 +81,7 @@ def test_qwen25_32b_matches_the_published_parameter_counts() -> None:
         ("Qwen3.5-4B", "Qwen/Qwen3.5-4B"),
         ("DeepSeek-V3.1-W8A8", "deepseek-ai/DeepSeek-V3"),
         ("Kimi-K2.6", "moonshotai/Kimi-K2.5"),
+        ("Qwen/Qwen2.5-14B-Instruct", "Qwen/Qwen2.5-14B-Instruct"),
     ],
 )
 def test_names_resolve_to_the_shipped_architecture(name: str, hf_id: str) -> None:

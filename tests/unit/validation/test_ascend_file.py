@@ -398,10 +398,28 @@ def test_the_report_counts_assumed_rows_apart_with_errors_without_them() -> None
     assert out[0]["assumed"] == "" and out[3]["assumed"].count(ASSUMPTION_SEP) == 1
 
 
-def test_a_release_before_graph_mode_is_refused_as_eager() -> None:
-    with pytest.raises(RowRefusal) as err:
-        ascend_row({**ROWS[146], "engine": "vllm-ascend v0.7.3"})
-    assert err.value.key == "engine: a release before graph mode (eager execution)"
+def test_a_release_before_graph_mode_and_enforce_eager_replay_in_eager_mode() -> None:
+    assert ascend_row({**ROWS[146], "engine": "vllm-ascend v0.7.3"}).run.npu_graph_mode == "eager"
+    assert ascend_row({**ROWS[146], "engine": "vllm-ascend v0.9.1"}).run.npu_graph_mode == (
+        "piecewise"
+    )
+    eager = {**ROWS[146], "notes": "enforce-eager baseline", "engine": "vLLM-Ascend v0.13.0"}
+    assert ascend_row(eager).run.npu_graph_mode == "eager"
+
+
+def test_eager_rows_are_represented_in_groups_of_their_own() -> None:
+    report = replay_ascend_file(TEXT)
+    eager = [o for o in report.outcomes if o.engine_family == "vllm (eager)"]
+    # the ~v0.8 Llama-3.1-8B and v0.7.3-era Qwen2.5-7B rows, the --enforce-eager ones of the
+    # Qwen3.5-4B tutorial and the UCM guide's Qwen2.5-14B cold run
+    assert {o.model for o in eager} == {
+        "Meta-Llama-3.1-8B-Instruct",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "Qwen3.5-4B",
+        "Qwen/Qwen2.5-14B-Instruct",
+    }
+    assert not any(o.refused for o in eager)
+    assert not any("eager" in o.refusal for o in report.outcomes)
 
 
 def test_the_file_replays_with_every_row_predicted_or_refused_by_reason() -> None:
@@ -532,3 +550,14 @@ def test_an_mtp_run_emits_its_acceptance_length_per_verify_step() -> None:
     tpot_plain = replay.predict_benchmark(plain)[1]
     tpot_mtp = replay.predict_benchmark(mtp)[1]
     assert tpot_plain / 2.93 < tpot_mtp < tpot_plain
+
+
+def test_a_ucm_run_maps_cold_and_refuses_the_blocks_loaded_from_storage() -> None:
+    """The UCM guide's Qwen2.5-14B runs: the first (no UCM cache hit) is a cold eager prefill of
+    16,000 tokens; the second loads every KV block from UCM's storage, which is not modelled."""
+    cold = ascend_row(ROWS[308])
+    assert cold.run.model == "Qwen/Qwen2.5-14B-Instruct"
+    assert (cold.run.npu_graph_mode, cold.run.input_length) == ("eager", 16000)
+    with pytest.raises(RowRefusal) as err:
+        ascend_row(ROWS[309])
+    assert err.value.key == "notes: KV-cache blocks loaded from external storage (UCM)"
