@@ -56,8 +56,9 @@ SERVING_KERNEL_ENGINES: Mapping[str, str] = {"trtllm": "trtllm", "sglang": "sgla
 #: GB200, SM103 B300 / GB300), where the kernels the served recipes run are the ones the
 #: wheel's vLLM tables measured: MXFP4 experts on FlashInfer's TensorRT-LLM MoE
 #: (``trtllm_fp4_block_scale_moe``, vLLM's default there and the gpt-oss scripts' MXFP8
-#: variant, ``vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8`` rows), attention on FlashInfer's
-#: TensorRT-LLM kernels (``vllm_flashinfer_trtllm{prefill,decode}``). On Hopper the gpt-oss
+#: variant, ``vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8`` rows); the B200 attention table is
+#: FlashInfer's TensorRT-LLM kernels (``vllm_flashinfer_trtllm{prefill,decode}``; the backend
+#: vLLM picks for gpt-oss's sinks there is not traced in its code yet). On Hopper the gpt-oss
 #: scripts (vLLM 0.18) export ``VLLM_MXFP4_USE_MARLIN=1``: Marlin, which the wheel measured for
 #: MXFP4 only at another model's shapes (pooled with OAI Triton rows in one H200 curve), and
 #: switching Hopper on moved H100 / H200 gpt-oss TPOT from -1.0 / -1.5 % to -13.5 / -7.4 %
