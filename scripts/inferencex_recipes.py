@@ -1,7 +1,8 @@
 """Regenerate ``app/core/catalog/data/inferencex_recipe_settings.csv``: the KV-cache dtype,
-memory fraction, scheduler receive interval, stream interval, running cap and chunked-prefill
-size of each (engine build, model, hardware, quantization) of the measured agg file, read from
-the InferenceX launch scripts (``app/core/validation/recipes.py`` says how they are used).
+memory fraction, scheduler receive interval, stream interval, running cap, chunked-prefill
+size and vLLM MXFP4 MoE backend of each (engine build, model, hardware, quantization) of the
+measured agg file, read from the InferenceX launch scripts (``app/core/validation/recipes.py``
+says how they are used).
 
     python -m scripts.inferencex_recipes --repo PATH/TO/InferenceX [--write]
 
@@ -49,6 +50,7 @@ COLUMNS = (
     "stream_interval",
     "max_running_requests",
     "chunked_prefill_size",
+    "mxfp4_moe",
     "settings",
     "note",
     "source",
@@ -107,6 +109,14 @@ EXTRA_FLAGS: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"--max_num_tokens[ =]+\"?([\w${}]+)"),
     ),
 }
+#: vLLM's MXFP4 MoE backend switches (``vllm/model_executor/layers/quantization/mxfp4.py``,
+#: ``get_mxfp4_backend`` / ``select_mxfp4_moe_backend``) a launch script exports: FlashInfer's
+#: TensorRT-LLM MoE with MXFP8 activations, or Marlin (BF16 activations); ``default`` when it
+#: exports neither (the engine's own choice).
+MXFP4_MOE_EXPORTS = (
+    ("mxfp8", re.compile(r"^\s*export\s+VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1\b", re.MULTILINE)),
+    ("marlin", re.compile(r"^\s*export\s+VLLM_MXFP4_USE_MARLIN=1\b", re.MULTILINE)),
+)
 #: ``if [[ $CONC -ge N ]]; then X=a else X=b fi`` -> X is the rule ``b;a@N``.
 CONC_BRANCH = re.compile(r"^(?:if|elif) \[\[ \$CONC -ge (\d+) \]\]")
 TP_BRANCH = re.compile(r"^(?:if|elif) \[\[ \$TP -eq (\d+) \]\]")
@@ -174,6 +184,11 @@ def settings_of(script: str) -> tuple[set[str], dict[str, set[str]]]:
     kv_values = {v for vs in resolve(kv).values() for v in vs} or {"default"}
     named = {"fp8" if v.startswith("fp8") else "default" if v == "auto" else v for v in kv_values}
     return named, resolve(memory)
+
+
+def mxfp4_moe_of(script: str) -> set[str]:
+    """The MXFP4 MoE backends a launch script exports (:data:`MXFP4_MOE_EXPORTS`)."""
+    return {name for name, flag in MXFP4_MOE_EXPORTS if flag.search(script)} or {"default"}
 
 
 def _assignments(script: str) -> dict[str, dict[str, set[str]]]:
@@ -264,6 +279,7 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
         if not images:
             continue
         kv: set[str] = set()
+        moe: set[str] = set()
         memory: dict[str, set[str]] = defaultdict(set)
         extra: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         sources: list[str] = []
@@ -273,8 +289,10 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
                     script = git(repo, "show", f"{commit}:{path}")
                     got_kv, got_memory = settings_of(script)
                     got_extra = extra_settings_of(script)
+                    got_moe = mxfp4_moe_of(script)
                     if not (
                         got_kv <= kv
+                        and got_moe <= moe
                         and all(v <= memory[t] for t, v in got_memory.items())
                         and all(
                             v <= extra[n][t]
@@ -287,6 +305,7 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
                         for tp, values in by_tp.items():
                             extra[name][tp] |= values
                     kv |= got_kv
+                    moe |= got_moe
                     for tp, values in got_memory.items():
                         memory[tp] |= values
         tags = " ".join(image.rsplit(":", 1)[-1] for image in images)
@@ -299,6 +318,8 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
             notes = []
             if len(kv) > 1:
                 notes.append("kv_cache_dtype: " + " or ".join(sorted(kv)))
+            if len(moe) > 1:
+                notes.append("mxfp4_moe: " + " or ".join(sorted(moe)))
             fractions = sorted({f"{float(v):g}" for v in values})
             if len(fractions) > 1:
                 notes.append("memory_fraction: " + " or ".join(fractions))
@@ -330,6 +351,7 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
                         name: next(iter(settings[name])) if len(settings[name]) == 1 else ""
                         for name in EXTRA_FLAGS
                     },
+                    "mxfp4_moe": moe.copy().pop() if len(moe) == 1 else "",
                     "settings": "ambiguous" if notes or mtp else "recipe",
                     "note": note,
                     "source": " ".join(sources),

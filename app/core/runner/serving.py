@@ -49,11 +49,40 @@ def engine_quantization(profile: EngineProfile, quantization: Quantization) -> Q
 #: quantized GEMM's floor is capped at the 16-bit one's). On for TensorRT-LLM and SGLang: the
 #: measured agg file goes TTFT / TPOT 37.1 / 11.3 % -> 36.5 / 10.1 % (TensorRT-LLM 35.0 / 11.0
 #: -> 34.6 / 9.7, SGLang 50.7 / 15.4 -> 49.4 / 15.0), the disagg file 52.7 / 28.6 -> 50.0 /
-#: 28.0 %. Off for vLLM: TPOT 7.9 -> 12.5 %, TTFT 29.3 -> 31.6 %. gpt-oss-120b (228 of its
-#: 415 rows) prices its experts from vLLM 0.24's MXFP4 x BF16 MoE table, 2.2x (decode) to 3.7x
-#: (8K prefill) the defaults on B200, while the served rows (vLLM 0.15.1) sit at or below the
-#: defaults: the served MoE path is not the measured one (docs/kernels.md, "In-graph floors").
-SERVING_KERNEL_ENGINES: Mapping[str, str] = {"trtllm": "trtllm", "sglang": "sglang"}
+#: 28.0 %. vLLM: on the devices of :data:`SERVING_KERNEL_DEVICES` only.
+SERVING_KERNEL_ENGINES: Mapping[str, str] = {"trtllm": "trtllm", "sglang": "sglang", "vllm": "vllm"}
+
+#: vLLM's SM100 family (``current_platform.is_device_capability_family(100)``: SM100 B200 /
+#: GB200, SM103 B300 / GB300), where the kernels the served recipes run are the ones the
+#: wheel's vLLM tables measured: MXFP4 experts on FlashInfer's TensorRT-LLM MoE
+#: (``trtllm_fp4_block_scale_moe``, vLLM's default there and the gpt-oss scripts' MXFP8
+#: variant, ``vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8`` rows); the B200 attention table is
+#: FlashInfer's TensorRT-LLM kernels (``vllm_flashinfer_trtllm{prefill,decode}``; the backend
+#: vLLM picks for gpt-oss's sinks there is not traced in its code yet). On Hopper the gpt-oss
+#: scripts (vLLM 0.18) export ``VLLM_MXFP4_USE_MARLIN=1``: Marlin, which the wheel measured for
+#: MXFP4 only at another model's shapes (pooled with OAI Triton rows in one H200 curve), and
+#: switching Hopper on moved H100 / H200 gpt-oss TPOT from -1.0 / -1.5 % to -13.5 / -7.4 %
+#: signed (docs/kernels.md, "vLLM: fitted kernels on SM100").
+SERVING_KERNEL_DEVICES: Mapping[str, frozenset[str]] = {
+    "vllm": frozenset(
+        {
+            "NVIDIA_B200_SXM_180G",
+            "NVIDIA_B300_SXM_288G",
+            "NVIDIA_GB200_186G",
+            "NVIDIA_GB300_288G",
+        }
+    ),
+}
+
+
+def serving_kernel_engine(profile: EngineProfile, device: Device) -> str | None:
+    """The engine whose fitted curves price ``profile``'s serving forwards on ``device`` (None:
+    the defaults)."""
+    engine = SERVING_KERNEL_ENGINES.get(profile.name)
+    devices = SERVING_KERNEL_DEVICES.get(profile.name)
+    if engine is None or (devices is not None and device.name not in devices):
+        return None
+    return engine
 
 
 def engine_runner(
@@ -69,7 +98,7 @@ def engine_runner(
     """The runner of a deployment as ``profile``'s engine runs it: its reserve per device, its
     MXFP4 kernels' activations and its CUDA-graph decode limit (``reserved_memory_gb`` given:
     the user's reserve wins). Its measured-kernel curves (``kernel_engine``) apply where
-    :data:`SERVING_KERNEL_ENGINES` names the profile."""
+    :func:`serving_kernel_engine` names one for the profile and device."""
     vendor = device.vendor
     reserved = reserved_memory_gb
     if reserved is None:
@@ -87,7 +116,7 @@ def engine_runner(
             device.hbm_capacity_gb, vendor, layout.tp * layout.pp
         ),
         mxfp4_activation=profile.mxfp4_activation,
-        kernel_engine=SERVING_KERNEL_ENGINES.get(profile.name),
+        kernel_engine=serving_kernel_engine(profile, device),
     )
 
 

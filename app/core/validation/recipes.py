@@ -29,6 +29,13 @@ the settings read from it (``python -m scripts.inferencex_recipes`` regenerates 
   ``--max-prefill-tokens``). Applied alone it moved the validator's TTFT median 38.6 -> 37.1 %
   overall, SGLang B200 57.0 -> 54.3 %, TensorRT-LLM B200 31.9 -> 25.7 %, TPOT unchanged
   overall (11.3 %);
+- ``mxfp4_moe``: the MXFP4 MoE backend a vLLM script exports (``mxfp8``:
+  ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``, FlashInfer's TensorRT-LLM MoE with MXFP8
+  activations, the gpt-oss B200 scripts; ``marlin``: ``VLLM_MXFP4_USE_MARLIN=1``, Marlin with
+  BF16 activations, the gpt-oss H100 / H200 scripts of vLLM 0.18; ``default``: neither, vLLM's
+  own choice), the profile's ``mxfp4_activation`` (``fp8`` / ``bf16``; docs/engine_defaults.md,
+  "MXFP4 MoE kernels"). Marlin is not priced as a kernel of its own (no measured MXFP4 curve
+  at these shapes): its rows keep BF16 activations on the defaults;
 - ``max_running_requests`` (``--max-running-requests`` / ``--max-num-seqs`` / TensorRT-LLM's
   ``--max_batch_size`` or a top-level ``max_batch_size``; ``conc``: the run's concurrency) is
   recorded, not applied: as ``max_num_seqs`` it moved SGLang B200's TTFT median 57.0 -> 58.4 %
@@ -74,6 +81,13 @@ RECIPE_SOURCE = "SemiAnalysisAI/InferenceX"
 Settings = Literal["recipe", "ambiguous", "default"]
 #: A recipe's KV-cache dtype -> the engine option (``default``: none, the profile's rule).
 _KV_OPTION: Mapping[str, str | None] = {"fp8": "fp8", "default": None}
+#: A recipe's MXFP4 MoE backend -> the activations its expert GEMMs run with (``default``: the
+#: profile's ``mxfp4_activation``).
+_MXFP4_MOE_ACTIVATION: Mapping[str, str | None] = {
+    "mxfp8": "fp8",
+    "marlin": "bf16",
+    "default": None,
+}
 #: A CONC rule of the recv interval: ``low;high@threshold``.
 _CONC_RULE = re.compile(r"^(\d+);(\d+)@(\d+)$")
 #: InferenceX's client's ``--random-range-ratio`` (``benchmarks/benchmark_lib.sh``, every
@@ -95,6 +109,8 @@ class RowSettings:
     scheduler_recv_interval: int | None = None
     stream_interval: int | None = None
     chunked_prefill_size: int | None = None
+    #: The activations of the recipe's MXFP4 MoE kernel (the profile's ``mxfp4_activation``).
+    mxfp4_activation: str | None = None
     #: The benchmark client's length range (``length_range_ratio``; 1: fixed lengths).
     length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO
     note: str = ""
@@ -114,6 +130,8 @@ class RowSettings:
             out.append(("stream_interval", self.stream_interval))
         if self.chunked_prefill_size is not None:
             out.append(("max_batched_tokens", self.chunked_prefill_size))
+        if self.mxfp4_activation is not None:
+            out.append(("mxfp4_activation", self.mxfp4_activation))
         return tuple(out)
 
     def at_concurrency(self, concurrency: int) -> RowSettings:
@@ -149,7 +167,12 @@ def recipe_table() -> dict[_Key, RowSettings]:
         kv = row["kv_cache_dtype"]
         memory = row["memory_fraction"]
         settings = row["settings"]
-        if settings not in ("recipe", "ambiguous") or (kv and kv not in _KV_OPTION):
+        moe = row["mxfp4_moe"]
+        if (
+            settings not in ("recipe", "ambiguous")
+            or (kv and kv not in _KV_OPTION)
+            or (moe and moe not in _MXFP4_MOE_ACTIVATION)
+        ):
             raise ValueError(f"{RECIPE_SETTINGS.name}: bad row {row}")  # a shipped-data bug
         stream, chunk = row["stream_interval"], row["chunked_prefill_size"]
         key = _key(row["engine"], row["model"], row["hardware"], row["gemm_quant"], row["tp"])
@@ -160,6 +183,7 @@ def recipe_table() -> dict[_Key, RowSettings]:
             recv_interval_rule=_recv_rule(row["scheduler_recv_interval"], row),
             stream_interval=int(stream) if stream.isdigit() else None,
             chunked_prefill_size=int(chunk) if chunk.isdigit() else None,
+            mxfp4_activation=_MXFP4_MOE_ACTIVATION[moe] if moe else None,
             length_range_ratio=INFERENCEX_LENGTH_RANGE_RATIO,
             note=row["note"],
             source=f"{RECIPE_SOURCE}: {row['source']}",

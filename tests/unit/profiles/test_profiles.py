@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.core.catalog import get_device, get_model, parse_quantization
+from app.core.catalog import device_names, get_device, get_model, parse_quantization
 from app.core.cost import ForwardShape
 from app.core.errors import InvalidParameterError, UnknownEngineError
 from app.core.parallel import ParallelLayout
@@ -21,7 +21,11 @@ from app.core.profiles import (
     get_profile,
 )
 from app.core.runner import ModelRunner, RunnerServingModel
-from app.core.runner.serving import engine_quantization, engine_runner
+from app.core.runner.serving import (
+    SERVING_KERNEL_DEVICES,
+    engine_quantization,
+    engine_runner,
+)
 from app.core.scheduler import DecodeFirstWithSlack, VllmScheduler
 
 GIB = 2**30 / 1e9  # GB per GiB
@@ -258,3 +262,27 @@ def test_an_unknown_graph_mode_is_refused_naming_the_field() -> None:
     with pytest.raises(InvalidParameterError) as err:
         VLLM.with_overrides({"npu_graph_mode": "torchair"})
     assert err.value.field == "npu_graph_mode"
+
+
+@pytest.mark.parametrize(
+    ("profile", "device", "fitted"),
+    [
+        (VLLM, B200, "vllm"),
+        (VLLM, "NVIDIA_B300_SXM_288G", "vllm"),
+        (VLLM, "NVIDIA_GB200_186G", "vllm"),
+        (VLLM, H100, None),
+        (VLLM, "NVIDIA_H200_SXM_141G", None),
+        (TRTLLM, H100, "trtllm"),
+        (TRTLLM, B200, "trtllm"),
+    ],
+)
+def test_measured_kernels_price_vllm_on_its_sm100_family_only(
+    profile: EngineProfile, device: str, fitted: str | None
+) -> None:
+    """vLLM's fitted curves price its forwards on B200 / B300 / GB200 / GB300 (the kernels its
+    recipes run there are the measured ones), the defaults on Hopper; TensorRT-LLM everywhere."""
+    runner = engine_runner(
+        profile, get_model(QWEN), get_device(device), ParallelLayout(tp=2), parse_quantization()
+    )
+    assert runner.kernel_engine == fitted
+    assert set(device_names()) >= SERVING_KERNEL_DEVICES["vllm"]  # catalog names, no typo

@@ -18,7 +18,7 @@ from app.core.validation.recipes import (
     recipe_table,
     row_settings,
 )
-from scripts.inferencex_recipes import extra_settings_of
+from scripts.inferencex_recipes import extra_settings_of, mxfp4_moe_of
 
 QWEN = {
     "case_id": "q",
@@ -189,3 +189,35 @@ def test_the_generator_reads_settings_by_tp_and_by_concurrency() -> None:
     assert extra_settings_of("python3 -m sglang.launch_server")["stream_interval"] == {
         "": {"default"}
     }
+
+
+GPT_OSS = {**QWEN, "model": "openai/gpt-oss-120b", "gemm_quant": "nvfp4", "tp": "1"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "activation"),
+    [
+        # gptoss_fp4_b200.sh (image v0.15.1): export VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1
+        ({"engine": "vllm 0.15.1", "hardware": "B200 180GB"}, "fp8"),
+        # gptoss_fp4_h200.sh / _h100.sh (image v0.18.0): export VLLM_MXFP4_USE_MARLIN=1
+        ({"engine": "vllm 0.18.0", "hardware": "H200 SXM 141GB"}, "bf16"),
+        ({"engine": "vllm 0.18.0", "hardware": "H100 SXM 80GB"}, "bf16"),
+        # gptoss_fp4_h100_docker.sh (image v0.11.2): neither, vLLM's own choice
+        ({"engine": "vllm 0.11.2", "hardware": "H100 SXM 80GB"}, None),
+        ({}, None),  # an SGLang recipe: no vLLM MoE switch
+    ],
+)  # fmt: skip
+def test_a_vllm_rows_mxfp4_moe_backend_sets_its_expert_activations(
+    changes: dict[str, str], activation: str | None
+) -> None:
+    found = row_settings({**GPT_OSS, **changes})
+    assert found.mxfp4_activation == activation
+    assert dict(found.options).get("mxfp4_activation") == activation
+
+
+def test_the_generator_reads_the_mxfp4_moe_exports() -> None:
+    """An exported switch is read, a commented-out or unexported one is not."""
+    assert mxfp4_moe_of("export VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1\nvllm serve") == {"mxfp8"}
+    assert mxfp4_moe_of("  export VLLM_MXFP4_USE_MARLIN=1\n") == {"marlin"}
+    assert mxfp4_moe_of("# export VLLM_MXFP4_USE_MARLIN=1\nVLLM_MXFP4_USE_MARLIN=0") == {"default"}
+    assert mxfp4_moe_of("vllm serve") == {"default"}
