@@ -40,7 +40,8 @@ SLA_CONFIDENCE = (
 )
 NOTICE = (
     "what the answer's reader must know before using it: an estimate outside the validated "
-    "domain (its interval centred on it) or rows the intervals say more likely miss a limit"
+    "domain (its interval centred on it), an interval too wide to inform (hi / lo over 4x) "
+    "or rows the intervals say more likely miss a limit"
 )
 THROUGHPUT_INTERVAL = "throughput_tokens_s's 80 % prediction interval [low, high], tokens/s"
 MEMORY_LEFT = (

@@ -236,7 +236,11 @@ def uncertainty(
     calibration's cross-validated residuals when it covers the estimate, their union with the
     product's own validation residuals of the group when it does not, those alone without one."""
     group = lookup(
-        shipped_table(), deployment.device.name, deployment.profile.name, deployment.model.is_moe
+        shipped_table(),
+        deployment.device.name,
+        deployment.profile.name,
+        deployment.model.is_moe,
+        concurrency,
     )
     ttft, tpot = group.ttft, group.tpot
     note: dict[str, Any] | None = None

@@ -35,6 +35,10 @@ _T90 = (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372, 1.
 _Z90 = 1.2816
 #: Largest |log error| a spread may state (a factor of about 20 000 either way).
 MAX_LOG_ERROR = 10.0
+#: The widest an 80 % interval may be to carry information (issue 31: hi / lo <= 4): a wider
+#: one says the measurement lies within a factor of two either way of the estimate or worse,
+#: and the answer says so (:attr:`Intervals.notice`) rather than ship it as if it informed.
+MAX_WIDTH_RATIO = 4.0
 
 
 def t90(degrees_of_freedom: int) -> float:
@@ -150,6 +154,11 @@ class Spread:
         half = max(abs(self.low), abs(self.high))
         return Spread(low=-half, high=half, count=self.count)
 
+    @property
+    def width_ratio(self) -> float:
+        """The interval's ``hi / lo`` (the same for every estimate)."""
+        return math.exp(self.high - self.low)
+
     def interval(self, predicted: float) -> tuple[float, float]:
         """Where the measurement of ``predicted`` lies with 80 % probability."""
         return predicted * math.exp(-self.high), predicted * math.exp(-self.low)
@@ -174,6 +183,13 @@ OUTSIDE_DOMAIN_NOTICE = (
     "does not yet represent), so the 80 % interval is centred on the estimate and widened to "
     "hold every value those residuals put the measurement at"
 )
+#: What an answer says when an interval is too wide to inform (:data:`MAX_WIDTH_RATIO`).
+WIDE_NOTICE = (
+    "the estimate's uncertainty exceeds the informative range: its 80 % {metrics} interval "
+    "spans {ratios} (hi / lo, over {limit:g}x), the spread of the residuals it comes from "
+    "(other deployments of this device and engine, or a calibration's points); read it as a "
+    "rough estimate, or calibrate with measured points of this deployment"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,13 +201,26 @@ class Intervals:
     throughput: tuple[float, float]
     #: The metrics (``ttft``, ``tpot``) whose spread excluded the estimate and was centred.
     centred: tuple[str, ...] = ()
+    #: The metrics whose interval is wider than :data:`MAX_WIDTH_RATIO`, with that width.
+    wide: tuple[tuple[str, float], ...] = ()
 
     @property
     def notice(self) -> str | None:
-        """The outside-the-validated-domain notice, when an interval was centred."""
-        if not self.centred:
-            return None
-        return OUTSIDE_DOMAIN_NOTICE.format(metrics=" and ".join(m.upper() for m in self.centred))
+        """The outside-the-validated-domain notice when an interval was centred, and the
+        too-wide-to-inform one when an interval spans more than :data:`MAX_WIDTH_RATIO`."""
+        parts = []
+        if self.centred:
+            metrics = " and ".join(m.upper() for m in self.centred)
+            parts.append(OUTSIDE_DOMAIN_NOTICE.format(metrics=metrics))
+        if self.wide:
+            parts.append(
+                WIDE_NOTICE.format(
+                    metrics=" and ".join(m.upper() for m, _ in self.wide),
+                    ratios=" and ".join(f"{ratio:.1f}x" for _, ratio in self.wide),
+                    limit=MAX_WIDTH_RATIO,
+                )
+            )
+        return "; ".join(parts) or None
 
     def sla_confidence(
         self, *, ttft_limit_ms: float | None, tpot_limit_ms: float | None
@@ -258,6 +287,11 @@ def estimate_intervals(
         name for name, spread in (("ttft", ttft), ("tpot", tpot)) if spread.excludes_zero
     )
     ttft, tpot = ttft.around_point(), tpot.around_point()
+    wide = tuple(
+        (name, spread.width_ratio)
+        for name, spread in (("ttft", ttft), ("tpot", tpot))
+        if spread.width_ratio > MAX_WIDTH_RATIO
+    )
     ttft_iv = ttft.interval(ttft_ms)
     tpot_iv = tpot.interval(tpot_ms)
     decode_steps = max(0, output_length - 1)
@@ -268,4 +302,4 @@ def estimate_intervals(
         thr = (throughput * e2e / slow, throughput * e2e / fast)
     else:
         thr = (throughput, throughput)
-    return Intervals(ttft_ms=ttft_iv, tpot_ms=tpot_iv, throughput=thr, centred=centred)
+    return Intervals(ttft_ms=ttft_iv, tpot_ms=tpot_iv, throughput=thr, centred=centred, wide=wide)

@@ -3,10 +3,18 @@
 ``residuals.json`` (next to this module) holds, per group, the 10th and 90th percentiles of the
 log errors ``ln(predicted / measured)`` of TTFT and TPOT. Two kinds of group:
 
-- The measured serving file's (NVIDIA devices): groups go from specific to general,
-  ``device | engine | class``, ``engine | class``, ``class`` and ``overall`` (the class is
-  ``dense`` or ``moe``), each kept with at least
-  :data:`~app.core.calibration.interval.EMPIRICAL_MIN` rows.
+- The measured serving file's (NVIDIA devices). Each metric walks its own chain, from
+  specific to general, conditioned on what predicts the size of its error in a
+  leave-deployment-out replay (``chunkwise validate --cases``): TTFT on ``device | engine``,
+  ``engine``, ``overall`` (its error is set by the deployment: prefill kernels, MoE dispatch);
+  TPOT on ``device | engine | concurrency band``, ``engine | concurrency band``, ``engine``,
+  ``overall`` (decode's error follows the batch: a step at 2 clients and one at 256 are
+  different regimes, :data:`CONCURRENCY_BANDS`). A group is kept with at least
+  :data:`~app.core.calibration.interval.EMPIRICAL_MIN` rows from at least
+  :data:`DEPLOYMENT_MIN` deployments: a group of one or two deployments states their errors,
+  not where a new deployment's fall (measured: with the dense / MoE class as the first split
+  and no deployment minimum, 74 % of TTFT and TPOT rows fell inside their held-out 80 %
+  intervals; with these chains, 80 % and 80 %).
 - A vendor the file does not cover (Ascend: vendor ``huawei``), from its published serving
   results (``bench/ascend_serving.py``, ``bench/ascend_eagle3.py``): ``device | engine | class``,
   ``vendor | engine | class``, ``vendor | engine`` and ``vendor``. Such results come in sweeps
@@ -18,7 +26,7 @@ log errors ``ln(predicted / measured)`` of TTFT and TPOT. Two kinds of group:
   NVIDIA's vLLM rows spread over a few per cent), so a sparse vendor gets a wide, honest
   interval rather than a narrow, borrowed one.
 
-An estimate takes the most specific of its groups the table has (:func:`lookup`).
+An estimate takes the most specific of its groups the table has, per metric (:func:`lookup`).
 ``python -m scripts.residuals --write`` regenerates the file from a replay of
 ``shared/validation/measured_agg_serving_cases.csv`` and of the Ascend benchmarks' points.
 """
@@ -45,24 +53,50 @@ OVERALL = "overall"
 #: Deployments from which a vendor-scoped group states a metric (the t spread needs two; three
 #: keep its factor under 1.9).
 VENDOR_MIN = 3
+#: Deployments a measured-file group needs besides its rows (a new deployment's error is
+#: another deployment's: the percentiles of one or two deployments' sweeps under-cover it).
+DEPLOYMENT_MIN = 3
+#: Upper bounds of the concurrency bands of the TPOT chain: 1-2 clients (decode steps of one
+#: or two sequences, latency-bound), 3-16, 17-128 (the batch grows the step), above 128 (the
+#: KV pool and queueing set the step; issue 31's FP8-cache rows start there).
+CONCURRENCY_BANDS = (2, 16, 128)
+METRICS = ("ttft", "tpot")
 
 
 def model_class(is_moe: bool) -> str:
     return "moe" if is_moe else "dense"
 
 
-def group_keys(device: str, engine: str, is_moe: bool, vendor: str = "") -> tuple[str, ...]:
-    """The groups an estimate belongs to, most specific first (``vendor``: a vendor-scoped
-    chain, see the module docstring; empty: the measured file's)."""
+def group_keys(device: str, engine: str, is_moe: bool, vendor: str) -> tuple[str, ...]:
+    """The groups of an estimate on a vendor the measured file does not cover, most specific
+    first (see the module docstring)."""
     cls = model_class(is_moe)
-    if vendor:
-        return (
-            f"{device} | {engine} | {cls}",
-            f"{vendor} | {engine} | {cls}",
-            f"{vendor} | {engine}",
-            vendor,
-        )
-    return (f"{device} | {engine} | {cls}", f"{engine} | {cls}", cls, OVERALL)
+    return (
+        f"{device} | {engine} | {cls}",
+        f"{vendor} | {engine} | {cls}",
+        f"{vendor} | {engine}",
+        vendor,
+    )
+
+
+def concurrency_band(concurrency: int) -> str:
+    """The band of :data:`CONCURRENCY_BANDS` ``concurrency`` clients fall in (``c<=2``,
+    ``c3-16``, ``c17-128``, ``c>128``)."""
+    low = 1
+    for high in CONCURRENCY_BANDS:
+        if concurrency <= high:
+            return f"c<={high}" if low == 1 else f"c{low}-{high}"
+        low = high + 1
+    return f"c>{CONCURRENCY_BANDS[-1]}"
+
+
+def metric_keys(metric: str, device: str, engine: str, concurrency: int | None) -> tuple[str, ...]:
+    """The measured file's groups of one metric's estimate, most specific first (see the
+    module docstring; ``concurrency`` ``None``: not a closed loop, no band)."""
+    if metric == "ttft" or concurrency is None:
+        return (f"{device} | {engine}", engine, OVERALL)
+    band = concurrency_band(concurrency)
+    return (f"{device} | {engine} | {band}", f"{engine} | {band}", engine, OVERALL)
 
 
 def device_vendor(device: str) -> str:
@@ -85,6 +119,8 @@ class Residual:
     vendor: str = ""
     #: The deployment the row measured (its points count once: :func:`_vendor_groups`).
     source: str = ""
+    #: Its closed loop's clients (``None``: not a closed loop; the TPOT chain has no band).
+    concurrency: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,15 +141,17 @@ def build_table(residuals: Iterable[Residual]) -> dict[str, Any]:
         if not (math.isfinite(r.ttft_log_error) and math.isfinite(r.tpot_log_error)):
             continue
         row = r if r.source else dataclasses.replace(r, source=f"#{index}")  # a row of its own
-        for key in group_keys(row.device, row.engine, row.is_moe):
+        keys = {k: None for m in METRICS for k in metric_keys(m, r.device, r.engine, r.concurrency)}
+        for key in keys:
             members.setdefault(key, []).append(row)
     groups: dict[str, dict[str, Any]] = {
         key: {
             metric: Spread.of_weighted(_deployment_weighted(rows, metric)).to_dict()
-            for metric in ("ttft", "tpot")
+            for metric in METRICS
         }
         for key, rows in members.items()
-        if len(rows) >= EMPIRICAL_MIN or key == OVERALL  # the last fallback always exists
+        if key == OVERALL  # the last fallback always exists
+        or (len(rows) >= EMPIRICAL_MIN and len({r.source for r in rows}) >= DEPLOYMENT_MIN)
     }
     groups.update(_vendor_groups(scoped))
     return {"coverage": 0.8, "groups": dict(sorted(groups.items()))}
@@ -178,13 +216,28 @@ def shipped_table() -> dict[str, GroupSpread]:
     return parse_table(json.loads(text))
 
 
-def lookup(table: Mapping[str, GroupSpread], device: str, engine: str, is_moe: bool) -> GroupSpread:
-    """The most specific group of ``table`` an estimate belongs to: its vendor's chain when the
-    table has residuals of the device's vendor, the measured file's chain otherwise."""
+def lookup(
+    table: Mapping[str, GroupSpread],
+    device: str,
+    engine: str,
+    is_moe: bool,
+    concurrency: int | None = None,
+) -> GroupSpread:
+    """The spreads of an estimate from ``table``: its vendor's most specific group when the
+    table has residuals of the device's vendor; else per metric the most specific group of
+    the measured file's chain (``group`` names both when they differ)."""
     vendor = device_vendor(device)
-    scoped = vendor if vendor in table else ""
-    for key in group_keys(device, engine, is_moe, scoped):
-        found = table.get(key)
-        if found is not None:
-            return found
-    return table[scoped or OVERALL]
+    if vendor in table:
+        for key in group_keys(device, engine, is_moe, vendor):
+            found = table.get(key)
+            if found is not None:
+                return found
+        return table[vendor]
+    ttft, tpot = (
+        next(k for k in metric_keys(m, device, engine, concurrency) if k in table) for m in METRICS
+    )
+    if ttft == tpot:
+        return table[ttft]
+    return GroupSpread(
+        group=f"{ttft} (TTFT), {tpot} (TPOT)", ttft=table[ttft].ttft, tpot=table[tpot].tpot
+    )

@@ -401,7 +401,11 @@ def _scales(case: ValidationCase) -> list[float]:
     TTFT residuals count divided by it, so a structural TTFT error the parameters cannot
     remove does not pull the decode parameters off the TPOT measurements."""
     group = lookup(
-        shipped_table(), case.device, case_profile(case).name, get_model(case.model).is_moe
+        shipped_table(),
+        case.device,
+        case_profile(case).name,
+        get_model(case.model).is_moe,
+        case.concurrency,
     )
     tpot = max(group.tpot.high - group.tpot.low, MIN_SPREAD_WIDTH)
     ttft = max(group.ttft.high - group.ttft.low, MIN_SPREAD_WIDTH)

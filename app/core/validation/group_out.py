@@ -7,7 +7,7 @@ figure: every row's own error helped set its interval. A user's new deployment (
 on the same device and engine, say) has no such help. This check replays the file's residuals
 leaving out one **deployment** at a time, a (hardware, engine family, model) group: each row's
 interval comes from a table built from every other deployment's errors, looked up by the same
-group chain as a request's (device | engine | class, engine | class, class, overall). It
+group chains as a request's (:mod:`app.core.calibration.residuals`). It
 reports, per engine family and overall, the share of measurements inside those intervals and
 how wide they are (``hi / lo``; the issue's bound is :data:`MAX_WIDTH_RATIO`).
 """
@@ -19,11 +19,15 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from app.core.calibration.residuals import OVERALL, Residual, build_table, lookup, parse_table
-
-#: The widest an uncalibrated interval may be to carry information (issue 31: hi / lo <= 4).
-MAX_WIDTH_RATIO = 4.0
-METRICS = ("ttft", "tpot")
+from app.core.calibration.interval import MAX_WIDTH_RATIO
+from app.core.calibration.residuals import (
+    METRICS,
+    OVERALL,
+    Residual,
+    build_table,
+    lookup,
+    parse_table,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,7 +76,7 @@ def _held_out(rows: Sequence[DeploymentResidual]) -> list[_Held]:
         table = parse_table(build_table(others))
         for row in members:
             r = row.residual
-            group = lookup(table, r.device, r.engine, r.is_moe)
+            group = lookup(table, r.device, r.engine, r.is_moe, r.concurrency)
             inside: list[bool | None] = []
             width: list[float | None] = []
             for spread, error in ((group.ttft, r.ttft_log_error), (group.tpot, r.tpot_log_error)):
@@ -82,7 +86,7 @@ def _held_out(rows: Sequence[DeploymentResidual]) -> list[_Held]:
                     continue
                 # the measurement m = p * exp(-error) lies in [p e^-high, p e^-low]
                 inside.append(spread.low <= error <= spread.high)
-                width.append(math.exp(spread.high - spread.low))
+                width.append(spread.width_ratio)
             out.append(
                 _Held(
                     family=row.family,

@@ -49,6 +49,7 @@ def case_spreads(
         case.device,
         case_profile(case).name,
         get_model(case.model).is_moe,
+        case.concurrency,
     )
     if calibration is None:
         return CaseSpreads(ttft=group.ttft, tpot=group.tpot, applicable=True, reason="")
@@ -60,7 +61,7 @@ def case_spreads(
 def case_residual(
     case: ValidationCase, ttft_pred: float, tpot_pred: float, tpot_ms: float
 ) -> Residual:
-    """The log errors of one predicted case (``case.measured`` is its TTFT), its group and its
+    """The log errors of one predicted case (``case.measured`` is its TTFT), its groups and its
     deployment (``source``: device, engine, model; a deployment weighs once in a group)."""
     engine = case_profile(case).name
     return Residual(
@@ -70,6 +71,7 @@ def case_residual(
         ttft_log_error=math.log(ttft_pred / case.measured),
         tpot_log_error=math.log(tpot_pred / tpot_ms),
         source=f"{case.device} | {engine} | {case.model}",
+        concurrency=case.concurrency,
     )
 
 

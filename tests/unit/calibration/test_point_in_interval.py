@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.calibration import Spread, answer_notice, at_risk, estimate_intervals
+from app.core.calibration.interval import MAX_WIDTH_RATIO
 from app.core.calibration.residuals import lookup, shipped_table
 from app.core.catalog.devices import DEVICES
 from app.core.profiles import engines_for_vendor
@@ -58,10 +59,42 @@ def test_no_ascend_estimate_is_outside_its_interval(
     )
     assert _inside(ttft_ms, intervals.ttft_ms) and _inside(tpot_ms, intervals.tpot_ms)
     assert _inside(1000.0, intervals.throughput)
-    assert (intervals.notice is not None) == bool(intervals.centred)
+    assert (intervals.notice is not None) == bool(intervals.centred or intervals.wide)
+    assert {m for m, _ in intervals.wide} == {
+        name
+        for name, (low, high) in (("ttft", intervals.ttft_ms), ("tpot", intervals.tpot_ms))
+        if high / low > MAX_WIDTH_RATIO * (1 + 1e-9)
+    }
     assert set(intervals.centred) == {
         name for name, s in (("ttft", group.ttft), ("tpot", group.tpot)) if s.excludes_zero
     }
+
+
+@given(
+    st.sampled_from(sorted(name for name, d in DEVICES.items() if d.vendor == "nvidia")),
+    st.sampled_from(("vllm", "sglang", "trtllm", "msmodeling")),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=4096)),
+    latency,
+    latency,
+)
+def test_no_measured_file_estimate_is_outside_its_interval(
+    device: str, engine: str, concurrency: int | None, ttft_ms: float, tpot_ms: float
+) -> None:
+    """The measured file's per-metric chains (device, engine, concurrency band) keep every
+    point inside its interval, and a too-wide interval always carries its notice."""
+    group = lookup(shipped_table(), device, engine, True, concurrency)
+    intervals = estimate_intervals(
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        throughput=1000.0,
+        output_length=128,
+        ttft=group.ttft,
+        tpot=group.tpot,
+    )
+    assert _inside(ttft_ms, intervals.ttft_ms) and _inside(tpot_ms, intervals.tpot_ms)
+    wide = group.ttft.around_point().width_ratio > MAX_WIDTH_RATIO
+    assert wide == ("ttft" in dict(intervals.wide))
+    assert not wide or "exceeds the informative range" in (intervals.notice or "")
 
 
 def test_sla_confidence_is_the_share_inside_the_limits() -> None:

@@ -75,10 +75,17 @@ def test_throughput_interval_moves_against_latency() -> None:
 
 def test_shipped_residuals_cover_every_fallback() -> None:
     table = shipped_table()
-    assert "overall" in table and "dense" in table and "moe" in table
-    # An engine the measured file lacks falls back to its class; an NVIDIA device to its groups.
-    assert lookup(table, "NVIDIA_H100_SXM_80G", "msmodeling", True).group == "moe"
-    assert lookup(table, "NVIDIA_H100_SXM_80G", "trtllm", False).group.startswith("NVIDIA_H100")
+    assert "overall" in table and {"vllm", "sglang", "trtllm"} <= set(table)
+    # An engine the measured file lacks falls back to the overall group; an NVIDIA device to
+    # its groups, per metric (TPOT by concurrency band).
+    assert lookup(table, "NVIDIA_H100_SXM_80G", "msmodeling", True).group == "overall"
+    h100 = lookup(table, "NVIDIA_H100_SXM_80G", "trtllm", False)
+    assert h100.group == "NVIDIA_H100_SXM_80G | trtllm"
+    banded = lookup(table, "NVIDIA_H100_SXM_80G", "trtllm", False, 64)
+    assert banded.group == (
+        "NVIDIA_H100_SXM_80G | trtllm (TTFT), NVIDIA_H100_SXM_80G | trtllm | c17-128 (TPOT)"
+    )
+    assert banded.tpot == table["NVIDIA_H100_SXM_80G | trtllm | c17-128"].tpot
     # An Ascend device takes its vendor's groups only, down to the vendor's own.
     assert lookup(table, "ATLAS_800_A2_376T_64G", "msmodeling", True).group == "huawei"
     assert lookup(table, "ATLAS_800_A2_376T_64G", "vllm", False).group == "huawei | vllm | dense"

@@ -13,9 +13,11 @@ from app.core.calibration.interval import Spread
 from app.core.calibration.residuals import (
     Residual,
     build_table,
+    concurrency_band,
     device_vendor,
     group_keys,
     lookup,
+    metric_keys,
     parse_table,
 )
 from app.core.errors import InvalidParameterError
@@ -98,10 +100,10 @@ def test_an_ascend_estimate_never_borrows_nvidia_residuals() -> None:
     assert lookup(table, A2, "vllm", False).group == f"{A2} | vllm | dense"
     # Another engine or device of the vendor: the vendor's group, not the NVIDIA "sglang".
     assert lookup(table, A3, "sglang", True).group == "huawei"
-    assert lookup(table, H100, "vllm", False).group == f"{H100} | vllm | dense"
+    assert lookup(table, H100, "vllm", False).group == f"{H100} | vllm"
     # Without any result of the vendor, the measured file's chain as before.
     plain = parse_table(build_table(rows[:30]))
-    assert lookup(plain, A2, "vllm", False).group == "vllm | dense"
+    assert lookup(plain, A2, "vllm", False).group == "vllm"
 
 
 def test_a_vendor_with_too_few_deployments_is_refused() -> None:
@@ -134,7 +136,7 @@ def test_every_deployment_of_the_measured_file_weighs_the_same_in_a_group() -> N
         )
         for i in range(20)
     ]
-    spread = parse_table(build_table(sweep + singles))[f"{H100} | vllm | dense"].ttft
+    spread = parse_table(build_table(sweep + singles))[f"{H100} | vllm"].ttft
     assert spread.low == 0.0 and 0.0 <= spread.high < 1.0 and spread.count == 60
 
 
@@ -151,3 +153,52 @@ def test_equal_weights_give_percentiles_within_the_errors(values: list[float]) -
 def test_weights_must_be_positive() -> None:
     with pytest.raises(InvalidParameterError):
         Spread.of_weighted([(0.1, 1.0)] * 19 + [(0.2, 0.0)])
+
+
+def test_concurrency_bands_split_at_2_16_128() -> None:
+    assert [concurrency_band(c) for c in (1, 2, 3, 16, 17, 128, 129, 4096)] == [
+        "c<=2",
+        "c<=2",
+        "c3-16",
+        "c3-16",
+        "c17-128",
+        "c17-128",
+        "c>128",
+        "c>128",
+    ]
+    assert metric_keys("ttft", H100, "vllm", 64) == (f"{H100} | vllm", "vllm", "overall")
+    assert metric_keys("tpot", H100, "vllm", 64) == (
+        f"{H100} | vllm | c17-128",
+        "vllm | c17-128",
+        "vllm",
+        "overall",
+    )
+    assert metric_keys("tpot", H100, "vllm", None) == metric_keys("ttft", H100, "vllm", 1)
+
+
+def _deployment(source: str, error: float, concurrency: int, rows: int = 10) -> list[Residual]:
+    return [
+        Residual(
+            device=H100,
+            engine="vllm",
+            is_moe=False,
+            ttft_log_error=error,
+            tpot_log_error=error,
+            source=source,
+            concurrency=concurrency,
+        )
+    ] * rows
+
+
+def test_a_group_needs_three_deployments_and_tpot_takes_its_band() -> None:
+    """Two 10-row deployments at 4 clients make 20 rows but only two deployments: their band
+    is not a group, and TPOT falls back to the engine's; three deployments at 64 clients make
+    theirs one. TTFT never takes a band."""
+    rows = _deployment("a", 0.1, 4) + _deployment("b", 0.2, 4)
+    rows += [r for s in ("c", "d", "e") for r in _deployment(s, -0.5, 64)]
+    table = parse_table(build_table(rows))
+    assert f"{H100} | vllm | c3-16" not in table and "vllm | c3-16" not in table
+    assert f"{H100} | vllm | c17-128" in table
+    assert lookup(table, H100, "vllm", False, 4).tpot == table[f"{H100} | vllm"].tpot
+    hot = lookup(table, H100, "vllm", False, 64)
+    assert hot.tpot.high == -0.5 and hot.ttft == table[f"{H100} | vllm"].ttft

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.core.calibration.interval import MAX_WIDTH_RATIO
 from app.core.calibration.residuals import Residual
 from app.core.validation import replay_case_file
 from app.core.validation.group_out import (
-    MAX_WIDTH_RATIO,
     DeploymentResidual,
     format_checks,
     leave_deployment_out,
