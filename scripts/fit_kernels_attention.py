@@ -301,6 +301,21 @@ def _rounded(entry: dict[str, Any]) -> dict[str, np.ndarray]:
     }
 
 
+def with_residuals(
+    entry: dict[str, Any], key: tuple[str, ...], train: dict[str, Any], test: dict[str, Any]
+) -> dict[str, Any]:
+    """``entry`` with its train and test points and median |error| (of the rounded terms it
+    holds), reported on stderr under ``key``."""
+    params = _rounded(entry)
+    for name, p in (("train", train), ("test", test)):
+        entry[name] = {
+            "points": len(p["measured"]),
+            "median_abs_error_pct": _median_abs_pct(p, params),
+        }
+    print(" ".join(key), f"train {entry['train']} test {entry['test']}", file=sys.stderr)
+    return entry
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
@@ -314,14 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         entry = _entry(key, _fit(_thin(train, MAX_FIT_POINTS), ROW_KNOTS[key[2]]))
         entry["engine_versions"] = sorted(versions[(key[0], key[1])])
-        params = _rounded(entry)
-        for name, p in (("train", train), ("test", test)):
-            entry[name] = {
-                "points": len(p["measured"]),
-                "median_abs_error_pct": _median_abs_pct(p, params),
-            }
-        entries.append(entry)
-        print(" ".join(key), f"train {entry['train']} test {entry['test']}", file=sys.stderr)
+        entries.append(with_residuals(entry, key, train, test))
     body = {
         "format": ATTENTION_FIT_FORMAT,
         "source": _source(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from app.core.runner.kernel_fit_gdn import (
 )
 from app.core.runner.layers import gdn_conv1d_terms, gdn_delta_rule_terms
 from app.core.runner.plan import FLOPS_PER_TFLOP
-from app.core.validation.kernels import SYSTEM_DEVICES, split_of
+from app.core.validation.kernels import KEY_COLUMNS, SYSTEM_DEVICES, KernelFamily, split_of
 from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
 from scripts.fit_kernels import MIN_POINTS, _source, _thin, _weights
 from scripts.fit_kernels_attention import (
@@ -49,23 +48,14 @@ from scripts.fit_kernels_attention import (
     HEAD_DIM_KNOTS,
     MAX_FIT_POINTS,
     _fit,
-    _median_abs_pct,
-    _rounded,
     curve_terms,
+    with_residuals,
 )
 
 TABLE = "gdn_perf"
 GENERATION = "generation"
-_COLUMNS = (
-    "batch_size",
-    "seq_len",
-    "num_k_heads",
-    "head_k_dim",
-    "num_v_heads",
-    "head_v_dim",
-    "d_conv",
-    "latency",
-)
+#: The shape columns ``validate --kernels`` reads (after kernel_source and phase), then latency.
+_COLUMNS = (*KEY_COLUMNS[KernelFamily.GDN][2:], "latency")
 
 
 def _kernel(source: str, phase: str) -> str | None:
@@ -177,14 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             **curve_terms(DECODE_ROW_KNOTS, params),
             "engine_versions": sorted(versions[(system, engine)]),
         }
-        rounded = _rounded(entry)
-        for name, p in (("train", train), ("test", test)):
-            entry[name] = {
-                "points": len(p["measured"]),
-                "median_abs_error_pct": _median_abs_pct(p, rounded),
-            }
-        entries.append(entry)
-        print(" ".join(key), f"train {entry['train']} test {entry['test']}", file=sys.stderr)
+        entries.append(with_residuals(entry, key, train, test))
     body = {
         "format": GDN_FIT_FORMAT,
         "source": _source(
