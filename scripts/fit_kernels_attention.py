@@ -229,8 +229,12 @@ def _descend(
     array[index] = best
 
 
-def _fit(p: dict[str, Any], family: str) -> dict[str, np.ndarray]:
-    shape = (len(ROW_KNOTS[family]), len(CONTEXT_KNOTS))
+def _fit(
+    p: dict[str, Any], row_knots: tuple[float, ...], *, fit_head_dim: bool = True
+) -> dict[str, np.ndarray]:
+    """The free terms of least loss on ``p`` (``fit_head_dim``: False keeps every head width's
+    factor at 1, for tables that measure one width)."""
+    shape = (len(row_knots), len(CONTEXT_KNOTS))
     params = {
         "compute": np.full(shape, 0.3),
         "memory": np.full(shape, 0.3),
@@ -242,7 +246,7 @@ def _fit(p: dict[str, Any], family: str) -> dict[str, np.ndarray]:
     for _ in range(ROUNDS):
         _descend(p, params, "fixed", 0, (p["launch_s"], MAX_FIXED_US * S_PER_US), span)
         _descend(p, params, "row_s", 0, BOUNDS["row_s"], span)
-        for k in range(len(HEAD_DIM_KNOTS)):
+        for k in range(len(HEAD_DIM_KNOTS) if fit_head_dim else 0):
             _descend(p, params, "head_dim", k, BOUNDS["head_dim"], span)
         for name in ("compute", "memory"):
             for index in np.ndindex(*shape):
@@ -268,7 +272,14 @@ def _entry(key: tuple[str, str, str, str], params: dict[str, np.ndarray]) -> dic
         "engine": engine,
         "family": family,
         "label": label,
-        "row_knots": list(ROW_KNOTS[family]),
+        **curve_terms(ROW_KNOTS[family], params),
+    }
+
+
+def curve_terms(row_knots: tuple[float, ...], params: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A fitted curve's knots and terms as the file holds them (rounded)."""
+    return {
+        "row_knots": list(row_knots),
         "context_knots": list(CONTEXT_KNOTS),
         "head_dim_knots": list(HEAD_DIM_KNOTS),
         "compute_efficiency": [[round(float(e), 4) for e in row] for row in params["compute"]],
@@ -290,6 +301,21 @@ def _rounded(entry: dict[str, Any]) -> dict[str, np.ndarray]:
     }
 
 
+def with_residuals(
+    entry: dict[str, Any], key: tuple[str, ...], train: dict[str, Any], test: dict[str, Any]
+) -> dict[str, Any]:
+    """``entry`` with its train and test points and median |error| (of the rounded terms it
+    holds), reported on stderr under ``key``."""
+    params = _rounded(entry)
+    for name, p in (("train", train), ("test", test)):
+        entry[name] = {
+            "points": len(p["measured"]),
+            "median_abs_error_pct": _median_abs_pct(p, params),
+        }
+    print(" ".join(key), f"train {entry['train']} test {entry['test']}", file=sys.stderr)
+    return entry
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
@@ -301,16 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         train, test = _arrays(raw, key, "train"), _arrays(raw, key, "test")
         if len(train["measured"]) < MIN_POINTS:
             continue
-        entry = _entry(key, _fit(_thin(train, MAX_FIT_POINTS), key[2]))
+        entry = _entry(key, _fit(_thin(train, MAX_FIT_POINTS), ROW_KNOTS[key[2]]))
         entry["engine_versions"] = sorted(versions[(key[0], key[1])])
-        params = _rounded(entry)
-        for name, p in (("train", train), ("test", test)):
-            entry[name] = {
-                "points": len(p["measured"]),
-                "median_abs_error_pct": _median_abs_pct(p, params),
-            }
-        entries.append(entry)
-        print(" ".join(key), f"train {entry['train']} test {entry['test']}", file=sys.stderr)
+        entries.append(with_residuals(entry, key, train, test))
     body = {
         "format": ATTENTION_FIT_FORMAT,
         "source": _source(

@@ -215,7 +215,8 @@ class AttentionFit:
         return self.curves.get((device, engine, family, label))
 
 
-def _curve(entry: Mapping[str, Any], key: object) -> AttentionCurve:
+def attention_curve(entry: Mapping[str, Any], key: object) -> AttentionCurve:
+    """The :class:`AttentionCurve` of one decoded entry (``key`` names it in errors)."""
     return AttentionCurve(
         row_knots=numbers(entry, "row_knots"),
         context_knots=numbers(entry, "context_knots"),
@@ -240,7 +241,7 @@ def parse_attention_fit(body: Any) -> AttentionFit:
         key = cast(AttentionKey, string_key(entry, names, what))
         if key[2] not in FAMILIES:
             raise KernelFitError(f"attention fit: unknown family {key[2]!r}")
-        add_curve(curves, key, _curve, entry, what)
+        add_curve(curves, key, attention_curve, entry, what)
     return AttentionFit(curves=curves, source=source)
 
 
@@ -276,14 +277,34 @@ def fitted_attention(
     for label in labels:
         curve = table.curve(device, engine, family, label)
         if curve is not None:
-            fixed_s = max(curve.fixed_us * S_PER_US, graph_launch_s)
-            return FittedAttention(
-                curve=curve,
+            return fitted_curve(
+                curve,
+                engine=engine,
                 peak_flops_per_s=peak_flops_per_s[label_is_fp8_compute(label)],
                 peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
-                fixed_s=fixed_s,
-                graph_fixed_s=fixed_s if in_graph_s is None else in_graph_s,
-                row_s=curve.row_ns * S_PER_NS,
-                source=FITTED_SOURCE_PREFIX + engine,
+                graph_launch_s=graph_launch_s,
+                in_graph_s=in_graph_s,
             )
     return None
+
+
+def fitted_curve(
+    curve: AttentionCurve,
+    *,
+    engine: str,
+    peak_flops_per_s: float,
+    peak_hbm_bytes_per_s: float,
+    graph_launch_s: float,
+    in_graph_s: float | None,
+) -> FittedAttention:
+    """``curve`` of ``engine`` on a plan's path (the floors as for :func:`fitted_attention`)."""
+    fixed_s = max(curve.fixed_us * S_PER_US, graph_launch_s)
+    return FittedAttention(
+        curve=curve,
+        peak_flops_per_s=peak_flops_per_s,
+        peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
+        fixed_s=fixed_s,
+        graph_fixed_s=fixed_s if in_graph_s is None else in_graph_s,
+        row_s=curve.row_ns * S_PER_NS,
+        source=FITTED_SOURCE_PREFIX + engine,
+    )

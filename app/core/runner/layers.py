@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from app.core.catalog.architecture import (
     GDN_GATES_PER_VALUE_HEAD,
@@ -25,6 +26,7 @@ from app.core.catalog.architecture import (
     FfnKind,
     LayerAttention,
     LayerGroup,
+    LinearAttentionDims,
 )
 from app.core.catalog.quantization import BYTES_16BIT
 from app.core.cost import ForwardShape
@@ -47,6 +49,9 @@ from app.core.runner.plan import (
     ShardPlan,
     eagle3_qkv_outputs,
 )
+
+if TYPE_CHECKING:  # the fitted tables load only for a plan with a kernel engine
+    from app.core.runner.kernel_fit_attention import FittedAttention
 
 FLOPS_PER_MAC = 2
 NORM_FLOPS_PER_ELEMENT = 5  # square, reduce, rsqrt scale, weight multiply, cast
@@ -89,6 +94,54 @@ INDEXER_Q_BYTES = 1.0  # queries enter the score kernel as float8_e4m3fn
 INDEXER_WEIGHT_BYTES = 4.0  # per-head weights times the query scales, float32
 MLA_Q_ABSORB = "q_absorb"  # decode MLA's batched GEMMs (ForwardBuilder.mla_bmm)
 MLA_V_UP = "v_up"
+
+
+def gdn_conv1d_terms(
+    dims: LinearAttentionDims, key_heads: int, value_heads: int, s: ForwardShape, part_tokens: int
+) -> tuple[float, float]:
+    """``(flops, hbm_bytes)`` of Gated DeltaNet's causal conv1d over ``part_tokens`` tokens of
+    ``s`` with ``key_heads`` / ``value_heads`` local heads: the q, k, v channels in and out,
+    each request's conv state (the last kernel - 1 inputs) read and written, the taps read."""
+    conv_local = GDN_QK * key_heads * dims.key_head_dim + value_heads * dims.value_head_dim
+    conv_state_bytes = (dims.conv_kernel_size - 1) * conv_local * ACTIVATION_BYTES
+    flops = (
+        part_tokens * conv_local * (FLOPS_PER_MAC * dims.conv_kernel_size + ACT_FLOPS_PER_ELEMENT)
+    )
+    hbm_bytes = (
+        READ_WRITE * part_tokens * conv_local * ACTIVATION_BYTES
+        + READ_WRITE * s.concurrency * conv_state_bytes
+        + conv_local * dims.conv_kernel_size * BYTES_16BIT
+    )
+    return flops, hbm_bytes
+
+
+def gdn_delta_rule_terms(
+    dims: LinearAttentionDims, key_heads: int, value_heads: int, s: ForwardShape, part_tokens: int
+) -> tuple[float, float]:
+    """``(flops, hbm_bytes)`` of Gated DeltaNet's delta-rule kernel over ``part_tokens`` tokens
+    of ``s``: recurrent for a decode, chunked for a prefill; q and k in, v in, the output out,
+    each request's state read once and written once (the chunked form also writes and rereads
+    its per-chunk states and w, u)."""
+    dk, dv = dims.key_head_dim, dims.value_head_dim
+    state_elements = value_heads * dk * dv
+    state_bytes = state_elements * dims.state_bytes_per_element
+    io_bytes = (
+        part_tokens * (GDN_QK * key_heads * dk + Q_AND_O * value_heads * dv) * ACTIVATION_BYTES
+        + READ_WRITE * s.concurrency * state_bytes
+    )
+    if s.is_decode:
+        return GDN_RECURRENT_FLOPS_PER_STATE_ELEMENT * part_tokens * state_elements, io_bytes
+    per_head_macs = GDN_CHUNK_STATE_MACS_PER_ELEMENT * dk * dv + GDN_CHUNK_TOKENS * (
+        GDN_CHUNK_KEY_PRODUCTS * dk + GDN_CHUNK_VALUE_PRODUCTS * dv
+    )
+    chunks = s.concurrency * math.ceil(s.query_len / GDN_CHUNK_TOKENS)
+    intermediates = (
+        part_tokens
+        * value_heads
+        * (GDN_CHUNK_KEY_INTERMEDIATES * dk + GDN_CHUNK_VALUE_INTERMEDIATES * dv)
+    )
+    io_bytes += READ_WRITE * (chunks * state_elements + intermediates) * ACTIVATION_BYTES
+    return FLOPS_PER_MAC * part_tokens * value_heads * per_head_macs, io_bytes
 
 
 def new_tokens(shape: ForwardShape) -> int:
@@ -554,66 +607,67 @@ class ForwardBuilder:
 
     def gdn_conv1d(self, scope: str, count: int, s: ForwardShape, part_tokens: int) -> None:
         """Gated DeltaNet's short causal conv1d over the q, k, v channels of one sub-batch's
-        ``part_tokens`` tokens; each request reads its conv state (the last kernel - 1 inputs)
-        and writes it back."""
+        ``part_tokens`` tokens (:func:`gdn_conv1d_terms`)."""
         p = self.plan
         dims = p.model.linear_attention
         assert dims is not None
-        key_local = p.linear_key_heads_local * dims.key_head_dim
-        conv_local = GDN_QK * key_local + p.linear_value_heads_local * dims.value_head_dim
-        conv_state_bytes = (dims.conv_kernel_size - 1) * conv_local * ACTIVATION_BYTES
-        self._attention_op(
-            "gdn_conv1d",
-            scope,
-            count,
-            flops=part_tokens
-            * conv_local
-            * (FLOPS_PER_MAC * dims.conv_kernel_size + ACT_FLOPS_PER_ELEMENT),
-            hbm_bytes=READ_WRITE * part_tokens * conv_local * ACTIVATION_BYTES
-            + READ_WRITE * s.concurrency * conv_state_bytes
-            + conv_local * dims.conv_kernel_size * BYTES_16BIT,
-            flops_per_s=p.bf16_flops_per_s,
+        flops, hbm_bytes = gdn_conv1d_terms(
+            dims, p.linear_key_heads_local, p.linear_value_heads_local, s, part_tokens
         )
+        fits = p.gdn_fit
+        fit = None if fits is None or s.is_decode else fits.conv_prefill
+        self._gdn_op("gdn_conv1d", scope, count, s, flops, hbm_bytes, fit, p.bf16_flops_per_s)
 
     def gdn_delta_rule(self, scope: str, count: int, s: ForwardShape, part_tokens: int) -> None:
         """Gated DeltaNet's delta-rule kernel of one sub-batch: recurrent for a decode, chunked
-        for a prefill; q and k in, v in, the output out, each request's state read once and
-        written once (the chunked form also writes and rereads its per-chunk states and w, u)."""
+        for a prefill (:func:`gdn_delta_rule_terms`)."""
         p = self.plan
         dims = p.model.linear_attention
         assert dims is not None
-        v_heads = p.linear_value_heads_local
-        dk, dv = dims.key_head_dim, dims.value_head_dim
-        key_local, value_local = p.linear_key_heads_local * dk, v_heads * dv
-        state_elements = v_heads * dk * dv
-        state_bytes = state_elements * dims.state_bytes_per_element
-        io_bytes = (
-            part_tokens * (GDN_QK * key_local + Q_AND_O * value_local) * ACTIVATION_BYTES
-            + READ_WRITE * s.concurrency * state_bytes
+        flops, hbm_bytes = gdn_delta_rule_terms(
+            dims, p.linear_key_heads_local, p.linear_value_heads_local, s, part_tokens
         )
-        if s.is_decode:
-            flops = GDN_RECURRENT_FLOPS_PER_STATE_ELEMENT * part_tokens * state_elements
-            name = "gdn_recurrent"
-        else:
-            per_head_macs = GDN_CHUNK_STATE_MACS_PER_ELEMENT * dk * dv + GDN_CHUNK_TOKENS * (
-                GDN_CHUNK_KEY_PRODUCTS * dk + GDN_CHUNK_VALUE_PRODUCTS * dv
+        fits = p.gdn_fit
+        fit = None if fits is None else fits.recurrent if s.is_decode else fits.chunked
+        name = "gdn_recurrent" if s.is_decode else "gdn_chunked"
+        self._gdn_op(name, scope, count, s, flops, hbm_bytes, fit, p.attention_flops_per_s)
+
+    def _gdn_op(
+        self,
+        name: str,
+        scope: str,
+        count: int,
+        s: ForwardShape,
+        flops: float,
+        hbm_bytes: float,
+        fit: FittedAttention | None,
+        flops_per_s: float,
+    ) -> None:
+        """A Gated DeltaNet kernel of ``s``: on its fitted curve (``kernel_fit_gdn``: rows =
+        requests x local value heads, context = one request's new tokens) if the plan has one,
+        else a roofline at ``flops_per_s`` and the HBM bandwidth."""
+        if fit is None:
+            self._attention_op(
+                name, scope, count, flops=flops, hbm_bytes=hbm_bytes, flops_per_s=flops_per_s
             )
-            flops = FLOPS_PER_MAC * part_tokens * v_heads * per_head_macs
-            chunks = s.concurrency * math.ceil(s.query_len / GDN_CHUNK_TOKENS)
-            intermediates = (
-                part_tokens
-                * v_heads
-                * (GDN_CHUNK_KEY_INTERMEDIATES * dk + GDN_CHUNK_VALUE_INTERMEDIATES * dv)
-            )
-            io_bytes += READ_WRITE * (chunks * state_elements + intermediates) * ACTIVATION_BYTES
-            name = "gdn_chunked"
-        self._attention_op(
-            name,
-            scope,
-            count,
+            return
+        p = self.plan
+        dims = p.model.linear_attention
+        assert dims is not None
+        rate, bandwidth = fit.rates(
+            flops, s.concurrency * p.linear_value_heads_local, s.query_len, dims.key_head_dim
+        )
+        self._roofline(
+            name=name,
+            category=OpCategory.ATTENTION,
+            scope=scope,
+            count=count,
             flops=flops,
-            hbm_bytes=io_bytes,
-            flops_per_s=p.attention_flops_per_s,
+            hbm_bytes=hbm_bytes,
+            flops_per_s=rate,
+            hbm_bytes_per_s=bandwidth,
+            launch_s=self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s),
+            source=fit.source,
         )
 
     def _attention_kernel(

@@ -46,6 +46,7 @@ from app.core.runner.kernel_fit import (
 if TYPE_CHECKING:  # the fitted tables' modules load only for a plan with a kernel engine
     from app.core.runner.kernel_fit_attention import FittedAttention
     from app.core.runner.kernel_fit_comm import FittedComm
+    from app.core.runner.kernel_fit_gdn import FittedGdn
     from app.core.runner.kernel_fit_moe import FittedMoe
 
 FLOPS_PER_TFLOP = 1e12
@@ -118,6 +119,8 @@ class ShardPlan:
     #: attention kernels; None: the attention rate and HBM bandwidth above.
     prefill_attention_fit: FittedAttention | None = None
     decode_attention_fit: FittedAttention | None = None
+    #: Measured-kernel Gated DeltaNet curves (``kernel_fit_gdn``); None: the defaults.
+    gdn_fit: FittedGdn | None = None
 
     @property
     def tokens_scale(self) -> float:
@@ -473,6 +476,7 @@ def build_plan(
         comm_fit=comm_fit,
         prefill_attention_fit=prefill_attention,
         decode_attention_fit=decode_attention,
+        gdn_fit=_gdn_fit(model, device, kernel_engine, hbm_peak, (graph_launch_s, in_graph_s)),
     )
 
 
@@ -553,6 +557,29 @@ def _attention_fits(
         for family in families
     )
     return prefill, decode
+
+
+def _gdn_fit(
+    model: ModelArchitecture,
+    device: Device,
+    kernel_engine: str | None,
+    hbm_peak: float,
+    floors_s: tuple[float, float | None],
+) -> FittedGdn | None:
+    """The fitted Gated DeltaNet kernels of ``kernel_engine`` for a model with linear-attention
+    layers (None: defaults; ``floors_s`` as for :func:`_moe_and_comm_fits`)."""
+    if kernel_engine is None or model.linear_attention is None:
+        return None
+    from app.core.runner.kernel_fit_gdn import fitted_gdn
+
+    return fitted_gdn(
+        device=device.name,
+        engine=kernel_engine,
+        peak_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP,
+        peak_hbm_bytes_per_s=hbm_peak,
+        graph_launch_s=floors_s[0],
+        in_graph_s=floors_s[1],
+    )
 
 
 def _weights_bytes(

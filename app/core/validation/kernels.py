@@ -735,6 +735,7 @@ class KernelPricer:
                 self.device,
                 _SINGLE,
                 _BF16,
+                kernel_engine=self.engine,
             ),
         )
         shape = ForwardShape(
