@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from app import __version__
 from app.core.cost import AnyShape, MixedShape
-from app.settings import Settings
+from app.service_settings import ServiceSettings
 
 if TYPE_CHECKING:
     import redis
@@ -443,7 +443,7 @@ class RedisLatencyCache:
         self._client.close()
 
 
-def create_cache(settings: Settings) -> LatencyCache:
+def create_cache(settings: ServiceSettings) -> LatencyCache:
     """The backend chosen by ``APP_CACHE_BACKEND``."""
     if settings.cache_backend == "redis":
         return RedisLatencyCache(

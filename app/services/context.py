@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from app.cache import LatencyCache, create_cache
 from app.core.runner import RunnerServingModel
 from app.core.workload import PlanCache
+from app.service_settings import ServiceSettings
 from app.services.calibration_store import (
     CalibrationStore,
     MemoryCalibrationStore,
     create_calibration_store,
 )
-from app.settings import Settings
 
 
 class ServiceStats:
@@ -66,14 +66,14 @@ class RunnerMemo:
 class ServiceContext:
     """What every service function needs; built once per process by the app lifespan or CLI."""
 
-    settings: Settings
+    settings: ServiceSettings
     cache: LatencyCache
     stats: ServiceStats = field(default_factory=ServiceStats)
     runners: RunnerMemo = field(default_factory=RunnerMemo)
     #: Closed-loop plans of this process (scheduling decisions, no latency): a search or a
     #: simulation repeated with other limits, or after its forwards were cached, replays them.
     plans: PlanCache = field(
-        default_factory=lambda: PlanCache(Settings.model_fields["plan_cache_items"].default)
+        default_factory=lambda: PlanCache(ServiceSettings.model_fields["plan_cache_items"].default)
     )
     #: Stored calibrations: the durable store's (``Settings.store_url``), else this process's.
     calibrations: CalibrationStore = field(default_factory=MemoryCalibrationStore)
@@ -83,7 +83,7 @@ class ServiceContext:
         self.calibrations.close()
 
 
-def create_context(settings: Settings, *, store_url: str | None = None) -> ServiceContext:
+def create_context(settings: ServiceSettings, *, store_url: str | None = None) -> ServiceContext:
     """The process's context; ``store_url``: the durable store's Redis when it is not
     ``settings.store_url`` (a sweep worker's is its broker's)."""
     return ServiceContext(
@@ -108,7 +108,7 @@ REQUEST_STARTED_S: ContextVar[float | None] = ContextVar(
 REQUEST_OWNER: ContextVar[str | None] = ContextVar("chunkwise_request_owner", default=None)
 
 
-def deadline_from(settings: Settings) -> float:
+def deadline_from(settings: ServiceSettings) -> float:
     """The monotonic time the current computation must end by (from the request's arrival when
     the API set it, else from now: the CLI)."""
     started = REQUEST_STARTED_S.get()

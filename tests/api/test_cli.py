@@ -327,7 +327,18 @@ print("\\n".join(sorted(sys.modules)))
 """
 #: Where the per-command import check's sweep writes its rows.
 SWEEP_OUT = str(Path(tempfile.gettempdir()) / f"chunkwise-test-cli-sweep-{os.getpid()}.csv")
-SERVER_ONLY = ("redis", "fastapi", "starlette", "uvicorn", "celery", "kombu")
+#: pydantic_settings (with python-dotenv and asyncio, ~25 ms) reads the service's environment; a
+#: CLI command reads it with app.service_settings.settings_from_environ.
+SERVER_ONLY = (
+    "redis",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "celery",
+    "kombu",
+    "pydantic_settings",
+    "dotenv",
+)
 #: Modules only some commands need: each command may load only its own.
 COMMAND_ONLY = {
     "app.core.validation": "validate",
@@ -366,8 +377,8 @@ COMMAND_ONLY = {
     ids=["optimize", "simulate", "forward", "models", "devices", "validate", "sweep"],
 )
 def test_cli_commands_load_no_server_or_redis_modules(argv: list[str]) -> None:
-    """Start-up: a CLI-only command with the in-process cache imports no HTTP stack and no
-    redis client (``bench/bench_startup.py`` measures what that saves)."""
+    """Start-up: a CLI-only command with the in-process cache imports no HTTP stack, no redis
+    client and no pydantic-settings (``bench/bench_startup.py`` measures what that saves)."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "APP_CACHE_BACKEND": "memory"}
     done = subprocess.run(
