@@ -8,10 +8,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 #: What ``backend`` names in the cache status and counters.
 _BACKEND = "the latency cache: memory (in-process) or redis"
+#: The API's own documents build their validators on first use (pydantic's defer_build), not
+#: at import: a CLI command imports this module for CacheCounters alone.
+_ON_FIRST_USE = ConfigDict(defer_build=True)
 
 
 class ProblemFieldError(BaseModel):
     """One invalid field of a request (``loc`` as in pydantic: ``["body", "model"]``)."""
+
+    model_config = _ON_FIRST_USE
 
     loc: list[str | int] = Field(
         description="where the invalid value is: 'body', then the field names and list indices"
@@ -23,7 +28,7 @@ class ProblemFieldError(BaseModel):
 class Problem(BaseModel):
     """RFC 9457 problem details (``application/problem+json``)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     type: str = Field(default="about:blank", description="URI identifying the problem type")
     title: str = Field(description="short summary of the problem type")
@@ -43,10 +48,14 @@ class Problem(BaseModel):
 
 
 class Health(BaseModel):
+    model_config = _ON_FIRST_USE
+
     status: Literal["ok"] = Field(default="ok", description="ok: the process answers")
 
 
 class CacheStatus(BaseModel):
+    model_config = _ON_FIRST_USE
+
     backend: str = Field(description=_BACKEND)
     reachable: bool = Field(description="whether the backend answered the probe")
     detail: str = Field(default="", description="the backend's answer or error, when any")
@@ -56,6 +65,8 @@ class CacheStatus(BaseModel):
 
 
 class Readiness(BaseModel):
+    model_config = _ON_FIRST_USE
+
     status: Literal["ready", "unavailable"] = Field(
         description="ready: the cache backend answers and accepts writes (else a 503 problem)"
     )

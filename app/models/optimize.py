@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.core import limits
 from app.core.limits import (
@@ -27,6 +27,10 @@ from app.core.workload import (
 from app.models import texts
 from app.models.common import CacheCounters
 from app.models.workload import DeploymentMixin, ParallelSize, WorkloadMixin
+
+#: The disaggregated search's models build their validators on first use (pydantic's
+#: defer_build), not at import: an aggregated optimize (the CLI's start-up) never uses them.
+_ON_FIRST_USE = ConfigDict(defer_build=True)
 
 __all__ = [  # Mode and Role are core's (app.core.limits), re-exported with the wire schemas
     "DisaggOptimizeResponse",
@@ -380,6 +384,8 @@ POOL_WAIT = (
 class DisaggWorkersOut(BaseModel):
     """One pool of a searched deployment: its workers, one worker's layout, how busy it ran."""
 
+    model_config = _ON_FIRST_USE
+
     workers: int = Field(description="workers (engine instances) of the pool")
     tp_size: int = Field(description="tensor-parallel size of one worker (devices)")
     dp_size: int = Field(description="attention data-parallel ranks per worker")
@@ -398,6 +404,8 @@ _DISAGG_TPOT = "mean time per output token after the first, ms"
 
 class DisaggRowOut(BaseModel):
     """A deployment at its highest closed-loop concurrency within the limits."""
+
+    model_config = _ON_FIRST_USE
 
     prefill: DisaggWorkersOut = Field(description="the prefill pool")
     decode: DisaggWorkersOut = Field(description="the decode pool")
@@ -424,6 +432,8 @@ class DisaggRowOut(BaseModel):
 class DisaggProbeOut(BaseModel):
     """One simulated (deployment, concurrency) point of the search."""
 
+    model_config = _ON_FIRST_USE
+
     pd_split: str = Field(description="prefill:decode workers and devices of the deployment")
     prefill_parallel: str = Field(description="one prefill worker's layout")
     decode_parallel: str = Field(description="one decode worker's layout")
@@ -439,6 +449,8 @@ class DisaggProbeOut(BaseModel):
 class DisaggSearchOut(BaseModel):
     """What the search looked at and what it simulated."""
 
+    model_config = _ON_FIRST_USE
+
     prefill_layouts: int = Field(description="count of prefill worker layouts the model supports")
     decode_layouts: int = Field(description="count of decode worker layouts the model supports")
     configurations: int = Field(
@@ -450,6 +462,8 @@ class DisaggSearchOut(BaseModel):
 
 class DisaggOptimizeResponse(BaseModel):
     """``mode: disagg``: the best prefill and decode worker layouts, counts and concurrency."""
+
+    model_config = _ON_FIRST_USE
 
     input: OptimizeRequest = Field(description=texts.REQUEST_ECHO)
     engine: dict[str, Any] = Field(description="the engine profile both pools run under")
