@@ -23,6 +23,11 @@ from app.core.runner.runner import MemoryBreakdown, ModelRunner
 #: evaluations, which move host times without touching the device). The owner bounds its life.
 ForwardMemo = dict[tuple[str, tuple[ForwardShape, ...], int], float]
 
+#: Forward shapes whose operator count a serving model remembers before it forgets them all:
+#: it lives as long as the process's runner memo, and an eager NPU simulation meets a new
+#: shape per distinct batch, so the bound keeps a long-lived process's memory flat.
+OPERATOR_MEMO_LIMIT = 4096
+
 #: Linear formats an engine reads as an "FP8/FP4 checkpoint" for its KV-cache dtype rule.
 _LOW_PRECISION_LINEAR = frozenset(
     {LinearQuantAction.FP8, LinearQuantAction.NVFP4, LinearQuantAction.MXFP4}
@@ -189,6 +194,8 @@ class RunnerServingModel:
         key = (parts, drafts)
         found = self._operators.get(key)
         if found is None:
+            if len(self._operators) >= OPERATOR_MEMO_LIMIT:
+                self._operators.clear()
             if len(parts) == 1:
                 found = self.runner.operators(parts[0], mtp_draft_tokens=drafts)
             else:
@@ -210,12 +217,15 @@ class RunnerServingModel:
     def identity(self) -> str:
         rates = ",".join(f"{r:.6g}" for r in self.mtp_acceptance_rates[: self.num_mtp_tokens])
         engine = ""
-        if (p := self.profile) is not None and (p.step_sync_ms or p.step_host_ms):
-            engine = f"|host={p.step_sync_ms:.6g}:{p.step_host_ms:.6g}:{int(p.overlap_scheduling)}"
-        if (p := self.profile) is not None and p.eager_layer_host_ms:
-            engine += f"|eager_layer={p.eager_layer_host_ms:.6g}"
-        if (p := self.profile) is not None and p.npu_graph_mode is not None:
-            engine += f"|npu_graph={p.npu_graph_mode}"
+        if (p := self.profile) is not None:
+            if p.step_sync_ms or p.step_host_ms:
+                engine = (
+                    f"|host={p.step_sync_ms:.6g}:{p.step_host_ms:.6g}:{int(p.overlap_scheduling)}"
+                )
+            if p.eager_layer_host_ms:
+                engine += f"|eager_layer={p.eager_layer_host_ms:.6g}"
+            if p.npu_graph_mode is not None:
+                engine += f"|npu_graph={p.npu_graph_mode}"
         return f"{self.runner.identity()}|mtp={self.num_mtp_tokens}:{rates}{engine}"
 
     def _step_ms(

@@ -47,6 +47,21 @@ def test_operators_are_counted_from_the_forward_plan() -> None:
     assert tp2.runner.operators(decode) == 28 * 11 + 4 + 1  # + the LM head's gather
 
 
+def test_the_operator_memo_is_bounded_and_answers_the_same_after_it_forgets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A serving model lives as long as the process's runner memo: the operator counts it
+    remembers are forgotten at :data:`OPERATOR_MEMO_LIMIT` shapes, and a step is the same
+    whether its count was remembered or counted again."""
+    monkeypatch.setattr("app.core.runner.serving.OPERATOR_MEMO_LIMIT", 3)
+    serving = _serving(EAGER, "Qwen/Qwen2.5-7B-Instruct")
+    first = serving.decode_ms(4, 1, 300)
+    for seq in range(301, 309):
+        serving.decode_ms(4, 1, seq)
+        assert len(serving._operators) <= 3
+    assert serving.decode_ms(4, 1, 300) == first
+
+
 def test_a_host_bound_eager_decode_step_is_its_operators_dispatch_time() -> None:
     """The calibration point: Qwen2.5-7B TP 1 at a few requests decodes in ~16.5 ms on the
     device, and the eager host dispatches 256 operators at 0.1 ms: the step is the dispatch
