@@ -25,11 +25,14 @@ Column mapping (checked in this order; the first that fails names the refusal):
   requests per second (the report's throughput column); per card, per request and peak
   throughputs are refused (the simulation reports the run's), and so is the throughput of a
   dataset's requests all sent at once (the run lasts as long as its longest request, the file
-  gives mean lengths). A ``mean_itl`` of vLLM's benchmark client is compared with the mean
-  TPOT and labelled (:func:`_itl_as_tpot`: equal with one token per streamed chunk at the
-  simulated fixed lengths); other inter-token latencies are refused (percentiles are of the
-  gaps between tokens, which the simulation does not keep).
-- ``hardware`` (:data:`HARDWARE_RULES`, first match): a card stated as "A2/A3" is refused;
+  gives mean lengths). Inter-token latencies of vLLM's benchmark client streaming one token
+  per chunk (:func:`_itl_client`; others are refused): a ``mean_itl`` is compared with the
+  mean TPOT and labelled (equal at the simulated fixed lengths), a ``median_itl`` / ``pN_itl``
+  with that percentile of the simulated gaps between tokens (each decode token follows a gap of
+  its step's duration), both in the TPOT column.
+- ``hardware`` (:data:`HARDWARE_RULES`, first match): a card stated as "A2/A3" (or a
+  "64 GB Ascend 910") is replayed on the A2 card where the source is vLLM-Ascend's own
+  documentation, labelled :data:`A2_OR_A3_ASSUMED`, and refused elsewhere;
   a card that is not stated is replayed on the family its source's context points at and
   labelled ``hardware: assumed <device> (<why>)`` (:data:`ASSUMED_CARD_RULES`: an image line
   selecting vLLM-Ascend's ``-a3`` build, a source naming the Atlas 800 A2 series, or vLLM-
@@ -41,7 +44,7 @@ Column mapping (checked in this order; the first that fails names the refusal):
   its Atlas 800I A2; the A2 variants share 64 GB at 1.6 TB/s and decode is memory-bound);
   an Ascend950PR is ``ATLAS_350_425T_112G`` (the Atlas 350 card carries the 950PR, 112 GB);
   a "64 GB Ascend 910" is a 910B (A2) or a 910C die (A3), not the first-generation 910 (32 GB,
-  which vLLM-Ascend does not support), and is refused as A2 / A3 unsaid; cards without a
+  which vLLM-Ascend does not support): A2 / A3 unsaid, as above; cards without a
   catalog device (Atlas 300I Duo / 310P: no public FP16 peak; the first-generation Ascend 910)
   are refused.
 - ``model``: the catalog resolves the name (``Qwen3.5-397B-A17B-w8a8`` -> the base
@@ -155,7 +158,16 @@ HARDWARE_RULES: tuple[tuple[str, str | None, str], ...] = (
 )
 #: A ``hardware`` text that does not state the card (and not as one of A2 / A3).
 _UNSTATED = re.compile(r"not stated|not explicit|usually")
-_A2_OR_A3 = re.compile(r"a2\s*/\s*a3")
+_A2_OR_A3 = re.compile(r"a2\s*/\s*a3|64\s*gb ascend 910\b")
+#: vLLM-Ascend's own documentation, whose requirements name the Atlas 800 A2 series as the
+#: usual card (``quick_start.md``, ``installation.md``).
+_VLLM_ASCEND_DOCS = r"^vllm-project/vllm-ascend docs/"
+#: The label of a row whose source says its card is an A2 or an A3 but not which
+#: (:func:`_device`).
+A2_OR_A3_ASSUMED = (
+    f"hardware: assumed {A2_CARD} (A2 or A3 unsaid, vLLM-Ascend's docs: 'usually the Atlas 800 "
+    "A2 series', both 64 GB at 1.6 TB/s per device)"
+)
 #: A card that is not stated but that the source's context points at, as (pattern, device,
 #: why): first over the ``hardware`` text (where the file recorded the pointer), then over the
 #: ``source``. The row is replayed on that family's catalog card and labelled ``hardware:
@@ -175,7 +187,7 @@ ASSUMED_CARD_RULES: tuple[tuple[str, str, str, str], ...] = (
     ),
     (
         "source",
-        r"^vllm-project/vllm-ascend docs/",
+        _VLLM_ASCEND_DOCS,
         A2_CARD,
         "vLLM-Ascend's docs: 'usually the Atlas 800 A2 series' (quick_start.md, installation.md)",
     ),
@@ -193,8 +205,9 @@ _THROUGHPUTS: Mapping[str, tuple[str, str]] = {
     "total_token_throughput": ("total_throughput", "tok/s"),
     "request_throughput": ("request_throughput", "req/s"),
 }
-#: ``median_ttft``, ``p99_tpot``: a percentile of TTFT or TPOT over the requests.
-_PERCENTILE_METRIC = re.compile(r"(median|p(\d{1,2}(?:\.\d+)?))_(ttft|tpot)")
+#: ``median_ttft``, ``p99_tpot``: a percentile of TTFT or TPOT over the requests;
+#: ``median_itl``, ``p99_itl``: of the gaps between tokens over the run.
+_PERCENTILE_METRIC = re.compile(r"(median|p(\d{1,2}(?:\.\d+)?))_(ttft|tpot|itl)")
 _MEDIAN = 50.0
 _MEAN_ITL = "mean_itl"
 #: Speculative decoding that drafts a fixed chain: MTP, EAGLE / EAGLE-3 (top-k 1).
@@ -249,7 +262,7 @@ class AscendRow:
     """One represented row: the run it measured, which metric and the value in ms."""
 
     run: BenchmarkRun
-    metric: str  # "ttft" or "tpot"
+    metric: str  # "ttft", "tpot" or "itl" (a percentile of the gaps between tokens)
     measured_ms: float
     #: The percentile of the metric over the requests (None: the mean).
     percentile: float | None = None
@@ -283,27 +296,34 @@ def _metric(row: Mapping[str, str]) -> tuple[str, float, float | None, str]:
         if not 0 < percentile < 100:
             raise RowRefusal("metric", "a percentile outside (0, 100)", row["metric"])
         metric = found.group(3)
+        if metric == "itl":
+            _itl_client(row)
     elif metric in _THROUGHPUTS:
         return "throughput", _value(row), None, ""
     elif metric == _MEAN_ITL:
-        metric, assumed = "tpot", _itl_as_tpot(row)
+        _itl_client(row)
+        metric, assumed = "tpot", ITL_AS_TPOT
     elif "itl" in metric:
         raise RowRefusal(
-            "metric", "inter-token latency (gaps between tokens not simulated)", row["metric"]
+            "metric", "inter-token latency not labelled mean, median or a percentile", row["metric"]
         )
     elif metric not in _METRICS:
         raise RowRefusal("metric", "not a TTFT, TPOT or the run's throughput", row["metric"])
-    if metric in ("ttft", "tpot") and "not labelled" in row["notes"].lower():
+    if metric in ("ttft", "tpot", "itl") and "not labelled" in row["notes"].lower():
         raise RowRefusal("metric", "not labelled mean or median", row["metric"])
     scale = _UNITS_MS.get(row["unit"].lower())
     if scale is None:
         raise RowRefusal("unit", "not ms or s", row["unit"])
-    return _METRICS[metric], _value(row) * scale, percentile, assumed
+    return _METRICS.get(metric, metric), _value(row) * scale, percentile, assumed
 
 
-def _itl_as_tpot(row: Mapping[str, str]) -> str:
-    """The label of a mean ITL row compared with the mean TPOT, or a refusal where the two
-    differ.
+def _itl_client(row: Mapping[str, str]) -> None:
+    """Refuse an inter-token latency row unless its client streamed one token per chunk.
+
+    A mean ITL is then compared with the mean TPOT (labelled :data:`ITL_AS_TPOT`), a median or
+    percentile ITL with that percentile of the simulated gaps between tokens
+    (:meth:`~app.core.workload.ServingResult.itl_percentile_ms`: each decode token follows
+    a gap of its step's duration).
 
     vLLM's benchmark client (``calculate_metrics`` of ``vllm/benchmarks/serve.py``, and of
     ``benchmarks/benchmark_serving.py`` before it) takes a request's TPOT as ``(latency -
@@ -312,8 +332,9 @@ def _itl_as_tpot(row: Mapping[str, str]) -> str:
     all gaps: the requests' TPOTs weighted by their gaps, equal to the mean TPOT when every
     request has the same output length (the simulated requests do). They differ when a chunk
     carries several tokens (speculative decoding, a stream interval above 1), without a stream
-    (one chunk per request), and for percentiles (of gaps, not of requests: refused above);
-    another client's ITL is not known to follow the same definition."""
+    (one chunk per request); another client's ITL is not known to follow the same definition.
+    Its median and P99 ITL are ``np.median`` / ``np.percentile`` over every gap of every
+    request, the same gaps a stream of one token per chunk puts one decode step apart."""
     context = " ".join((row["engine"], row["notes"], row["source"])).lower()
     if not row["spec_decode"].strip().lower().startswith("none"):
         raise RowRefusal("metric", "inter-token latency under speculative decoding", row["metric"])
@@ -325,7 +346,6 @@ def _itl_as_tpot(row: Mapping[str, str]) -> str:
         raise RowRefusal(
             "metric", "inter-token latency of a client other than vLLM's", row["metric"]
         )
-    return ITL_AS_TPOT
 
 
 def _value(row: Mapping[str, str]) -> float:
@@ -343,7 +363,12 @@ def _device(hardware: str, source: str = "") -> tuple[str, str]:
     assumption it is replayed under (:data:`ASSUMED_CARD_RULES`; blank: stated), or a
     refusal naming why (:data:`HARDWARE_RULES`)."""
     text = hardware.lower()
-    if _UNSTATED.search(text) and not _A2_OR_A3.search(text):
+    if _A2_OR_A3.search(text):
+        # One of the two 64 GB devices (an A2 card, an A3 die: the same HBM size and
+        # bandwidth; the A3 die peaks 20 % higher); vLLM-Ascend's docs name A2 the usual card.
+        if re.search(_VLLM_ASCEND_DOCS, source.lower()):
+            return A2_CARD, A2_OR_A3_ASSUMED
+    elif _UNSTATED.search(text):
         texts = {"hardware": text, "source": source.lower()}
         for column, pattern, device, why in ASSUMED_CARD_RULES:
             if re.search(pattern, texts[column]):
@@ -642,7 +667,9 @@ def replay_ascend_file(text: str) -> CaseFileReport:
     """Predict every row of a published-Ascend-results file or refuse it with its reason."""
     rows = read_case_rows(text, ASCEND_CASE_COLUMNS)
     replay = ServingReplay()
-    results: dict[tuple[BenchmarkRun, float | None], tuple[float, float] | ChunkwiseError] = {}
+    results: dict[
+        tuple[BenchmarkRun, float | None, bool], tuple[float, float] | ChunkwiseError
+    ] = {}
     throughputs: dict[tuple[BenchmarkRun, str], float] = {}
     outcomes: list[RowOutcome] = []
     for index, row in enumerate(rows):
@@ -653,11 +680,12 @@ def replay_ascend_file(text: str) -> CaseFileReport:
             outcomes.append(_outcome(index, row, None, err, reason))
             continue
         run = mapped.run
-        key = (run, mapped.percentile)
+        itl = mapped.metric == "itl"
+        key = (run, mapped.percentile, itl)
         found = results.get(key)
         if found is None:
             try:
-                found = replay.predict_benchmark(run, mapped.percentile)
+                found = replay.predict_benchmark(run, mapped.percentile, itl=itl)
             except ChunkwiseError as err:
                 found = err
             results[key] = found
@@ -688,7 +716,8 @@ def _outcome(
     if mapped is not None and mapped.measured_per_s is not None:
         measured_per_s = mapped.measured_per_s
     elif mapped is not None:
-        measured[mapped.metric] = mapped.measured_ms
+        # an ITL percentile is compared in the TPOT column (its prediction is the gaps')
+        measured["tpot" if mapped.metric == "itl" else mapped.metric] = mapped.measured_ms
     failed = isinstance(result, ChunkwiseError)
     return RowOutcome(
         case_id=f"row{index}",

@@ -286,21 +286,21 @@ class ServingReplay:
         return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
 
     def predict_benchmark(
-        self, run: BenchmarkRun, percentile: float | None = None
+        self, run: BenchmarkRun, percentile: float | None = None, *, itl: bool = False
     ) -> tuple[float, float]:
         """Mean TTFT and TPOT (ms) of a benchmark client's run (``vllm bench serve``,
         ``ais_bench``), or their ``percentile`` over the run's requests (50: the medians the
         clients print): ``run.num_requests`` requests arriving at ``run.request_rate`` (all at
         once at ``ALL_AT_ONCE_RATE``), at most ``run.max_concurrency`` in flight, every request
         counted; under the engine profile of ``run.engine``, with the source's token budget and
-        running cap when it printed them (what ``/v1/simulate`` runs for a poisson request)."""
+        running cap when it printed them (what ``/v1/simulate`` runs for a poisson request).
+        ``itl`` with a ``percentile``: the second value is that percentile of the gaps between
+        tokens instead (the client's ITL with one token per streamed chunk)."""
         data, result = self.benchmark_result(run)
         if percentile is None:
             return data.reported_ttft_ms(result.ttft_ms), result.tpot_ms
-        return (
-            data.reported_ttft_ms(result.ttft_percentile_ms(percentile)),
-            result.tpot_percentile_ms(percentile),
-        )
+        second = result.itl_percentile_ms if itl else result.tpot_percentile_ms
+        return data.reported_ttft_ms(result.ttft_percentile_ms(percentile)), second(percentile)
 
     def benchmark_result(self, run: BenchmarkRun) -> tuple[WorkloadSpec, ServingResult]:
         """The workload and the simulated serving result of a benchmark run (memoised: a

@@ -92,12 +92,20 @@ class ServingResult:
     #: (the requests of a group share their runs): the percentiles' source.
     ttft_distribution_ms: tuple[tuple[float, int], ...] = ()
     tpot_distribution_ms: tuple[tuple[float, int], ...] = ()
+    #: Every gap between two consecutive tokens of a request, over the steps that end in the
+    #: window, as ``(gap_ms, gaps)`` groups, ascending (:func:`_token_gaps`).
+    itl_distribution_ms: tuple[tuple[float, int], ...] = ()
 
     def ttft_percentile_ms(self, q: float) -> float:
         return weighted_percentile(self.ttft_distribution_ms, q)
 
     def tpot_percentile_ms(self, q: float) -> float:
         return weighted_percentile(self.tpot_distribution_ms, q)
+
+    def itl_percentile_ms(self, q: float) -> float:
+        """The ``q``-th percentile of the gaps between tokens (a benchmark client's ITL with
+        one token per streamed chunk)."""
+        return weighted_percentile(self.itl_distribution_ms, q)
 
 
 def weighted_percentile(distribution: Sequence[tuple[float, int]], q: float) -> float:
@@ -210,6 +218,27 @@ def _spans(
     return counts, values
 
 
+def _token_gaps(
+    plan: ServingPlan, ends: Sequence[float], start_ms: float, end_ms: float
+) -> tuple[tuple[float, int], ...]:
+    """The gaps between consecutive tokens of the requests, grouped: every step's decode
+    requests each emit one token at the step's end, one step after their previous one, so each
+    of a step's ``d_step`` decode tokens follows a gap of that step's duration (a step that
+    also prefills stalls them for longer: the tail of the gaps). A run's steps share its mean
+    duration (a decode run's are equal; a prefill run walks one request group's chunks).
+    Steps that end inside the window count (runs that idle do not decode: a gap never spans
+    an idle time)."""
+    starts = plan.records.starts_ms
+    groups: list[tuple[float, int]] = []
+    previous_ms = 0.0
+    for index, (run, run_end_ms) in enumerate(zip(plan.engine.runs, ends, strict=True)):
+        run_start_ms = previous_ms if starts is None else starts[index]
+        previous_ms = run_end_ms
+        if run.d_step and start_ms < run_end_ms <= end_ms:
+            groups.append(((run_end_ms - run_start_ms) / run.repeat, run.d_step * run.repeat))
+    return _distribution(groups)
+
+
 def _decode_tokens(pieces: Iterable[tuple[Sequence[tuple[int, ...]], int]]) -> list[int]:
     """Each finish record's decode tokens per request, over the pieces :func:`_spans` walks."""
     return [r[3] for records, _ in pieces for r in records]
@@ -293,6 +322,7 @@ def replay_serving(
         timeline=timeline,
         ttft_distribution_ms=ttft_groups,
         tpot_distribution_ms=tpot_groups,
+        itl_distribution_ms=_token_gaps(plan, ends, start_ms, end_ms),
     )
 
 
@@ -329,5 +359,8 @@ def combine_serving(parts: Sequence[tuple[ServingResult, int]], clients: int) ->
         ),
         tpot_distribution_ms=_distribution(
             (v, c * n) for r, n in parts for v, c in r.tpot_distribution_ms
+        ),
+        itl_distribution_ms=_distribution(
+            (v, c * n) for r, n in parts for v, c in r.itl_distribution_ms
         ),
     )

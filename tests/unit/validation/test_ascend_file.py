@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from app.core.validation import (
     replay_ascend_file,
 )
 from app.core.validation.ascend_file import (
+    A2_OR_A3_ASSUMED,
     ITL_AS_TPOT,
     SUFFIX_REFUSAL,
     RowRefusal,
@@ -218,9 +220,9 @@ def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
         (222, "metric: not a TTFT, TPOT or the run's throughput"),  # input tok/s per card
         (2, "isl: multimodal input"),  # output throughput of the 480p-image run
         (1, "isl: multimodal input"),  # 480p image
-        (90, "hardware: the source does not say A2 or A3"),
-        (96, "hardware: the source does not say A2 or A3"),  # its mean ITL maps; the card not
-        (74, "metric: inter-token latency (gaps between tokens not simulated)"),  # median ITL
+        # Qwen3-Omni: the card is assumed (A2 or A3 unsaid, vLLM-Ascend's docs), the model not
+        (90, "model: not in the catalog"),
+        (326, "metric: inter-token latency not labelled mean, median or a percentile"),
         (117, "metric: inter-token latency of a client other than vLLM's"),  # ais_bench
         (85, "metric: inter-token latency without one token per streamed chunk"),  # no-stream
         (
@@ -229,8 +231,6 @@ def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
             "long as its longest request; only mean lengths are given)",
         ),
         (129, "hardware: no catalog device for the Atlas 300I Duo (310P)"),
-        # "two 64 GB Ascend 910 NPUs": a 910B (A2) or a 910C die (A3), not the 32 GB 910
-        (230 + 2, "hardware: the source does not say A2 or A3"),
         (101 + 2, "model: not in the catalog"),  # Qwen3.8-27B on the Ascend950PR
         (148, f"spec_decode: {SUFFIX_REFUSAL}"),
         (282, "notes: a KV-cache hit of unstated share"),
@@ -311,11 +311,33 @@ def test_a_throughput_in_the_wrong_unit_is_refused() -> None:
     assert err.value.key == "unit: not tok/s"
 
 
-def test_inter_token_latency_is_refused_naming_what_is_missing() -> None:
+def test_an_itl_percentile_of_another_client_is_refused() -> None:
+    """The Qwen3-30B-A3B issue does not name its client: its ITL need not be vLLM's gaps."""
     row = {**ROWS[316], "metric": "median_itl"}
     with pytest.raises(RowRefusal) as err:
         ascend_row(row)
-    assert err.value.key == "metric: inter-token latency (gaps between tokens not simulated)"
+    assert err.value.key == "metric: inter-token latency of a client other than vLLM's"
+
+
+@pytest.mark.parametrize(("index", "percentile"), [(74, 50.0), (75, 99.0), (306, 50.0)])
+def test_an_itl_percentile_replays_the_gaps_between_tokens(index: int, percentile: float) -> None:
+    """vLLM's client: one ITL per streamed token; its median / P99 are over every gap, which
+    the simulation prices as the duration of the step that emitted the token."""
+    mapped = ascend_row(ROWS[index])
+    mean = ascend_row(ROWS[index - 4 if index < 300 else index - 1])  # the run's mean ITL
+    assert (mapped.metric, mapped.percentile, mapped.assumptions[1:]) == ("itl", percentile, ())
+    assert mapped.run == mean.run
+    replay = ServingReplay()
+    ttft, gap = replay.predict_benchmark(mapped.run, percentile, itl=True)
+    result = replay.benchmark_result(mapped.run)[1]
+    assert gap == result.itl_percentile_ms(percentile)
+    assert ttft == replay.predict_benchmark(mapped.run, percentile)[0]
+    # the gaps are the decode steps: every one at most the longest step, at least the shortest
+    gaps = [g for g, _ in result.itl_distribution_ms]
+    assert min(gaps) <= gap <= max(gaps)
+    report = replay_ascend_file(_csv([ROWS[index]]))
+    (outcome,) = report.outcomes
+    assert outcome.tpot_ms_pred == gap and outcome.measured_tpot_ms == mapped.measured_ms
 
 
 @pytest.mark.parametrize(
@@ -342,14 +364,38 @@ def test_an_unstated_card_with_a_pointer_is_assumed_and_labelled(
 
 @pytest.mark.parametrize(
     "hardware",
-    ["Ascend NPU (hardware model not stated)", "Atlas 800I A2/A3 (not stated which)"],
+    [
+        "Ascend NPU (hardware model not stated)",
+        "Atlas 800I A2/A3 (not stated which)",
+        "two 64 GB Ascend 910 NPUs",
+    ],
 )
 def test_an_unstated_card_without_a_pointer_stays_refused(hardware: str) -> None:
-    """A GitHub issue with no card named, or a source that names both families."""
+    """A GitHub issue with no card named, or naming both families (outside vLLM-Ascend's
+    docs, whose usual card is A2)."""
     row = {**ROWS[67], "hardware": hardware, "source": "https://github.com/x/y/issues/1"}
     with pytest.raises(RowRefusal) as err:
         ascend_row(row)
     assert err.value.column == "hardware"
+
+
+@pytest.mark.parametrize("index", [90, 230 + 2])
+def test_a2_or_a3_unsaid_in_vllm_ascends_docs_is_the_a2_card_labelled(index: int) -> None:
+    """The texts "Atlas 800I A2/A3" and "two 64 GB Ascend 910 NPUs" (a 910B or a 910C die, not
+    the 32 GB first-generation 910) in vLLM-Ascend's own tutorials: its usual card, labelled."""
+    row = {**ROWS[index], "model": "Qwen/Qwen3-30B-A3B"}
+    mapped = ascend_row(row)
+    assert mapped.run.device == A2 and mapped.assumptions == (A2_OR_A3_ASSUMED,)
+
+
+def test_the_a2_or_a3_assumption_moves_a_decode_bound_row_little() -> None:
+    """The two candidates share 64 GB at 1.6 TB/s per device: the InternLM2-20B graph-mode
+    TPOT row predicts within 5 % on either (its TTFT, compute-bound, may differ more)."""
+    run = ascend_row(ROWS[233]).run
+    replay = ServingReplay()
+    on_a2 = replay.predict_benchmark(run)[1]
+    on_a3 = replay.predict_benchmark(dataclasses.replace(run, device=A3))[1]
+    assert on_a2 == pytest.approx(on_a3, rel=0.05) and on_a2 != on_a3
 
 
 def test_a_stated_card_carries_no_assumption() -> None:
@@ -411,8 +457,10 @@ def test_eager_rows_are_represented_in_groups_of_their_own() -> None:
     report = replay_ascend_file(TEXT)
     eager = [o for o in report.outcomes if o.engine_family == "vllm (eager)"]
     # the ~v0.8 Llama-3.1-8B and v0.7.3-era Qwen2.5-7B rows, the --enforce-eager ones of the
-    # Qwen3.5-4B tutorial and the UCM guide's Qwen2.5-14B cold run
+    # Qwen3.5-4B tutorial, the UCM guide's Qwen2.5-14B cold run and the InternLM2-20B
+    # tutorial's "Eager mode" table
     assert {o.model for o in eager} == {
+        "InternLM2-20B-Chat (internlm2-chat-20b)",
         "Meta-Llama-3.1-8B-Instruct",
         "Qwen/Qwen2.5-7B-Instruct",
         "Qwen3.5-4B",
