@@ -340,6 +340,7 @@ class ServingReplay:
             seed=DEFAULT_POISSON_SEED,
             max_concurrency=run.max_concurrency,
             max_num_seqs=profile.running_cap(device.hbm_capacity_gb, device.name),
+            token_gaps=True,  # a run's ITL rows read them; one simulation serves all its rows
         )
         return data, result
 

@@ -195,9 +195,11 @@ def simulate_closed_loop(
     max_running: int | None = None,
     record_steps: bool = False,
     plans: PlanMemo | None = None,
+    token_gaps: bool = False,
 ) -> ServingResult:
     """Plan, evaluate each distinct forward shape once, replay: one replica's closed loop
-    (``plans``: reuse a plan made for the same spec, clients and policy)."""
+    (``plans``: reuse a plan made for the same spec, clients and policy; ``token_gaps``: with
+    the gaps between tokens, :func:`~app.core.workload.metrics.replay_serving`)."""
     scheduler = scheduler or default_scheduler()
     plan = _memo_plan(
         plans,
@@ -214,7 +216,9 @@ def simulate_closed_loop(
         max_running,
     )
     latencies = evaluate_shapes(plan.shapes, latency)
-    return replay_serving(plan, latencies, scheduler, record_steps=record_steps)
+    return replay_serving(
+        plan, latencies, scheduler, record_steps=record_steps, token_gaps=token_gaps
+    )
 
 
 def simulate_serving(

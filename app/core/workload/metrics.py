@@ -93,7 +93,8 @@ class ServingResult:
     ttft_distribution_ms: tuple[tuple[float, int], ...] = ()
     tpot_distribution_ms: tuple[tuple[float, int], ...] = ()
     #: Every gap between two consecutive tokens of a request, over the steps that end in the
-    #: window, as ``(gap_ms, gaps)`` groups, ascending (:func:`_token_gaps`).
+    #: window, as ``(gap_ms, gaps)`` groups, ascending (:func:`_token_gaps`; empty unless the
+    #: simulation was asked for them, ``token_gaps``).
     itl_distribution_ms: tuple[tuple[float, int], ...] = ()
 
     def ttft_percentile_ms(self, q: float) -> float:
@@ -250,8 +251,11 @@ def replay_serving(
     scheduler: Scheduler | None = None,
     *,
     record_steps: bool = False,
+    token_gaps: bool = False,
 ) -> ServingResult:
-    """The metrics of a planned serving run from the latencies of its shapes."""
+    """The metrics of a planned serving run from the latencies of its shapes (``token_gaps``:
+    with the gaps between tokens, :attr:`ServingResult.itl_distribution_ms`, a pass over every
+    run that only the inter-token-latency replays read)."""
     scheduler = scheduler or default_scheduler()
     ends, timeline = _run_ends(plan, latencies, scheduler, record_steps)
     # The end of every run, and of run -1 (t = 0) at index -1.
@@ -322,7 +326,7 @@ def replay_serving(
         timeline=timeline,
         ttft_distribution_ms=ttft_groups,
         tpot_distribution_ms=tpot_groups,
-        itl_distribution_ms=_token_gaps(plan, ends, start_ms, end_ms),
+        itl_distribution_ms=_token_gaps(plan, ends, start_ms, end_ms) if token_gaps else (),
     )
 
 

@@ -181,8 +181,10 @@ def simulate_poisson(
     max_concurrency: int | None = None,
     max_running: int | None = None,
     record_steps: bool = False,
+    token_gaps: bool = False,
 ) -> ServingResult:
-    """Poisson arrivals at ``request_rate`` req/s on one replica; every request counts."""
+    """Poisson arrivals at ``request_rate`` req/s on one replica; every request counts
+    (``token_gaps``: with the gaps between tokens)."""
     scheduler = scheduler or default_scheduler()
     plan, latencies = plan_poisson(
         spec,
@@ -194,7 +196,9 @@ def simulate_poisson(
         max_concurrency=max_concurrency,
         max_running=max_running,
     )
-    return replay_serving(plan, latencies, scheduler, record_steps=record_steps)
+    return replay_serving(
+        plan, latencies, scheduler, record_steps=record_steps, token_gaps=token_gaps
+    )
 
 
 def _per_replica(total: int, dp: int, name: str) -> list[int]:
@@ -232,8 +236,10 @@ def simulate_poisson_serving(
     max_concurrency: int | None = None,
     max_num_seqs: int | None = None,
     record_steps: bool = False,
+    token_gaps: bool = False,
 ) -> ServingResult:
-    """Poisson arrivals at ``request_rate`` req/s in total over ``dp`` replicas.
+    """Poisson arrivals at ``request_rate`` req/s in total over ``dp`` replicas (``token_gaps``:
+    with the gaps between tokens, :attr:`ServingResult.itl_distribution_ms`).
 
     A load balancer that routes each request to a random replica thins one Poisson stream into
     ``dp`` independent streams of ``request_rate / dp``; the replicas are alike, so each
@@ -258,6 +264,7 @@ def simulate_poisson_serving(
             max_concurrency=cap,
             max_running=max_running,
             record_steps=record_steps and not parts,
+            token_gaps=token_gaps,
         )
         parts.append((result, replicas))
     return combine_serving(parts, 0)
