@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from scripts.inferencex_disagg_recipes import SETTINGS, pool_text
 from scripts.inferencex_recipes import emit, git
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,18 +62,8 @@ SGLANG_SOURCE = (
     "(--tp-size = --dp-size = the worker's GPUs, DeepEP, --ep-num-redundant-experts 32)"
 )
 KEY = ("engine", "model", "hardware", "gemm_quant", "isl", "osl", "concurrency", "tp")
-VALUES = (
-    "layout",
-    "prefill",
-    "decode",
-    "num_mtp_tokens",
-    "kv_cache_dtype",
-    "prefill_memory_fraction",
-    "decode_memory_fraction",
-    "decode_max_batch_size",
-    "decode_max_total_tokens",
-    "unmodelled",
-)
+#: The aggregated layout, or both pools, and the disaggregated recipe table's settings.
+VALUES = ("layout", "prefill", "decode", *SETTINGS)
 COLUMNS = (*KEY, *VALUES, "settings", "recipe", "note", "source")
 _TRT_LINE = re.compile(
     r'\./submit_disagg\.sh "mtp=(on|off)" "(tep|dep)" (\d+) (\d+) (\d+) (\d+) (\d+) '
@@ -84,8 +75,8 @@ _SGLANG_LINE = re.compile(r"submit_disagg\.sh (\d+) (\d+) (\d+) (\d+) \d+ \$ISL"
 
 
 def pool(workers: int, gpus: int, data_parallel: bool, ep: int) -> str:
-    """``workers x tp/attn_dp/moe_ep`` (the disaggregated recipe table's pool notation)."""
-    return f"{workers}x{1 if data_parallel else gpus}/{gpus if data_parallel else 1}/{ep}"
+    """A pool of ``workers`` workers of ``gpus`` GPUs, attention tensor- or data-parallel."""
+    return pool_text(workers, 1 if data_parallel else gpus, gpus if data_parallel else 1, ep)
 
 
 def trtllm_candidates(script: str) -> dict[tuple[str, ...], list[dict[str, str]]]:

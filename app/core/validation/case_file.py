@@ -23,7 +23,10 @@ How a row maps to a deployment, the way the product would map a user's:
   MXFP4, which the sample writes "nvfp4").
 - layout: ``tp x pp`` tensor-parallel ranks, ``attn_dp`` attention data-parallel replicas,
   ``moe_ep`` expert-parallel ranks; a ``tp`` that does not divide the attention heads is read
-  as the engine runs it (:func:`row_layout`: wide expert parallelism, or the reason not).
+  as the engine runs it (:func:`row_layout`: wide expert parallelism, or the reason not); a row
+  whose public recipe ran another deployment than the one recorded (a ``tp`` that is a
+  disaggregated deployment's GPU total, or a ``tp x ep`` product) replays as that deployment
+  (:mod:`app.core.validation.recipe_layouts`).
 - engine: the engine column's first word (the family: ``vllm``, ``sglang``, ``trtllm``) picks
   the engine profile the row is simulated under (:mod:`app.core.profiles`: policy, token
   budget, running cap, KV pool and dtype, CUDA-graph limit, host and front-end time), as
