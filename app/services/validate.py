@@ -54,6 +54,7 @@ def validate_cases(
     """
     from app.core.errors import InvalidParameterError
     from app.core.validation import (
+        DisaggReplay,
         is_ascend_header,
         is_disagg_header,
         replay_ascend_file,
@@ -73,7 +74,10 @@ def validate_cases(
     if is_disagg_header(text):
         return replay_disagg_file(text, drop_layout_duplicates=drop_layout_duplicates)
     return replay_case_file(
-        text, drop_layout_duplicates=drop_layout_duplicates, calibration=calibration
+        text,
+        drop_layout_duplicates=drop_layout_duplicates,
+        calibration=calibration,
+        disaggregated=DisaggReplay().predict,  # rows whose recipe ran them disaggregated
     )
 
 

@@ -6,6 +6,7 @@ report.py    errors per case, summaries per kind and group, targets, CSV / table
 replay.py    LOADERS, load_cases, run_validation
 case_file.py any measurement file with the serving columns (validate --cases)
 disagg_file.py a measurement file of disaggregated deployments (prefill and decode pools)
+recipe_layouts.py agg rows whose recipe ran another deployment than the one recorded
 replicas.py  configurations measured more than once: the file's replica floor
 ascend_file.py published Ascend serving results (one metric per row, free-text load columns)
 """

@@ -23,7 +23,10 @@ How a row maps to a deployment, the way the product would map a user's:
   MXFP4, which the sample writes "nvfp4").
 - layout: ``tp x pp`` tensor-parallel ranks, ``attn_dp`` attention data-parallel replicas,
   ``moe_ep`` expert-parallel ranks; a ``tp`` that does not divide the attention heads is read
-  as the engine runs it (:func:`row_layout`: wide expert parallelism, or the reason not).
+  as the engine runs it (:func:`row_layout`: wide expert parallelism, or the reason not); a row
+  whose public recipe ran another deployment than the one recorded (a ``tp`` that is a
+  disaggregated deployment's GPU total, or a ``tp x ep`` product) replays as that deployment
+  (:mod:`app.core.validation.recipe_layouts`).
 - engine: the engine column's first word (the family: ``vllm``, ``sglang``, ``trtllm``) picks
   the engine profile the row is simulated under (:mod:`app.core.profiles`: policy, token
   budget, running cap, KV pool and dtype, CUDA-graph limit, host and front-end time), as
@@ -73,6 +76,7 @@ from app.core.validation.group_out import (
 )
 from app.core.validation.intervals import CaseSpreads, case_residual, case_spreads
 from app.core.validation.predict import ServingReplay, engine_family
+from app.core.validation.recipe_layouts import RecipeLayout, recipe_layout
 from app.core.validation.recipes import DEFAULT_SETTINGS, RowSettings, row_settings
 from app.core.validation.replicas import (
     METRICS,
@@ -700,7 +704,10 @@ def row_case(
     ``length_range_ratio`` (the replay's recipe settings)."""
     model, device, precision = row_deployment(row)
     _check_devices(row)
-    tp, dp, ep = row_layout(row, model)
+    ran = recipe_layout(row)
+    if ran is not None and ran.layout is None:
+        raise _disaggregated_only(ran)
+    tp, dp, ep = row_layout(row, model) if ran is None or ran.layout is None else ran.layout
     return ValidationCase(
         kind=SERVING_TTFT_KIND,
         model=model,
@@ -724,6 +731,38 @@ def row_case(
 
 #: A row's predicted (TTFT, TPOT) and the spreads of their 80 % intervals (None: no intervals).
 RowPrediction = tuple[float, float, CaseSpreads | None]
+#: The disaggregated replay of a row under its deployment's settings: (TTFT, TPOT).
+DisaggPredictor = Callable[[Mapping[str, str], DisaggSettings], tuple[float, float]]
+
+
+def _disaggregated_only(ran: RecipeLayout) -> UnsupportedError:
+    deployment = ran.disaggregated
+    assert deployment is not None
+    pools = dict(deployment.layout)
+    return UnsupportedError(
+        f"the row ran as the disaggregated deployment of its recipe ({deployment.recipe}: "
+        f"{pools['prefill_workers']} prefill x {pools['prefill_tp']}/{pools['prefill_attn_dp']}"
+        f"/{pools['prefill_moe_ep']}, {pools['decode_workers']} decode x {pools['decode_tp']}/"
+        f"{pools['decode_attn_dp']}/{pools['decode_moe_ep']} tp/attn_dp/moe_ep), which only the "
+        "disaggregated replay of validate --cases predicts"
+    )
+
+
+def row_settings_as_run(row: Mapping[str, str]) -> RowSettings | DisaggSettings:
+    """The settings a row ran with: its deployment's where its recipe ran it disaggregated,
+    else its recipe's (:func:`~app.core.validation.recipes.row_settings`), with the note of
+    the recipe's layout where the row records another."""
+    ran = recipe_layout(row)
+    if ran is not None and ran.disaggregated is not None:
+        return ran.disaggregated
+    settings = row_settings(row)
+    if ran is None:
+        return settings
+    return dataclasses.replace(
+        settings,
+        note="; ".join(p for p in (settings.note, ran.note) if p),
+        source="; ".join(p for p in (settings.source, ran.source) if p),
+    )
 
 
 def row_outcome(
@@ -770,11 +809,15 @@ def replay_case_file(
     *,
     drop_layout_duplicates: bool = False,
     calibration: CalibrationProfile | None = None,
+    disaggregated: DisaggPredictor | None = None,
 ) -> CaseFileReport:
     """Predict every row of a measurement file (``drop_layout_duplicates``: leave out the rows
     that repeat a smaller deployment's measurement, see ``layout_duplicates``), with the 80 %
     interval of every prediction; ``calibration``: under its fitted parameters (a row outside
-    it says so in ``calibration_note`` and gets the widened interval)."""
+    it says so in ``calibration_note`` and gets the widened interval). A row whose recipe ran
+    it as a disaggregated deployment (:mod:`app.core.validation.recipe_layouts`) is predicted
+    by ``disaggregated`` (the disaggregated replay, without intervals: the residuals are the
+    aggregated rows'); without it such a row is refused, naming the deployment."""
     rows = read_case_rows(text)
     skip = layout_duplicates(rows) if drop_layout_duplicates else set()
     replay = ServingReplay(None if calibration is None else calibration.values)
@@ -782,7 +825,11 @@ def replay_case_file(
 
     def predictor(index: int) -> Callable[[Mapping[str, str]], RowPrediction]:
         def predict(row: Mapping[str, str]) -> RowPrediction:
-            settings = row_settings(row)
+            settings = row_settings_as_run(row)
+            if isinstance(settings, DisaggSettings):
+                if disaggregated is None:
+                    raise _disaggregated_only(RecipeLayout(disaggregated=settings))
+                return (*disaggregated(row, settings), None)
             case = row_case(row, settings.options, settings.length_range_ratio)
             predicted = replay.predict(case)
             cases[index] = case
@@ -791,7 +838,7 @@ def replay_case_file(
         return predict
 
     outcomes = {
-        i: row_outcome(row, predictor(i), row_settings(row))
+        i: row_outcome(row, predictor(i), row_settings_as_run(row))
         for i, row in enumerate(rows)
         if i not in skip
     }

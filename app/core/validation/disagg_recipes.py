@@ -113,7 +113,8 @@ def _options(kv: str, memory: str, running: str = "") -> Options:
     return tuple(out)
 
 
-def _settings(row: Mapping[str, str]) -> DisaggSettings:
+def disagg_settings(row: Mapping[str, str]) -> DisaggSettings:
+    """The settings of one row of a disaggregated recipe table (its value columns)."""
     settings = row["settings"]
     kv = row["kv_cache_dtype"]
     if settings not in ("recipe", "ambiguous") or kv not in _KV_OPTION:
@@ -139,7 +140,7 @@ def disagg_recipe_table(
 ) -> dict[tuple[str, ...], DisaggSettings]:
     with path.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    return {_row_key({**row, **_pools(row)}): _settings(row) for row in rows}
+    return {_row_key({**row, **_pools(row)}): disagg_settings(row) for row in rows}
 
 
 def _pools(row: Mapping[str, str]) -> dict[str, str]:

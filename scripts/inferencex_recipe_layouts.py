@@ -1,0 +1,240 @@
+"""Regenerate ``app/core/catalog/data/inferencex_recipe_layouts.csv``: the deployment the
+InferenceX recipe ran for the measured agg file's rows whose recorded layout no engine runs
+(``app/core/validation/recipe_layouts.py`` says how they are replayed).
+
+    python -m scripts.inferencex_recipe_layouts --repo PATH/TO/InferenceX [--write]
+
+``PATH/TO/InferenceX`` is a git clone of ``SemiAnalysisAI/InferenceX`` (full history). Two
+sources, both read at the commit in force when the rows were measured:
+
+- the GB200 DeepSeek-R1 rows (measured 2025-11-16/17, engine build blank): GB200 ran only
+  multi-node Dynamo deployments, launched by ``runners/launch_gb200-nv.sh`` (at
+  :data:`GB200_COMMIT`). TensorRT-LLM: one ``./submit_disagg.sh "mtp=on|off" "tep|dep" CTX GEN
+  GEN_TP BATCH MAX_TOKENS FRACTION MTP EPLB "CONCURRENCIES"`` line per deployment: CTX context
+  workers of 4 GPUs and GEN generation workers of GEN_TP GPUs (``tep``: tensor-parallel
+  attention, ``dep``: attention data-parallel; experts over all ranks); Dynamo's ``bench.sh``
+  runs each listed concurrency times GEN clients. SGLang: ``submit_disagg.sh PREFILL_NODES
+  PREFILL_WORKERS DECODE_NODES DECODE_WORKERS FRONTENDS ISL OSL CONCURRENCIES`` on 4-GPU
+  nodes, every worker ``--tp N --dp N --enable-dp-attention`` with DeepEP experts over its N
+  GPUs and ``--ep-num-redundant-experts 32`` (Dynamo's ``slurm_jobs/scripts/gb200-fp8.sh``).
+  The row's ``tp`` is the deployment's GPU total.
+- the Qwen3.5 H200 SGLang rows whose ``tp`` is the entry's ``tp x ep``: the entry's
+  single-node search space at :data:`QWEN_COMMIT`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+from scripts.inferencex_disagg_recipes import SETTINGS, pool_text
+from scripts.inferencex_recipes import emit, git
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "app" / "core" / "catalog" / "data" / "inferencex_recipe_layouts.csv"
+CASES = ROOT.parent / "shared" / "validation" / "measured_agg_serving_cases.csv"
+#: The last InferenceX commit before the GB200 rows were measured (2025-11-16/17).
+GB200_COMMIT = "97f253b511717a021e6e539c5bbe0b1871901274"
+GB200_LAUNCHER = "runners/launch_gb200-nv.sh"
+#: The last commit before the Qwen3.5 H200 rows were measured (2026-03-04).
+QWEN_COMMIT = "ade7c0015d7ab081802b603abf3ef53fa3c4b7ab"
+QWEN_CONFIG = ".github/configs/nvidia-master.yaml"
+QWEN_ENTRY = "qwen3.5-fp8-h200-sglang"
+#: GPUs of one GB200 context worker (one 4-GPU node: ``--ntasks 4 --nodes 1`` in Dynamo's
+#: ``benchmark_disagg.slurm``) and of one GB200 node.
+CONTEXT_GPUS = NODE_GPUS = 4
+#: Dynamo's TensorRT-LLM sweep (``performance_sweeps``): context workers'
+#: ``free_gpu_memory_fraction`` (``CTX_GPU_FRAC`` of ``benchmark_disagg.slurm``); both pools'
+#: KV cache ``dtype: fp8`` (``scripts/gen_yaml.py``).
+TRT_CONTEXT_FRACTION = "0.85"
+DYNAMO_SOURCE = (
+    "ai-dynamo/dynamo components/backends/trtllm/performance_sweeps "
+    "(benchmark_disagg.slurm@0b6abc828e CTX_GPU_FRAC, scripts/gen_yaml.py@357f7dfc46 "
+    "kv dtype fp8, scripts/bench.sh@0857f8c630 concurrency x gen servers)"
+)
+SGLANG_SOURCE = (
+    "Elnifio/dynamo components/backends/sglang/slurm_jobs/scripts/gb200-fp8.sh@0bf64d4c53 "
+    "(--tp-size = --dp-size = the worker's GPUs, DeepEP, --ep-num-redundant-experts 32)"
+)
+KEY = ("engine", "model", "hardware", "gemm_quant", "isl", "osl", "concurrency", "tp")
+#: The aggregated layout, or both pools, and the disaggregated recipe table's settings.
+VALUES = ("layout", "prefill", "decode", *SETTINGS)
+COLUMNS = (*KEY, *VALUES, "settings", "recipe", "note", "source")
+_TRT_LINE = re.compile(
+    r'\./submit_disagg\.sh "mtp=(on|off)" "(tep|dep)" (\d+) (\d+) (\d+) (\d+) (\d+) '
+    r'"([\d.]+)" (\d+) (\d+) "([\d ]+)"'
+)
+_LENGTHS = re.compile(r'"\$(?:isl|ISL)" = "(\d+)" \] && \[ "\$(?:osl|OSL)" = "(\d+)"')
+_SGLANG_LIST = re.compile(r'concurrency_list="([\dx]+)"')
+_SGLANG_LINE = re.compile(r"submit_disagg\.sh (\d+) (\d+) (\d+) (\d+) \d+ \$ISL")
+
+
+def pool(workers: int, gpus: int, data_parallel: bool, ep: int) -> str:
+    """A pool of ``workers`` workers of ``gpus`` GPUs, attention tensor- or data-parallel."""
+    return pool_text(workers, 1 if data_parallel else gpus, gpus if data_parallel else 1, ep)
+
+
+def trtllm_candidates(script: str) -> dict[tuple[str, ...], list[dict[str, str]]]:
+    """(isl, osl, concurrency, GPUs) -> the deployments of the launcher's TensorRT-LLM lines."""
+    out: dict[tuple[str, ...], list[dict[str, str]]] = defaultdict(list)
+    lengths = ("", "")
+    for line in script.splitlines():
+        if found := _LENGTHS.search(line):
+            lengths = (found.group(1), found.group(2))
+        match = _TRT_LINE.search(line)
+        if match is None:
+            continue
+        mtp_mode, mode, ctx, gen, gen_tp, batch, _tokens, fraction, mtp, eplb, concs = (
+            match.groups()
+        )
+        dep = mode == "dep"
+        gpus = int(ctx) * CONTEXT_GPUS + int(gen) * int(gen_tp)
+        values = {
+            "layout": "",
+            "prefill": pool(int(ctx), CONTEXT_GPUS, dep, CONTEXT_GPUS),
+            "decode": pool(int(gen), int(gen_tp), dep, int(gen_tp)),
+            "num_mtp_tokens": mtp,
+            "kv_cache_dtype": "fp8",
+            "prefill_memory_fraction": TRT_CONTEXT_FRACTION,
+            "decode_memory_fraction": fraction,
+            "decode_max_batch_size": batch,
+            "decode_max_total_tokens": "",
+            "unmodelled": f"moe_config.load_balancer.num_slots={eplb}" if int(eplb) else "",
+            "recipe": f"ctx{ctx}_gen{gen}_{mode}{gen_tp}_batch{batch}_eplb{eplb}_mtp{mtp}",
+            "line": f"mtp={mtp_mode} {mode} {ctx} {gen} {gen_tp} {batch}",
+        }
+        for conc in concs.split():
+            # Dynamo's bench.sh: ``concurrency=$((concurrency * num_gen_servers))``
+            out[(*lengths, str(int(conc) * int(gen)), str(gpus))].append(values)
+    return out
+
+
+def sglang_candidates(script: str) -> dict[tuple[str, ...], list[dict[str, str]]]:
+    """(isl, osl, concurrency, GPUs) -> the deployment of the launcher's SGLang line."""
+    out: dict[tuple[str, ...], list[dict[str, str]]] = defaultdict(list)
+    lengths, concs = ("", ""), ""
+    for line in script.splitlines():
+        if found := _LENGTHS.search(line):
+            lengths = (found.group(1), found.group(2))
+        if found := _SGLANG_LIST.search(line):
+            concs = found.group(1)
+        match = _SGLANG_LINE.search(line)
+        if match is None:
+            continue
+        p_nodes, p_workers, d_nodes, d_workers = (int(v) for v in match.groups())
+        p_gpus = p_nodes * NODE_GPUS // p_workers
+        d_gpus = d_nodes * NODE_GPUS // d_workers
+        values = {
+            "layout": "",
+            "prefill": pool(p_workers, p_gpus, True, p_gpus),
+            "decode": pool(d_workers, d_gpus, True, d_gpus),
+            "num_mtp_tokens": "0",
+            "kv_cache_dtype": "",
+            "prefill_memory_fraction": "",
+            "decode_memory_fraction": "",
+            "decode_max_batch_size": "",
+            "decode_max_total_tokens": "",
+            "unmodelled": "ep-num-redundant-experts=32",
+            "recipe": f"{p_workers}p{d_workers}d-dep{p_gpus}-dep{d_gpus}",
+            "line": f"submit_disagg.sh {p_nodes} {p_workers} {d_nodes} {d_workers}",
+        }
+        for conc in concs.split("x"):
+            out[(*lengths, conc, str((p_nodes + d_nodes) * NODE_GPUS))].append(values)
+    return out
+
+
+def merged(row: dict[str, str], found: list[dict[str, str]], source: str) -> dict[str, str]:
+    """One table row from the deployments that ran the row's key: the values they agree on,
+    the others blank and named in the note (``ambiguous``)."""
+    notes = []
+    values: dict[str, str] = {}
+    for name in VALUES:
+        seen = sorted({f[name] for f in found})
+        values[name] = seen[0] if len(seen) == 1 else ""
+        if len(seen) > 1:
+            notes.append(f"{name}: " + " or ".join(v or "unset" for v in seen))
+    lines = "; ".join(sorted({f["line"] for f in found}))
+    return {
+        **{k: row[k] for k in KEY},
+        **values,
+        "settings": "ambiguous" if notes else "recipe",
+        "recipe": " ".join(sorted({f["recipe"] for f in found})),
+        "note": "; ".join([f"recorded tp={row['tp']} is the deployment's GPU total", *notes])
+        + f" (launcher lines: {lines})",
+        "source": source,
+    }
+
+
+def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
+    with cases.open(encoding="utf-8", newline="") as handle:
+        measured = list(csv.DictReader(handle))
+    script = git(repo, "show", f"{GB200_COMMIT}:{GB200_LAUNCHER}")
+    families = {"trtllm": trtllm_candidates(script), "sglang": sglang_candidates(script)}
+    launcher = f"SemiAnalysisAI/InferenceX {GB200_LAUNCHER}@{GB200_COMMIT[:10]}"
+    sources = {
+        "trtllm": f"{launcher}; {DYNAMO_SOURCE}",
+        "sglang": f"{launcher}; {SGLANG_SOURCE}",
+    }
+    config = yaml.safe_load(git(repo, "show", f"{QWEN_COMMIT}:{QWEN_CONFIG}"))[QWEN_ENTRY]
+    qwen_layouts = {
+        (str(c["isl"]), str(c["osl"])): {(int(s["tp"]), int(s["ep"])) for s in c["search-space"]}
+        for c in config["seq-len-configs"]
+    }
+    out: list[dict[str, str]] = []
+    keys: set[tuple[str, ...]] = set()
+    for row in measured:
+        key = tuple(row[k] for k in KEY)
+        if key in keys:
+            continue
+        family = row["engine"].split()[0]
+        if row["hardware"] == "GB200 (NVL72)" and row["engine"].endswith("(version blank)"):
+            found = families[family].get(
+                (row["isl"], row["osl"], row["concurrency"], row["tp"]), []
+            )
+            if found:
+                keys.add(key)
+                out.append(merged(row, found, sources[family]))
+        elif (row["model"], row["hardware"], family) == (
+            "Qwen/Qwen3.5-397B-A17B",
+            "H200 SXM 141GB",
+            "sglang",
+        ):
+            tp, moe_tp, ep = (int(row[c] or 1) for c in ("tp", "moe_tp", "moe_ep"))
+            layouts = qwen_layouts.get((row["isl"], row["osl"]), set())
+            if tp != moe_tp * ep or (moe_tp, ep) not in layouts or tp == moe_tp:
+                continue
+            keys.add(key)
+            out.append(
+                {
+                    **{k: row[k] for k in KEY},
+                    **dict.fromkeys(VALUES, ""),
+                    "layout": f"{moe_tp}/1/{ep}",
+                    "settings": "recipe",
+                    "recipe": QWEN_ENTRY,
+                    "note": (
+                        f"recorded tp={tp} is the entry's tp {moe_tp} x ep {ep}: "
+                        f"one {moe_tp}-GPU server"
+                    ),
+                    "source": f"SemiAnalysisAI/InferenceX {QWEN_CONFIG}@{QWEN_COMMIT[:10]} "
+                    f"{QWEN_ENTRY} search-space",
+                }
+            )
+    return sorted(out, key=lambda r: tuple(r[k] for k in KEY))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--repo", type=Path, required=True, help="a clone of InferenceX")
+    parser.add_argument("--cases", type=Path, default=CASES, help="the measured agg file")
+    parser.add_argument("--write", action="store_true", help=f"write {TABLE}")
+    args = parser.parse_args()
+    emit(table_rows(args.repo, args.cases), COLUMNS, TABLE, write=args.write)
+
+
+if __name__ == "__main__":
+    main()
