@@ -68,7 +68,7 @@ SERVING_KERNEL_ENGINES: Mapping[str, str] = {"trtllm": "trtllm", "sglang": "sgla
 #: INT4 Kimi-K2.5 experts run Marlin too (``int4_wo``); and Marlin's activation, alignment
 #: and sum kernels pay their in-graph floors in a captured decode step
 #: (``kernel_fit_moe.SERVED_MOE_KERNELS``). Measured agg file, vLLM TTFT / TPOT 51.3 / 7.1 ->
-#: 38.8 / 7.4 %, overall 48.1 / 9.7 -> 42.3 / 9.8 % (docs/kernels.md, "vLLM on Hopper").
+#: 38.8 / 7.4 %, overall 48.1 / 9.7 -> 42.4 / 9.8 % (docs/kernels.md, "vLLM on Hopper").
 SERVING_KERNEL_DEVICES: Mapping[str, frozenset[str]] = {
     "vllm": frozenset(
         {
