@@ -52,7 +52,9 @@ from app.core.runner.kernel_fit_comm import (
 from app.core.runner.kernel_fit_moe import (
     KERNEL_FIT_MOE_FORMAT,
     KERNEL_FIT_MOE_PATH,
+    MXFP4_MARLIN_MOE_LABEL,
     MXFP4_MOE_LABELS,
+    moe_table_label,
 )
 from app.core.runner.layers import FLOPS_PER_MAC
 from app.core.runner.plan import ACTIVATION_BYTES, FLOPS_PER_TFLOP, GEMM_INPUT_BYTES, _compute_paths
@@ -91,6 +93,7 @@ MOE_ACTIONS: dict[str, tuple[LinearQuantAction, str]] = {
     "int4_wo": (LinearQuantAction.W4A16, "fp4"),
     "nvfp4": (LinearQuantAction.NVFP4, "fp4"),
     **{label: (LinearQuantAction.MXFP4, act) for act, label in MXFP4_MOE_LABELS.items()},
+    MXFP4_MARLIN_MOE_LABEL: (LinearQuantAction.MXFP4, "bf16"),
 }
 BALANCED = "balanced"
 GATED_IN_MATRICES = 2  # gate + up (a non-gated expert has one input matrix)
@@ -156,9 +159,15 @@ def _collect_moe(root: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
             continue
         data = _read(table.path)
         splits = np.array([split_of(s or "") == "train" for s in _shape_text(data).to_pylist()])
-        dtypes = np.array(data.column("moe_dtype").to_pylist(), dtype=object)
-        dist = np.array(data.column("distribution").to_pylist(), dtype=object)
         kernels = [k or "" for k in data.column("kernel_source").to_pylist()]
+        dtypes = np.array(
+            [
+                moe_table_label(d or "", k)
+                for d, k in zip(data.column("moe_dtype").to_pylist(), kernels, strict=True)
+            ],
+            dtype=object,
+        )
+        dist = np.array(data.column("distribution").to_pylist(), dtype=object)
         min_latency = np.array([MIN_LATENCY_MOE in k for k in kernels])
         nongated = np.array([_NONGATED in k for k in kernels])
         cols = {c: data.column(c).to_numpy(zero_copy_only=False) for c in _MOE_COLUMNS}

@@ -43,6 +43,12 @@ BudgetRule = Literal["vllm", "sglang", "fixed"]
 #: into BF16 matrix operations on every device.
 Mxfp4Activation = Literal["fp4", "fp8", "bf16"]
 MXFP4_ACTIVATIONS: tuple[Mxfp4Activation, ...] = ("fp4", "fp8", "bf16")
+#: The kernel MXFP4 MoE experts run on: ``default`` the engine's own choice for the device (the
+#: measured MXFP4 table of its activations), ``marlin`` Marlin's weight-only kernel with BF16
+#: activations (vLLM's ``VLLM_MXFP4_USE_MARLIN=1``; its own measured curve, about 3x slower per
+#: flop at large M than the OAI Triton kernel vLLM picks on Hopper otherwise).
+Mxfp4MoeKernel = Literal["default", "marlin"]
+MXFP4_MOE_KERNELS: tuple[Mxfp4MoeKernel, ...] = ("default", "marlin")
 #: vLLM-Ascend's ACL graph modes (its ``cudagraph_mode``): ``full_and_piecewise`` replays a
 #: decode-only step as one full graph and a step with a prefill as graph pieces split at
 #: attention (the default since v0.21.0rc1); ``piecewise`` splits every step at attention (the
@@ -234,6 +240,8 @@ class EngineProfile:
     stream_first_token: StreamFirstToken = "immediate"
     #: The activations MXFP4 GEMMs run with (``fp4``: the device's FP4 path, the RFC's reading).
     mxfp4_activation: Mxfp4Activation = "fp4"
+    #: The kernel MXFP4 MoE experts run on (``marlin``: BF16 activations).
+    mxfp4_moe_kernel: Mxfp4MoeKernel = "default"
     #: The linear layers' quantization when the request names none (None: the checkpoint's).
     linear_quantization: str | None = None
     #: vLLM-Ascend's ACL graph mode on an Ascend NPU (None: not an NPU build): what the host
@@ -267,6 +275,10 @@ class EngineProfile:
         if self.mxfp4_activation not in MXFP4_ACTIVATIONS:
             raise InvalidParameterError(
                 "mxfp4_activation", self.mxfp4_activation, f"one of {MXFP4_ACTIVATIONS}"
+            )
+        if self.mxfp4_moe_kernel not in MXFP4_MOE_KERNELS:
+            raise InvalidParameterError(
+                "mxfp4_moe_kernel", self.mxfp4_moe_kernel, f"one of {MXFP4_MOE_KERNELS}"
             )
         for name in ("scheduler_recv_interval", "stream_interval", "batch_wait_iters"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
@@ -423,13 +435,16 @@ class EngineProfile:
         return make_scheduler(self.scheduler)
 
     def to_dict(self) -> dict[str, object]:
-        """Every value, but ``npu_graph_mode`` only on an NPU build (where it is set) and the
+        """Every value, but ``npu_graph_mode`` only on an NPU build (where it is set),
+        ``mxfp4_moe_kernel`` only when it names a kernel (not ``default``) and the
         values of :data:`_ECHOED_WHEN_SET` only where they are not the unmodelled 0 of an engine
         whose default is 0 (a zero on SGLang's eager host time, whose default is not, is
         echoed)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if self.npu_graph_mode is None:
             del out["npu_graph_mode"]
+        if self.mxfp4_moe_kernel == "default":  # the engine's own kernel: nothing to echo
+            del out["mxfp4_moe_kernel"]
         base = PROFILES.get(self.name)
         for name in _ECHOED_WHEN_SET:
             if not out[name] and (base is None or not getattr(base, name)):
@@ -480,6 +495,7 @@ OVERRIDABLE: tuple[str, ...] = (
     "kv_cache_dtype",
     "overlap_scheduling",
     "mxfp4_activation",
+    "mxfp4_moe_kernel",
     "npu_graph_mode",
     "stream_first_token",
 )

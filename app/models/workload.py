@@ -18,6 +18,7 @@ from app.core.profiles import (
     DEFAULT_ENGINE,
     KV_CACHE_DTYPES,
     MXFP4_ACTIVATIONS,
+    MXFP4_MOE_KERNELS,
     NPU_GRAPH_MODES,
     OVERRIDE_BOUNDS,
     PROFILES,
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
     EngineName = str
     KvCacheDtypeName = str
     Mxfp4ActivationName = str
+    Mxfp4MoeKernelName = str
     NpuGraphModeName = str
     StreamFirstTokenName = str
 else:  # the registries' names, in their order (the schema's enums)
@@ -102,6 +104,7 @@ else:  # the registries' names, in their order (the schema's enums)
     EngineName = Literal[tuple(PROFILES)]
     KvCacheDtypeName = Literal[KV_CACHE_DTYPES]
     Mxfp4ActivationName = Literal[MXFP4_ACTIVATIONS]
+    Mxfp4MoeKernelName = Literal[MXFP4_MOE_KERNELS]
     NpuGraphModeName = Literal[NPU_GRAPH_MODES]
     StreamFirstTokenName = Literal[STREAM_FIRST_TOKEN_RULES]
 
@@ -208,6 +211,11 @@ class EngineOptions(StrictModel):
         description="activations of MXFP4 GEMMs: fp4 the device's FP4 path; fp8 MXFP8 on a "
         "block-scaled FP4 matrix unit (BF16 on a device without one); bf16 weights dequantized "
         "to BF16",
+    )
+    mxfp4_moe_kernel: Mxfp4MoeKernelName | None = Field(
+        default=None,
+        description="kernel of MXFP4 MoE experts: default the engine's choice for the device; "
+        "marlin Marlin with BF16 activations (vLLM's VLLM_MXFP4_USE_MARLIN=1)",
     )
     npu_graph_mode: NpuGraphModeName | None = Field(
         default=None,

@@ -72,6 +72,34 @@ _MOE_LABELS: Mapping[LinearQuantAction, str] = {
 }
 #: MXFP4 experts by the activations their GEMMs run with (the measured dtypes).
 MXFP4_MOE_LABELS: Mapping[str, str] = {"bf16": "w4a16_mxfp4", "fp8": "w4a8_mxfp4_mxfp8"}
+#: MXFP4 experts on Marlin (BF16 activations, weights dequantized in the GEMM's main loop):
+#: the ``w4a16_mxfp4`` rows whose ``kernel_source`` names Marlin, fitted apart from the same
+#: dtype's OAI Triton rows (about 3x slower per flop at large M on H100 / H200;
+#: docs/kernels.md, "vLLM on Hopper").
+MXFP4_MARLIN_MOE_LABEL = "w4a16_mxfp4_marlin"
+#: The ``kernel_source`` fragment of a Marlin MoE kernel.
+MARLIN_KERNEL = "marlin"
+#: Kernels one MoE call launches in a served forward, where the runner's fitted MoE ops (the up
+#: and down grouped GEMMs) stand for fewer: the other kernels' in-graph floors are charged to
+#: ``moe_combine_sum`` in a captured decode step (eager steps keep the fitted floors, which the
+#: collectors timed over the whole call). vLLM's ``fused_marlin_moe`` (MXFP4 on Marlin and the
+#: INT4 ``compressed-tensors`` WNA16 experts, ``MarlinExperts``): ``moe_align_block_size``, two
+#: ``moe_wna16_marlin_gemm``, the activation (``silu_and_mul`` / ``swigluoai_and_mul``) and the
+#: top-k sum (``vllm/model_executor/layers/fused_moe/fused_marlin_moe.py``).
+SERVED_MOE_KERNELS: Mapping[tuple[str, str], int] = {
+    ("vllm", MXFP4_MARLIN_MOE_LABEL): 5,
+    ("vllm", "int4_wo"): 5,
+}
+#: The grouped GEMMs a fitted MoE prices (up, down): each pays its own floor.
+GROUPED_GEMMS = 2
+
+
+def moe_table_label(moe_dtype: str, kernel_source: str) -> str:
+    """The fit's label of a measured MoE row: its ``moe_dtype``, except MXFP4 x BF16 rows of a
+    Marlin kernel (:data:`MXFP4_MARLIN_MOE_LABEL`): one dtype, two kernels, two curves."""
+    if moe_dtype == MXFP4_MOE_LABELS["bf16"] and MARLIN_KERNEL in kernel_source:
+        return MXFP4_MARLIN_MOE_LABEL
+    return moe_dtype
 
 
 def moe_label(
@@ -115,6 +143,8 @@ class FittedMoe:
     #: Each grouped GEMM's floor inside a served captured graph (``kernel_fit``'s
     #: ``IN_GRAPH_FLOOR_US``; None: the fitted floor there too).
     in_graph_s: float | None = None
+    #: Kernels one MoE call launches in the served forward (:data:`SERVED_MOE_KERNELS`).
+    served_kernels: int = GROUPED_GEMMS
 
     @property
     def fixed_s(self) -> float:
@@ -125,6 +155,14 @@ class FittedMoe:
     def graph_fixed_s(self) -> float:
         """Each grouped GEMM's floor inside a captured graph."""
         return self.fixed_s if self.in_graph_s is None else self.in_graph_s
+
+    @property
+    def graph_extra_s(self) -> float:
+        """The in-graph floors of the MoE call's kernels besides the two grouped GEMMs (0:
+        none, or no in-graph floor)."""
+        if self.in_graph_s is None:
+            return 0.0
+        return max(self.served_kernels - GROUPED_GEMMS, 0) * self.in_graph_s
 
     @property
     def expert_s(self) -> float:
@@ -273,4 +311,5 @@ def fitted_moe(
         graph_launch_s=graph_launch_s,
         source=FITTED_SOURCE_PREFIX + engine,
         in_graph_s=in_graph_s,
+        served_kernels=SERVED_MOE_KERNELS.get((engine, label), GROUPED_GEMMS),
     )

@@ -1073,7 +1073,8 @@ class ForwardBuilder:
     def moe_combine_sum(self, scope: str, count: int, tokens: int) -> None:
         """The weighted sum of each token's ``k`` expert outputs. With a fitted MoE curve: the
         routing, permute, un-permute and sum around the grouped GEMMs, ``route_passes`` HBM
-        passes over every routed token's hidden vector at the peak bandwidth."""
+        passes over every routed token's hidden vector at the peak bandwidth; in a captured
+        graph, plus the in-graph floors of the MoE call's other kernels (``graph_extra_s``)."""
         p, m = self.plan, self.plan.model
         assert m.moe is not None
         k = m.moe.experts_per_token
@@ -1089,7 +1090,7 @@ class ForwardBuilder:
                 hbm_bytes=fit.curve.route_passes * routes * m.hidden_size * ACTIVATION_BYTES,
                 flops_per_s=p.bf16_flops_per_s,
                 hbm_bytes_per_s=fit.peak_hbm_bytes_per_s,
-                launch_s=0.0,
+                launch_s=fit.graph_extra_s if self.graph else 0.0,
                 source=fit.source,
             )
             return

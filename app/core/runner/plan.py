@@ -34,7 +34,7 @@ from app.core.catalog.quantization import (
 )
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
-from app.core.profiles import Mxfp4Activation
+from app.core.profiles import Mxfp4Activation, Mxfp4MoeKernel
 from app.core.runner.kernel_fit import (
     GEMM_16BIT,
     FittedGemm,
@@ -338,11 +338,17 @@ def _moe_fit_label(
     quantization: Quantization,
     mxfp4_activation: Mxfp4Activation,
     compute: DType,
+    mxfp4_moe_kernel: Mxfp4MoeKernel = "default",
 ) -> str | None:
-    """The measured MoE table of the run's routed experts, if they run its matrix path."""
+    """The measured MoE table of the run's routed experts, if they run its matrix path (MXFP4
+    experts on Marlin: its own table, BF16 activations)."""
     if quantization.linear is LinearQuantAction.MXFP4:
         if _MXFP4_MOE_MATRIX.get(mxfp4_activation) is not compute:
             return None
+        if mxfp4_moe_kernel == "marlin":
+            from app.core.runner.kernel_fit_moe import MXFP4_MARLIN_MOE_LABEL
+
+            return MXFP4_MARLIN_MOE_LABEL if compute is DType.BF16 else None
     elif compute is not quantization.linear_format.compute_dtype:
         return None
     from app.core.runner.kernel_fit_moe import moe_label
@@ -359,6 +365,7 @@ def build_plan(
     kernel_engine: str | None = None,
     *,
     served: bool = False,
+    mxfp4_moe_kernel: Mxfp4MoeKernel = "default",
 ) -> ShardPlan:
     """``kernel_engine``: the engine whose measured-kernel curves price the GEMMs, the routed
     experts and the collectives on ``device`` (:mod:`app.core.runner.kernel_fit`,
@@ -368,7 +375,10 @@ def build_plan(
     collectors timed it: a fitted kernel's floor inside a captured graph is the engine's
     in-graph floor (``kernel_fit.IN_GRAPH_FLOOR_US``), and a quantized GEMM's floor is capped at
     the 16-bit GEMM's (the engines fuse the activation quantization into the op before it;
-    docs/kernels.md, "In-graph floors")."""
+    docs/kernels.md, "In-graph floors").
+
+    ``mxfp4_moe_kernel``: the kernel MXFP4 routed experts run on (``marlin``: Marlin's measured
+    curve, BF16 activations; docs/kernels.md, "vLLM on Hopper")."""
     notes: list[str] = []
     sixteen_bit = _sixteen_bit_parts(model, quantization, notes)
     tp, pp = parallel.tp, parallel.pp
@@ -422,7 +432,7 @@ def build_plan(
         model,
         device,
         quantization,
-        mxfp4_activation,
+        (mxfp4_activation, mxfp4_moe_kernel),
         compute,
         kernel_engine,
         hbm_peak,
@@ -484,7 +494,7 @@ def _moe_and_comm_fits(
     model: ModelArchitecture,
     device: Device,
     quantization: Quantization,
-    mxfp4_activation: Mxfp4Activation,
+    mxfp4: tuple[Mxfp4Activation, Mxfp4MoeKernel],
     compute: DType,
     kernel_engine: str | None,
     hbm_peak: float,
@@ -502,7 +512,7 @@ def _moe_and_comm_fits(
         moe_fit = fitted_moe(
             device=device.name,
             engine=kernel_engine,
-            label=_moe_fit_label(model, quantization, mxfp4_activation, compute),
+            label=_moe_fit_label(model, quantization, mxfp4[0], compute, mxfp4[1]),
             peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops)
             * FLOPS_PER_TFLOP,
             peak_hbm_bytes_per_s=hbm_peak,

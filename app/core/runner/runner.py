@@ -37,7 +37,12 @@ from app.core.chunking import require_int
 from app.core.cost import AnyShape, ForwardShape, MixedShape
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
-from app.core.profiles import MXFP4_ACTIVATIONS, Mxfp4Activation
+from app.core.profiles import (
+    MXFP4_ACTIVATIONS,
+    MXFP4_MOE_KERNELS,
+    Mxfp4Activation,
+    Mxfp4MoeKernel,
+)
 from app.core.runner.layers import LOGIT_BYTES, Q_AND_O, ForwardBuilder, new_tokens
 from app.core.runner.ops import Bound, OpCategory, OpCost
 from app.core.runner.plan import ACTIVATION_BYTES, ShardPlan, build_plan
@@ -166,7 +171,8 @@ class ModelRunner:
     ``decode_graph_max_batch`` (``None``: no limit) is the largest decode batch an engine
     captured a graph for (a larger one runs eagerly).
     ``mxfp4_activation``: the activations MXFP4 GEMMs run with (an engine's kernels; ``fp4``:
-    the device's FP4 path).
+    the device's FP4 path); ``mxfp4_moe_kernel``: the kernel MXFP4 routed experts run on
+    (``marlin``: Marlin's measured curve where ``kernel_engine`` has one).
     ``kernel_engine``: the engine (``vllm``, ``sglang``, ``trtllm``) whose measured-kernel
     curves price the GEMMs, routed experts and collectives where the fitted tables have them
     for the device (None: the defaults), as kernels of a served forward
@@ -182,6 +188,7 @@ class ModelRunner:
         "kernel_engine",
         "model",
         "mxfp4_activation",
+        "mxfp4_moe_kernel",
         "num_mtp_tokens",
         "parallel",
         "plan",
@@ -202,6 +209,7 @@ class ModelRunner:
         decode_graph_max_batch: int | None = None,
         mxfp4_activation: Mxfp4Activation = "fp4",
         kernel_engine: str | None = None,
+        mxfp4_moe_kernel: Mxfp4MoeKernel = "default",
     ) -> None:
         if reserved_memory_gb is None:
             reserved_memory_gb = DEFAULT_RESERVED_MEMORY_GB
@@ -225,6 +233,11 @@ class ModelRunner:
                 "mxfp4_activation", mxfp4_activation, f"one of {', '.join(MXFP4_ACTIVATIONS)}"
             )
         self.mxfp4_activation: Mxfp4Activation = mxfp4_activation
+        if mxfp4_moe_kernel not in MXFP4_MOE_KERNELS:
+            raise InvalidParameterError(
+                "mxfp4_moe_kernel", mxfp4_moe_kernel, f"one of {', '.join(MXFP4_MOE_KERNELS)}"
+            )
+        self.mxfp4_moe_kernel: Mxfp4MoeKernel = mxfp4_moe_kernel
         self.plan: ShardPlan = build_plan(
             model,
             device,
@@ -233,6 +246,7 @@ class ModelRunner:
             mxfp4_activation,
             kernel_engine,
             served=True,
+            mxfp4_moe_kernel=mxfp4_moe_kernel,
         )
         plan = self.plan
         fitted = any(
@@ -272,6 +286,15 @@ class ModelRunner:
                 {"mxfp4_activation": self.mxfp4_activation}
                 if self.quantization.linear is LinearQuantAction.MXFP4
                 and self.mxfp4_activation != "fp4"
+                else {}
+            ),
+            # Only where it can move the routed experts (an MXFP4 run priced by fitted curves):
+            # other keys stay.
+            **(
+                {"mxfp4_moe_kernel": self.mxfp4_moe_kernel}
+                if self.quantization.linear is LinearQuantAction.MXFP4
+                and self.mxfp4_moe_kernel != "default"
+                and self.kernel_engine is not None
                 else {}
             ),
             # Only where a fitted curve prices an op: default-priced runners keep their keys.

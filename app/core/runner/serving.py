@@ -54,20 +54,21 @@ def engine_quantization(profile: EngineProfile, quantization: Quantization) -> Q
 #: quantized GEMM's floor is capped at the 16-bit one's). On for TensorRT-LLM and SGLang: the
 #: measured agg file goes TTFT / TPOT 37.1 / 11.3 % -> 36.5 / 10.1 % (TensorRT-LLM 35.0 / 11.0
 #: -> 34.6 / 9.7, SGLang 50.7 / 15.4 -> 49.4 / 15.0), the disagg file 52.7 / 28.6 -> 50.0 /
-#: 28.0 %. vLLM: on the devices of :data:`SERVING_KERNEL_DEVICES` only.
+#: 28.0 %. vLLM: on the devices of :data:`SERVING_KERNEL_DEVICES` only (SM100 and Hopper).
 SERVING_KERNEL_ENGINES: Mapping[str, str] = {"trtllm": "trtllm", "sglang": "sglang", "vllm": "vllm"}
 
 #: vLLM's SM100 family (``current_platform.is_device_capability_family(100)``: SM100 B200 /
-#: GB200, SM103 B300 / GB300), where the kernels the served recipes run are the ones the
-#: wheel's vLLM tables measured: MXFP4 experts on FlashInfer's TensorRT-LLM MoE
-#: (``trtllm_fp4_block_scale_moe``, vLLM's default there and the gpt-oss scripts' MXFP8
+#: GB200, SM103 B300 / GB300) and Hopper (SM90: H100, H200), where the kernels the served
+#: recipes run are the ones the wheel's vLLM tables measured. SM100: MXFP4 experts on
+#: FlashInfer's TensorRT-LLM MoE (``trtllm_fp4_block_scale_moe``, the gpt-oss scripts' MXFP8
 #: variant, ``vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8`` rows); the B200 attention table is
-#: FlashInfer's TensorRT-LLM kernels (``vllm_flashinfer_trtllm{prefill,decode}``; the backend
-#: vLLM picks for gpt-oss's sinks there is not traced in its code yet). On Hopper the gpt-oss
-#: scripts (vLLM 0.18) export ``VLLM_MXFP4_USE_MARLIN=1``: Marlin, which the wheel measured for
-#: MXFP4 only at another model's shapes (pooled with OAI Triton rows in one H200 curve), and
-#: switching Hopper on moved H100 / H200 gpt-oss TPOT from -1.0 / -1.5 % to -13.5 / -7.4 %
-#: signed (docs/kernels.md, "vLLM: fitted kernels on SM100").
+#: FlashInfer's TensorRT-LLM kernels. Hopper: the gpt-oss scripts (vLLM 0.18) export
+#: ``VLLM_MXFP4_USE_MARLIN=1`` (the profile's ``mxfp4_moe_kernel`` ``marlin``), priced from
+#: Marlin's own MXFP4 curve (fitted apart from the OAI Triton rows it was pooled with); the
+#: INT4 Kimi-K2.5 experts run Marlin too (``int4_wo``); and Marlin's activation, alignment
+#: and sum kernels pay their in-graph floors in a captured decode step
+#: (``kernel_fit_moe.SERVED_MOE_KERNELS``). Measured agg file, vLLM TTFT / TPOT 51.3 / 7.1 ->
+#: 38.8 / 7.4 %, overall 48.1 / 9.7 -> 42.4 / 9.8 % (docs/kernels.md, "vLLM on Hopper").
 SERVING_KERNEL_DEVICES: Mapping[str, frozenset[str]] = {
     "vllm": frozenset(
         {
@@ -75,6 +76,8 @@ SERVING_KERNEL_DEVICES: Mapping[str, frozenset[str]] = {
             "NVIDIA_B300_SXM_288G",
             "NVIDIA_GB200_186G",
             "NVIDIA_GB300_288G",
+            "NVIDIA_H100_SXM_80G",
+            "NVIDIA_H200_SXM_141G",
         }
     ),
 }
@@ -122,6 +125,7 @@ def engine_runner(
         ),
         mxfp4_activation=profile.mxfp4_activation,
         kernel_engine=serving_kernel_engine(profile, device),
+        mxfp4_moe_kernel=profile.mxfp4_moe_kernel,
     )
 
 

@@ -59,11 +59,16 @@ from app.core.cost import ForwardShape
 from app.core.errors import ChunkwiseError
 from app.core.limits import KernelSplit
 from app.core.parallel import ParallelLayout
-from app.core.profiles import Mxfp4Activation
+from app.core.profiles import Mxfp4Activation, Mxfp4MoeKernel
 from app.core.runner.comm import Collective
 from app.core.runner.kernel_fit import FP8_BLOCK
 from app.core.runner.kernel_fit_comm import NCCL_ENGINE
-from app.core.runner.kernel_fit_moe import SkewCurve, kernel_fit_moe
+from app.core.runner.kernel_fit_moe import (
+    MXFP4_MARLIN_MOE_LABEL,
+    SkewCurve,
+    kernel_fit_moe,
+    moe_table_label,
+)
 from app.core.runner.layers import MLA_Q_ABSORB, MLA_V_UP, ForwardBuilder, attended_pairs
 from app.core.runner.plan import ShardPlan, build_plan
 
@@ -506,6 +511,9 @@ class KernelPricer:
         kernel = _text(key[9]) if len(key) > 9 else ""
         gated = _NONGATED not in kernel and (hidden, inter, topk, experts) not in NONGATED_MOE
         activation: Mxfp4Activation = "fp4"
+        # One dtype, two kernels (Marlin and the engine's own MXFP4 kernel): each its own curve.
+        label = moe_table_label(dtype, kernel)
+        moe_kernel: Mxfp4MoeKernel = "marlin" if label == MXFP4_MARLIN_MOE_LABEL else "default"
         if dtype in _MXFP4_MOE:
             linear = LinearQuantAction.MXFP4
             activation = _MXFP4_MOE[dtype]
@@ -528,6 +536,7 @@ class KernelPricer:
             linear,
             activation,
             gated,
+            moe_kernel,
             dtype == FP8_BLOCK,
         )
         latency_ms = self._latencies.get(shape_key)
@@ -555,6 +564,7 @@ class KernelPricer:
                         Quantization(linear=linear),
                         activation,
                         kernel_engine=self.engine,
+                        mxfp4_moe_kernel=moe_kernel,
                     )
                 ),
             )
@@ -578,7 +588,7 @@ class KernelPricer:
             op = f"{op}[{MIN_LATENCY_MOE}]"
         return KernelPrediction(
             op=op,
-            quantization=dtype,
+            quantization=label,
             band=_band(tokens * topk / experts, _TOKENS_PER_EXPERT_BANDS, "tok/expert>128"),
             predicted_ms=latency_ms,
         )

@@ -34,8 +34,9 @@ the settings read from it (``python -m scripts.inferencex_recipes`` regenerates 
   activations, the gpt-oss B200 scripts; ``marlin``: ``VLLM_MXFP4_USE_MARLIN=1``, Marlin with
   BF16 activations, the gpt-oss H100 / H200 scripts of vLLM 0.18; ``default``: neither, vLLM's
   own choice), the profile's ``mxfp4_activation`` (``fp8`` / ``bf16``; docs/engine_defaults.md,
-  "MXFP4 MoE kernels"). Marlin is not priced as a kernel of its own (no measured MXFP4 curve
-  at these shapes): its rows keep BF16 activations on the defaults;
+  "MXFP4 MoE kernels"); ``marlin`` also sets the profile's ``mxfp4_moe_kernel`` (Marlin's own
+  measured curve where the engine's fitted kernels serve the device; docs/kernels.md, "vLLM
+  on Hopper");
 - ``max_running_requests`` (``--max-running-requests`` / ``--max-num-seqs`` / TensorRT-LLM's
   ``--max_batch_size`` or a top-level ``max_batch_size``; ``conc``: the run's concurrency) is
   recorded, not applied: as ``max_num_seqs`` it moved SGLang B200's TTFT median 57.0 -> 58.4 %
@@ -88,6 +89,9 @@ _MXFP4_MOE_ACTIVATION: Mapping[str, str | None] = {
     "marlin": "bf16",
     "default": None,
 }
+#: A recipe's MXFP4 MoE backend -> the kernel its experts run on (the profile's
+#: ``mxfp4_moe_kernel``; only Marlin has a measured curve of its own).
+_MXFP4_MOE_KERNEL: Mapping[str, str] = {"marlin": "marlin"}
 #: A CONC rule of the recv interval: ``low;high@threshold``.
 _CONC_RULE = re.compile(r"^(\d+);(\d+)@(\d+)$")
 #: InferenceX's client's ``--random-range-ratio`` (``benchmarks/benchmark_lib.sh``, every
@@ -111,6 +115,8 @@ class RowSettings:
     chunked_prefill_size: int | None = None
     #: The activations of the recipe's MXFP4 MoE kernel (the profile's ``mxfp4_activation``).
     mxfp4_activation: str | None = None
+    #: The kernel of the recipe's MXFP4 MoE (the profile's ``mxfp4_moe_kernel``).
+    mxfp4_moe_kernel: str | None = None
     #: The benchmark client's length range (``length_range_ratio``; 1: fixed lengths).
     length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO
     note: str = ""
@@ -132,6 +138,8 @@ class RowSettings:
             out.append(("max_batched_tokens", self.chunked_prefill_size))
         if self.mxfp4_activation is not None:
             out.append(("mxfp4_activation", self.mxfp4_activation))
+        if self.mxfp4_moe_kernel is not None:
+            out.append(("mxfp4_moe_kernel", self.mxfp4_moe_kernel))
         return tuple(out)
 
     def at_concurrency(self, concurrency: int) -> RowSettings:
@@ -184,6 +192,7 @@ def recipe_table() -> dict[_Key, RowSettings]:
             stream_interval=int(stream) if stream.isdigit() else None,
             chunked_prefill_size=int(chunk) if chunk.isdigit() else None,
             mxfp4_activation=_MXFP4_MOE_ACTIVATION[moe] if moe else None,
+            mxfp4_moe_kernel=_MXFP4_MOE_KERNEL.get(moe),
             length_range_ratio=INFERENCEX_LENGTH_RANGE_RATIO,
             note=row["note"],
             source=f"{RECIPE_SOURCE}: {row['source']}",

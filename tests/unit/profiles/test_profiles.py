@@ -270,17 +270,19 @@ def test_an_unknown_graph_mode_is_refused_naming_the_field() -> None:
         (VLLM, B200, "vllm"),
         (VLLM, "NVIDIA_B300_SXM_288G", "vllm"),
         (VLLM, "NVIDIA_GB200_186G", "vllm"),
-        (VLLM, H100, None),
-        (VLLM, "NVIDIA_H200_SXM_141G", None),
+        (VLLM, H100, "vllm"),
+        (VLLM, "NVIDIA_H200_SXM_141G", "vllm"),
+        (VLLM, "NVIDIA_L40S_48G", None),
         (TRTLLM, H100, "trtllm"),
         (TRTLLM, B200, "trtllm"),
     ],
 )
-def test_measured_kernels_price_vllm_on_its_sm100_family_only(
+def test_measured_kernels_price_vllm_on_its_sm100_family_and_hopper_only(
     profile: EngineProfile, device: str, fitted: str | None
 ) -> None:
-    """vLLM's fitted curves price its forwards on B200 / B300 / GB200 / GB300 (the kernels its
-    recipes run there are the measured ones), the defaults on Hopper; TensorRT-LLM everywhere."""
+    """vLLM's fitted curves price its forwards on B200 / B300 / GB200 / GB300 and H100 / H200
+    (the kernels its recipes run there are the measured ones), the defaults elsewhere;
+    TensorRT-LLM everywhere."""
     runner = engine_runner(
         profile, get_model(QWEN), get_device(device), ParallelLayout(tp=2), parse_quantization()
     )

@@ -195,24 +195,26 @@ GPT_OSS = {**QWEN, "model": "openai/gpt-oss-120b", "gemm_quant": "nvfp4", "tp": 
 
 
 @pytest.mark.parametrize(
-    ("changes", "activation"),
+    ("changes", "activation", "kernel"),
     [
         # gptoss_fp4_b200.sh (image v0.15.1): export VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1
-        ({"engine": "vllm 0.15.1", "hardware": "B200 180GB"}, "fp8"),
+        ({"engine": "vllm 0.15.1", "hardware": "B200 180GB"}, "fp8", None),
         # gptoss_fp4_h200.sh / _h100.sh (image v0.18.0): export VLLM_MXFP4_USE_MARLIN=1
-        ({"engine": "vllm 0.18.0", "hardware": "H200 SXM 141GB"}, "bf16"),
-        ({"engine": "vllm 0.18.0", "hardware": "H100 SXM 80GB"}, "bf16"),
+        ({"engine": "vllm 0.18.0", "hardware": "H200 SXM 141GB"}, "bf16", "marlin"),
+        ({"engine": "vllm 0.18.0", "hardware": "H100 SXM 80GB"}, "bf16", "marlin"),
         # gptoss_fp4_h100_docker.sh (image v0.11.2): neither, vLLM's own choice
-        ({"engine": "vllm 0.11.2", "hardware": "H100 SXM 80GB"}, None),
-        ({}, None),  # an SGLang recipe: no vLLM MoE switch
+        ({"engine": "vllm 0.11.2", "hardware": "H100 SXM 80GB"}, None, None),
+        ({}, None, None),  # an SGLang recipe: no vLLM MoE switch
     ],
 )  # fmt: skip
-def test_a_vllm_rows_mxfp4_moe_backend_sets_its_expert_activations(
-    changes: dict[str, str], activation: str | None
+def test_a_vllm_rows_mxfp4_moe_backend_sets_its_expert_activations_and_kernel(
+    changes: dict[str, str], activation: str | None, kernel: str | None
 ) -> None:
     found = row_settings({**GPT_OSS, **changes})
     assert found.mxfp4_activation == activation
     assert dict(found.options).get("mxfp4_activation") == activation
+    assert found.mxfp4_moe_kernel == kernel
+    assert dict(found.options).get("mxfp4_moe_kernel") == kernel
 
 
 def test_the_generator_reads_the_mxfp4_moe_exports() -> None:
