@@ -11,6 +11,7 @@ from typing import Any
 
 from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
 from app.core.parallel import ParallelLayout
+from app.core.validation.recipes import row_settings
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "catalog" / "data"
 PUBLISHED_POINTS = DATA_DIR / "published_points.csv"
@@ -220,7 +221,9 @@ def load_agg_serving_cases(
     drop_layout_duplicates: bool = False,
 ) -> list[ValidationCase]:
     """Aggregated serving under a closed loop (AIConfigurator silicon samples): a TTFT and a
-    TPOT case per row, grouped by (device, engine, model).
+    TPOT case per row, grouped by (device, engine, model), each under the engine settings and
+    client length range its benchmark recipe states (:func:`~app.core.validation.recipes.
+    row_settings`, as ``validate --cases`` replays the same rows).
 
     Every row is replayed by default. ``drop_layout_duplicates`` leaves out rows whose
     measurement repeats a smaller deployment's (see :func:`layout_duplicates`), for the
@@ -237,6 +240,7 @@ def load_agg_serving_cases(
             continue
         precision = SERVING_PRECISIONS.get(row["gemm_quant"], unrecorded_precision)
         model = row["model"]
+        settings = row_settings(row)
         common: dict[str, Any] = {
             "model": model,
             "device": device,
@@ -252,6 +256,8 @@ def load_agg_serving_cases(
             "name": row["case_id"],
             "engine": row["engine"],
             "group": f"{device} | {row['engine']} | {model}",
+            "engine_options": settings.options,
+            "length_range_ratio": settings.length_range_ratio,
         }
         cases.append(
             ValidationCase(kind=SERVING_TTFT_KIND, measured=float(row["ttft_ms"]), **common)

@@ -42,7 +42,17 @@ the settings read from it (``python -m scripts.inferencex_recipes`` regenerates 
   recorded, not applied: as ``max_num_seqs`` it moved SGLang B200's TTFT median 57.0 -> 58.4 %
   (Qwen3.5 B200 57.1 -> 59.3 %: the script's 128 queues half of 256 clients in the replay),
   overall 38.6 -> 38.7 %; the measured TTFT at 256 clients does not show that queue, so the
-  cap's effect in SGLang is not yet understood here.
+  cap's effect in SGLang is not yet understood here;
+- ``batch_wait_iters`` / ``batch_wait_max_tokens_ratio``: TensorRT-LLM's
+  ``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio`` in the extra options file, the
+  profile's values of the same names (docs/engine_defaults.md, "TensorRT-LLM batch wait").
+
+A script may choose settings by the run's lengths and layout (the Llama-3.1-70B TensorRT-LLM
+scripts write the batch wait only ``if [[ "$ISL" == "1024" && "$OSL" == "1024" && ${TP} -lt 8
+]]``). Such a recipe is several rows of the table with one key, each with a ``condition``
+(``isl==1024&osl==1024&tp<8``: clauses on ``isl``, ``osl``, ``tp`` and ``conc``, joined by
+``&``; empty: any run), in the script's order: a measured row takes the first whose condition
+it meets (:func:`row_settings`).
 
 Every row with a recipe (``recipe`` or ``ambiguous`` below) ran InferenceX's client
 (``benchmarks/benchmark_lib.sh``: ``--dataset-name random --random-range-ratio 0.8``, its copy
@@ -67,17 +77,22 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Literal
 
 from app.core.catalog.models import resolve_model_name
 from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
-from app.core.validation.cases import DATA_DIR
 
-RECIPE_SETTINGS = DATA_DIR / "inferencex_recipe_settings.csv"
+#: The catalog's data (the directory of :data:`app.core.validation.cases.DATA_DIR`, which reads
+#: this module for its built-in serving rows).
+RECIPE_SETTINGS = (
+    Path(__file__).resolve().parents[1] / "catalog" / "data" / "inferencex_recipe_settings.csv"
+)
 RECIPE_SOURCE = "SemiAnalysisAI/InferenceX"
 Settings = Literal["recipe", "ambiguous", "default"]
 #: A recipe's KV-cache dtype -> the engine option (``default``: none, the profile's rule).
@@ -94,8 +109,22 @@ _MXFP4_MOE_ACTIVATION: Mapping[str, str | None] = {
 _MXFP4_MOE_KERNEL: Mapping[str, str] = {"marlin": "marlin"}
 #: A CONC rule of the recv interval: ``low;high@threshold``.
 _CONC_RULE = re.compile(r"^(\d+);(\d+)@(\d+)$")
+#: A clause of a recipe row's ``condition``: a run's value, a comparison, a whole number.
+_CLAUSE = re.compile(r"^(isl|osl|tp|conc)(==|!=|<=|>=|<|>)(\d+)$")
+_COMPARE: Mapping[str, Callable[[int, int], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+#: A condition's run values -> the measured row's columns.
+_RUN_COLUMNS: Mapping[str, str] = {"isl": "isl", "osl": "osl", "tp": "tp", "conc": "concurrency"}
 #: InferenceX's client's ``--random-range-ratio`` (``benchmarks/benchmark_lib.sh``, every
-#: engine's runs): the length range of every row with a recipe.
+#: engine's runs): the length range of every row with a recipe. The 2025 template-era runs
+#: passed the same 0.8 (``full-sweep-tmpl.yml``) to ``kimbochen/bench_serving``'s
+#: ``benchmark_serving.py`` (not read here; taken to draw lengths as the later copy does).
 INFERENCEX_LENGTH_RANGE_RATIO = 0.8
 
 
@@ -117,6 +146,9 @@ class RowSettings:
     mxfp4_activation: str | None = None
     #: The kernel of the recipe's MXFP4 MoE (the profile's ``mxfp4_moe_kernel``).
     mxfp4_moe_kernel: str | None = None
+    #: TensorRT-LLM's batch wait (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``).
+    batch_wait_iters: int | None = None
+    batch_wait_max_tokens_ratio: float | None = None
     #: The benchmark client's length range (``length_range_ratio``; 1: fixed lengths).
     length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO
     note: str = ""
@@ -140,6 +172,10 @@ class RowSettings:
             out.append(("mxfp4_activation", self.mxfp4_activation))
         if self.mxfp4_moe_kernel is not None:
             out.append(("mxfp4_moe_kernel", self.mxfp4_moe_kernel))
+        if self.batch_wait_iters is not None:
+            out.append(("batch_wait_iters", self.batch_wait_iters))
+        if self.batch_wait_max_tokens_ratio is not None:
+            out.append(("batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio))
         return tuple(out)
 
     def at_concurrency(self, concurrency: int) -> RowSettings:
@@ -154,6 +190,8 @@ class RowSettings:
 
 DEFAULT_SETTINGS = RowSettings()
 _Key = tuple[str, str, str, str, str]
+#: A recipe row's condition: ``(run value, comparison, number)`` clauses, all to hold.
+Condition = tuple[tuple[str, str, int], ...]
 
 
 def _key(engine: str, model: str, hardware: str, gemm_quant: str, tp: str) -> _Key:
@@ -167,10 +205,11 @@ def _key(engine: str, model: str, hardware: str, gemm_quant: str, tp: str) -> _K
 
 
 @cache
-def recipe_table() -> dict[_Key, RowSettings]:
+def recipe_table() -> dict[_Key, tuple[tuple[Condition, RowSettings], ...]]:
+    """The shipped table by key: each key's (condition, settings) rows in the file's order."""
     with RECIPE_SETTINGS.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    table: dict[_Key, RowSettings] = {}
+    table: dict[_Key, tuple[tuple[Condition, RowSettings], ...]] = {}
     for row in rows:
         kv = row["kv_cache_dtype"]
         memory = row["memory_fraction"]
@@ -183,8 +222,9 @@ def recipe_table() -> dict[_Key, RowSettings]:
         ):
             raise ValueError(f"{RECIPE_SETTINGS.name}: bad row {row}")  # a shipped-data bug
         stream, chunk = row["stream_interval"], row["chunked_prefill_size"]
+        wait_iters, wait_ratio = row["batch_wait_iters"], row["batch_wait_max_tokens_ratio"]
         key = _key(row["engine"], row["model"], row["hardware"], row["gemm_quant"], row["tp"])
-        table[key] = RowSettings(
+        settings_row = RowSettings(
             settings="recipe" if settings == "recipe" else "ambiguous",
             kv_cache_dtype=_KV_OPTION[kv] if kv else None,
             memory_fraction=float(memory) if memory else None,
@@ -193,11 +233,36 @@ def recipe_table() -> dict[_Key, RowSettings]:
             chunked_prefill_size=int(chunk) if chunk.isdigit() else None,
             mxfp4_activation=_MXFP4_MOE_ACTIVATION[moe] if moe else None,
             mxfp4_moe_kernel=_MXFP4_MOE_KERNEL.get(moe),
+            batch_wait_iters=int(wait_iters) if wait_iters else None,
+            batch_wait_max_tokens_ratio=float(wait_ratio) if wait_ratio else None,
             length_range_ratio=INFERENCEX_LENGTH_RANGE_RATIO,
             note=row["note"],
             source=f"{RECIPE_SOURCE}: {row['source']}",
         )
+        table[key] = (*table.get(key, ()), (parse_condition(row["condition"], row), settings_row))
     return table
+
+
+def parse_condition(text: str, row: Mapping[str, str]) -> Condition:
+    """A ``condition`` cell: ``&``-joined clauses such as ``isl==1024`` or ``tp<8`` (empty:
+    any run); anything else is a shipped-data bug naming the row."""
+    clauses = []
+    for part in filter(None, text.replace(" ", "").split("&")):
+        match = _CLAUSE.match(part)
+        if match is None:
+            raise ValueError(f"{RECIPE_SETTINGS.name}: bad condition {part!r} in {row}")
+        clauses.append((match.group(1), match.group(2), int(match.group(3))))
+    return tuple(clauses)
+
+
+def meets(condition: Condition, row: Mapping[str, str]) -> bool:
+    """Whether a measured row's run meets a recipe row's condition (a value the row does not
+    state as a whole number meets no clause)."""
+    for name, compare, number in condition:
+        value = row.get(_RUN_COLUMNS[name], "").strip()
+        if not (value.isdigit() and _COMPARE[compare](int(value), number)):
+            return False
+    return True
 
 
 def _recv_rule(text: str, row: Mapping[str, str]) -> tuple[int, int, int] | None:
@@ -215,11 +280,13 @@ def _recv_rule(text: str, row: Mapping[str, str]) -> tuple[int, int, int] | None
 
 def row_settings(row: Mapping[str, str]) -> RowSettings:
     """The settings of a measured row (``engine``, ``model``, ``hardware``, ``gemm_quant``,
-    ``tp``, ``concurrency``): its recipe's for its tp, else for any tp, else the profile's
-    defaults; the recv interval for the row's concurrency."""
+    ``tp``, ``concurrency``, and ``isl`` / ``osl`` where a recipe row's condition reads them):
+    the first of its recipe's rows for its tp, else for any tp, whose condition the row meets,
+    else the profile's defaults; the recv interval for the row's concurrency."""
     table = recipe_table()
     args = (row["engine"], row["model"], row["hardware"], row["gemm_quant"])
-    found = table.get(_key(*args, row.get("tp", ""))) or table.get(_key(*args, ""))
+    candidates = (*table.get(_key(*args, row.get("tp", "")), ()), *table.get(_key(*args, ""), ()))
+    found = next((s for condition, s in candidates if meets(condition, row)), None)
     if found is None:
         return DEFAULT_SETTINGS
     concurrency = row.get("concurrency", "")

@@ -15,10 +15,18 @@ from app.core.validation.recipes import (
     INFERENCEX_LENGTH_RANGE_RATIO,
     RECIPE_SETTINGS,
     _recv_rule,
+    meets,
+    parse_condition,
     recipe_table,
     row_settings,
 )
-from scripts.inferencex_recipes import extra_settings_of, mxfp4_moe_of
+from scripts.inferencex_recipes import (
+    bash_condition,
+    batch_wait_of,
+    covering_entries,
+    extra_settings_of,
+    mxfp4_moe_of,
+)
 
 QWEN = {
     "case_id": "q",
@@ -72,7 +80,7 @@ def test_every_recipe_row_is_a_valid_override_of_its_engine() -> None:
     table = recipe_table()
     with RECIPE_SETTINGS.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(table) == len(rows) > 20
+    assert sum(len(found) for found in table.values()) == len(rows) > 20
     for row in rows:
         found = row_settings(row)
         profile = get_profile(engine_family(row["engine"])).with_overrides(dict(found.options))
@@ -223,3 +231,134 @@ def test_the_generator_reads_the_mxfp4_moe_exports() -> None:
     assert mxfp4_moe_of("  export VLLM_MXFP4_USE_MARLIN=1\n") == {"marlin"}
     assert mxfp4_moe_of("# export VLLM_MXFP4_USE_MARLIN=1\nVLLM_MXFP4_USE_MARLIN=0") == {"default"}
     assert mxfp4_moe_of("vllm serve") == {"default"}
+
+
+LLAMA = {
+    **QWEN,
+    "case_id": "l",
+    "model": "meta-llama/Llama-3.1-70B",
+    "engine": "trtllm (version blank)",
+    "gemm_quant": "fp8",
+    "moe_quant": "fp8",
+    "tp": "2",
+    "moe_tp": "2",
+    "moe_ep": "1",
+    "num_devices": "2",
+    "isl": "1024",
+    "osl": "1024",
+    "concurrency": "4",
+    "ttft_ms": "256",
+    "tpot_ms": "9.7",
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "wait"),
+    [
+        # 70b_fp8_b200_trt_slurm.sh@1b563c8585: the wait only if ISL == OSL == 1024 and TP < 8
+        ({}, (20, 0.9)),
+        ({"tp": "1"}, (20, 0.9)),
+        ({"tp": "4", "concurrency": "128"}, (20, 0.9)),
+        ({"tp": "8"}, (None, None)),
+        ({"osl": "8192"}, (None, None)),
+        ({"isl": "8192"}, (None, None)),
+        ({"gemm_quant": "nvfp4"}, (20, 0.9)),  # 70b_fp4_b200_trt_slurm.sh, the same branch
+        ({"hardware": "H200 SXM 141GB"}, (20, 0.9)),  # 70b_fp8_h200_trt_slurm.sh
+        ({"hardware": "H200 SXM 141GB", "tp": "8"}, (None, None)),
+        ({"engine": "trtllm 1.0.0rc3"}, (None, None)),  # another build: no recipe
+    ],
+)  # fmt: skip
+def test_the_llama_70b_batch_wait_applies_where_the_script_wrote_it(
+    changes: dict[str, str], wait: tuple[int | None, float | None]
+) -> None:
+    """Both branches of the script set the same other settings (FP8 cache, stream interval
+    10, ``--max_num_tokens 16384``); only the 1k/1k branch below TP 8 adds the wait."""
+    found = row_settings({**LLAMA, **changes})
+    assert (found.batch_wait_iters, found.batch_wait_max_tokens_ratio) == wait
+    options = dict(found.options)
+    assert (options.get("batch_wait_iters"), options.get("batch_wait_max_tokens_ratio")) == wait
+    if changes.get("engine"):
+        assert found.settings == "default"
+        return
+    assert found.settings == "recipe" and found.length_range_ratio == 0.8
+    assert (options["kv_cache_dtype"], options["stream_interval"]) == ("fp8", 10)
+    assert options["max_batched_tokens"] == 16384
+    assert "70b_fp" in found.source and "_trt_slurm.sh@1b563c8585" in found.source
+    assert "1.1.0rc2.post2" in found.note
+
+
+def test_the_wait_holds_a_lone_arrival_for_its_iterations_in_the_replay() -> None:
+    """At 4 clients on 1k/1k the ranged clients arrive one by one during the others' decodes:
+    with the recipe's wait each is held about 20 decode steps (the measured rows: 1k/1k TTFT
+    305 / 231 / 179 ms against 73 / 58 / 58 ms for 1k/8k at TP 1 / 2 / 4 on B200), without it
+    not at all."""
+    settings = row_settings(LLAMA)
+    waited = ServingReplay().predict(row_case(LLAMA, settings.options, 0.8))
+    unwaited_options = tuple((k, v) for k, v in settings.options if not k.startswith("batch_wait"))
+    unwaited = ServingReplay().predict(row_case(LLAMA, unwaited_options, 0.8))
+    gap_steps = (waited[0] - unwaited[0]) / waited[1]
+    assert 10 < gap_steps <= 21
+
+
+def test_a_condition_cell_parses_or_is_a_data_error() -> None:
+    condition = parse_condition("isl==1024&osl==1024&tp<8", {})
+    assert condition == (("isl", "==", 1024), ("osl", "==", 1024), ("tp", "<", 8))
+    assert parse_condition("", {}) == ()
+    assert meets(condition, LLAMA) and not meets(condition, {**LLAMA, "tp": "8"})
+    assert not meets(condition, {**LLAMA, "isl": ""})  # a value the row lacks meets nothing
+    assert meets(parse_condition("conc>=16", {}), {**LLAMA, "concurrency": "16"})
+    for bad in ("isl=1024", "batch<8", "tp<x", "tp<8|isl==1"):
+        with pytest.raises(ValueError, match="bad condition"):
+            parse_condition(bad, {})
+
+
+LLAMA_SCRIPT = """
+# For 1k/1k, use batch_wait_max_tokens_ratio and batch_wait_timeout_iters
+if [[ "$ISL" == "1024" && "$OSL" == "1024" && ${TP} -lt 8 ]]; then
+cat > llama-config.yml << 'EOF'
+batch_wait_max_tokens_ratio: 0.9
+batch_wait_timeout_iters: 20
+stream_interval: 10
+EOF
+else
+cat > llama-config.yml << 'EOF'
+stream_interval: 10
+EOF
+fi
+while IFS= read -r line; do
+    if [[ "$line" == *"Application startup complete"* ]]; then
+        break
+    fi
+done
+"""
+
+
+def test_the_generator_reads_a_batch_wait_under_its_condition() -> None:
+    """The branch's test is the condition; a wait outside any test (or in an ``else``) is
+    unconditional; one under a test on anything else is marked ``?`` (not applied)."""
+    assert batch_wait_of(LLAMA_SCRIPT) == (("isl==1024&osl==1024&tp<8", "20", "0.9"),)
+    plain = "batch_wait_timeout_iters: 40\nbatch_wait_max_tokens_ratio: 0.8\n"
+    assert batch_wait_of(plain) == (("", "40", "0.8"),)
+    delayed = 'if [[ "$DELAY_BATCHING" == "true" ]]; then\nbatch_wait_timeout_iters: 40\nfi\n'
+    assert batch_wait_of(delayed) == (("?", "40", ""),)
+    assert batch_wait_of("stream_interval: 10\n") == ()
+    assert bash_condition('$CONC -ge 16 && "$TP" == "4"') == "conc>=16&tp==4"
+    assert bash_condition('"$DP_ATTENTION" == "true"') is None
+
+
+def test_a_version_blank_group_takes_only_the_runs_that_swept_all_its_rows() -> None:
+    """Commits whose job did not run one of the rows' (TP, concurrency) pairs are not the
+    group's provenance (the Llama-3.1-70B FP4 entry ran image 1.1.0rc2.post2 for a day at
+    concurrencies up to 64 before the batch wait, then up to 128 with it)."""
+    found = {("k", "img:a"): ["early", "late"], ("k", "img:b"): ["old"], ("j", "img:a"): ["x"]}
+    sweeps = {
+        ("k", "early"): {(1, 4), (1, 64)},
+        ("k", "late"): {(1, 4), (1, 64), (1, 128)},
+        ("k", "old"): {(1, 4)},
+        ("j", "x"): {(1, 4), (1, 128)},
+    }
+    assert covering_entries("k", found, sweeps, {(1, 4), (1, 128)}) == {("k", "img:a"): ["late"]}
+    assert covering_entries("k", found, sweeps, {(1, 4)}) == {
+        ("k", "img:a"): ["early", "late"],
+        ("k", "img:b"): ["old"],
+    }
