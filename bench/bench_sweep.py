@@ -280,8 +280,8 @@ def _celery(tasks: list[sweep.Task], processes: int) -> WorkerRun:
 
 
 def _per_scenario(cpu_s: float, count: int) -> str:
-    """CPU per scenario, and the machine's load (wall time on a shared machine moves with it;
-    CPU time much less)."""
+    """CPU per scenario, and the machine's load: on a shared machine both move, the wall time
+    most (docs/sweeps.md, "Why one run read 19 %")."""
     return f"CPU {cpu_s / count * 1e3:.3f} ms per scenario (load {os.getloadavg()[0]:.1f})"
 
 
