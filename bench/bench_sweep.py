@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +83,15 @@ def _settings() -> Settings:
     return Settings(cache_backend="memory")
 
 
-def _loop(tasks: list[sweep.Task]) -> float:
+def _loop(tasks: list[sweep.Task]) -> tuple[float, float]:
+    """Seconds of the loop over ``tasks`` and this process's CPU seconds in them."""
     context = create_context(_settings())
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for task in tasks:
         sweep.evaluate_task(context, task)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     context.close()
-    return time.perf_counter() - started
+    return elapsed, cpu
 
 
 def _sweep(tasks: list[sweep.Task], processes: int) -> tuple[float, list[dict[str, Any]]]:
@@ -140,24 +143,55 @@ def _status_field(pid: int, name: str) -> str | None:
     return None
 
 
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (a worker's prefork pool), from /proc."""
+    return [
+        int(entry)
+        for entry in os.listdir("/proc")
+        if entry.isdigit() and _status_field(int(entry), "PPid") == str(parent)
+    ]
+
+
 def _pool_rss_mb(parent: int) -> list[float]:
-    """Resident memory (MB) of each process whose parent is ``parent``: a worker's prefork
-    pool, read from /proc."""
+    """Resident memory (MB) of each process of a worker's prefork pool."""
     sizes: list[float] = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _status_field(int(entry), "PPid") == str(parent):
-            rss = _status_field(int(entry), "VmRSS")  # "123456 kB"
-            if rss is not None:
-                sizes.append(int(rss.split()[0]) / 1024)
+    for pid in _children(parent):
+        rss = _status_field(pid, "VmRSS")  # "123456 kB"
+        if rss is not None:
+            sizes.append(int(rss.split()[0]) / 1024)
     return sorted(sizes)
 
 
-def _celery(
-    tasks: list[sweep.Task], processes: int
-) -> tuple[float, list[dict[str, Any]], int, list[tuple[float, list[float]]]]:
-    """The tasks on a real worker of ``processes`` pool processes: seconds from the first
-    message queued to the last row, the rows, Redis commands per scenario, and the pool
-    processes' resident memory at each of :data:`RSS_MARKS`."""
+def _cpu_s(pids: list[int]) -> float:
+    """User plus system CPU seconds of the processes (``/proc/<pid>/stat``; one gone counts 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """A timed sweep on a real worker: seconds from the first message queued to the last row,
+    the rows, the Redis commands it cost, the pool processes' resident memory at each of
+    :data:`RSS_MARKS`, and the CPU seconds each party spent in it (``pool``: the pool
+    processes, ``main``: the worker's main process taking the messages, ``redis``: the
+    redis-server of the broker and the store)."""
+
+    elapsed_s: float
+    rows: list[dict[str, Any]]
+    commands: int
+    memory: list[tuple[float, list[float]]]
+    cpu_s: dict[str, float]
+
+
+def _celery(tasks: list[sweep.Task], processes: int) -> WorkerRun:
+    """The tasks on a real worker of ``processes`` pool processes."""
     import redis
 
     from app.services.sweep_jobs import queued_batches
@@ -221,8 +255,15 @@ def _celery(
         # the pool processes warmed by both operations (imports, catalogs, compiled plans)
         run([task for op in ("simulate", "optimize") for task in _first(tasks, op, processes)])
         memory.clear()
+        parties = {
+            "pool": _children(worker.pid),
+            "main": [worker.pid],
+            "redis": [redis_process.pid],
+        }
+        cpu = {party: _cpu_s(pids) for party, pids in parties.items()}
         before = _redis_commands(client)
         elapsed, sweep_id, polls = run(tasks)
+        cpu = {party: _cpu_s(pids) - cpu[party] for party, pids in parties.items()}
         # What a sweep costs the Redis: storing it (as the API does: two commands per 1,000
         # scenarios and six), the messages (queued, taken, acknowledged) and the worker's
         # reads and writes; the bench's own progress polls (HGETALL, HLEN, SCARD) left out.
@@ -235,7 +276,13 @@ def _celery(
         redis_process.terminate()
         redis_process.wait(timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
-    return elapsed, rows, commands, memory
+    return WorkerRun(elapsed, rows, commands, memory, cpu)
+
+
+def _per_scenario(cpu_s: float, count: int) -> str:
+    """CPU per scenario, and the machine's load: on a shared machine both move, the wall time
+    most (docs/sweeps.md, "Why one run read 19 %")."""
+    return f"CPU {cpu_s / count * 1e3:.3f} ms per scenario (load {os.getloadavg()[0]:.1f})"
 
 
 def _scaled(spec: dict[str, Any], axis: dict[str, list[float]]) -> dict[str, Any]:
@@ -270,10 +317,17 @@ def main() -> None:
     kinds = {op: sum(1 for t in tasks if t.operation == op) for op in ("simulate", "optimize")}
     print(f"scenarios: {count} ({kinds['simulate']} simulate, {kinds['optimize']} optimize)")
     print(f"prepare (validate + resolve): {prepared:.2f} s, {count / prepared:.0f} scenarios/s")
-    warm = _loop(tasks)  # the process's own caches (model configs, compiled plans) warmed
-    print(f"loop, first pass (cold process): {warm:.2f} s, {count / warm:.1f} scenarios/s")
-    loop = _loop(tasks)
-    print(f"loop (service calls in-process): {loop:.2f} s, {count / loop:.1f} scenarios/s")
+    # the process's own caches (model configs, compiled plans) warmed
+    warm, warm_cpu = _loop(tasks)
+    print(
+        f"loop, first pass (cold process): {warm:.2f} s, {count / warm:.1f} scenarios/s; "
+        f"{_per_scenario(warm_cpu, count)}"
+    )
+    loop, loop_cpu = _loop(tasks)
+    print(
+        f"loop (service calls in-process): {loop:.2f} s, {count / loop:.1f} scenarios/s; "
+        f"{_per_scenario(loop_cpu, count)}"
+    )
     reference: list[dict[str, Any]] | None = None
     for processes in args.processes:
         elapsed, rows = _sweep(tasks, processes)
@@ -287,17 +341,23 @@ def main() -> None:
             f"{errors} errors)"
         )
     for processes in args.workers:
-        elapsed, rows, commands, memory = _celery(tasks, processes)
-        rows.sort(key=lambda row: row["scenario_key"])
+        run = _celery(tasks, processes)
+        rows = sorted(run.rows, key=lambda row: row["scenario_key"])
         same = reference is None or rows == reference
         reference = reference or rows
         print(
-            f"celery worker, {processes} process(es): {elapsed:.2f} s, "
-            f"{count / elapsed:.1f} scenarios/s ({elapsed / loop:.2f}x the loop; "
-            f"rows {'identical' if same else 'DIFFER'}; {commands / count:.2f} Redis commands "
-            "per scenario)"
+            f"celery worker, {processes} process(es): {run.elapsed_s:.2f} s, "
+            f"{count / run.elapsed_s:.1f} scenarios/s ({run.elapsed_s / loop:.2f}x the loop; "
+            f"rows {'identical' if same else 'DIFFER'}; {run.commands / count:.2f} Redis "
+            "commands per scenario)"
         )
-        for share, sizes in memory:
+        cpu = run.cpu_s
+        print(
+            f"  CPU ms per scenario: pool {cpu['pool'] / count * 1e3:.3f}, worker main "
+            f"{cpu['main'] / count * 1e3:.3f}, redis-server {cpu['redis'] / count * 1e3:.3f}: "
+            f"{sum(cpu.values()) / loop_cpu:.2f}x the loop's CPU (load {os.getloadavg()[0]:.1f})"
+        )
+        for share, sizes in run.memory:
             shown = ", ".join(f"{size:.1f}" for size in sizes)
             print(f"  pool RSS at {share:4.0%} of the sweep: {shown} MB (one per process)")
 
