@@ -167,6 +167,8 @@ class ModelRunner:
     captured a graph for (a larger one runs eagerly).
     ``mxfp4_activation``: the activations MXFP4 GEMMs run with (an engine's kernels; ``fp4``:
     the device's FP4 path).
+    ``redundant_experts``: MoE expert slots beyond the routed experts, each a replica of one
+    (SGLang's ``--ep-num-redundant-experts``; :func:`~app.core.runner.plan.build_plan`).
     ``kernel_engine``: the engine (``vllm``, ``sglang``, ``trtllm``) whose measured-kernel
     curves price the GEMMs, routed experts and collectives where the fitted tables have them
     for the device (None: the defaults), as kernels of a served forward
@@ -186,6 +188,7 @@ class ModelRunner:
         "parallel",
         "plan",
         "quantization",
+        "redundant_experts",
         "reserved_memory_gb",
     )
 
@@ -202,6 +205,7 @@ class ModelRunner:
         decode_graph_max_batch: int | None = None,
         mxfp4_activation: Mxfp4Activation = "fp4",
         kernel_engine: str | None = None,
+        redundant_experts: int = 0,
     ) -> None:
         if reserved_memory_gb is None:
             reserved_memory_gb = DEFAULT_RESERVED_MEMORY_GB
@@ -233,7 +237,9 @@ class ModelRunner:
             mxfp4_activation,
             kernel_engine,
             served=True,
+            redundant_experts=redundant_experts,
         )
+        self.redundant_experts = redundant_experts
         plan = self.plan
         fitted = any(
             fit is not None
@@ -274,6 +280,8 @@ class ModelRunner:
                 and self.mxfp4_activation != "fp4"
                 else {}
             ),
+            # Only where set: runners without redundant expert slots keep their keys.
+            **({"redundant_experts": self.redundant_experts} if self.redundant_experts else {}),
             # Only where a fitted curve prices an op: default-priced runners keep their keys.
             **({} if self.kernel_engine is None else {"kernel_engine": self.kernel_engine}),
         }
