@@ -62,8 +62,11 @@ SGLANG_SOURCE = (
     "(--tp-size = --dp-size = the worker's GPUs, DeepEP, --ep-num-redundant-experts 32)"
 )
 KEY = ("engine", "model", "hardware", "gemm_quant", "isl", "osl", "concurrency", "tp")
-#: The aggregated layout, or both pools, and the disaggregated recipe table's settings.
-VALUES = ("layout", "prefill", "decode", *SETTINGS)
+#: SGLang's ``--ep-num-redundant-experts`` in every worker of Dynamo's GB200 script.
+SGLANG_REDUNDANT_EXPERTS = "32"
+#: The aggregated layout, or both pools, the disaggregated recipe table's settings and the
+#: workers' redundant expert slots.
+VALUES = ("layout", "prefill", "decode", *SETTINGS, "redundant_experts")
 COLUMNS = (*KEY, *VALUES, "settings", "recipe", "note", "source")
 _TRT_LINE = re.compile(
     r'\./submit_disagg\.sh "mtp=(on|off)" "(tep|dep)" (\d+) (\d+) (\d+) (\d+) (\d+) '
@@ -105,6 +108,7 @@ def trtllm_candidates(script: str) -> dict[tuple[str, ...], list[dict[str, str]]
             "decode_max_batch_size": batch,
             "decode_max_total_tokens": "",
             "unmodelled": f"moe_config.load_balancer.num_slots={eplb}" if int(eplb) else "",
+            "redundant_experts": "",
             "recipe": f"ctx{ctx}_gen{gen}_{mode}{gen_tp}_batch{batch}_eplb{eplb}_mtp{mtp}",
             "line": f"mtp={mtp_mode} {mode} {ctx} {gen} {gen_tp} {batch}",
         }
@@ -139,7 +143,8 @@ def sglang_candidates(script: str) -> dict[tuple[str, ...], list[dict[str, str]]
             "decode_memory_fraction": "",
             "decode_max_batch_size": "",
             "decode_max_total_tokens": "",
-            "unmodelled": "ep-num-redundant-experts=32",
+            "unmodelled": "",
+            "redundant_experts": SGLANG_REDUNDANT_EXPERTS,
             "recipe": f"{p_workers}p{d_workers}d-dep{p_gpus}-dep{d_gpus}",
             "line": f"submit_disagg.sh {p_nodes} {p_workers} {d_nodes} {d_workers}",
         }

@@ -45,6 +45,7 @@ MAX_OUTPUT_LENGTH = 131_072  # tokens
 MAX_BATCHED_TOKENS = 1_048_576  # tokens per engine step
 MAX_NUM_DEVICES = 1024
 MAX_PARALLEL_SIZE = 1024  # any single tp / ep / dp value
+MAX_REDUNDANT_EXPERTS = 1024  # expert slots beyond the routed experts (replicas), per layer
 MAX_POOL_WORKERS = MAX_NUM_DEVICES  # prefill or decode workers of a disaggregated simulate
 MAX_SEARCH_LIST = 16  # entries in tp_sizes / ep_sizes
 MAX_LAYOUTS = 64  # parallel layouts one optimize request may search

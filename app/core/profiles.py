@@ -258,6 +258,10 @@ class EngineProfile:
     #: (``PyExecutor._waiting_requests``; either at 0 stops every wait).
     batch_wait_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    #: SGLang's ``--ep-num-redundant-experts``: MoE expert slots beyond the routed experts, each
+    #: holding a replica of one, on every MoE layer of every worker (0: none, every engine's
+    #: default; the runner's ``redundant_experts``, docs/engine.md "Redundant expert slots").
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         for name, (low, high) in OVERRIDE_BOUNDS.items():
@@ -280,7 +284,12 @@ class EngineProfile:
             raise InvalidParameterError(
                 "mxfp4_moe_kernel", self.mxfp4_moe_kernel, f"one of {MXFP4_MOE_KERNELS}"
             )
-        for name in ("scheduler_recv_interval", "stream_interval", "batch_wait_iters"):
+        for name in (
+            "scheduler_recv_interval",
+            "stream_interval",
+            "batch_wait_iters",
+            "redundant_experts",
+        ):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
                 raise InvalidParameterError(name, getattr(self, name), "an integer")
         if self.stream_first_token not in STREAM_FIRST_TOKEN_RULES:
@@ -470,7 +479,12 @@ def _sglang_row(hbm_capacity_gb: float, vendor: str) -> tuple[float, int, int, i
 
 #: Values echoed only where set or where their engine's default is (the others' unmodelled 0s
 #: stay out of every answer, as before they existed).
-_ECHOED_WHEN_SET = ("eager_layer_host_ms", "batch_wait_iters", "batch_wait_max_tokens_ratio")
+_ECHOED_WHEN_SET = (
+    "eager_layer_host_ms",
+    "batch_wait_iters",
+    "batch_wait_max_tokens_ratio",
+    "redundant_experts",
+)
 
 #: Overridable numeric values and their bounds (the wire's bounds come from here).
 OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
@@ -488,6 +502,7 @@ OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "eager_layer_host_ms": (0.0, 100.0),
     "batch_wait_iters": (0, limits.MAX_RECV_INTERVAL),
     "batch_wait_max_tokens_ratio": (0.0, 1.0),
+    "redundant_experts": (0, limits.MAX_REDUNDANT_EXPERTS),
 }
 #: Every value a request may override.
 OVERRIDABLE: tuple[str, ...] = (

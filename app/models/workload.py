@@ -192,6 +192,14 @@ class EngineOptions(StrictModel):
         "TensorRT-LLM batch_wait_max_tokens_ratio: waiting requests are scheduled once their "
         "prompts and the running decodes reach this share of the token budget",
     )
+    redundant_experts: int | None = _bounded(
+        "redundant_experts",
+        int,
+        "SGLang --ep-num-redundant-experts: MoE expert slots beyond the routed experts, each a "
+        "replica of one; every expert-parallel rank holds (experts + redundant_experts) / "
+        "ep_size experts' weights (must divide evenly) and the routed tokens spread over every "
+        "slot (0: none)",
+    )
     stream_first_token: StreamFirstTokenName | None = Field(
         default=None,
         description="when the first streamed chunk leaves under stream_interval > 1: immediate "

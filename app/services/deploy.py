@@ -96,6 +96,7 @@ def deploy(request: DeployRequest) -> DeployResponse:
         overlap_scheduling=values.overlap_scheduling,
         cuda_graph_max_batch=values.cuda_graph_max_batch,
         npu_graph_mode=values.npu_graph_mode,
+        redundant_experts=profile.redundant_experts,
         port=request.port,
         image=request.image,
         name=request.name,

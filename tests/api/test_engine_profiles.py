@@ -79,6 +79,9 @@ def test_unknown_engine_names_the_valid_ones(client: TestClient) -> None:
         ({"stream_interval": 0}, "stream_interval"),
         ({"stream_interval": 1001}, "stream_interval"),
         ({"stream_first_token": "never"}, "stream_first_token"),
+        ({"redundant_experts": -1}, "redundant_experts"),
+        ({"redundant_experts": 1025}, "redundant_experts"),
+        ({"redundant_experts": 2.5}, "redundant_experts"),
     ],
 )
 def test_bad_engine_options_are_422(
@@ -272,3 +275,30 @@ def test_sglang_eager_prefill_host_time_is_echoed_overridden_and_bounded(
     assert default["tpot_ms"] == pytest.approx(off["tpot_ms"])  # captured decodes
     bad = client.post("/v1/simulate", json={**short, "engine_options": {"eager_layer_host_ms": -1}})
     assert bad.status_code == 422 and "eager_layer_host_ms" in bad.text
+
+
+def test_redundant_expert_slots_let_48_ranks_hold_256_experts_and_are_echoed(
+    client: TestClient,
+) -> None:
+    """SGLang's --ep-num-redundant-experts 32 (Dynamo's GB200 DEP48 decode workers): 288 slots
+    split over 48 ranks, where 256 experts do not; echoed only when set."""
+    dep48 = {
+        **SIM,
+        "model": "deepseek-ai/DeepSeek-R1",
+        "device": "NVIDIA_GB200_186G",
+        "engine": "sglang",
+        "input_length": 256,
+        "output_length": 16,
+        "concurrency": 48,
+        "tp_size": 1,
+        "dp_size": 48,
+        "ep_size": 48,
+        "requests_per_client": 1,
+    }
+    bare = problem(client.post("/v1/simulate", json=dep48), 422)
+    assert bare["errors"][0]["loc"] == ["body", "ep"] and "num_experts=256" in bare["detail"]
+    slots = client.post("/v1/simulate", json={**dep48, "engine_options": {"redundant_experts": 32}})
+    assert slots.status_code == 200 and slots.json()["engine"]["redundant_experts"] == 32
+    uneven = {**dep48, "engine_options": {"redundant_experts": 16}}
+    assert "272 expert slots" in problem(client.post("/v1/simulate", json=uneven), 422)["detail"]
+    assert "redundant_experts" not in client.post("/v1/simulate", json=SIM).json()["engine"]

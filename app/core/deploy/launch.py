@@ -79,6 +79,9 @@ class LaunchSpec:
     cuda_graph_max_batch: int | None = None
     #: vLLM-Ascend's ACL graph mode (``npu_graph_mode``; None: the image's default).
     npu_graph_mode: str | None = None
+    #: MoE expert slots beyond the routed experts (``redundant_experts``; SGLang's
+    #: ``--ep-num-redundant-experts``, the only engine Chunkwise emits them for).
+    redundant_experts: int = 0
     port: int = DEFAULT_PORT
     image: str | None = None
     name: str | None = None
@@ -104,6 +107,13 @@ class LaunchSpec:
             raise InvalidParameterError("memory_fraction", self.memory_fraction, "in (0, 1]")
         if self.num_mtp_tokens < 0:
             raise InvalidParameterError("num_mtp_tokens", self.num_mtp_tokens, ">= 0")
+        if self.redundant_experts and self.engine != "sglang":
+            raise InvalidParameterError(
+                "engine_options.redundant_experts",
+                self.redundant_experts,
+                f"0 for {self.engine}: redundant expert slots are emitted for sglang only "
+                "(--ep-num-redundant-experts)",
+            )
         if not 1 <= self.port <= MAX_PORT:
             raise InvalidParameterError("port", self.port, f"in [1, {MAX_PORT}]")
         per_instance = self.devices_per_instance
@@ -238,6 +248,8 @@ def _sglang(spec: LaunchSpec) -> tuple[_Emit, dict[str, str]]:
         emit.add("--enable-dp-attention")
     if layout.ep > 1:
         emit.add("--ep-size", layout.ep)
+    if spec.redundant_experts:
+        emit.add("--ep-num-redundant-experts", spec.redundant_experts)
     # Instance-wide with DP attention (SGLang divides both by --dp-size).
     emit.add("--chunked-prefill-size", spec.max_batched_tokens * dp)
     if spec.max_running_requests is not None:

@@ -112,6 +112,7 @@ SGLANG_CLI = EngineCli(
         _value("--dp-size", "--data-parallel-size"),
         _flag("--enable-dp-attention"),
         _value("--ep-size", "--expert-parallel-size", "--ep"),
+        _value("--ep-num-redundant-experts"),
         _value("--chunked-prefill-size"),
         _value("--max-running-requests"),
         _value("--mem-fraction-static"),

@@ -997,14 +997,16 @@ class ForwardBuilder:
 
     def expert_load(self, tokens: int) -> tuple[float, float, float]:
         """``(routes, touched, width)`` of ``tokens`` tokens on this device: the token-expert
-        pairs it computes, the experts they touch (uniform routing), each expert's local
+        pairs it computes, the expert slots they touch (uniform routing), each expert's local
         intermediate width."""
         p = self.plan
         moe = p.model.moe
         assert moe is not None
-        e, k = moe.num_experts, moe.experts_per_token
+        # The routed pairs spread evenly over the slots (uniform routing; a redundant slot
+        # takes a share of its expert's pairs, each token going to one replica).
+        slots, k = p.expert_slots or moe.num_experts, moe.experts_per_token
         group_tokens = tokens * p.tokens_scale
-        touched = e / p.ep * (1.0 - (1.0 - k / e) ** group_tokens)
+        touched = slots / p.ep * (1.0 - (1.0 - k / slots) ** group_tokens)
         return group_tokens * k / p.ep, touched, moe.expert_intermediate_size / p.moe_tp
 
     def moe_experts(self, scope: str, count: int, tokens: int) -> None:

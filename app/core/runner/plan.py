@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.core import limits
 from app.core.catalog.architecture import (
     GDN_PARAMS_PER_VALUE_HEAD,
     KV_TENSORS,
@@ -32,6 +33,7 @@ from app.core.catalog.quantization import (
     LinearQuantAction,
     Quantization,
 )
+from app.core.chunking import require_int
 from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.profiles import Mxfp4Activation, Mxfp4MoeKernel
@@ -121,6 +123,10 @@ class ShardPlan:
     decode_attention_fit: FittedAttention | None = None
     #: Measured-kernel Gated DeltaNet curves (``kernel_fit_gdn``); None: the defaults.
     gdn_fit: FittedGdn | None = None
+    #: Physical expert slots of one MoE layer over the ``ep`` ranks: the routed experts plus
+    #: the redundant slots the engine holds (SGLang's ``--ep-num-redundant-experts``); 0
+    #: without experts. Each rank holds ``expert_slots / ep`` of them.
+    expert_slots: int = 0
 
     @property
     def tokens_scale(self) -> float:
@@ -179,24 +185,31 @@ def _state_bytes_per_request(model: ModelArchitecture, tp: int, pp: int) -> floa
 
 
 def _expert_sharding(
-    model: ModelArchitecture, parallel: ParallelLayout, notes: list[str]
-) -> tuple[int, int, int]:
-    """``(ep, moe_tp, group)``: expert parallelism, the TP of each expert, the devices whose
-    tokens meet in one expert group."""
+    model: ModelArchitecture, parallel: ParallelLayout, redundant_experts: int, notes: list[str]
+) -> tuple[int, int, int, int]:
+    """``(ep, moe_tp, group, slots)``: expert parallelism, the TP of each expert, the devices
+    whose tokens meet in one expert group, the expert slots over the ``ep`` ranks (the routed
+    experts plus ``redundant_experts`` replicas; 0 without experts)."""
     tp, ep = parallel.tp, parallel.ep
     moe = model.moe
     if moe is None:
         if ep > 1:
             notes.append(f"ep={ep} ignored: {model.name} has no experts")
-        return 1, tp, tp
+        if redundant_experts:
+            notes.append(f"redundant_experts={redundant_experts} ignored: no experts")
+        return 1, tp, tp, 0
+    slots = moe.num_experts + redundant_experts
     if ep == 1:
-        return ep, tp, tp
+        return ep, tp, tp, slots
     replicas = tp * parallel.dp
     if replicas % ep:
         raise InvalidParameterError("ep", ep, f"a divisor of tp * dp = {replicas}")
-    if moe.num_experts % ep:
-        raise InvalidParameterError("ep", ep, f"a divisor of num_experts={moe.num_experts}")
-    return ep, replicas // ep, replicas
+    if slots % ep:
+        held = f"num_experts={moe.num_experts}"
+        if redundant_experts:
+            held += f" + redundant_experts={redundant_experts} = {slots} expert slots"
+        raise InvalidParameterError("ep", ep, f"a divisor of {held}")
+    return ep, replicas // ep, replicas, slots
 
 
 def _gemm_rate(device: Device, dtype: DType) -> float:
@@ -366,10 +379,16 @@ def build_plan(
     *,
     served: bool = False,
     mxfp4_moe_kernel: Mxfp4MoeKernel = "default",
+    redundant_experts: int = 0,
 ) -> ShardPlan:
     """``kernel_engine``: the engine whose measured-kernel curves price the GEMMs, the routed
     experts and the collectives on ``device`` (:mod:`app.core.runner.kernel_fit`,
     ``kernel_fit_moe``, ``kernel_fit_comm``; None, or no curve: the defaults).
+
+    ``redundant_experts``: expert slots beyond the routed experts, each holding a replica of
+    one (SGLang's ``--ep-num-redundant-experts``): every rank holds ``(experts + redundant) /
+    ep`` experts' weights, and a routed token goes to one replica of its expert, so the
+    routed pairs spread over all the slots (docs/engine.md, "Redundant expert slots").
 
     ``served``: the curves price kernels inside the engine's served forward, not one op as the
     collectors timed it: a fitted kernel's floor inside a captured graph is the engine's
@@ -384,7 +403,8 @@ def build_plan(
     tp, pp = parallel.tp, parallel.pp
     kv_local = _kv_heads_local(model, tp, pp)
     linear_k_local, linear_v_local = _linear_heads_local(model, tp)
-    ep, moe_tp, group = _expert_sharding(model, parallel, notes)
+    require_int("redundant_experts", redundant_experts, 0, limits.MAX_REDUNDANT_EXPERTS)
+    ep, moe_tp, group, slots = _expert_sharding(model, parallel, redundant_experts, notes)
     fmt = quantization.linear_format
     compute, gemm_rate, gemm_half, attn_peak = _compute_paths(
         device, quantization, mxfp4_activation, notes
@@ -400,6 +420,7 @@ def build_plan(
         kv_local=kv_local,
         wbytes=fmt.weight_bytes_per_param,
         sixteen_bit=sixteen_bit,
+        expert_slots=slots,
     )
     kv_el = quantization.kv_bytes_per_element
     per_layer_kv, kv_full, kv_sliding = _kv_bytes_per_token(model, kv_local, pp, kv_el)
@@ -487,6 +508,7 @@ def build_plan(
         prefill_attention_fit=prefill_attention,
         decode_attention_fit=decode_attention,
         gdn_fit=_gdn_fit(model, device, kernel_engine, hbm_peak, (graph_launch_s, in_graph_s)),
+        expert_slots=slots,
     )
 
 
@@ -602,9 +624,11 @@ def _weights_bytes(
     kv_local: int,
     wbytes: float,
     sixteen_bit: frozenset[str] = frozenset(),
+    expert_slots: int = 0,
 ) -> tuple[float, float]:
     """Weight bytes on the busiest device, and of the MTP modules (if used); ``sixteen_bit``:
-    the parts held in 16 bits whatever ``wbytes``."""
+    the parts held in 16 bits whatever ``wbytes``; ``expert_slots``: the routed experts'
+    slots over the ``ep`` ranks (0: one per expert)."""
     h = model.hidden_size
     half = BYTES_16BIT
 
@@ -642,7 +666,7 @@ def _weights_bytes(
         mo = model.moe
         per_expert = model.mlp_matrices * h * mo.expert_intermediate_size
         moe_layer = (
-            mo.num_experts / ep * per_expert / moe_tp * wbytes
+            (expert_slots or mo.num_experts) / ep * per_expert / moe_tp * wbytes
             + model.mlp_matrices
             * h
             * mo.shared_intermediate_size

@@ -173,6 +173,8 @@ class ModelRunner:
     ``mxfp4_activation``: the activations MXFP4 GEMMs run with (an engine's kernels; ``fp4``:
     the device's FP4 path); ``mxfp4_moe_kernel``: the kernel MXFP4 routed experts run on
     (``marlin``: Marlin's measured curve where ``kernel_engine`` has one).
+    ``redundant_experts``: MoE expert slots beyond the routed experts, each a replica of one
+    (SGLang's ``--ep-num-redundant-experts``; :func:`~app.core.runner.plan.build_plan`).
     ``kernel_engine``: the engine (``vllm``, ``sglang``, ``trtllm``) whose measured-kernel
     curves price the GEMMs, routed experts and collectives where the fitted tables have them
     for the device (None: the defaults), as kernels of a served forward
@@ -193,6 +195,7 @@ class ModelRunner:
         "parallel",
         "plan",
         "quantization",
+        "redundant_experts",
         "reserved_memory_gb",
     )
 
@@ -210,6 +213,7 @@ class ModelRunner:
         mxfp4_activation: Mxfp4Activation = "fp4",
         kernel_engine: str | None = None,
         mxfp4_moe_kernel: Mxfp4MoeKernel = "default",
+        redundant_experts: int = 0,
     ) -> None:
         if reserved_memory_gb is None:
             reserved_memory_gb = DEFAULT_RESERVED_MEMORY_GB
@@ -247,7 +251,9 @@ class ModelRunner:
             kernel_engine,
             served=True,
             mxfp4_moe_kernel=mxfp4_moe_kernel,
+            redundant_experts=redundant_experts,
         )
+        self.redundant_experts = redundant_experts
         plan = self.plan
         fitted = any(
             fit is not None
@@ -297,6 +303,8 @@ class ModelRunner:
                 and self.kernel_engine is not None
                 else {}
             ),
+            # Only where set: runners without redundant expert slots keep their keys.
+            **({"redundant_experts": self.redundant_experts} if self.redundant_experts else {}),
             # Only where a fitted curve prices an op: default-priced runners keep their keys.
             **({} if self.kernel_engine is None else {"kernel_engine": self.kernel_engine}),
         }

@@ -104,9 +104,10 @@ def engine_runner(
     num_mtp_tokens: int = 0,
 ) -> ModelRunner:
     """The runner of a deployment as ``profile``'s engine runs it: its reserve per device, its
-    MXFP4 kernels' activations and its CUDA-graph decode limit (``reserved_memory_gb`` given:
-    the user's reserve wins). Its measured-kernel curves (``kernel_engine``) apply where
-    :func:`serving_kernel_engine` names one for the profile and device."""
+    MXFP4 kernels' activations, its redundant expert slots and its CUDA-graph decode limit
+    (``reserved_memory_gb`` given: the user's reserve wins). Its measured-kernel curves
+    (``kernel_engine``) apply where :func:`serving_kernel_engine` names one for the profile and
+    device."""
     vendor = device.vendor
     reserved = reserved_memory_gb
     if reserved is None:
@@ -126,6 +127,7 @@ def engine_runner(
         mxfp4_activation=profile.mxfp4_activation,
         kernel_engine=serving_kernel_engine(profile, device),
         mxfp4_moe_kernel=profile.mxfp4_moe_kernel,
+        redundant_experts=profile.redundant_experts,
     )
 
 

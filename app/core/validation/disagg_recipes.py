@@ -20,8 +20,11 @@ provenance in ``engine`` (the image's build), ``model``, ``hardware``, ``gemm_qu
   (the running cap of one decode rank: TensorRT-LLM's ``max_batch_size``, SGLang's
   ``--max-running-requests`` over its attention-DP ranks) and ``decode_max_total_tokens``
   (SGLang's ``--max-total-tokens``, a cap on the decode KV pool);
+- ``redundant_experts`` (optional column): SGLang's ``--ep-num-redundant-experts``, the
+  expert slots beyond the routed experts every worker of both pools holds (the profile's
+  ``redundant_experts``);
 - ``unmodelled``: settings the product cannot represent (a drafter other than MTP, a draft
-  tree, redundant expert slots): such a row is refused with the setting named.
+  tree, TensorRT-LLM's EPLB slots): such a row is refused with the setting named.
 
 ``settings`` is ``recipe`` when every recipe at the row's key agrees on every value and one of
 them ran the row's layout; ``ambiguous`` otherwise (the values that agree apply, the others stay
@@ -102,7 +105,7 @@ def _row_key(row: Mapping[str, str]) -> tuple[str, ...]:
     )
 
 
-def _options(kv: str, memory: str, running: str = "") -> Options:
+def _options(kv: str, memory: str, running: str = "", redundant: str = "") -> Options:
     out: list[tuple[str, str | float]] = []
     if (dtype := _KV_OPTION.get(kv)) is not None:
         out.append(("kv_cache_dtype", dtype))
@@ -110,6 +113,8 @@ def _options(kv: str, memory: str, running: str = "") -> Options:
         out.append(("memory_fraction", float(memory)))
     if running:
         out.append(("max_num_seqs", int(running)))
+    if redundant:
+        out.append(("redundant_experts", int(redundant)))
     return tuple(out)
 
 
@@ -120,11 +125,16 @@ def disagg_settings(row: Mapping[str, str]) -> DisaggSettings:
     if settings not in ("recipe", "ambiguous") or kv not in _KV_OPTION:
         raise ValueError(f"{DISAGG_RECIPE_SETTINGS.name}: bad row {row}")  # a shipped-data bug
     mtp = row["num_mtp_tokens"]
+    # Both pools' workers run the recipe's redundant expert slots (a table without the
+    # column: none).
+    redundant = row.get("redundant_experts", "")
     return DisaggSettings(
         settings="recipe" if settings == "recipe" else "ambiguous",
         num_mtp_tokens=int(mtp) if mtp else 0,
-        prefill_options=_options(kv, row["prefill_memory_fraction"]),
-        decode_options=_options(kv, row["decode_memory_fraction"], row["decode_max_batch_size"]),
+        prefill_options=_options(kv, row["prefill_memory_fraction"], redundant=redundant),
+        decode_options=_options(
+            kv, row["decode_memory_fraction"], row["decode_max_batch_size"], redundant
+        ),
         decode_max_total_tokens=int(t) if (t := row["decode_max_total_tokens"]) else None,
         layout=_layout(row["recipe_prefill"], row["recipe_decode"]),
         unmodelled=row["unmodelled"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -128,6 +129,19 @@ def test_sglang_dp_attention_counts_are_instance_wide() -> None:
     assert args.speculative_algorithm == "EAGLE"
     assert (args.speculative_num_steps, args.speculative_num_draft_tokens) == ("2", "3")
     assert not args.disable_overlap_schedule
+
+
+def test_sglang_emits_redundant_expert_slots_and_the_others_refuse_them() -> None:
+    """SGLang's --ep-num-redundant-experts (server_args.py) carries the engine option; vLLM and
+    TensorRT-LLM launches are refused naming it rather than launched without the slots."""
+    plain = parse_emitted(ENGINE_CLIS["sglang"], build_launch_config(_moe_spec("sglang")).argv)
+    assert plain.ep_num_redundant_experts is None
+    spec = replace(_moe_spec("sglang"), redundant_experts=32)
+    args = parse_emitted(ENGINE_CLIS["sglang"], build_launch_config(spec).argv)
+    assert args.ep_num_redundant_experts == "32" and args.ep_size == "8"
+    for engine in ("vllm", "trtllm"):
+        with pytest.raises(InvalidParameterError, match=r"engine_options\.redundant_experts"):
+            replace(_moe_spec(engine), redundant_experts=32)
 
 
 def test_sglang_dense_replica() -> None:

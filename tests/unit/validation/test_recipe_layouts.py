@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from app.core.errors import UnsupportedError
+from app.core.errors import InvalidParameterError, UnsupportedError
 from app.core.validation import DisaggReplay, replay_case_file
 from app.core.validation.case_file import row_case
 from app.core.validation.recipe_layouts import recipe_layout, recipe_layout_table
@@ -165,13 +167,30 @@ def test_without_the_disaggregated_replay_such_a_row_is_refused_naming_its_deplo
         row_case(GB200_TRT)
 
 
-def test_a_deployment_with_redundant_expert_slots_is_refused_naming_the_setting() -> None:
+def test_a_deployment_with_redundant_expert_slots_replays_with_them() -> None:
     """The GB200 SGLang rows ran 3 DEP8 prefill + 1 DEP48 decode workers with 32 redundant
-    expert slots (288 over 48 ranks), which the runner does not model."""
+    expert slots (288 over 48 ranks, 6 each): both pools' runners hold them, which is what lets
+    48 ranks split DeepSeek-R1's 256 experts; the refusal that named the setting is gone."""
     assert pools(GB200_SGLANG) == ("3x1/8/8", "1x1/48/48")
+    found = recipe_layout(GB200_SGLANG)
+    assert found is not None and found.disaggregated is not None
+    settings = found.disaggregated
+    assert settings.unmodelled == ""
+    assert ("redundant_experts", 32) in settings.prefill_options
+    assert ("redundant_experts", 32) in settings.decode_options
     (outcome,) = validate_cases(file_of(GB200_SGLANG)).outcomes
-    assert outcome.refused and "ep-num-redundant-experts=32" in outcome.error
-    assert outcome.settings == "recipe"
+    assert not outcome.refused and outcome.error == "" and outcome.settings == "recipe"
+    assert (outcome.ttft_ms_pred, outcome.tpot_ms_pred) == DisaggReplay().predict(
+        GB200_SGLANG, settings
+    )
+    # without the slots the decode pool's 48 ranks cannot hold the experts evenly
+    bare = replace(
+        settings,
+        prefill_options=tuple(o for o in settings.prefill_options if o[0] != "redundant_experts"),
+        decode_options=tuple(o for o in settings.decode_options if o[0] != "redundant_experts"),
+    )
+    with pytest.raises(InvalidParameterError, match="a divisor of num_experts=256"):
+        DisaggReplay().predict(GB200_SGLANG, bare)
 
 
 LAUNCHER = """
@@ -211,3 +230,4 @@ def test_the_generator_reads_the_launcher_lines_as_deployments_and_client_counts
     assert set(sgl) == {("1024", "1024", "1024", "72"), ("1024", "1024", "4608", "72")}
     (deployment,) = sgl[("1024", "1024", "4608", "72")]
     assert (deployment["prefill"], deployment["decode"]) == ("3x1/8/8", "1x1/48/48")
+    assert (deployment["redundant_experts"], deployment["unmodelled"]) == ("32", "")
