@@ -70,6 +70,10 @@ class DisaggSettings:
     recipe: str = ""
     note: str = ""
     source: str = ""
+    #: Every recipe that could have run the row (its pools and its own settings), when the
+    #: provenance names more than one: the replay runs each and reports their centre
+    #: (:func:`candidate_centre`); ``()``: the settings above run.
+    candidates: tuple[DisaggSettings, ...] = ()
 
     @property
     def mtp_acceptance_rates(self) -> tuple[float, ...]:
@@ -113,12 +117,33 @@ def _options(kv: str, memory: str, running: str = "") -> Options:
     return tuple(out)
 
 
+def _candidate(text: str) -> DisaggSettings:
+    """One ``candidates`` entry: ``prefill+decode,<mtp>,<kv>,<prefill memory>,<decode
+    memory>,<decode max batch>,<decode max total tokens>,<unmodelled>,<recipe>`` (the
+    generator's ``CANDIDATE_FIELDS``), as the settings that recipe runs in its own pools."""
+    pools, mtp, kv, p_mem, d_mem, running, total, unmodelled, recipe = text.split(",")
+    if kv not in _KV_OPTION:
+        raise ValueError(f"{DISAGG_RECIPE_SETTINGS.name}: bad candidate {text}")  # data bug
+    prefill, decode = pools.split("+")
+    return DisaggSettings(
+        settings="recipe",
+        num_mtp_tokens=int(mtp) if mtp else 0,
+        prefill_options=_options(kv, p_mem),
+        decode_options=_options(kv, d_mem, running),
+        decode_max_total_tokens=int(total) if total else None,
+        layout=_layout(prefill, decode),
+        unmodelled=unmodelled,
+        recipe=recipe,
+    )
+
+
 def _settings(row: Mapping[str, str]) -> DisaggSettings:
     settings = row["settings"]
     kv = row["kv_cache_dtype"]
     if settings not in ("recipe", "ambiguous") or kv not in _KV_OPTION:
         raise ValueError(f"{DISAGG_RECIPE_SETTINGS.name}: bad row {row}")  # a shipped-data bug
     mtp = row["num_mtp_tokens"]
+    candidates = tuple(_candidate(c) for c in row["candidates"].split(" | ") if c)
     return DisaggSettings(
         settings="recipe" if settings == "recipe" else "ambiguous",
         num_mtp_tokens=int(mtp) if mtp else 0,
@@ -128,8 +153,20 @@ def _settings(row: Mapping[str, str]) -> DisaggSettings:
         layout=_layout(row["recipe_prefill"], row["recipe_decode"]),
         unmodelled=row["unmodelled"],
         recipe=row["recipe"],
-        note=row["note"],
         source=f"{RECIPE_SOURCE}: {row['source']}",
+        candidates=candidates if len(candidates) > 1 else (),
+        note="; ".join(
+            n
+            for n in (
+                row["note"],
+                f"replayed as the centre of the {len(candidates)} candidate recipes' "
+                "predictions (geometric mean of those the product models; when it models "
+                "none, the row's layout runs with the settings they share)"
+                if len(candidates) > 1
+                else "",
+            )
+            if n
+        ),
     )
 
 
@@ -177,7 +214,11 @@ def disagg_row_settings(
             (v for v in table.values() if v.recipe == named), key=lambda v: v.settings != "recipe"
         )
         if listed:
-            return replace(listed[0], settings="recipe", note="named by the row")
+            return replace(listed[0], settings="recipe", note="named by the row", candidates=())
+        for entry in table.values():  # a recipe among a provenance's candidates
+            for candidate in entry.candidates:
+                if named in candidate.recipe.split():
+                    return replace(candidate, note="named by the row", source=entry.source)
         raise InvalidParameterError(
             "recipe", named, f"a recipe of {path.name} (a recipe file's stem)"
         )
