@@ -28,6 +28,9 @@ The model, hardware, quantization and engine family map exactly as in
 - ``prefill_batch_size`` / ``decode_batch_size`` are not engine settings in the source (the
   decode one is ``concurrency`` per decode rank) and are not read.
 
+A row whose provenance names several candidate recipes (:mod:`.disagg_recipes`) is replayed
+under each and reported as their centre (:func:`candidate_centre`).
+
 KV transfer (:func:`kv_transfer`): the prompt's KV on one prefill device over one device's
 link of the innermost interconnect tier that holds the whole deployment (NVLink inside an
 8-GPU node or a 72-GPU NVL72 rack, otherwise the network tier), plus

@@ -21,7 +21,10 @@ provenance in ``engine`` (the image's build), ``model``, ``hardware``, ``gemm_qu
   ``--max-running-requests`` over its attention-DP ranks) and ``decode_max_total_tokens``
   (SGLang's ``--max-total-tokens``, a cap on the decode KV pool);
 - ``unmodelled``: settings the product cannot represent (a drafter other than MTP, a draft
-  tree, redundant expert slots): such a row is refused with the setting named.
+  tree, redundant expert slots): such a row is refused with the setting named;
+- ``candidates``: every recipe at the row's key with its own pools and settings (a consolidated
+  recipe's variant read as ``srtctl`` lays it over the file's ``base``); with more than one the
+  replay predicts their centre (:func:`~app.core.validation.disagg_file.candidate_centre`).
 
 ``settings`` is ``recipe`` when every recipe at the row's key agrees on every value and one of
 them ran the row's layout; ``ambiguous`` otherwise (the values that agree apply, the others stay
