@@ -66,6 +66,7 @@ SETTINGS = (
     "decode_memory_fraction",
     "decode_max_batch_size",
     "decode_max_total_tokens",
+    "prefill_max_num_tokens",
     "unmodelled",
 )
 #: The recipe's pools (``workers x tp/attn_dp/moe_ep``) where the row records another layout and
@@ -208,6 +209,8 @@ def trtllm_settings(data: Mapping[str, Any]) -> dict[str, str]:
         # TensorRT-LLM's max_batch_size is per rank, attention DP or not.
         "decode_max_batch_size": str(decode.get("max_batch_size") or ""),
         "decode_max_total_tokens": "",
+        # the context server's token budget per iteration (per rank with attention DP)
+        "prefill_max_num_tokens": str(prefill.get("max_num_tokens") or ""),
         "unmodelled": " ".join(unmodelled),
     }
 
@@ -241,6 +244,9 @@ def sglang_settings(data: Mapping[str, Any]) -> dict[str, str]:
         "decode_memory_fraction": _fraction(decode.get("mem-fraction-static")),
         "decode_max_batch_size": str(running or ""),
         "decode_max_total_tokens": str(decode.get("max-total-tokens") or ""),
+        # not read: how SGLang shares --chunked-prefill-size among attention-DP ranks is not
+        # confirmed from its source here
+        "prefill_max_num_tokens": "",
         "unmodelled": " ".join(unmodelled),
     }
 

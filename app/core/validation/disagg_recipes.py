@@ -19,7 +19,10 @@ provenance in ``engine`` (the image's build), ``model``, ``hardware``, ``gemm_qu
   ``free_gpu_memory_fraction``, SGLang's ``--mem-fraction-static``), ``decode_max_batch_size``
   (the running cap of one decode rank: TensorRT-LLM's ``max_batch_size``, SGLang's
   ``--max-running-requests`` over its attention-DP ranks) and ``decode_max_total_tokens``
-  (SGLang's ``--max-total-tokens``, a cap on the decode KV pool);
+  (SGLang's ``--max-total-tokens``, a cap on the decode KV pool) and
+  ``prefill_max_num_tokens`` (TensorRT-LLM's context-server ``max_num_tokens``, the prefill
+  pool's token budget per rank, the profile's ``max_batched_tokens`` as in the aggregated
+  recipes' mapping);
 - ``unmodelled``: settings the product cannot represent (a drafter other than MTP, a draft
   tree, redundant expert slots): such a row is refused with the setting named;
 - ``candidates``: every recipe at the row's key with its own pools and settings (a consolidated
@@ -109,7 +112,7 @@ def _row_key(row: Mapping[str, str]) -> tuple[str, ...]:
     )
 
 
-def _options(kv: str, memory: str, running: str = "") -> Options:
+def _options(kv: str, memory: str, running: str = "", tokens: str = "") -> Options:
     out: list[tuple[str, str | float]] = []
     if (dtype := _KV_OPTION.get(kv)) is not None:
         out.append(("kv_cache_dtype", dtype))
@@ -117,21 +120,24 @@ def _options(kv: str, memory: str, running: str = "") -> Options:
         out.append(("memory_fraction", float(memory)))
     if running:
         out.append(("max_num_seqs", int(running)))
+    if tokens:
+        out.append(("max_batched_tokens", int(tokens)))
     return tuple(out)
 
 
 def _candidate(text: str) -> DisaggSettings:
     """One ``candidates`` entry: ``prefill+decode,<mtp>,<kv>,<prefill memory>,<decode
-    memory>,<decode max batch>,<decode max total tokens>,<unmodelled>,<recipe>`` (the
+    memory>,<decode max batch>,<decode max total tokens>,<prefill max num tokens>,<unmodelled>,
+    <recipe>`` (the
     generator's ``CANDIDATE_FIELDS``), as the settings that recipe runs in its own pools."""
-    pools, mtp, kv, p_mem, d_mem, running, total, unmodelled, recipe = text.split(",")
+    pools, mtp, kv, p_mem, d_mem, running, total, tokens, unmodelled, recipe = text.split(",")
     if kv not in _KV_OPTION:
         raise ValueError(f"{DISAGG_RECIPE_SETTINGS.name}: bad candidate {text}")  # data bug
     prefill, decode = pools.split("+")
     return DisaggSettings(
         settings="recipe",
         num_mtp_tokens=int(mtp) if mtp else 0,
-        prefill_options=_options(kv, p_mem),
+        prefill_options=_options(kv, p_mem, tokens=tokens),
         decode_options=_options(kv, d_mem, running),
         decode_max_total_tokens=int(total) if total else None,
         layout=_layout(prefill, decode),
@@ -150,7 +156,9 @@ def _settings(row: Mapping[str, str]) -> DisaggSettings:
     return DisaggSettings(
         settings="recipe" if settings == "recipe" else "ambiguous",
         num_mtp_tokens=int(mtp) if mtp else 0,
-        prefill_options=_options(kv, row["prefill_memory_fraction"]),
+        prefill_options=_options(
+            kv, row["prefill_memory_fraction"], tokens=row["prefill_max_num_tokens"]
+        ),
         decode_options=_options(kv, row["decode_memory_fraction"], row["decode_max_batch_size"]),
         decode_max_total_tokens=int(t) if (t := row["decode_max_total_tokens"]) else None,
         layout=_layout(row["recipe_prefill"], row["recipe_decode"]),

@@ -299,3 +299,34 @@ def test_the_centre_leaves_out_a_refused_candidate_and_refuses_when_all_are() ->
     assert candidate_centre(ROW, (a, b, c), simulate) == pytest.approx((200.0, 8.0))
     with pytest.raises(UnsupportedError, match="c is not"):
         candidate_centre(ROW, (c,), simulate)
+
+
+def test_a_trtllm_recipes_context_token_budget_is_the_prefill_pools() -> None:
+    """``ctx8_gen1_dep8_batch256_eplb0_mtp0`` (B300 FP4, 8192/1024) gives its context servers
+    ``max_num_tokens: 16896``: two 8k prompts per rank and forward, not the profile's one."""
+    from scripts.inferencex_disagg_recipes import trtllm_settings
+
+    recipe = {
+        "backend": {
+            "trtllm_config": {
+                "prefill": {"max_num_tokens": 16896, "enable_attention_dp": True},
+                "decode": {"max_batch_size": 256, "max_num_tokens": 256},
+            }
+        }
+    }
+    assert trtllm_settings(recipe)["prefill_max_num_tokens"] == "16896"
+    row = {
+        **ROW,
+        "model": "deepseek-ai/DeepSeek-R1",
+        "hardware": "B300 SXM 288GB",
+        "isl": "8192",
+        "concurrency": "2048",
+        **{"prefill_tp": "2", "prefill_attn_dp": "1", "prefill_moe_tp": "1"},
+        **{"prefill_moe_ep": "2", "decode_workers": "1", "decode_tp": "8"},
+        **{"decode_attn_dp": "1", "decode_moe_tp": "4", "decode_moe_ep": "2"},
+        "num_devices": "10",
+    }
+    found = disagg_row_settings(row)
+    assert found.recipe == "ctx8_gen1_dep8_batch256_eplb0_mtp0"
+    assert ("max_batched_tokens", 16896) in found.prefill_options
+    assert all(name != "max_batched_tokens" for name, _ in found.decode_options)
