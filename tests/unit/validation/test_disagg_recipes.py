@@ -330,3 +330,11 @@ def test_a_trtllm_recipes_context_token_budget_is_the_prefill_pools() -> None:
     assert found.recipe == "ctx8_gen1_dep8_batch256_eplb0_mtp0"
     assert ("max_batched_tokens", 16896) in found.prefill_options
     assert all(name != "max_batched_tokens" for name, _ in found.decode_options)
+
+
+def test_a_row_may_name_a_consolidated_variant_among_the_candidates() -> None:
+    named = disagg_row_settings(
+        {**SGLANG_ROW, "concurrency": "3", "recipe": "1k1k.yaml:zip_override_mtp_lowlat[0]"}
+    )
+    assert (named.settings, named.num_mtp_tokens, named.candidates) == ("recipe", 2, ())
+    assert named.note == "named by the row" and "srt-slurm" in named.source
