@@ -42,6 +42,11 @@ CASES = ROOT.parent / "shared" / "validation" / "measured_disagg_serving_cases.c
 CONFIGS = (".github/configs/nvidia-master.yaml", "configs/nvidia-master.yaml")
 SINCE, UNTIL = "2025-11-15", "2026-04-30"
 BRANCH = "sa-submission-q2-2026"
+#: ``NVIDIA/srt-slurm`` "Merge sa-submission-q1-2026 into main (#202)", 2026-03-03: the
+#: recipes of the branch InferenceX's runners checked out during the period
+#: (``runners/launch_*-slurm.sh``), before #206 (2026-03-04) merged the B200 per-variant
+#: STP/MTP files into four consolidated files; read where ``--branch`` lacks a file.
+Q1_MERGE = "5063eb432640574bd93410ae2697591a7d15f57c"
 KEY_COLUMNS = (
     "engine",
     "model",
@@ -61,12 +66,25 @@ SETTINGS = (
     "decode_memory_fraction",
     "decode_max_batch_size",
     "decode_max_total_tokens",
+    "prefill_max_num_tokens",
     "unmodelled",
 )
 #: The recipe's pools (``workers x tp/attn_dp/moe_ep``) where the row records another layout and
 #: the recipes at its concurrency ran one the product models.
 LAYOUT = ("recipe_prefill", "recipe_decode")
-COLUMNS = (*KEY_COLUMNS, *SETTINGS, *LAYOUT, "settings", "recipe", "note", "source")
+#: Per candidate recipe (an item that could have run the row): its pools and its own settings,
+#: ``prefill+decode,<SETTINGS...>,<recipe>``, candidates joined by `` | ``.
+CANDIDATE_FIELDS = ("pools", *SETTINGS, "recipe")
+COLUMNS = (
+    *KEY_COLUMNS,
+    *SETTINGS,
+    *LAYOUT,
+    "settings",
+    "recipe",
+    "note",
+    "source",
+    "candidates",
+)
 PRECISION = {"nvfp4": "fp4", "fp8": "fp8"}
 RUNNER = {
     "B200 180GB": "b200",
@@ -191,6 +209,8 @@ def trtllm_settings(data: Mapping[str, Any]) -> dict[str, str]:
         # TensorRT-LLM's max_batch_size is per rank, attention DP or not.
         "decode_max_batch_size": str(decode.get("max_batch_size") or ""),
         "decode_max_total_tokens": "",
+        # the context server's token budget per iteration (per rank with attention DP)
+        "prefill_max_num_tokens": str(prefill.get("max_num_tokens") or ""),
         "unmodelled": " ".join(unmodelled),
     }
 
@@ -224,16 +244,70 @@ def sglang_settings(data: Mapping[str, Any]) -> dict[str, str]:
         "decode_memory_fraction": _fraction(decode.get("mem-fraction-static")),
         "decode_max_batch_size": str(running or ""),
         "decode_max_total_tokens": str(decode.get("max-total-tokens") or ""),
+        # not read: how SGLang shares --chunked-prefill-size among attention-DP ranks is not
+        # confirmed from its source here
+        "prefill_max_num_tokens": "",
         "unmodelled": " ".join(unmodelled),
     }
 
 
+def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` laid over it (mappings merge, other values replace)."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _zip_index(value: Any, index: int) -> Any:
+    """A ``zip_override_*`` section's ``index``-th variant: every list picks its element."""
+    if isinstance(value, Mapping):
+        return {k: _zip_index(v, index) for k, v in value.items()}
+    if isinstance(value, list):
+        return value[index]
+    return value
+
+
+def variant(data: Mapping[str, Any], selector: str) -> dict[str, Any]:
+    """One variant of a consolidated recipe (srt-slurm's ``base:`` plus ``override_<name>:`` or
+    ``zip_override_<name>:`` sections, selected as ``FILE.yaml:override_<name>`` or
+    ``FILE.yaml:zip_override_<name>[i]``, as ``srtctl apply -f`` takes them): the base with the
+    section laid over it. A plain recipe (no ``base``) is itself; a file without a selector is
+    its base."""
+    if "base" not in data:
+        return dict(data)
+    base = data["base"] or {}
+    if not selector:
+        return dict(base)
+    found = re.fullmatch(r"(zip_override_\w+)\[(\d+)\]", selector)
+    if found:
+        section = _zip_index(data.get(found.group(1)) or {}, int(found.group(2)))
+    else:
+        section = data.get(selector) or {}
+    return _deep_merge(base, section)
+
+
+def recipe_text(recipes: Path, branch: str, path: str) -> str:
+    """A recipe file at ``branch``, else as the ``sa-submission-q1-2026`` branch left it
+    (:data:`Q1_MERGE`; InferenceX's runners of the period checked out that branch, and the
+    later branch consolidated many per-variant files into one), else empty."""
+    for ref in (branch, Q1_MERGE):
+        if text := git(recipes, "show", f"{ref}:{path}"):
+            return text
+    return ""
+
+
 def recipe_settings(recipes: Path, branch: str, path: str) -> dict[str, str] | None:
-    """A recipe's settings, or None when the branch does not hold it."""
-    text = git(recipes, "show", f"{branch}:{path}")
+    """A recipe's settings (``path`` may select a consolidated file's variant,
+    ``FILE.yaml:zip_override_mtp_lowlat[0]``), or None when no ref holds the file."""
+    file, _, selector = path.partition(":")
+    text = recipe_text(recipes, branch, file)
     if not text:
         return None
-    data = yaml.load(text, Loader=yaml.CSafeLoader) or {}
+    data = variant(yaml.load(text, Loader=yaml.CSafeLoader) or {}, selector)
     backend = str(_section(data, "backend").get("type") or "")
     if backend == "trtllm" or "trtllm_config" in _section(data, "backend"):
         return trtllm_settings(data)
@@ -362,9 +436,22 @@ def table_rows(repo: Path, recipes: Path, branch: str, cases: Path) -> list[dict
         per_path = {}
         for path in paths:
             if path not in cache:
-                cache[path] = recipe_settings(recipes, branch, path.split(":")[0])
+                cache[path] = recipe_settings(recipes, branch, path)
             per_path[path] = cache[path] or name_settings(path)
         merged, notes = merge(per_path.values())
+        # one candidate per (pools, settings): the same variant may be named twice (a q1 file
+        # and its q2 consolidated section), its recipe names joined
+        grouped: dict[tuple[str, ...], set[str]] = {}
+        for i in chosen:
+            if p := recipe_path(i):
+                pools_settings = (
+                    f"{item_pool(i, 'prefill')}+{item_pool(i, 'decode')}",
+                    *(per_path[p][name] for name in SETTINGS),
+                )
+                grouped.setdefault(pools_settings, set()).add(
+                    p.rsplit("/", 1)[-1].removesuffix(".yaml")
+                )
+        candidates = sorted((*k, " ".join(sorted(v))) for k, v in grouped.items())
         merged |= dict.fromkeys(LAYOUT, "")
         if not exact:
             pools = sorted({(item_pool(i, "prefill"), item_pool(i, "decode")) for i in found})
@@ -384,7 +471,10 @@ def table_rows(repo: Path, recipes: Path, branch: str, cases: Path) -> list[dict
                 merged |= {"decode_max_batch_size": "", "decode_max_total_tokens": ""}
         missing = [p for p in paths if cache[p] is None]
         if missing:
-            notes.append("not on the recipes branch, read from its name: " + " ".join(missing))
+            notes.append(
+                "not in srt-slurm (q2 branch or the q1 merge), read from its name: "
+                + " ".join(missing)
+            )
         commits = sorted({i["commit"][:10] for i in chosen})
         if commits == ["recipe"]:
             notes.append("no config item lists this client count; the recipes' benchmarks do")
@@ -399,6 +489,7 @@ def table_rows(repo: Path, recipes: Path, branch: str, cases: Path) -> list[dict
                 + ("recipe folders" if commits == ["recipe"] else f"@ {commits[0]}..{commits[-1]}")
                 + f"; NVIDIA/srt-slurm@{branch}:"
                 + " ".join(paths),
+                "candidates": " | ".join(",".join(c) for c in candidates),
             }
         )
     return out

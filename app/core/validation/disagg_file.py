@@ -28,6 +28,9 @@ The model, hardware, quantization and engine family map exactly as in
 - ``prefill_batch_size`` / ``decode_batch_size`` are not engine settings in the source (the
   decode one is ``concurrency`` per decode rank) and are not read.
 
+A row whose provenance names several candidate recipes (:mod:`.disagg_recipes`) is replayed
+under each and reported as their centre (:func:`candidate_centre`).
+
 KV transfer (:func:`kv_transfer`): the prompt's KV on one prefill device over one device's
 link of the innermost interconnect tier that holds the whole deployment (NVLink inside an
 8-GPU node or a 72-GPU NVL72 rack, otherwise the network tier), plus
@@ -37,13 +40,14 @@ link of the innermost interconnect tier that holds the whole deployment (NVLink 
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from app.core.catalog.devices import get_device
 from app.core.catalog.hardware import Device
 from app.core.catalog.models import get_model
-from app.core.errors import InvalidParameterError
+from app.core.errors import ChunkwiseError, InvalidParameterError
 from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
 from app.core.profiles import get_profile
@@ -172,6 +176,22 @@ def pool_layout(row: Mapping[str, str], pool: str, *, is_moe: bool) -> PoolLayou
     return PoolLayout(workers=workers, tp=tp, dp=dp, ep=ep)
 
 
+def row_pools(row: Mapping[str, str]) -> tuple[PoolLayout, PoolLayout, int]:
+    """The row's two pools and its device total, refused when the runner cannot represent an
+    expert split or the total is not the pools' devices."""
+    is_moe = get_model(row_deployment(row)[0]).is_moe
+    prefill = pool_layout(row, "prefill", is_moe=is_moe)
+    decode = pool_layout(row, "decode", is_moe=is_moe)
+    devices = int_column(row, "num_devices")
+    if devices != prefill.devices + decode.devices:
+        raise InvalidParameterError(
+            "num_devices",
+            devices,
+            f"the devices of both pools, {prefill.devices} + {decode.devices}",
+        )
+    return prefill, decode, devices
+
+
 def kv_transfer(device: Device, devices: int, bytes_per_request: float) -> KvTransfer:
     """The transfer of one prompt's KV (``bytes_per_request`` on one prefill device) over the
     innermost tier holding all ``devices`` of the deployment (an 8-GPU NVLink node, a 72-GPU
@@ -209,6 +229,14 @@ class DisaggReplay:
     def predict(
         self, row: Mapping[str, str], settings: DisaggSettings = DEFAULT_DISAGG_SETTINGS
     ) -> tuple[float, float]:
+        """The row's (TTFT, TPOT): its settings' simulation, or with several candidate recipes
+        the centre of theirs (:func:`candidate_centre`)."""
+        if settings.candidates:
+            row_pools(row)  # the row as recorded must add up, whichever recipe ran it
+            try:
+                return candidate_centre(row, settings.candidates, self.simulate)
+            except ChunkwiseError:  # none modelled: the recorded layout, the shared settings
+                pass
         result = self.simulate(row, settings)
         return result.ttft_ms, result.tpot_ms
 
@@ -223,16 +251,8 @@ class DisaggReplay:
         family = get_profile(engine_family(row["engine"]))
         profile = family.with_overrides(dict(settings.prefill_options))
         decode_profile = family.with_overrides(dict(settings.decode_options))
+        prefill, decode, devices = row_pools(row)
         is_moe = get_model(model).is_moe
-        prefill = pool_layout(row, "prefill", is_moe=is_moe)
-        decode = pool_layout(row, "decode", is_moe=is_moe)
-        devices = int_column(row, "num_devices")
-        if devices != prefill.devices + decode.devices:
-            raise InvalidParameterError(
-                "num_devices",
-                devices,
-                f"the devices of both pools, {prefill.devices} + {decode.devices}",
-            )
         isl = int_column(row, "isl")
         osl = int_column(row, "osl")
         concurrency = int_column(row, "concurrency")
@@ -301,6 +321,39 @@ class DisaggReplay:
         )
         self._results[key] = result
         return result
+
+
+def candidate_centre(
+    row: Mapping[str, str],
+    candidates: tuple[DisaggSettings, ...],
+    simulate: Callable[[Mapping[str, str], DisaggSettings], DisaggServingResult],
+) -> tuple[float, float]:
+    """The geometric mean of the (TTFT, TPOT) each candidate recipe predicts for ``row``, over
+    the candidates the product models (one it refuses is left out; when it refuses all, the
+    first refusal is raised).
+
+    A row whose provenance names several recipes (an MTP entry and its plain twin at the same
+    concurrency, or items of other pool sizes) was measured under exactly one of them, which
+    the row does not say; configurations measured more than once show both (TPOT 4.7 and
+    9.8 ms at four clients of one DeepSeek-R1 SGLang B200 configuration). The geometric mean
+    is the centre the replica floor measures such rows against (``validate --replicas``); for
+    two candidates it is also the prediction with the least worst-case log error."""
+    found: list[tuple[float, float]] = []
+    refused: ChunkwiseError | None = None
+    for candidate in candidates:
+        try:
+            result = simulate(row, candidate)
+        except ChunkwiseError as err:
+            refused = refused or err
+            continue
+        found.append((result.ttft_ms, result.tpot_ms))
+    if not found:
+        assert refused is not None  # candidates is never empty
+        raise refused
+    return (
+        math.exp(math.fsum(math.log(t) for t, _ in found) / len(found)),
+        math.exp(math.fsum(math.log(t) for _, t in found) / len(found)),
+    )
 
 
 def replay_disagg_file(text: str, *, drop_layout_duplicates: bool = False) -> CaseFileReport:

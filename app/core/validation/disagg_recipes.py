@@ -19,12 +19,18 @@ provenance in ``engine`` (the image's build), ``model``, ``hardware``, ``gemm_qu
   ``free_gpu_memory_fraction``, SGLang's ``--mem-fraction-static``), ``decode_max_batch_size``
   (the running cap of one decode rank: TensorRT-LLM's ``max_batch_size``, SGLang's
   ``--max-running-requests`` over its attention-DP ranks) and ``decode_max_total_tokens``
-  (SGLang's ``--max-total-tokens``, a cap on the decode KV pool);
+  (SGLang's ``--max-total-tokens``, a cap on the decode KV pool) and
+  ``prefill_max_num_tokens`` (TensorRT-LLM's context-server ``max_num_tokens``, the prefill
+  pool's token budget per rank, the profile's ``max_batched_tokens`` as in the aggregated
+  recipes' mapping);
 - ``redundant_experts`` (optional column): SGLang's ``--ep-num-redundant-experts``, the
   expert slots beyond the routed experts every worker of both pools holds (the profile's
   ``redundant_experts``);
 - ``unmodelled``: settings the product cannot represent (a drafter other than MTP, a draft
-  tree, TensorRT-LLM's EPLB slots): such a row is refused with the setting named.
+  tree, TensorRT-LLM's EPLB slots): such a row is refused with the setting named;
+- ``candidates``: every recipe at the row's key with its own pools and settings (a consolidated
+  recipe's variant read as ``srtctl`` lays it over the file's ``base``); with more than one the
+  replay predicts their centre (:func:`~app.core.validation.disagg_file.candidate_centre`).
 
 ``settings`` is ``recipe`` when every recipe at the row's key agrees on every value and one of
 them ran the row's layout; ``ambiguous`` otherwise (the values that agree apply, the others stay
@@ -73,6 +79,10 @@ class DisaggSettings:
     recipe: str = ""
     note: str = ""
     source: str = ""
+    #: Every recipe that could have run the row (its pools and its own settings), when the
+    #: provenance names more than one: the replay runs each and reports their centre
+    #: (:func:`candidate_centre`); ``()``: the settings above run.
+    candidates: tuple[DisaggSettings, ...] = ()
 
     @property
     def mtp_acceptance_rates(self) -> tuple[float, ...]:
@@ -105,7 +115,9 @@ def _row_key(row: Mapping[str, str]) -> tuple[str, ...]:
     )
 
 
-def _options(kv: str, memory: str, running: str = "", redundant: str = "") -> Options:
+def _options(
+    kv: str, memory: str, running: str = "", tokens: str = "", redundant: str = ""
+) -> Options:
     out: list[tuple[str, str | float]] = []
     if (dtype := _KV_OPTION.get(kv)) is not None:
         out.append(("kv_cache_dtype", dtype))
@@ -113,9 +125,32 @@ def _options(kv: str, memory: str, running: str = "", redundant: str = "") -> Op
         out.append(("memory_fraction", float(memory)))
     if running:
         out.append(("max_num_seqs", int(running)))
+    if tokens:
+        out.append(("max_batched_tokens", int(tokens)))
     if redundant:
         out.append(("redundant_experts", int(redundant)))
     return tuple(out)
+
+
+def _candidate(text: str) -> DisaggSettings:
+    """One ``candidates`` entry: ``prefill+decode,<mtp>,<kv>,<prefill memory>,<decode
+    memory>,<decode max batch>,<decode max total tokens>,<prefill max num tokens>,<unmodelled>,
+    <recipe>`` (the
+    generator's ``CANDIDATE_FIELDS``), as the settings that recipe runs in its own pools."""
+    pools, mtp, kv, p_mem, d_mem, running, total, tokens, unmodelled, recipe = text.split(",")
+    if kv not in _KV_OPTION:
+        raise ValueError(f"{DISAGG_RECIPE_SETTINGS.name}: bad candidate {text}")  # data bug
+    prefill, decode = pools.split("+")
+    return DisaggSettings(
+        settings="recipe",
+        num_mtp_tokens=int(mtp) if mtp else 0,
+        prefill_options=_options(kv, p_mem, tokens=tokens),
+        decode_options=_options(kv, d_mem, running),
+        decode_max_total_tokens=int(total) if total else None,
+        layout=_layout(prefill, decode),
+        unmodelled=unmodelled,
+        recipe=recipe,
+    )
 
 
 def disagg_settings(row: Mapping[str, str]) -> DisaggSettings:
@@ -125,22 +160,40 @@ def disagg_settings(row: Mapping[str, str]) -> DisaggSettings:
     if settings not in ("recipe", "ambiguous") or kv not in _KV_OPTION:
         raise ValueError(f"{DISAGG_RECIPE_SETTINGS.name}: bad row {row}")  # a shipped-data bug
     mtp = row["num_mtp_tokens"]
-    # Both pools' workers run the recipe's redundant expert slots (a table without the
-    # column: none).
+    # Both pools' workers run the recipe's redundant expert slots; a table without the
+    # column (the aggregated rows' layouts) has none, nor candidates or a prefill budget.
     redundant = row.get("redundant_experts", "")
+    candidates = tuple(_candidate(c) for c in row.get("candidates", "").split(" | ") if c)
     return DisaggSettings(
         settings="recipe" if settings == "recipe" else "ambiguous",
         num_mtp_tokens=int(mtp) if mtp else 0,
-        prefill_options=_options(kv, row["prefill_memory_fraction"], redundant=redundant),
+        prefill_options=_options(
+            kv,
+            row["prefill_memory_fraction"],
+            tokens=row.get("prefill_max_num_tokens", ""),
+            redundant=redundant,
+        ),
         decode_options=_options(
-            kv, row["decode_memory_fraction"], row["decode_max_batch_size"], redundant
+            kv, row["decode_memory_fraction"], row["decode_max_batch_size"], redundant=redundant
         ),
         decode_max_total_tokens=int(t) if (t := row["decode_max_total_tokens"]) else None,
         layout=_layout(row["recipe_prefill"], row["recipe_decode"]),
         unmodelled=row["unmodelled"],
         recipe=row["recipe"],
-        note=row["note"],
         source=f"{RECIPE_SOURCE}: {row['source']}",
+        candidates=candidates if len(candidates) > 1 else (),
+        note="; ".join(
+            n
+            for n in (
+                row["note"],
+                f"replayed as the centre of the {len(candidates)} candidate recipes' "
+                "predictions (geometric mean of those the product models; when it models "
+                "none, the row's layout runs with the settings they share)"
+                if len(candidates) > 1
+                else "",
+            )
+            if n
+        ),
     )
 
 
@@ -188,7 +241,11 @@ def disagg_row_settings(
             (v for v in table.values() if v.recipe == named), key=lambda v: v.settings != "recipe"
         )
         if listed:
-            return replace(listed[0], settings="recipe", note="named by the row")
+            return replace(listed[0], settings="recipe", note="named by the row", candidates=())
+        for entry in table.values():  # a recipe among a provenance's candidates
+            for candidate in entry.candidates:
+                if named in candidate.recipe.split():
+                    return replace(candidate, note="named by the row", source=entry.source)
         raise InvalidParameterError(
             "recipe", named, f"a recipe of {path.name} (a recipe file's stem)"
         )

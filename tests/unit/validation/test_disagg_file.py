@@ -76,8 +76,9 @@ def test_a_row_whose_layout_does_not_add_up_is_refused() -> None:
     row = dict(zip(header.split(","), rows[1].split(","), strict=True))  # SGLang, DeepSeek-V3
     broken = {**row, "case_id": "devices", "num_devices": "15"}
     split = {**row, "case_id": "split", "decode_moe_ep": "4"}  # 1 x 4 experts over 8 ranks
-    # 671 B parameters on one GPU
+    # 671 B parameters on one GPU (at a client count no recipe lists: the recorded layout runs)
     fits = {**row, "case_id": "fits", "prefill_tp": "1", "prefill_moe_tp": "1", "num_devices": "9"}
+    fits["concurrency"] = "3"
     text = "\n".join(
         [header, *(",".join(r[c] for c in DISAGG_CASE_COLUMNS) for r in (broken, split, fits))]
     )

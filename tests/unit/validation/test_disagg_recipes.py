@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,14 +15,17 @@ import pytest
 from app.core.errors import InvalidParameterError, UnsupportedError
 from app.core.profiles import get_profile
 from app.core.validation import DISAGG_CASE_COLUMNS, DisaggReplay, replay_disagg_file
+from app.core.validation.disagg_file import candidate_centre
 from app.core.validation.disagg_recipes import (
     DEFAULT_DISAGG_SETTINGS,
     DISAGG_RECIPE_SETTINGS,
     MTP_ACCEPTANCE_RATES,
+    DisaggSettings,
     disagg_recipe_table,
     disagg_row_settings,
 )
 from app.core.validation.predict import engine_family
+from app.core.workload.disagg_serving import DisaggServingResult
 from tests.api.helpers import run
 from tests.unit.validation.test_case_file import file_of
 
@@ -159,3 +164,177 @@ def test_a_row_recorded_in_another_layout_replays_in_its_recipes_with_its_mtp() 
     assert DisaggReplay().predict(recorded, found) == DisaggReplay().predict(
         as_run, replace(found, layout=())
     )
+
+
+#: srt-slurm's consolidated B200 FP8 SGLang recipe (``recipes/b200-fp8/1k1k.yaml`` on
+#: ``sa-submission-q2-2026``), cut to the keys the table reads: a ``base`` and variants that
+#: ``srtctl apply -f FILE.yaml:zip_override_mtp_lowlat[1]`` lays over it.
+CONSOLIDATED = {
+    "base": {
+        "resources": {"decode_workers": 1},
+        "backend": {
+            "sglang_config": {
+                "prefill": {"mem-fraction-static": 0.85, "kv-cache-dtype": "fp8_e4m3"},
+                "decode": {
+                    "mem-fraction-static": 0.85,
+                    "kv-cache-dtype": "fp8_e4m3",
+                    "max-running-requests": 512,
+                },
+            }
+        },
+    },
+    "zip_override_mtp_lowlat": {
+        "resources": {"decode_workers": [1, 3]},
+        "backend": {
+            "sglang_config": {
+                "decode": {
+                    "speculative-algorithm": "EAGLE",
+                    "speculative-num-steps": 2,
+                    "speculative-eagle-topk": 1,
+                }
+            }
+        },
+    },
+    "override_mtp_maxtpt_1p2d": {
+        "backend": {
+            "sglang_config": {
+                "decode": {
+                    "speculative-algorithm": "EAGLE",
+                    "speculative-num-steps": 1,
+                    "data-parallel-size": 8,
+                    "enable-dp-attention": True,
+                }
+            }
+        }
+    },
+}
+
+
+def test_a_consolidated_recipe_is_read_as_the_variant_its_config_names() -> None:
+    """Read as a plain recipe, the file has no ``backend`` at its top: every setting came out
+    blank or default (no speculation, 16-bit KV), which replayed MTP rows without MTP."""
+    from scripts.inferencex_disagg_recipes import sglang_settings, variant
+
+    low = variant(CONSOLIDATED, "zip_override_mtp_lowlat[1]")
+    assert low["resources"] == {"decode_workers": 3}
+    found = sglang_settings(low)
+    assert (found["num_mtp_tokens"], found["kv_cache_dtype"]) == ("2", "fp8")
+    assert (found["decode_memory_fraction"], found["decode_max_batch_size"]) == ("0.85", "512")
+    wide = sglang_settings(variant(CONSOLIDATED, "override_mtp_maxtpt_1p2d"))
+    assert (wide["num_mtp_tokens"], wide["decode_max_batch_size"]) == ("1", "64")  # 512 / 8
+    assert sglang_settings(variant(CONSOLIDATED, ""))["num_mtp_tokens"] == "0"  # the base
+    assert sglang_settings(CONSOLIDATED)["kv_cache_dtype"] == "default"  # the old misreading
+
+
+_TEP8 = {"tp": "8", "attn_dp": "1", "moe_tp": "1", "moe_ep": "8"}
+_RESULT = DisaggServingResult(
+    ttft_ms=1.0,
+    tpot_ms=1.0,
+    e2e_ms=1.0,
+    makespan_ms=1.0,
+    throughput_tokens_s=1.0,
+    request_throughput_s=1.0,
+    num_requests=1,
+    prefill_queue_ms=0.0,
+    transfer_ms=0.0,
+    decode_wait_ms=0.0,
+    prefill_utilisation=0.0,
+    decode_utilisation=0.0,
+    binding_pool="decode",
+    prefill_jobs=1,
+    decode_runs=1,
+    forward_evaluations=1,
+)
+
+#: DeepSeek-R1 FP8 on B200 under SGLang 0.5.8.post1, 1024/1024 tokens, one TEP8 prefill and one
+#: TEP8 decode worker as the file records them.
+SGLANG_ROW = {
+    **ROW,
+    "model": "deepseek-ai/DeepSeek-R1",
+    "engine": "sglang 0.5.8.post1",
+    "gemm_quant": "fp8",
+    "moe_quant": "fp8_block",
+    **{f"{pool}_{c}": v for pool in ("prefill", "decode") for c, v in _TEP8.items()},
+    "decode_workers": "1",
+    "num_devices": "16",
+}
+
+
+def test_an_mtp_only_key_decodes_with_its_recipes_drafts() -> None:
+    """At 64 clients InferenceX ran only the ``-mtp`` entry's ``low-latency-tep8-1p1d``
+    (``zip_override_mtp_lowlat[0]``: EAGLE with 2 steps, FP8 KV, static fraction 0.85);
+    measured TPOT 14.0-15.8 ms, 27.7 ms replayed without the drafts."""
+    found = disagg_row_settings({**SGLANG_ROW, "concurrency": "64"})
+    assert found.num_mtp_tokens == 2 and not found.candidates
+    assert ("kv_cache_dtype", "fp8") in found.decode_options
+    assert ("memory_fraction", 0.85) in found.decode_options
+
+
+def test_a_row_with_several_candidate_recipes_replays_as_their_centre() -> None:
+    """At 4 clients the entry and its ``-mtp`` twin both ran the 1P1D TEP8 recipe; the file's
+    replicas of that configuration measured TPOT 4.7-4.9 ms and 9.8 ms, one of each."""
+    row = {**SGLANG_ROW, "concurrency": "4"}
+    found = disagg_row_settings(row)
+    assert sorted(c.num_mtp_tokens for c in found.candidates) == [0, 2]
+    assert "centre of the 2 candidate recipes" in found.note
+    replay = DisaggReplay()
+    each = [replay.simulate(row, c) for c in found.candidates]
+    plain, mtp = sorted(each, key=lambda r: -r.tpot_ms)
+    assert mtp.tpot_ms < 0.7 * plain.tpot_ms  # two drafts at 0.9 / 0.6 acceptance
+    ttft, tpot = replay.predict(row, found)
+    assert tpot == pytest.approx(math.sqrt(plain.tpot_ms * mtp.tpot_ms))
+    assert ttft == pytest.approx(math.sqrt(plain.ttft_ms * mtp.ttft_ms))
+
+
+def test_the_centre_leaves_out_a_refused_candidate_and_refuses_when_all_are() -> None:
+    a, b, c = (replace(DEFAULT_DISAGG_SETTINGS, recipe=name) for name in "abc")
+    results = {"a": (100.0, 4.0), "b": (400.0, 16.0)}
+
+    def simulate(row: Mapping[str, str], s: DisaggSettings) -> DisaggServingResult:
+        if s.recipe not in results:
+            raise UnsupportedError(f"{s.recipe} is not modelled")
+        ttft, tpot = results[s.recipe]
+        return replace(_RESULT, ttft_ms=ttft, tpot_ms=tpot)
+
+    assert candidate_centre(ROW, (a, b, c), simulate) == pytest.approx((200.0, 8.0))
+    with pytest.raises(UnsupportedError, match="c is not"):
+        candidate_centre(ROW, (c,), simulate)
+
+
+def test_a_trtllm_recipes_context_token_budget_is_the_prefill_pools() -> None:
+    """``ctx8_gen1_dep8_batch256_eplb0_mtp0`` (B300 FP4, 8192/1024) gives its context servers
+    ``max_num_tokens: 16896``: two 8k prompts per rank and forward, not the profile's one."""
+    from scripts.inferencex_disagg_recipes import trtllm_settings
+
+    recipe = {
+        "backend": {
+            "trtllm_config": {
+                "prefill": {"max_num_tokens": 16896, "enable_attention_dp": True},
+                "decode": {"max_batch_size": 256, "max_num_tokens": 256},
+            }
+        }
+    }
+    assert trtllm_settings(recipe)["prefill_max_num_tokens"] == "16896"
+    row = {
+        **ROW,
+        "model": "deepseek-ai/DeepSeek-R1",
+        "hardware": "B300 SXM 288GB",
+        "isl": "8192",
+        "concurrency": "2048",
+        **{"prefill_tp": "2", "prefill_attn_dp": "1", "prefill_moe_tp": "1"},
+        **{"prefill_moe_ep": "2", "decode_workers": "1", "decode_tp": "8"},
+        **{"decode_attn_dp": "1", "decode_moe_tp": "4", "decode_moe_ep": "2"},
+        "num_devices": "10",
+    }
+    found = disagg_row_settings(row)
+    assert found.recipe == "ctx8_gen1_dep8_batch256_eplb0_mtp0"
+    assert ("max_batched_tokens", 16896) in found.prefill_options
+    assert all(name != "max_batched_tokens" for name, _ in found.decode_options)
+
+
+def test_a_row_may_name_a_consolidated_variant_among_the_candidates() -> None:
+    named = disagg_row_settings(
+        {**SGLANG_ROW, "concurrency": "3", "recipe": "1k1k.yaml:zip_override_mtp_lowlat[0]"}
+    )
+    assert (named.settings, named.num_mtp_tokens, named.candidates) == ("recipe", 2, ())
+    assert named.note == "named by the row" and "srt-slurm" in named.source
