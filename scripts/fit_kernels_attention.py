@@ -230,10 +230,16 @@ def _descend(
 
 
 def _fit(
-    p: dict[str, Any], row_knots: tuple[float, ...], *, fit_head_dim: bool = True
+    p: dict[str, Any],
+    row_knots: tuple[float, ...],
+    *,
+    fit_head_dim: bool = True,
+    bounds: dict[str, tuple[float, float]] = BOUNDS,
+    span: float = 8.0,
 ) -> dict[str, np.ndarray]:
     """The free terms of least loss on ``p`` (``fit_head_dim``: False keeps every head width's
-    factor at 1, for tables that measure one width)."""
+    factor at 1, for tables that measure one width; ``bounds`` and the first round's ``span``
+    of each term: a kernel far below the peaks needs lower bounds and a wider first search)."""
     shape = (len(row_knots), len(CONTEXT_KNOTS))
     params = {
         "compute": np.full(shape, 0.3),
@@ -242,15 +248,14 @@ def _fit(
         "row_s": np.array([1e-9]),
         "fixed": np.array([max(p["launch_s"], 5 * S_PER_US)]),
     }
-    span = 8.0
     for _ in range(ROUNDS):
         _descend(p, params, "fixed", 0, (p["launch_s"], MAX_FIXED_US * S_PER_US), span)
-        _descend(p, params, "row_s", 0, BOUNDS["row_s"], span)
+        _descend(p, params, "row_s", 0, bounds["row_s"], span)
         for k in range(len(HEAD_DIM_KNOTS) if fit_head_dim else 0):
-            _descend(p, params, "head_dim", k, BOUNDS["head_dim"], span)
+            _descend(p, params, "head_dim", k, bounds["head_dim"], span)
         for name in ("compute", "memory"):
             for index in np.ndindex(*shape):
-                _descend(p, params, name, index, BOUNDS[name], span)
+                _descend(p, params, name, index, bounds[name], span)
         span = math.sqrt(span)
     params["compute"] = _monotone(params["compute"])
     params["memory"] = _monotone(params["memory"])
