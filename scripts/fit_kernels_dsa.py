@@ -43,9 +43,9 @@ from app.core.runner.kernel_fit_dsa import (
     DSA_LOGITS_DECODE,
     DSA_SPARSE_MLA,
     DSA_TOPK,
-    SPARSE_MLA_HEAD_BLOCK,
 )
 from app.core.runner.layers import (
+    SPARSE_MLA_HEAD_BLOCK,
     attended_pairs,
     indexer_logits_terms,
     indexer_topk_terms,

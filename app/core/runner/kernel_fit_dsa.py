@@ -21,8 +21,9 @@ attention fit's form, with
 - :data:`DSA_SPARSE_MLA` (FlashMLA's ``flash_mla_sparse_fwd``, the absorbed MLA over the
   selected latents, prefill and decode): ``rows`` new tokens x query heads, ``context`` the
   selected positions ``min(context, topk)``. The tables measure 64 heads only, and the engines
-  pad fewer heads per rank to the kernel's head block (:data:`SPARSE_MLA_HEAD_BLOCK`), so a
-  rank with fewer heads does the work of a full block.
+  pad fewer heads per rank to the kernel's head block
+  (:data:`~app.core.runner.layers.SPARSE_MLA_HEAD_BLOCK`, with its evidence), so a rank with
+  fewer heads does the work of a full block.
 
 and the runner's own flops and bytes (:func:`~app.core.runner.layers.indexer_logits_terms`,
 :func:`~app.core.runner.layers.indexer_topk_terms`,
@@ -63,13 +64,6 @@ DSA_LOGITS_DECODE = "dsa_indexer_logits_decode"
 DSA_TOPK = "dsa_indexer_topk"
 DSA_SPARSE_MLA = "dsa_sparse_mla"
 KERNELS = (DSA_LOGITS, DSA_LOGITS_DECODE, DSA_TOPK, DSA_SPARSE_MLA)
-#: Query heads one FlashMLA sparse kernel block computes on SM90: fewer heads per rank are
-#: padded to it. Evidence (SGLang 0.5.14 ``dsa_context_module_perf``, H200, GLM-5-FP8, one
-#: request of 8,192 tokens): the whole attention module takes 7.43 / 7.75 / 8.47 / 9.03 ms at
-#: 8 / 16 / 32 / 64 heads per rank, while the 64-head sparse kernel alone measures 3.96 ms
-#: (``glm5_dsa_attn_module_perf``): a kernel proportional to the heads could not leave 7.4 ms
-#: at 8 heads.
-SPARSE_MLA_HEAD_BLOCK = 64
 #: The devices whose served DSA attention kernel is the measured ``flash_mla_sparse_fwd``
 #: (SGLang's ``dsa_context_module_perf`` names ``flashmla_*`` kernels on H100 / H200 and
 #: ``trtllm`` ones on the Blackwell systems).

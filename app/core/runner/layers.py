@@ -94,6 +94,13 @@ INDEXER_SCORE_FLOPS_PER_HEAD = 3
 FP8_QUANT_FLOPS_PER_ELEMENT = 3
 INDEXER_Q_BYTES = 1.0  # queries enter the score kernel as float8_e4m3fn
 INDEXER_WEIGHT_BYTES = 4.0  # per-head weights times the query scales, float32
+#: Query heads one FlashMLA sparse kernel block computes on SM90: fewer heads per rank are
+#: padded to it. Evidence (SGLang 0.5.14 ``dsa_context_module_perf``, H200, GLM-5-FP8, one
+#: request of 8,192 tokens): the whole attention module takes 7.43 / 7.75 / 8.47 / 9.03 ms at
+#: 8 / 16 / 32 / 64 heads per rank, while the 64-head sparse kernel alone measures 3.96 ms
+#: (``glm5_dsa_attn_module_perf``): a kernel proportional to the heads could not leave 7.4 ms
+#: at 8 heads.
+SPARSE_MLA_HEAD_BLOCK = 64
 MLA_Q_ABSORB = "q_absorb"  # decode MLA's batched GEMMs (ForwardBuilder.mla_bmm)
 MLA_V_UP = "v_up"
 
@@ -920,8 +927,6 @@ class ForwardBuilder:
         """DSA's sparse MLA kernel on its fitted curve (``kernel_fit_dsa``): the local heads
         padded to the kernel's head block, rows = new tokens x those heads, context = the
         selected latents per request."""
-        from app.core.runner.kernel_fit_dsa import SPARSE_MLA_HEAD_BLOCK
-
         p = self.plan
         mla = p.model.mla
         assert mla is not None

@@ -32,11 +32,11 @@ from app.core.runner.kernel_fit_dsa import (
     DSA_SPARSE_MLA,
     DSA_TOPK,
     KERNELS,
-    SPARSE_MLA_HEAD_BLOCK,
     dsa_fit,
     load_dsa_fit,
     parse_dsa_fit,
 )
+from app.core.runner.layers import SPARSE_MLA_HEAD_BLOCK
 from app.core.runner.ops import MS_PER_S
 from app.core.validation.kernels import SYSTEM_DEVICES, KernelFamily, KernelPricer
 
