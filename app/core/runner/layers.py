@@ -703,20 +703,16 @@ class ForwardBuilder:
         p = self.plan
         dims = p.model.linear_attention
         assert dims is not None
-        rate, bandwidth = fit.rates(
-            flops, s.concurrency * p.linear_value_heads_local, s.query_len, dims.key_head_dim
-        )
-        self._roofline(
-            name=name,
-            category=OpCategory.ATTENTION,
-            scope=scope,
-            count=count,
+        self._curve_op(
+            name,
+            scope,
+            count,
+            fit,
             flops=flops,
             hbm_bytes=hbm_bytes,
-            flops_per_s=rate,
-            hbm_bytes_per_s=bandwidth,
-            launch_s=self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s),
-            source=fit.source,
+            rows=s.concurrency * p.linear_value_heads_local,
+            context=s.query_len,
+            head_dim=dims.key_head_dim,
         )
 
     def _attention_kernel(
@@ -747,18 +743,16 @@ class ForwardBuilder:
                 flops_per_s=p.attention_flops_per_s,
             )
             return
-        rate, bandwidth = fit.rates(flops, rows, context, head_dim)
-        self._roofline(
-            name=name,
-            category=OpCategory.ATTENTION,
-            scope=scope,
-            count=count,
+        self._curve_op(
+            name,
+            scope,
+            count,
+            fit,
             flops=flops,
             hbm_bytes=hbm_bytes,
-            flops_per_s=rate,
-            hbm_bytes_per_s=bandwidth,
-            launch_s=self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s),
-            source=fit.source,
+            rows=rows,
+            context=context,
+            head_dim=head_dim,
         )
 
     def _attention_op(
