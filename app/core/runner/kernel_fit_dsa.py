@@ -41,20 +41,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from app.core.runner.fit_tables import (
-    KernelFitError,
-    add_curve,
-    document_entries,
-    read_fit_json,
-    string_key,
-)
+from app.core.runner.fit_tables import read_fit_json
 from app.core.runner.kernel_fit_attention import (
     AttentionCurve,
     FittedAttention,
-    attention_curve,
-    fitted_curve,
+    fitted_kernels,
+    parse_kernel_curves,
 )
 
 DSA_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_dsa.json"
@@ -63,7 +57,7 @@ DSA_LOGITS = "dsa_indexer_logits"
 DSA_LOGITS_DECODE = "dsa_indexer_logits_decode"
 DSA_TOPK = "dsa_indexer_topk"
 DSA_SPARSE_MLA = "dsa_sparse_mla"
-KERNELS = (DSA_LOGITS, DSA_LOGITS_DECODE, DSA_TOPK, DSA_SPARSE_MLA)
+KERNELS = (DSA_LOGITS, DSA_LOGITS_DECODE, DSA_TOPK, DSA_SPARSE_MLA)  # the sparse MLA last
 #: The devices whose served DSA attention kernel is the measured ``flash_mla_sparse_fwd``
 #: (SGLang's ``dsa_context_module_perf`` names ``flashmla_*`` kernels on H100 / H200 and
 #: ``trtllm`` ones on the Blackwell systems).
@@ -93,14 +87,9 @@ class FittedDsa:
 
 def parse_dsa_fit(body: Any) -> DsaFit:
     """A :class:`DsaFit` from the decoded json (raises ``KernelFitError``)."""
-    what = "dsa fit"
-    source, entries = document_entries(body, what=what, document=DSA_FIT_FORMAT, entries="dsa")
-    curves: dict[DsaKey, AttentionCurve] = {}
-    for entry in entries:
-        key = cast(DsaKey, string_key(entry, ("device", "engine", "kernel"), what))
-        if key[2] not in KERNELS:
-            raise KernelFitError(f"dsa fit: unknown kernel {key[2]!r}")
-        add_curve(curves, key, attention_curve, entry, what)
+    curves, source = parse_kernel_curves(
+        body, what="dsa fit", document=DSA_FIT_FORMAT, entries="dsa", kernels=KERNELS
+    )
     return DsaFit(curves=curves, source=source)
 
 
@@ -131,27 +120,22 @@ def fitted_dsa(
     if engine is None:
         return None
     curves = dsa_fit().curves
-    found = {kernel: curves.get((device, engine, kernel)) for kernel in KERNELS}
-    if device not in SPARSE_MLA_SERVED_DEVICES:
-        found[DSA_SPARSE_MLA] = None
-    if all(curve is None for curve in found.values()):
+    served = KERNELS if device in SPARSE_MLA_SERVED_DEVICES else KERNELS[:-1]
+    fitted = fitted_kernels(
+        curves,
+        device=device,
+        engine=engine,
+        kernels=served,
+        peak_flops_per_s=peak_flops_per_s,
+        peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
+        graph_launch_s=graph_launch_s,
+        in_graph_s=in_graph_s,
+    )
+    if fitted is None:
         return None
-    fitted = {
-        kernel: None
-        if curve is None
-        else fitted_curve(
-            curve,
-            engine=engine,
-            peak_flops_per_s=peak_flops_per_s[kernel],
-            peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
-            graph_launch_s=graph_launch_s,
-            in_graph_s=in_graph_s,
-        )
-        for kernel, curve in found.items()
-    }
     return FittedDsa(
         logits=fitted[DSA_LOGITS],
         logits_decode=fitted[DSA_LOGITS_DECODE],
         topk=fitted[DSA_TOPK],
-        sparse_mla=fitted[DSA_SPARSE_MLA],
+        sparse_mla=fitted.get(DSA_SPARSE_MLA),
     )
