@@ -695,11 +695,6 @@ class ForwardBuilder:
         """A Gated DeltaNet kernel of ``s``: on its fitted curve (``kernel_fit_gdn``: rows =
         requests x local value heads, context = one request's new tokens) if the plan has one,
         else a roofline at ``flops_per_s`` and the HBM bandwidth."""
-        if fit is None:
-            self._attention_op(
-                name, scope, count, flops=flops, hbm_bytes=hbm_bytes, flops_per_s=flops_per_s
-            )
-            return
         p = self.plan
         dims = p.model.linear_attention
         assert dims is not None
@@ -710,6 +705,7 @@ class ForwardBuilder:
             fit,
             flops=flops,
             hbm_bytes=hbm_bytes,
+            flops_per_s=flops_per_s,
             rows=s.concurrency * p.linear_value_heads_local,
             context=s.query_len,
             head_dim=dims.key_head_dim,
@@ -733,16 +729,6 @@ class ForwardBuilder:
         name = "decode_attention" if shape.is_decode else "flash_attention"
         p = self.plan
         fit = p.decode_attention_fit if shape.is_decode else p.prefill_attention_fit
-        if fit is None:
-            self._attention_op(
-                name,
-                scope,
-                count,
-                flops=flops,
-                hbm_bytes=hbm_bytes,
-                flops_per_s=p.attention_flops_per_s,
-            )
-            return
         self._curve_op(
             name,
             scope,
@@ -750,6 +736,7 @@ class ForwardBuilder:
             fit,
             flops=flops,
             hbm_bytes=hbm_bytes,
+            flops_per_s=p.attention_flops_per_s,
             rows=rows,
             context=context,
             head_dim=head_dim,
@@ -941,6 +928,7 @@ class ForwardBuilder:
             fit,
             flops=flops,
             hbm_bytes=hbm_bytes,
+            flops_per_s=p.attention_flops_per_s,
             rows=new_tokens * heads,
             context=positions,
             head_dim=mla.cache_elements_per_token,
@@ -951,15 +939,23 @@ class ForwardBuilder:
         name: str,
         scope: str,
         count: int,
-        fit: FittedAttention,
+        fit: FittedAttention | None,
         *,
         flops: float,
         hbm_bytes: float,
+        flops_per_s: float,
         rows: float,
         context: float,
         head_dim: float,
     ) -> None:
-        """An attention-category kernel on a fitted attention-form curve at its shape."""
+        """An attention-category kernel on its fitted attention-form curve at its shape
+        (``rows``, ``context``, ``head_dim``), or without one (``fit`` None) a roofline at
+        ``flops_per_s`` and the HBM bandwidth."""
+        if fit is None:
+            self._attention_op(
+                name, scope, count, flops=flops, hbm_bytes=hbm_bytes, flops_per_s=flops_per_s
+            )
+            return
         rate, bandwidth = fit.rates(flops, rows, context, head_dim)
         self._roofline(
             name=name,
@@ -1032,19 +1028,6 @@ class ForwardBuilder:
         flops, hbm_bytes = indexer_logits_terms(ix, s, part_tokens, context, pairs)
         fits = p.dsa_fit
         fit = None if fits is None else fits.logits_decode if s.is_decode else fits.logits
-        if fit is None:
-            self._roofline(
-                name="indexer_logits",
-                category=OpCategory.ATTENTION,
-                scope=scope,
-                count=count,
-                flops=flops,
-                hbm_bytes=hbm_bytes,
-                flops_per_s=p.indexer_flops_per_s,
-                hbm_bytes_per_s=p.hbm_bytes_per_s,
-                launch_s=self.launch_s,
-            )
-            return
         self._curve_op(
             "indexer_logits",
             scope,
@@ -1052,6 +1035,7 @@ class ForwardBuilder:
             fit,
             flops=flops,
             hbm_bytes=hbm_bytes,
+            flops_per_s=p.indexer_flops_per_s,
             # A decode walks each request's keys in turn: its rows are the keys (DSA_LOGITS_DECODE).
             rows=context if s.is_decode else part_tokens,
             context=context,
@@ -1069,19 +1053,7 @@ class ForwardBuilder:
         pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
         flops, hbm_bytes = indexer_topk_terms(pairs)
         fit = None if p.dsa_fit is None else p.dsa_fit.topk
-        if fit is None:
-            self._roofline(
-                name="indexer_topk",
-                category=OpCategory.ATTENTION,
-                scope=scope,
-                count=count,
-                flops=flops,
-                hbm_bytes=hbm_bytes,
-                flops_per_s=p.bf16_flops_per_s,
-                hbm_bytes_per_s=p.hbm_bytes_per_s,
-                launch_s=self.launch_s,
-            )
-        elif context > ix.topk:
+        if fit is None or context > ix.topk:
             self._curve_op(
                 "indexer_topk",
                 scope,
@@ -1089,6 +1061,7 @@ class ForwardBuilder:
                 fit,
                 flops=flops,
                 hbm_bytes=hbm_bytes,
+                flops_per_s=p.bf16_flops_per_s,
                 rows=new_tokens(s),
                 context=context,
                 head_dim=ix.head_dim,
