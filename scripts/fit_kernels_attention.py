@@ -24,6 +24,7 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +320,33 @@ def with_residuals(
         }
     print(" ".join(key), f"train {entry['train']} test {entry['test']}", file=sys.stderr)
     return entry
+
+
+def kernel_entries(
+    points: dict[tuple[str, str, str], dict[str, list[Any]]],
+    versions: dict[tuple[str, str], set[str]],
+    arrays: Callable[[dict[str, list[Any]], tuple[str, str, str], str], dict[str, Any]],
+    terms: Callable[[tuple[str, str, str], dict[str, Any]], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One entry per (system, engine, kernel) group of a per-kernel table (Gated DeltaNet,
+    DSA) with :data:`MIN_POINTS` train points or more: ``terms(key, train)`` (the fitted
+    curve's terms), its engine versions and its train / test residuals."""
+    entries = []
+    for key, raw in sorted(points.items()):
+        train, test = arrays(raw, key, "train"), arrays(raw, key, "test")
+        if len(train["measured"]) < MIN_POINTS:
+            continue
+        system, engine, kernel = key
+        entry: dict[str, Any] = {
+            "device": SYSTEM_DEVICES[system],
+            "system": system,
+            "engine": engine,
+            "kernel": kernel,
+            **terms(key, train),
+            "engine_versions": sorted(versions[(system, engine)]),
+        }
+        entries.append(with_residuals(entry, key, train, test))
+    return entries
 
 
 def main(argv: list[str] | None = None) -> int:

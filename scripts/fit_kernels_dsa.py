@@ -61,7 +61,7 @@ from app.core.validation.kernels import (
     split_of,
 )
 from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
-from scripts.fit_kernels import MIN_POINTS, _source, _thin, _weights
+from scripts.fit_kernels import _source, _thin, _weights
 from scripts.fit_kernels_attention import (
     BOUNDS,
     CONTEXT_KNOTS,
@@ -70,7 +70,7 @@ from scripts.fit_kernels_attention import (
     _fit,
     _loss,
     curve_terms,
-    with_residuals,
+    kernel_entries,
 )
 
 TABLES = {
@@ -204,28 +204,20 @@ def _best_fit(train: dict[str, Any], row_knots: tuple[float, ...]) -> dict[str, 
     return min(fits, key=lambda params: _loss(train, params))
 
 
+def _terms_of_fit(key: tuple[str, str, str], train: dict[str, Any]) -> dict[str, Any]:
+    """The curve of least train loss (:func:`_best_fit`), efficiencies to four digits."""
+    knots = ROW_KNOTS[key[2]]
+    params = _best_fit(_thin(train, MAX_FIT_POINTS), knots)
+    return _significant(curve_terms(knots, params), params)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
     parser.add_argument("--out", type=Path, default=DSA_FIT_PATH)
     args = parser.parse_args(argv)
     points, versions = _collect(args.kernels)
-    entries = []
-    for key, raw in sorted(points.items()):
-        train, test = _arrays(raw, key, "train"), _arrays(raw, key, "test")
-        if len(train["measured"]) < MIN_POINTS:
-            continue
-        system, engine, kernel = key
-        params = _best_fit(_thin(train, MAX_FIT_POINTS), ROW_KNOTS[kernel])
-        entry: dict[str, Any] = {
-            "device": SYSTEM_DEVICES[system],
-            "system": system,
-            "engine": engine,
-            "kernel": kernel,
-            **_significant(curve_terms(ROW_KNOTS[kernel], params), params),
-            "engine_versions": sorted(versions[(system, engine)]),
-        }
-        entries.append(with_residuals(entry, key, train, test))
+    entries = kernel_entries(points, versions, _arrays, _terms_of_fit)
     body = {
         "format": DSA_FIT_FORMAT,
         "source": _source(
