@@ -24,6 +24,7 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -230,10 +231,16 @@ def _descend(
 
 
 def _fit(
-    p: dict[str, Any], row_knots: tuple[float, ...], *, fit_head_dim: bool = True
+    p: dict[str, Any],
+    row_knots: tuple[float, ...],
+    *,
+    fit_head_dim: bool = True,
+    bounds: dict[str, tuple[float, float]] = BOUNDS,
+    span: float = 8.0,
 ) -> dict[str, np.ndarray]:
     """The free terms of least loss on ``p`` (``fit_head_dim``: False keeps every head width's
-    factor at 1, for tables that measure one width)."""
+    factor at 1, for tables that measure one width; ``bounds`` and the first round's ``span``
+    of each term: a kernel far below the peaks needs lower bounds and a wider first search)."""
     shape = (len(row_knots), len(CONTEXT_KNOTS))
     params = {
         "compute": np.full(shape, 0.3),
@@ -242,15 +249,14 @@ def _fit(
         "row_s": np.array([1e-9]),
         "fixed": np.array([max(p["launch_s"], 5 * S_PER_US)]),
     }
-    span = 8.0
     for _ in range(ROUNDS):
         _descend(p, params, "fixed", 0, (p["launch_s"], MAX_FIXED_US * S_PER_US), span)
-        _descend(p, params, "row_s", 0, BOUNDS["row_s"], span)
+        _descend(p, params, "row_s", 0, bounds["row_s"], span)
         for k in range(len(HEAD_DIM_KNOTS) if fit_head_dim else 0):
-            _descend(p, params, "head_dim", k, BOUNDS["head_dim"], span)
+            _descend(p, params, "head_dim", k, bounds["head_dim"], span)
         for name in ("compute", "memory"):
             for index in np.ndindex(*shape):
-                _descend(p, params, name, index, BOUNDS[name], span)
+                _descend(p, params, name, index, bounds[name], span)
         span = math.sqrt(span)
     params["compute"] = _monotone(params["compute"])
     params["memory"] = _monotone(params["memory"])
@@ -314,6 +320,33 @@ def with_residuals(
         }
     print(" ".join(key), f"train {entry['train']} test {entry['test']}", file=sys.stderr)
     return entry
+
+
+def kernel_entries(
+    points: dict[tuple[str, str, str], dict[str, list[Any]]],
+    versions: dict[tuple[str, str], set[str]],
+    arrays: Callable[[dict[str, list[Any]], tuple[str, str, str], str], dict[str, Any]],
+    terms: Callable[[tuple[str, str, str], dict[str, Any]], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One entry per (system, engine, kernel) group of a per-kernel table (Gated DeltaNet,
+    DSA) with :data:`MIN_POINTS` train points or more: ``terms(key, train)`` (the fitted
+    curve's terms), its engine versions and its train / test residuals."""
+    entries = []
+    for key, raw in sorted(points.items()):
+        train, test = arrays(raw, key, "train"), arrays(raw, key, "test")
+        if len(train["measured"]) < MIN_POINTS:
+            continue
+        system, engine, kernel = key
+        entry: dict[str, Any] = {
+            "device": SYSTEM_DEVICES[system],
+            "system": system,
+            "engine": engine,
+            "kernel": kernel,
+            **terms(key, train),
+            "engine_versions": sorted(versions[(system, engine)]),
+        }
+        entries.append(with_residuals(entry, key, train, test))
+    return entries
 
 
 def main(argv: list[str] | None = None) -> int:

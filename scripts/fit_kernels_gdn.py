@@ -41,7 +41,7 @@ from app.core.runner.layers import gdn_conv1d_terms, gdn_delta_rule_terms
 from app.core.runner.plan import FLOPS_PER_TFLOP
 from app.core.validation.kernels import KEY_COLUMNS, SYSTEM_DEVICES, KernelFamily, split_of
 from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
-from scripts.fit_kernels import MIN_POINTS, _source, _thin, _weights
+from scripts.fit_kernels import _source, _thin, _weights
 from scripts.fit_kernels_attention import (
     CONTEXT_KNOTS,
     DECODE_ROW_KNOTS,
@@ -49,7 +49,7 @@ from scripts.fit_kernels_attention import (
     MAX_FIT_POINTS,
     _fit,
     curve_terms,
-    with_residuals,
+    kernel_entries,
 )
 
 TABLE = "gdn_perf"
@@ -146,28 +146,19 @@ def _arrays(raw: dict[str, list[Any]], key: tuple[str, str, str], split: str) ->
     }
 
 
+def _terms_of_fit(key: tuple[str, str, str], train: dict[str, Any]) -> dict[str, Any]:
+    """The curve fitted to ``train`` (one head width measured: its factor stays 1)."""
+    params = _fit(_thin(train, MAX_FIT_POINTS), DECODE_ROW_KNOTS, fit_head_dim=False)
+    return curve_terms(DECODE_ROW_KNOTS, params)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
     parser.add_argument("--out", type=Path, default=GDN_FIT_PATH)
     args = parser.parse_args(argv)
     points, versions = _collect(args.kernels)
-    entries = []
-    for key, raw in sorted(points.items()):
-        train, test = _arrays(raw, key, "train"), _arrays(raw, key, "test")
-        if len(train["measured"]) < MIN_POINTS:
-            continue
-        params = _fit(_thin(train, MAX_FIT_POINTS), DECODE_ROW_KNOTS, fit_head_dim=False)
-        system, engine, kernel = key
-        entry: dict[str, Any] = {
-            "device": SYSTEM_DEVICES[system],
-            "system": system,
-            "engine": engine,
-            "kernel": kernel,
-            **curve_terms(DECODE_ROW_KNOTS, params),
-            "engine_versions": sorted(versions[(system, engine)]),
-        }
-        entries.append(with_residuals(entry, key, train, test))
+    entries = kernel_entries(points, versions, _arrays, _terms_of_fit)
     body = {
         "format": GDN_FIT_FORMAT,
         "source": _source(

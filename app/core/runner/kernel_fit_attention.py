@@ -308,3 +308,51 @@ def fitted_curve(
         row_s=curve.row_ns * S_PER_NS,
         source=FITTED_SOURCE_PREFIX + engine,
     )
+
+
+def parse_kernel_curves(
+    body: Any, *, what: str, document: str, entries: str, kernels: tuple[str, ...]
+) -> tuple[dict[tuple[str, str, str], AttentionCurve], dict[str, Any]]:
+    """The curves by (device, engine, kernel) and the ``source`` of a per-kernel table in the
+    attention form (Gated DeltaNet, DSA): ``document`` entries under ``entries``, each kernel
+    one of ``kernels`` (raises ``KernelFitError`` naming ``what``)."""
+    source, listed = document_entries(body, what=what, document=document, entries=entries)
+    curves: dict[tuple[str, str, str], AttentionCurve] = {}
+    for entry in listed:
+        key = cast(tuple[str, str, str], string_key(entry, ("device", "engine", "kernel"), what))
+        if key[2] not in kernels:
+            raise KernelFitError(f"{what}: unknown kernel {key[2]!r}")
+        add_curve(curves, key, attention_curve, entry, what)
+    return curves, source
+
+
+def fitted_kernels(
+    curves: Mapping[tuple[str, str, str], AttentionCurve],
+    *,
+    device: str,
+    engine: str,
+    kernels: tuple[str, ...],
+    peak_flops_per_s: Mapping[str, float],
+    peak_hbm_bytes_per_s: float,
+    graph_launch_s: float,
+    in_graph_s: float | None,
+) -> dict[str, FittedAttention | None] | None:
+    """Each of ``kernels``' fitted curve of ``engine`` on ``device`` at its matrix peak
+    (``peak_flops_per_s`` by kernel; None: that kernel has no curve), or None if none has one;
+    the floors as for :func:`fitted_attention`."""
+    found = {kernel: curves.get((device, engine, kernel)) for kernel in kernels}
+    if all(curve is None for curve in found.values()):
+        return None
+    return {
+        kernel: None
+        if curve is None
+        else fitted_curve(
+            curve,
+            engine=engine,
+            peak_flops_per_s=peak_flops_per_s[kernel],
+            peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
+            graph_launch_s=graph_launch_s,
+            in_graph_s=in_graph_s,
+        )
+        for kernel, curve in found.items()
+    }

@@ -28,20 +28,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from app.core.runner.fit_tables import (
-    KernelFitError,
-    add_curve,
-    document_entries,
-    read_fit_json,
-    string_key,
-)
+from app.core.runner.fit_tables import read_fit_json
 from app.core.runner.kernel_fit_attention import (
     AttentionCurve,
     FittedAttention,
-    attention_curve,
-    fitted_curve,
+    fitted_kernels,
+    parse_kernel_curves,
 )
 
 GDN_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_gdn.json"
@@ -74,14 +68,9 @@ class FittedGdn:
 
 def parse_gdn_fit(body: Any) -> GdnFit:
     """A :class:`GdnFit` from the decoded json (raises ``KernelFitError``)."""
-    what = "gdn fit"
-    source, entries = document_entries(body, what=what, document=GDN_FIT_FORMAT, entries="gdn")
-    curves: dict[GdnKey, AttentionCurve] = {}
-    for entry in entries:
-        key = cast(GdnKey, string_key(entry, ("device", "engine", "kernel"), what))
-        if key[2] not in KERNELS:
-            raise KernelFitError(f"gdn fit: unknown kernel {key[2]!r}")
-        add_curve(curves, key, attention_curve, entry, what)
+    curves, source = parse_kernel_curves(
+        body, what="gdn fit", document=GDN_FIT_FORMAT, entries="gdn", kernels=KERNELS
+    )
     return GdnFit(curves=curves, source=source)
 
 
@@ -110,21 +99,21 @@ def fitted_gdn(
     for :func:`~app.core.runner.kernel_fit_attention.fitted_attention`."""
     if engine is None:
         return None
-    curves = gdn_fit().curves
-    found = [curves.get((device, engine, kernel)) for kernel in KERNELS]
-    if all(curve is None for curve in found):
-        return None
-    chunked, recurrent, conv_prefill = (
-        None
-        if curve is None
-        else fitted_curve(
-            curve,
-            engine=engine,
-            peak_flops_per_s=peak_flops_per_s,
-            peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
-            graph_launch_s=graph_launch_s,
-            in_graph_s=in_graph_s,
-        )
-        for curve in found
+    bf16 = dict.fromkeys(KERNELS, peak_flops_per_s)
+    fitted = fitted_kernels(
+        gdn_fit().curves,
+        device=device,
+        engine=engine,
+        kernels=KERNELS,
+        peak_flops_per_s=bf16,
+        peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
+        graph_launch_s=graph_launch_s,
+        in_graph_s=in_graph_s,
     )
-    return FittedGdn(chunked=chunked, recurrent=recurrent, conv_prefill=conv_prefill)
+    if fitted is None:
+        return None
+    return FittedGdn(
+        chunked=fitted[GDN_CHUNKED],
+        recurrent=fitted[GDN_RECURRENT],
+        conv_prefill=fitted[GDN_CONV_PREFILL],
+    )

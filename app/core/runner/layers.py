@@ -27,6 +27,8 @@ from app.core.catalog.architecture import (
     LayerAttention,
     LayerGroup,
     LinearAttentionDims,
+    MlaDims,
+    SparseIndexerDims,
 )
 from app.core.catalog.quantization import BYTES_16BIT
 from app.core.cost import ForwardShape
@@ -92,6 +94,13 @@ INDEXER_SCORE_FLOPS_PER_HEAD = 3
 FP8_QUANT_FLOPS_PER_ELEMENT = 3
 INDEXER_Q_BYTES = 1.0  # queries enter the score kernel as float8_e4m3fn
 INDEXER_WEIGHT_BYTES = 4.0  # per-head weights times the query scales, float32
+#: Query heads one FlashMLA sparse kernel block computes on SM90: fewer heads per rank are
+#: padded to it. Evidence (SGLang 0.5.14 ``dsa_context_module_perf``, H200, GLM-5-FP8, one
+#: request of 8,192 tokens): the whole attention module takes 7.43 / 7.75 / 8.47 / 9.03 ms at
+#: 8 / 16 / 32 / 64 heads per rank, while the 64-head sparse kernel alone measures 3.96 ms
+#: (``glm5_dsa_attn_module_perf``): a kernel proportional to the heads could not leave 7.4 ms
+#: at 8 heads.
+SPARSE_MLA_HEAD_BLOCK = 64
 MLA_Q_ABSORB = "q_absorb"  # decode MLA's batched GEMMs (ForwardBuilder.mla_bmm)
 MLA_V_UP = "v_up"
 
@@ -142,6 +151,46 @@ def gdn_delta_rule_terms(
     )
     io_bytes += READ_WRITE * (chunks * state_elements + intermediates) * ACTIVATION_BYTES
     return FLOPS_PER_MAC * part_tokens * value_heads * per_head_macs, io_bytes
+
+
+def indexer_logits_terms(
+    dims: SparseIndexerDims, s: ForwardShape, new_tokens: int, context: int, pairs: float
+) -> tuple[float, float]:
+    """``(flops, hbm_bytes)`` of the DSA indexer's FP8 score kernel for one sub-batch: every new
+    token scores ``pairs`` (query, key) pairs in all against each request's ``context`` cached
+    keys; the keys, the new keys, the FP8 queries with their weights in, fp32 logits out."""
+    heads, d, key_bytes = dims.n_heads, dims.head_dim, dims.cache_bytes_per_token
+    queries = new_tokens * heads * (d * INDEXER_Q_BYTES + INDEXER_WEIGHT_BYTES)
+    hbm_bytes = (
+        s.concurrency * context * key_bytes + new_tokens * key_bytes + queries + pairs * LOGIT_BYTES
+    )
+    return pairs * heads * (FLOPS_PER_MAC * d + INDEXER_SCORE_FLOPS_PER_HEAD), hbm_bytes
+
+
+def indexer_topk_terms(pairs: float) -> tuple[float, float]:
+    """``(flops, hbm_bytes)`` of the top-k over ``pairs`` fp32 logits: the router's
+    compare-and-select work per logit, each logit read once."""
+    return pairs * ROUTER_TOPK_FLOPS_PER_ELEMENT, pairs * LOGIT_BYTES
+
+
+def sparse_mla_terms(
+    mla: MlaDims,
+    heads: int,
+    s: ForwardShape,
+    new_tokens: int,
+    *,
+    positions: int,
+    pairs: float,
+    kv_bytes_per_element: float,
+) -> tuple[float, float]:
+    """``(flops, hbm_bytes)`` of the absorbed MLA kernel over the selected latents (DSA's sparse
+    attention, prefill and decode alike): ``heads`` query heads of the latent plus rope width
+    against ``positions`` latents per request (``pairs`` in all), the values in the latent."""
+    latent = mla.cache_elements_per_token
+    width = latent + mla.kv_lora_rank
+    kv_bytes = (s.concurrency * positions + new_tokens) * latent * kv_bytes_per_element
+    hbm_bytes = kv_bytes + new_tokens * heads * width * ACTIVATION_BYTES
+    return FLOPS_PER_MAC * pairs * heads * width, hbm_bytes
 
 
 def new_tokens(shape: ForwardShape) -> int:
@@ -646,28 +695,20 @@ class ForwardBuilder:
         """A Gated DeltaNet kernel of ``s``: on its fitted curve (``kernel_fit_gdn``: rows =
         requests x local value heads, context = one request's new tokens) if the plan has one,
         else a roofline at ``flops_per_s`` and the HBM bandwidth."""
-        if fit is None:
-            self._attention_op(
-                name, scope, count, flops=flops, hbm_bytes=hbm_bytes, flops_per_s=flops_per_s
-            )
-            return
         p = self.plan
         dims = p.model.linear_attention
         assert dims is not None
-        rate, bandwidth = fit.rates(
-            flops, s.concurrency * p.linear_value_heads_local, s.query_len, dims.key_head_dim
-        )
-        self._roofline(
-            name=name,
-            category=OpCategory.ATTENTION,
-            scope=scope,
-            count=count,
+        self._curve_op(
+            name,
+            scope,
+            count,
+            fit,
             flops=flops,
             hbm_bytes=hbm_bytes,
-            flops_per_s=rate,
-            hbm_bytes_per_s=bandwidth,
-            launch_s=self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s),
-            source=fit.source,
+            flops_per_s=flops_per_s,
+            rows=s.concurrency * p.linear_value_heads_local,
+            context=s.query_len,
+            head_dim=dims.key_head_dim,
         )
 
     def _attention_kernel(
@@ -688,28 +729,17 @@ class ForwardBuilder:
         name = "decode_attention" if shape.is_decode else "flash_attention"
         p = self.plan
         fit = p.decode_attention_fit if shape.is_decode else p.prefill_attention_fit
-        if fit is None:
-            self._attention_op(
-                name,
-                scope,
-                count,
-                flops=flops,
-                hbm_bytes=hbm_bytes,
-                flops_per_s=p.attention_flops_per_s,
-            )
-            return
-        rate, bandwidth = fit.rates(flops, rows, context, head_dim)
-        self._roofline(
-            name=name,
-            category=OpCategory.ATTENTION,
-            scope=scope,
-            count=count,
+        self._curve_op(
+            name,
+            scope,
+            count,
+            fit,
             flops=flops,
             hbm_bytes=hbm_bytes,
-            flops_per_s=rate,
-            hbm_bytes_per_s=bandwidth,
-            launch_s=self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s),
-            source=fit.source,
+            flops_per_s=p.attention_flops_per_s,
+            rows=rows,
+            context=context,
+            head_dim=head_dim,
         )
 
     def _attention_op(
@@ -776,12 +806,20 @@ class ForwardBuilder:
             self._sparse_indexer(group, scope, count, tokens, attention)
         topk = None if indexer is None else indexer.topk
         window = attention_window(group, topk)
+        sparse_fit = None if p.dsa_fit is None else p.dsa_fit.sparse_mla
         for s, new_tokens in attention:
             context = _context(s, group)
             # A sparse model's query reads only the top-k latents the indexer selected.
             selected = context if topk is None else min(context, topk)
             pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, window)
-            if s.is_decode:
+            if sparse_fit is not None:
+                # The measured sparse kernel (``kernel_fit_dsa``): absorbed in both phases.
+                self.mla_bmm(MLA_Q_ABSORB, scope, count, new_tokens)
+                self.sparse_mla_kernel(
+                    scope, count, s, new_tokens, sparse_fit, positions=selected, pairs=pairs
+                )
+                self.mla_bmm(MLA_V_UP, scope, count, new_tokens)
+            elif s.is_decode:
                 # Absorb W_UK into the query and W_UV after attention: MQA over the latent.
                 self.mla_bmm(MLA_Q_ABSORB, scope, count, new_tokens)
                 self.mla_attention_kernel(
@@ -856,6 +894,82 @@ class ForwardBuilder:
             head_dim=mla.qk_head_dim,
         )
 
+    def sparse_mla_kernel(
+        self,
+        scope: str,
+        count: int,
+        s: ForwardShape,
+        new_tokens: int,
+        fit: FittedAttention,
+        *,
+        positions: int,
+        pairs: float,
+    ) -> None:
+        """DSA's sparse MLA kernel on its fitted curve (``kernel_fit_dsa``): the local heads
+        padded to the kernel's head block, rows = new tokens x those heads, context = the
+        selected latents per request."""
+        p = self.plan
+        mla = p.model.mla
+        assert mla is not None
+        heads = max(p.heads_local, SPARSE_MLA_HEAD_BLOCK)
+        flops, hbm_bytes = sparse_mla_terms(
+            mla,
+            heads,
+            s,
+            new_tokens,
+            positions=positions,
+            pairs=pairs,
+            kv_bytes_per_element=p.kv_bytes_per_element,
+        )
+        self._curve_op(
+            "sparse_mla_attention",
+            scope,
+            count,
+            fit,
+            flops=flops,
+            hbm_bytes=hbm_bytes,
+            flops_per_s=p.attention_flops_per_s,
+            rows=new_tokens * heads,
+            context=positions,
+            head_dim=mla.cache_elements_per_token,
+        )
+
+    def _curve_op(
+        self,
+        name: str,
+        scope: str,
+        count: int,
+        fit: FittedAttention | None,
+        *,
+        flops: float,
+        hbm_bytes: float,
+        flops_per_s: float,
+        rows: float,
+        context: float,
+        head_dim: float,
+    ) -> None:
+        """An attention-category kernel on its fitted attention-form curve at its shape
+        (``rows``, ``context``, ``head_dim``), or without one (``fit`` None) a roofline at
+        ``flops_per_s`` and the HBM bandwidth."""
+        if fit is None:
+            self._attention_op(
+                name, scope, count, flops=flops, hbm_bytes=hbm_bytes, flops_per_s=flops_per_s
+            )
+            return
+        rate, bandwidth = fit.rates(flops, rows, context, head_dim)
+        self._roofline(
+            name=name,
+            category=OpCategory.ATTENTION,
+            scope=scope,
+            count=count,
+            flops=flops,
+            hbm_bytes=hbm_bytes,
+            flops_per_s=rate,
+            hbm_bytes_per_s=bandwidth,
+            launch_s=self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s),
+            source=fit.source,
+        )
+
     def _sparse_indexer(
         self, group: LayerGroup, scope: str, count: int, tokens: int, attention: Sequence[Part]
     ) -> None:
@@ -864,7 +978,7 @@ class ForwardBuilder:
 
         Replicated on every TP rank (the engines' ``ReplicatedLinear``), so nothing is split.
         """
-        p, m = self.plan, self.plan.model
+        m = self.plan.model
         mla, ix = m.mla, m.sparse_indexer
         assert mla is not None and ix is not None
         h, d, heads = m.hidden_size, ix.head_dim, ix.n_heads
@@ -896,36 +1010,61 @@ class ForwardBuilder:
             tensors=READ_WRITE,
             flops_per_element=math.log2(d) + FP8_QUANT_FLOPS_PER_ELEMENT,
         )
-        key_bytes = ix.cache_bytes_per_token
         for s, new_tokens in attention:
-            # Every new token scores its whole causal context (the window caps a sliding layer).
-            pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
-            keys_read = s.concurrency * _context(s, group) * key_bytes
-            queries = new_tokens * heads * (d * INDEXER_Q_BYTES + INDEXER_WEIGHT_BYTES)
-            self._roofline(
-                name="indexer_logits",
-                category=OpCategory.ATTENTION,
-                scope=scope,
-                count=count,
-                flops=pairs * heads * (FLOPS_PER_MAC * d + INDEXER_SCORE_FLOPS_PER_HEAD),
-                hbm_bytes=keys_read
-                + new_tokens * key_bytes
-                + queries
-                + pairs * LOGIT_BYTES,  # fp32 logits, one per (query, key) pair
-                flops_per_s=p.indexer_flops_per_s,
-                hbm_bytes_per_s=p.hbm_bytes_per_s,
-                launch_s=self.launch_s,
-            )
-            # Top-k over each query's fp32 logits: the compare-and-select work of the router's.
-            self.elementwise(
+            self.indexer_logits(group, scope, count, s, new_tokens)
+            self.indexer_topk(group, scope, count, s)
+
+    def indexer_logits(
+        self, group: LayerGroup, scope: str, count: int, s: ForwardShape, part_tokens: int
+    ) -> None:
+        """The DSA indexer's FP8 scores of one sub-batch (``part_tokens`` new tokens): each one
+        against every cached key of its request (the window caps a sliding layer); on the
+        fitted curve of its phase (``kernel_fit_dsa``) where the plan has one."""
+        p = self.plan
+        ix = p.model.sparse_indexer
+        assert ix is not None
+        context = _context(s, group)
+        pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
+        flops, hbm_bytes = indexer_logits_terms(ix, s, part_tokens, context, pairs)
+        fits = p.dsa_fit
+        fit = None if fits is None else fits.logits_decode if s.is_decode else fits.logits
+        self._curve_op(
+            "indexer_logits",
+            scope,
+            count,
+            fit,
+            flops=flops,
+            hbm_bytes=hbm_bytes,
+            flops_per_s=p.indexer_flops_per_s,
+            # A decode walks each request's keys in turn: its rows are the keys (DSA_LOGITS_DECODE).
+            rows=context if s.is_decode else part_tokens,
+            context=context,
+            head_dim=ix.head_dim,
+        )
+
+    def indexer_topk(self, group: LayerGroup, scope: str, count: int, s: ForwardShape) -> None:
+        """The DSA indexer's top-k over each new token's logits (:func:`indexer_topk_terms`);
+        on the fitted curve (``kernel_fit_dsa``) where the plan has one, and then not at all
+        while the context fits in the top-k (the measured kernel does not run)."""
+        p = self.plan
+        ix = p.model.sparse_indexer
+        assert ix is not None
+        context = _context(s, group)
+        pairs = s.concurrency * attended_pairs(s.query_len, s.seq_len, group.sliding_window)
+        flops, hbm_bytes = indexer_topk_terms(pairs)
+        fit = None if p.dsa_fit is None else p.dsa_fit.topk
+        if fit is None or context > ix.topk:
+            self._curve_op(
                 "indexer_topk",
                 scope,
                 count,
-                pairs,
-                tensors=1,
-                flops_per_element=ROUTER_TOPK_FLOPS_PER_ELEMENT,
-                category=OpCategory.ATTENTION,
-                element_bytes=LOGIT_BYTES,
+                fit,
+                flops=flops,
+                hbm_bytes=hbm_bytes,
+                flops_per_s=p.bf16_flops_per_s,
+                rows=new_tokens(s),
+                context=context,
+                head_dim=ix.head_dim,
             )
 
     def _mlp(self, name: str, scope: str, count: int, tokens: float, width: float) -> None:

@@ -48,6 +48,7 @@ from app.core.runner.kernel_fit import (
 if TYPE_CHECKING:  # the fitted tables' modules load only for a plan with a kernel engine
     from app.core.runner.kernel_fit_attention import FittedAttention
     from app.core.runner.kernel_fit_comm import FittedComm
+    from app.core.runner.kernel_fit_dsa import FittedDsa
     from app.core.runner.kernel_fit_gdn import FittedGdn
     from app.core.runner.kernel_fit_moe import FittedMoe
 
@@ -127,6 +128,9 @@ class ShardPlan:
     #: the redundant slots the engine holds (SGLang's ``--ep-num-redundant-experts``); 0
     #: without experts. Each rank holds ``expert_slots / ep`` of them.
     expert_slots: int = 0
+    #: Measured-kernel DSA curves (indexer scores and top-k, sparse MLA; ``kernel_fit_dsa``);
+    #: None: the analytic pricing.
+    dsa_fit: FittedDsa | None = None
 
     @property
     def tokens_scale(self) -> float:
@@ -509,6 +513,7 @@ def build_plan(
         decode_attention_fit=decode_attention,
         gdn_fit=_gdn_fit(model, device, kernel_engine, hbm_peak, (graph_launch_s, in_graph_s)),
         expert_slots=slots,
+        dsa_fit=_dsa_fit(model, device, kernel_engine, hbm_peak, (graph_launch_s, in_graph_s)),
     )
 
 
@@ -608,6 +613,45 @@ def _gdn_fit(
         device=device.name,
         engine=kernel_engine,
         peak_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP,
+        peak_hbm_bytes_per_s=hbm_peak,
+        graph_launch_s=floors_s[0],
+        in_graph_s=floors_s[1],
+    )
+
+
+def _dsa_fit(
+    model: ModelArchitecture,
+    device: Device,
+    kernel_engine: str | None,
+    hbm_peak: float,
+    floors_s: tuple[float, float | None],
+) -> FittedDsa | None:
+    """The fitted DSA kernels of ``kernel_engine`` for a model with a sparse indexer (None:
+    the analytic pricing; ``floors_s`` as for :func:`_moe_and_comm_fits`). The indexer's
+    scores are an FP8 kernel, the top-k and the sparse MLA run at the 16-bit peak."""
+    if kernel_engine is None or model.sparse_indexer is None:
+        return None
+    from app.core.runner.kernel_fit_dsa import (
+        DSA_LOGITS,
+        DSA_LOGITS_DECODE,
+        DSA_SPARSE_MLA,
+        DSA_TOPK,
+        fitted_dsa,
+    )
+
+    bf16 = device.peak_bf16_tflops * FLOPS_PER_TFLOP
+    fp8 = (device.peak_tflops(device.compute_path(DType.FP8)) or device.peak_bf16_tflops) * (
+        FLOPS_PER_TFLOP
+    )
+    return fitted_dsa(
+        device=device.name,
+        engine=kernel_engine,
+        peak_flops_per_s={
+            DSA_LOGITS: fp8,
+            DSA_LOGITS_DECODE: fp8,
+            DSA_TOPK: bf16,
+            DSA_SPARSE_MLA: bf16,
+        },
         peak_hbm_bytes_per_s=hbm_peak,
         graph_launch_s=floors_s[0],
         in_graph_s=floors_s[1],

@@ -264,6 +264,8 @@ class ModelRunner:
                 plan.comm_fit,
                 plan.prefill_attention_fit,
                 plan.decode_attention_fit,
+                plan.gdn_fit,
+                plan.dsa_fit,
             )
         )
         self.kernel_engine = kernel_engine if fitted else None

@@ -27,6 +27,13 @@ measured shape, so the runner's rates, ramps, bytes and fixed costs apply unchan
 - Gated DeltaNet: ``gdn_conv1d`` (the ``causal_conv1d_*`` kernels) and ``gdn_delta_rule`` (the
   chunked / fused-recurrent delta-rule kernels) for ``batch_size`` requests of ``seq_len``
   tokens, ``num_k_heads`` / ``num_v_heads`` local heads; a ``generation`` row is a decode.
+- DSA (GLM-5's kernel tables, ``glm5_*_module_perf``; the ``kernel-level`` rows time single
+  kernels): ``ForwardBuilder.indexer_scores`` (the indexer's FP8 scores, DeepGEMM
+  ``fp8_mqa_logits``, and its top-k, ``fast_topk_transform_fused``, one op each) and the
+  sparse MLA kernel (``flash_mla_sparse_fwd``) for ``batch_size`` requests of ``isl`` new
+  tokens over ``isl + step`` positions, GLM-5's MLA and indexer sizes with the table's
+  ``num_heads``. A top-k row measured 0 is the kernel skipped (the context fits in the top-k).
+  The ``dsa_*_module`` tables time whole attention modules and stay refused.
 - collectives: ``ForwardBuilder.collective`` over ``num_gpus`` devices of the system's tiers.
 
 The fixed cost per kernel is the runner's captured-graph cost (the collectors time kernels back
@@ -52,6 +59,7 @@ from app.core.catalog.architecture import (
     MlaDims,
     ModelArchitecture,
     MoeDims,
+    SparseIndexerDims,
 )
 from app.core.catalog.hardware import Device
 from app.core.catalog.quantization import AttentionQuantAction, LinearQuantAction, Quantization
@@ -63,6 +71,7 @@ from app.core.profiles import Mxfp4Activation, Mxfp4MoeKernel
 from app.core.runner.comm import Collective
 from app.core.runner.kernel_fit import FP8_BLOCK
 from app.core.runner.kernel_fit_comm import NCCL_ENGINE
+from app.core.runner.kernel_fit_dsa import DSA_LOGITS, DSA_SPARSE_MLA, DSA_TOPK
 from app.core.runner.kernel_fit_moe import (
     MXFP4_MARLIN_MOE_LABEL,
     SkewCurve,
@@ -102,6 +111,7 @@ class KernelFamily(enum.StrEnum):
     GENERATION_MLA = "generation_mla"
     MLA_BMM = "mla_bmm"
     GDN = "gdn"
+    DSA = "dsa"
     CUSTOM_ALL_REDUCE = "custom_all_reduce"
     NCCL = "nccl"
 
@@ -116,6 +126,9 @@ KERNEL_TABLES: Mapping[str, KernelFamily] = {
     "generation_mla_perf": KernelFamily.GENERATION_MLA,
     "mla_bmm_perf": KernelFamily.MLA_BMM,
     "gdn_perf": KernelFamily.GDN,
+    "glm5_mqa_logits_module_perf": KernelFamily.DSA,
+    "glm5_topk_module_perf": KernelFamily.DSA,
+    "glm5_dsa_attn_module_perf": KernelFamily.DSA,
     "custom_allreduce_perf": KernelFamily.CUSTOM_ALL_REDUCE,
     "nccl_perf": KernelFamily.NCCL,
     "oneccl_perf": KernelFamily.NCCL,
@@ -164,6 +177,15 @@ KEY_COLUMNS: Mapping[KernelFamily, tuple[str, ...]] = {
         "num_v_heads",
         "head_v_dim",
         "d_conv",
+    ),
+    KernelFamily.DSA: (
+        "kernel_source",
+        "kv_cache_dtype",
+        "batch_size",
+        "isl",
+        "step",
+        "num_heads",
+        "score_mode",
     ),
     KernelFamily.CUSTOM_ALL_REDUCE: ("allreduce_dtype", "num_gpus", "message_size", "backend"),
     KernelFamily.NCCL: ("nccl_dtype", "op_name", "num_gpus", "message_size"),
@@ -260,6 +282,12 @@ DEEPSEEK_V3_MLA = MlaDims(
     q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
 )
 DEEPSEEK_V3_HIDDEN = 7168
+# GLM-5's MLA and indexer sizes (its config.json): the collectors' DSA kernel shapes.
+GLM5_MLA = MlaDims(
+    q_lora_rank=2048, kv_lora_rank=512, qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256
+)
+GLM5_INDEXER = SparseIndexerDims(topk=2048, n_heads=32, head_dim=128)
+GLM5_HIDDEN = 6144
 _BALANCED = "balanced"
 _SCOPE = "kernel"
 _LAYER = LayerGroup(ffn=FfnKind.DENSE, sliding_window=None, count=1)
@@ -268,6 +296,8 @@ _LINEAR_LAYER = LayerGroup(
     ffn=FfnKind.DENSE, sliding_window=None, count=1, attention=LayerAttention.LINEAR
 )
 _GDN_OPS = (("conv1d", "gdn_conv1d"), ("delta_rule", "gdn_delta_rule"))
+#: DSA kernels by a marker of their ``kernel_source``.
+_DSA_OPS = (("mqa_logits", DSA_LOGITS), ("topk", DSA_TOPK), ("mla_sparse", DSA_SPARSE_MLA))
 _GENERATION = "generation"
 _DECODE = ForwardShape(is_decode=True, concurrency=1, query_len=1, seq_len=1)
 _EAGER_SUFFIX = "_eager"
@@ -347,7 +377,7 @@ _MESSAGE_BANDS = ((64.0 * _KIB, "msg<=64KiB"), (4.0 * _MIB, "msg 64KiB-4MiB"))
 def _quantization_label(family: KernelFamily, key: Sequence[object]) -> str:
     """A refused row's quantization label: its dtype column (the first key column of every
     family but Gated DeltaNet, whose tables have none)."""
-    if family is KernelFamily.GDN or not key:
+    if family in (KernelFamily.GDN, KernelFamily.DSA) or not key:
         return ""
     return _text(key[0])
 
@@ -429,6 +459,7 @@ class KernelPricer:
             KernelFamily.GENERATION_MLA: self._generation_mla,
             KernelFamily.MLA_BMM: self._mla_bmm,
             KernelFamily.GDN: self._gdn,
+            KernelFamily.DSA: self._dsa,
             KernelFamily.CUSTOM_ALL_REDUCE: self._custom_all_reduce,
             KernelFamily.NCCL: self._nccl,
         }
@@ -762,6 +793,71 @@ class KernelPricer:
             band=_band(batch * length, _M_BANDS, "M>1024"),
             predicted_ms=builder.latency_ms(),
         )
+
+    def _dsa(self, key: Sequence[object]) -> KernelPrediction:
+        source, kv = _text(key[0]), _text(key[1])
+        op = next((name for marker, name in _DSA_OPS if marker in source), None)
+        if op is None:
+            raise _Refused(f"DSA kernel {source or '?'}: no runner op")
+        batch, isl = _positive(key[2], "batch_size"), _positive(key[3], "isl")
+        step = _int(key[4] if key[4] is not None else 0, "step")
+        heads = _positive(key[5], "num_heads")
+        attention = _attention_quant("bfloat16", kv)
+        plan = self._plan(
+            ("dsa", heads, attention),
+            lambda: build_plan(
+                dataclasses.replace(
+                    _model(
+                        heads=heads,
+                        kv_heads=heads,
+                        head_dim=GLM5_MLA.v_head_dim,
+                        hidden=GLM5_HIDDEN,
+                        mla=GLM5_MLA,
+                    ),
+                    sparse_indexer=GLM5_INDEXER,
+                ),
+                self.device,
+                _SINGLE,
+                Quantization(attention=attention),
+                kernel_engine=self.engine,
+            ),
+        )
+        shape = ForwardShape(
+            is_decode=isl == 1, concurrency=batch, query_len=isl, seq_len=isl + step
+        )
+        tokens = batch * isl
+        builder = self._builder(plan)
+        if op == DSA_LOGITS:
+            builder.indexer_logits(_LAYER, _SCOPE, 1, shape, tokens)
+        elif op == DSA_TOPK:
+            builder.indexer_topk(_LAYER, _SCOPE, 1, shape)
+        else:
+            self._dsa_attention(plan, builder, shape, tokens)
+        mode = _text(key[6]) if len(key) > 6 else ""
+        return KernelPrediction(
+            op=f"{op}[{mode}]" if mode else op,
+            quantization=f"kv {kv}",
+            band=_band(shape.seq_len, _CONTEXT_BANDS, "ctx>8k"),
+            predicted_ms=builder.latency_ms(),
+        )
+
+    @staticmethod
+    def _dsa_attention(
+        plan: ShardPlan, builder: ForwardBuilder, shape: ForwardShape, tokens: int
+    ) -> None:
+        """The sparse MLA kernel: on its fitted curve where the plan has one, else the
+        runner's MLA kernel of the phase as the forward prices it (a decode over the selected
+        latents, a prefill decompressed over the whole context)."""
+        topk = GLM5_INDEXER.topk
+        pairs = shape.concurrency * attended_pairs(shape.query_len, shape.seq_len, topk)
+        selected = min(shape.seq_len, topk)
+        if plan.dsa_fit is not None and plan.dsa_fit.sparse_mla is not None:
+            builder.sparse_mla_kernel(
+                _SCOPE, 1, shape, tokens, plan.dsa_fit.sparse_mla, positions=selected, pairs=pairs
+            )
+            return
+        positions = selected if shape.is_decode else shape.seq_len
+        builder.mla_attention_kernel(_SCOPE, 1, shape, tokens, positions=positions, pairs=pairs)
 
     def _collective(
         self,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from app.core.catalog import get_device, get_model
 from app.core.catalog.architecture import FfnKind, LayerAttention
-from app.core.catalog.quantization import LinearQuantAction, Quantization
+from app.core.catalog.quantization import AttentionQuantAction, LinearQuantAction, Quantization
 from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
 from app.core.runner.layers import ForwardBuilder
@@ -211,6 +211,47 @@ def test_gated_deltanet_is_the_forwards_conv_and_delta_rule(
     )
 
 
+@pytest.mark.parametrize("decode", [True, False])
+def test_dsa_kernels_are_the_forwards_indexer_and_attention(
+    pricer: KernelPricer, decode: bool
+) -> None:
+    """GLM-5's kernel tables (one layer, the table's 64 heads on one device, no engine: the
+    analytic pricing) are the forward's ``indexer_logits``, ``indexer_topk`` and MLA kernel."""
+    model = get_model("zhipuai/GLM-5")
+    # An FP8 latent cache read by 16-bit math: the runner's INT8 attention action.
+    plan = build_plan(
+        model, H100, ParallelLayout(), Quantization(attention=AttentionQuantAction.INT8)
+    )
+    isl, step = (1, 8191) if decode else (4096, 4096)
+    shape = ForwardShape(is_decode=decode, concurrency=4, query_len=isl, seq_len=isl + step)
+    builder = ForwardBuilder(plan, (shape,), graph_mode=True)
+    builder.layer_group(model.layer_groups[-1], "layers", 1, 4 * isl, [(shape, 4 * isl)])
+    eager_gap_ms = 0.0 if decode else (H100.kernel_launch_us - H100.graph_kernel_launch_us) / 1e3
+    priced = {
+        source: pricer.price(KernelFamily.DSA, (source, "fp8_e4m3", 4, isl, step, 64, mode))
+        for source, mode in (
+            ("deep_gemm.fp8_mqa_logits", None),
+            ("fast_topk_transform_fused", "flat"),
+            ("flash_mla_sparse_fwd", None),
+        )
+    }
+    logits, topk, attention = priced.values()
+    assert (logits.op, topk.op, attention.op) == (
+        "dsa_indexer_logits",
+        "dsa_indexer_topk[flat]",
+        "dsa_sparse_mla",
+    )
+    for prediction, op in (
+        (logits, "indexer_logits"),
+        (topk, "indexer_topk"),
+        (attention, "decode_attention" if decode else "flash_attention"),
+    ):
+        assert prediction.predicted_ms is not None
+        assert prediction.predicted_ms + eager_gap_ms == pytest.approx(
+            _ops_total(builder.ops, {op})
+        ), op
+
+
 def test_a_collective_is_the_runners_collective(pricer: KernelPricer) -> None:
     tier = H100.interconnect[0]
     elements = 1 << 26
@@ -286,6 +327,7 @@ def test_the_runners_own_refusal_is_passed_on(pricer: KernelPricer) -> None:
         ("wideep_context_moe_perf", "wide-EP"),
         ("kda_perf", "Kimi delta attention"),
         ("dsa_context_module_perf", "module measurement"),
+        ("dsa_generation_module_perf", "module measurement"),
         ("dsv4_csa_topk_calib_perf", "sparse-attention"),
         ("computescale_perf", "quantization kernel"),
         ("something_new_perf", "table something_new_perf: no runner op"),
