@@ -54,6 +54,7 @@ from app.core.runner.kernel_fit_moe import (
     KERNEL_FIT_MOE_PATH,
     MXFP4_MARLIN_MOE_LABEL,
     MXFP4_MOE_LABELS,
+    SERVED_MOE_KERNELS,
     moe_table_label,
 )
 from app.core.runner.layers import FLOPS_PER_MAC
@@ -85,6 +86,18 @@ TPE_KNOTS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0)
 WEIGHT_KNOTS = (2.0**19, 2.0**23, 2.0**27)
 #: Message sizes (bytes) of the collectives' bandwidth curve.
 MESSAGE_KNOTS = tuple(2.0**e for e in (10, 14, 17, 20, 23, 26, 29))
+#: The smallest calls (tokens per call, all ranks) whose measured latency, less the curve's
+#: per-expert and per-byte terms, is an unfused MoE call's floor in a captured graph
+#: (``graph_call_floor_us``): the floor is what is left as the work goes to zero.
+SMALL_CALL_TOKENS = 8
+#: The unfused kernels (of :data:`SERVED_MOE_KERNELS`) whose in-graph call floor is written:
+#: vLLM's INT4 ``compressed-tensors`` WNA16 experts on Marlin, measured (vLLM 0.24) at the
+#: served checkpoint's own shape (Kimi-K2.5: 7168 x 2048, 384 experts, top-8) on every SM90 /
+#: SM100 system. Not MXFP4 on Marlin: there the SM90 / SM100 tables hold one other shape
+#: (Kimi-K3's 896 experts, top-16; 65-70 µs per small call, where L40S and RTX PRO 6000
+#: measure gpt-oss's shape at 19-26 µs), a floor that does not transfer (docs/kernels.md,
+#: "vLLM's INT4 Marlin experts in a captured graph").
+CALL_FLOOR_KERNELS = frozenset({("vllm", "int4_wo")})
 #: measured MoE dtype -> (runner action, MXFP4 activations).
 MOE_ACTIONS: dict[str, tuple[LinearQuantAction, str]] = {
     "bfloat16": (LinearQuantAction.DISABLED, "fp4"),
@@ -290,6 +303,25 @@ def _fit_moe(p: dict[str, Any]) -> dict[str, np.ndarray]:
     return q
 
 
+def _graph_call_floor_us(
+    raw: dict[str, Any], balanced: np.ndarray, q: dict[str, np.ndarray], key: tuple[str, ...]
+) -> float:
+    """An unfused MoE call's floor in a captured graph (µs): the median, over the balanced
+    train rows of at most :data:`SMALL_CALL_TOKENS` tokens, of the measured latency less the
+    curve's per-expert and per-byte terms. The collectors graph-replay the call
+    (``benchmark_with_power``), and for an engine of :data:`SERVED_MOE_KERNELS` the served
+    graph runs the same kernels, so this is a served cost, not a per-op host or layout cost."""
+    system, _, label, _ = key
+    p = _moe_arrays(
+        raw, balanced & raw["train"] & (raw["num_tokens"] <= SMALL_CALL_TOKENS), system, label
+    )
+    if len(p["measured"]) == 0:
+        raise SystemExit(f"fit_kernels_moe: no rows of <= {SMALL_CALL_TOKENS} tokens for {key}")
+    floors = 2 * max(float(q["fixed"][0]), p["floor"])
+    variable = _moe_predict(p, q) - floors
+    return round(float(np.median(p["measured"] - variable)) / S_PER_US, 3)
+
+
 def _moe_entries(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     points = _collect_moe(root)
     entries, skewed = [], []
@@ -321,6 +353,10 @@ def _moe_entries(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             "expert": np.array([entry["expert_us"] * S_PER_US]),
             "passes": np.array([entry["route_passes"]]),
         }
+        if (engine, label) in CALL_FLOOR_KERNELS & SERVED_MOE_KERNELS.keys():
+            entry["graph_call_floor_us"] = _graph_call_floor_us(
+                raw, balanced, rounded, (system, engine, label, version)
+            )
         for split, mask in (("train", raw["train"]), ("test", ~raw["train"])):
             p = _moe_arrays(raw, balanced & mask, system, label)
             entry[split] = {

@@ -122,12 +122,19 @@ class MoeCurve:
     gemm: GemmCurve  # m knots: tokens per touched expert; nk knots: one expert's weights
     expert_us: float
     route_passes: float
+    #: An unfused MoE call's floor in a captured graph (µs, all its kernels; None: not
+    #: measured): written for the kernels of :data:`SERVED_MOE_KERNELS`, whose collected
+    #: graph-replayed call runs the served kernels (``scripts.fit_kernels_moe``).
+    graph_call_floor_us: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("expert_us", "route_passes"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a number >= 0")
+        floor = self.graph_call_floor_us
+        if floor is not None and not (math.isfinite(floor) and floor >= 0):
+            raise ValueError("graph_call_floor_us must be a number >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,8 +160,16 @@ class FittedMoe:
 
     @property
     def graph_fixed_s(self) -> float:
-        """Each grouped GEMM's floor inside a captured graph."""
-        return self.fixed_s if self.in_graph_s is None else self.in_graph_s
+        """Each grouped GEMM's floor inside a captured graph: the in-graph floor, or, for an
+        unfused call with a measured in-graph call floor, that floor less the other kernels'
+        (:attr:`graph_extra_s`) split over the grouped GEMMs, never below the in-graph floor."""
+        if self.in_graph_s is None:
+            return self.fixed_s
+        call_floor_us = self.curve.graph_call_floor_us
+        if call_floor_us is None or self.served_kernels <= GROUPED_GEMMS:
+            return self.in_graph_s
+        gemms_s = call_floor_us * S_PER_US - self.graph_extra_s
+        return max(gemms_s / GROUPED_GEMMS, self.in_graph_s)
 
     @property
     def graph_extra_s(self) -> float:
@@ -232,6 +247,9 @@ def _moe_curve(entry: Mapping[str, Any], key: object) -> MoeCurve:
         gemm=gemm_curve_of(entry, key, m_knots="tpe_knots", nk_knots="weight_knots"),
         expert_us=number(entry, "expert_us"),
         route_passes=number(entry, "route_passes"),
+        graph_call_floor_us=(
+            None if "graph_call_floor_us" not in entry else number(entry, "graph_call_floor_us")
+        ),
     )
 
 

@@ -68,7 +68,9 @@ SERVING_KERNEL_ENGINES: Mapping[str, str] = {"trtllm": "trtllm", "sglang": "sgla
 #: INT4 Kimi-K2.5 experts run Marlin too (``int4_wo``); and Marlin's activation, alignment
 #: and sum kernels pay their in-graph floors in a captured decode step
 #: (``kernel_fit_moe.SERVED_MOE_KERNELS``). Measured agg file, vLLM TTFT / TPOT 51.3 / 7.1 ->
-#: 38.8 / 7.4 %, overall 48.1 / 9.7 -> 42.4 / 9.8 % (docs/kernels.md, "vLLM on Hopper").
+#: 38.8 / 7.4 %, overall 48.1 / 9.7 -> 42.4 / 9.8 % (docs/kernels.md, "vLLM on Hopper"). The
+#: INT4 Marlin call's captured floor is its measured small-call floor (``graph_call_floor_us``):
+#: vLLM TPOT 7.4 -> 6.0 %, overall 9.5 -> 9.0 % (docs/kernels.md, "vLLM's INT4 Marlin experts").
 SERVING_KERNEL_DEVICES: Mapping[str, frozenset[str]] = {
     "vllm": frozenset(
         {

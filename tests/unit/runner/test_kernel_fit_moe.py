@@ -143,6 +143,8 @@ def test_parse_reads_well_formed_tables() -> None:
         _moe_doc(_moe_entry(tpe_knots=[16, 1])),
         _moe_doc(_moe_entry(expert_us=-1)),
         _moe_doc(_moe_entry(route_passes="3")),
+        _moe_doc(_moe_entry(graph_call_floor_us=-1)),
+        _moe_doc(_moe_entry(graph_call_floor_us="38")),
         _moe_doc(_moe_entry(), _moe_entry()),
         _moe_doc(_moe_entry(engine_version="")),
         _moe_doc(_moe_entry(default="yes")),

@@ -158,3 +158,53 @@ def test_validate_kernels_prices_marlin_rows_with_the_marlin_curve() -> None:
     assert marlin.quantization == MXFP4_MARLIN_MOE_LABEL
     assert marlin.predicted_ms is not None and triton.predicted_ms is not None
     assert marlin.predicted_ms > 2 * triton.predicted_ms
+
+
+B200 = "NVIDIA_B200_SXM_180G"
+
+
+def _kimi_int4(device: str) -> ModelRunner:
+    return engine_runner(
+        VLLM, get_model(KIMI), get_device(device), ParallelLayout(tp=8), parse_quantization("W4A16")
+    )
+
+
+@pytest.mark.parametrize("device", [H200, B200])
+def test_int4_marlins_captured_call_costs_its_measured_small_call_floor(device: str) -> None:
+    """vLLM's INT4 Marlin call runs in the served graph the kernels the collector graph-replayed:
+    in a captured decode step its floors (two grouped GEMMs and the other three kernels) add up
+    to the fitted ``graph_call_floor_us``, well above the in-graph floors alone; an eager
+    prefill keeps the fitted floors."""
+    runner = _kimi_int4(device)
+    fit = runner.plan.moe_fit
+    assert fit is not None and fit.label == "int4_wo"
+    call_floor_us = fit.curve.graph_call_floor_us
+    assert call_floor_us is not None
+    call_floor_s = call_floor_us * S_PER_US
+    assert GROUPED_GEMMS * fit.graph_fixed_s + fit.graph_extra_s == pytest.approx(call_floor_s)
+    assert fit.graph_fixed_s > 3 * IN_GRAPH_FLOOR_US["vllm"] * S_PER_US
+    layers = get_model(KIMI).num_moe_layers
+    experts = ("experts_up", "experts_down")
+    decode = sum(_op_ms(runner, DECODE, name) for name in experts)
+    prefill = sum(_op_ms(runner, PREFILL, name) for name in experts)
+    floor = dataclasses.replace(fit, curve=dataclasses.replace(fit.curve, graph_call_floor_us=None))
+    assert floor.graph_fixed_s == pytest.approx(IN_GRAPH_FLOOR_US["vllm"] * S_PER_US)
+    runner.plan = dataclasses.replace(runner.plan, moe_fit=floor)
+    gap_ms = decode - sum(_op_ms(runner, DECODE, name) for name in experts)
+    assert gap_ms == pytest.approx(
+        layers * GROUPED_GEMMS * (fit.graph_fixed_s - floor.graph_fixed_s) * MS_PER_S
+    )
+    assert sum(_op_ms(runner, PREFILL, name) for name in experts) == pytest.approx(prefill)
+
+
+def test_only_vllms_int4_marlin_curves_carry_a_call_floor() -> None:
+    """MXFP4 on Marlin keeps the in-graph floors: its SM90 / SM100 tables hold another model's
+    shape, whose small-call floor does not transfer (docs/kernels.md)."""
+    fit = kernel_fit_moe()
+    for device in (H100, H200, B200):
+        int4 = fit.curve(device, "vllm", "int4_wo")
+        assert int4 is not None and int4.graph_call_floor_us is not None
+        mxfp4 = fit.curve(device, "vllm", MXFP4_MARLIN_MOE_LABEL)
+        assert mxfp4 is not None and mxfp4.graph_call_floor_us is None
+    sglang = fit.curve(H200, "sglang", "int4_wo")
+    assert sglang is None or sglang.graph_call_floor_us is None
