@@ -148,6 +148,41 @@ _MOE_SHAPE = KEY_COLUMNS[KernelFamily.MOE][1:8]
 _MOE_COLUMNS = (*_MOE_SHAPE, "latency")
 
 
+#: The wheel's declaration that a version's table reuses an older version's rows for the
+#: shapes it did not collect again (``reuse.yaml`` beside the table: ``table``,
+#: ``from_version``); e.g. TensorRT-LLM 1.3.0rc23's Blackwell ``moe_perf`` collected the DSV4
+#: shapes only and declares every other shape (gpt-oss's among them) the 1.3.0rc20 rows.
+REUSE_FILE = "reuse.yaml"
+
+
+def _with_reused_rows(path: Path, data: Any) -> Any:
+    """``data`` (the table at ``path``) plus the rows of the versions its ``reuse.yaml``
+    declares reused, for the (dtype, kernel, shape, distribution) keys it has not collected."""
+    declaration = path.parent / REUSE_FILE
+    if not declaration.is_file():
+        return data
+    import pyarrow as pa
+    import yaml
+
+    key_columns = ("moe_dtype", "kernel_source", *_MOE_SHAPE, "distribution")
+
+    def keys(t: Any) -> list[tuple[Any, ...]]:
+        return list(zip(*(t.column(c).to_pylist() for c in key_columns), strict=True))
+
+    table_name = path.stem
+    for item in yaml.safe_load(declaration.read_text(encoding="utf-8")).get("reuse") or ():
+        if item.get("table") != table_name:
+            continue
+        older = _read(path.parent.parent / str(item["from_version"]) / path.name)
+        have = set(keys(data))
+        mask = pa.array([k not in have for k in keys(older)])
+        shared = [c for c in data.column_names if c in older.column_names]
+        data = data.select(shared)
+        extra = older.filter(mask).select(shared).cast(data.schema)
+        data = pa.concat_tables([data, extra])
+    return data
+
+
 def _collect_moe(root: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     """Every usable MoE point by (system, engine, dtype, engine version): columns, split,
     distribution, gating."""
@@ -157,7 +192,7 @@ def _collect_moe(root: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     for table in list_tables(find_data_dir(root), None, None):
         if table.table != "moe_perf" or table.system not in SYSTEM_DEVICES:
             continue
-        data = _read(table.path)
+        data = _with_reused_rows(table.path, _read(table.path))
         splits = np.array([split_of(s or "") == "train" for s in _shape_text(data).to_pylist()])
         kernels = [k or "" for k in data.column("kernel_source").to_pylist()]
         dtypes = np.array(
