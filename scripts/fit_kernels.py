@@ -39,8 +39,8 @@ from app.core.runner.kernel_fit import (
     KERNEL_FIT_PATH,
     S_PER_US,
 )
-from app.core.runner.layers import ACTIVATION_BYTES, FLOPS_PER_MAC
-from app.core.runner.plan import FLOPS_PER_TFLOP, build_plan
+from app.core.runner.layers import FLOPS_PER_MAC
+from app.core.runner.plan import ACTIVATION_BYTES, FLOPS_PER_TFLOP, build_plan
 from app.core.validation.kernels import SYSTEM_DEVICES, split_of
 from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
 
@@ -97,12 +97,13 @@ def _efficiency(p: dict[str, Any], table: np.ndarray) -> np.ndarray:
     """The curve of :class:`~app.core.runner.kernel_fit.GemmCurve` (bilinear, vectorised)."""
     i, t = p["m_at"]
     j, u = p["nk_at"]
-    return (
+    curve: np.ndarray = (
         table[i, j] * (1 - t) * (1 - u)
         + table[i + 1, j] * t * (1 - u)
         + table[i, j + 1] * (1 - t) * u
         + table[i + 1, j + 1] * t * u
     )
+    return curve
 
 
 def _predict_s(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> np.ndarray:
@@ -110,7 +111,8 @@ def _predict_s(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) 
     compute = p["flops"] / (p["peak"] * _efficiency(p, table))
     j, u = p["nk_at"]
     memory = p["bytes"] / (p["bw"] * (mem[j] * (1 - u) + mem[j + 1] * u))
-    return np.maximum(compute, memory) + fixed_s
+    seconds: np.ndarray = np.maximum(compute, memory) + fixed_s
+    return seconds
 
 
 def _loss(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> float:
@@ -127,7 +129,8 @@ def _descend(
 ) -> None:
     """Set ``array[index]`` to the grid value of least loss (the other parameters fixed)."""
     best, best_loss = array[index], math.inf
-    for v in _grid(float(array[index]), *bounds, span):
+    low, high = bounds
+    for v in _grid(float(array[index]), low, high, span):
         array[index] = v
         table, mem, fixed = params
         loss = _loss(p, (table, mem, float(fixed[0])))
@@ -172,7 +175,9 @@ def _median_abs_pct(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, flo
     return round(float(np.median(np.abs(err))) * PERCENT, 2)
 
 
-def _collect(root: Path) -> tuple[dict[tuple[str, str, str], dict[str, list[Any]]], dict]:
+def _collect(
+    root: Path,
+) -> tuple[dict[tuple[str, str, str], dict[str, list[Any]]], dict[tuple[str, str], set[str]]]:
     """Every usable GEMM point by (system, engine, label), with its split and engine version."""
     points: dict[tuple[str, str, str], dict[str, list[Any]]] = defaultdict(
         lambda: defaultdict(list)
@@ -251,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=KERNEL_FIT_PATH)
     args = parser.parse_args(argv)
     points, versions = _collect(args.kernels)
-    entries = []
+    entries: list[dict[str, Any]] = []
     for (system, engine, label), raw in sorted(points.items()):
         train = _arrays(raw, system, label, "train")
         test = _arrays(raw, system, label, "test")

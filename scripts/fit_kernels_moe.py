@@ -161,6 +161,41 @@ _MOE_SHAPE = KEY_COLUMNS[KernelFamily.MOE][1:8]
 _MOE_COLUMNS = (*_MOE_SHAPE, "latency")
 
 
+#: The wheel's declaration that a version's table reuses an older version's rows for the
+#: shapes it did not collect again (``reuse.yaml`` beside the table: ``table``,
+#: ``from_version``); e.g. TensorRT-LLM 1.3.0rc23's Blackwell ``moe_perf`` collected the DSV4
+#: shapes only and declares every other shape (gpt-oss's among them) the 1.3.0rc20 rows.
+REUSE_FILE = "reuse.yaml"
+
+
+def _with_reused_rows(path: Path, data: Any) -> Any:
+    """``data`` (the table at ``path``) plus the rows of the versions its ``reuse.yaml``
+    declares reused, for the (dtype, kernel, shape, distribution) keys it has not collected."""
+    declaration = path.parent / REUSE_FILE
+    if not declaration.is_file():
+        return data
+    import pyarrow as pa
+    import yaml
+
+    key_columns = ("moe_dtype", "kernel_source", *_MOE_SHAPE, "distribution")
+
+    def keys(t: Any) -> list[tuple[Any, ...]]:
+        return list(zip(*(t.column(c).to_pylist() for c in key_columns), strict=True))
+
+    table_name = path.stem
+    for item in yaml.safe_load(declaration.read_text(encoding="utf-8")).get("reuse") or ():
+        if item.get("table") != table_name:
+            continue
+        older = _read(path.parent.parent / str(item["from_version"]) / path.name)
+        have = set(keys(data))
+        mask = pa.array([k not in have for k in keys(older)])
+        shared = [c for c in data.column_names if c in older.column_names]
+        data = data.select(shared)
+        extra = older.filter(mask).select(shared).cast(data.schema)
+        data = pa.concat_tables([data, extra])
+    return data
+
+
 def _collect_moe(root: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     """Every usable MoE point by (system, engine, dtype, engine version): columns, split,
     distribution, gating."""
@@ -170,7 +205,7 @@ def _collect_moe(root: Path) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     for table in list_tables(find_data_dir(root), None, None):
         if table.table != "moe_perf" or table.system not in SYSTEM_DEVICES:
             continue
-        data = _read(table.path)
+        data = _with_reused_rows(table.path, _read(table.path))
         splits = np.array([split_of(s or "") == "train" for s in _shape_text(data).to_pylist()])
         kernels = [k or "" for k in data.column("kernel_source").to_pylist()]
         dtypes = np.array(
@@ -258,6 +293,11 @@ def _weight_variable(touched: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return weights
 
 
+def _nearest(filled: list[int], i: int) -> int:
+    """The filled knot nearest to knot ``i``."""
+    return min(filled, key=lambda j: abs(j - i))
+
+
 def _moe_predict(p: dict[str, Any], q: dict[str, np.ndarray]) -> np.ndarray:
     i, t = p["tpe_at"]
     j, u = p["w_at"]
@@ -273,7 +313,8 @@ def _moe_predict(p: dict[str, Any], q: dict[str, np.ndarray]) -> np.ndarray:
     launch = max(float(q["fixed"][0]), p["floor"]) + p["touched"] * q["expert"][0]
     up = np.maximum(p["flops_up"] / rate, p["bytes_up"] / bandwidth)
     down = np.maximum(p["flops_down"] / rate, p["bytes_down"] / bandwidth)
-    return up + down + 2 * launch + q["passes"][0] * p["route_bytes"] / p["bw"]
+    seconds: np.ndarray = up + down + 2 * launch + q["passes"][0] * p["route_bytes"] / p["bw"]
+    return seconds
 
 
 def _fit_moe(p: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -417,10 +458,7 @@ def _skew_entries(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         filled = [i for i, f in enumerate(factors) if f is not None]
         if not filled:
             continue
-        factor = [
-            round(factors[min(filled, key=lambda j, i=i: abs(j - i))] or 1.0, 4)
-            for i in range(len(TPE_KNOTS))
-        ]
+        factor = [round(factors[_nearest(filled, i)] or 1.0, 4) for i in range(len(TPE_KNOTS))]
         entry: dict[str, Any] = {
             "device": device,
             "system": system,
@@ -445,7 +483,9 @@ def _skew_entries(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # -- collectives ---------------------------------------------------------------------------------
-def _collect_comm(root: Path) -> tuple[dict[tuple[Any, ...], dict[str, list[Any]]], dict]:
+def _collect_comm(
+    root: Path,
+) -> tuple[dict[tuple[Any, ...], dict[str, list[Any]]], dict[tuple[str, str], set[str]]]:
     """Every collective point by (system, library, engine, op, GPUs, mode)."""
     points: dict[tuple[Any, ...], dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     versions: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -485,7 +525,10 @@ def _collect_comm(root: Path) -> tuple[dict[tuple[Any, ...], dict[str, list[Any]
 
 def _comm_predict(x: np.ndarray, at: Any, latency: float, bandwidth: np.ndarray) -> np.ndarray:
     j, u = at
-    return latency + x / ((bandwidth[j] * (1 - u) + bandwidth[j + 1] * u) * BYTES_PER_GB)
+    seconds: np.ndarray = latency + x / (
+        (bandwidth[j] * (1 - u) + bandwidth[j + 1] * u) * BYTES_PER_GB
+    )
+    return seconds
 
 
 def _comm_entries(root: Path) -> list[dict[str, Any]]:
@@ -556,13 +599,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--comm-out", type=Path, default=KERNEL_FIT_COMM_PATH)
     parser.add_argument("--only", choices=("moe", "comm"), help="refit one of the two files")
     args = parser.parse_args(argv)
-    source = {
+    source: dict[str, Any] = {
         "package": "aiconfigurator-core",
         "version": _wheel_version(args.kernels),
         "licence": "Apache-2.0 (see NOTICE)",
         "split": "train: crc32(shape text) % 4 != 0 (app.core.validation.kernels.split_of)",
         "script": "python -m scripts.fit_kernels_moe",
     }
+    body: dict[str, Any]
     if args.only in (None, "comm"):
         body = {
             "format": KERNEL_FIT_COMM_FORMAT,

@@ -358,8 +358,12 @@ def _moe_fit_label(
     mxfp4_moe_kernel: Mxfp4MoeKernel = "default",
 ) -> str | None:
     """The measured MoE table of the run's routed experts, if they run its matrix path (MXFP4
-    experts on Marlin: its own table, BF16 activations)."""
+    experts on Marlin: its own table, BF16 activations). MXFP8 activations on a device without
+    a block-scaled FP4 matrix unit run BF16 (:func:`_mxfp4_matrix_dtype`): the experts are
+    priced from the BF16-activation table there (TensorRT-LLM's TRITON MoE backend on Hopper)."""
     if quantization.linear is LinearQuantAction.MXFP4:
+        if mxfp4_activation == "fp8" and compute is DType.BF16:
+            mxfp4_activation = "bf16"  # the fallback's kernels: BF16 x MXFP4
         if _MXFP4_MOE_MATRIX.get(mxfp4_activation) is not compute:
             return None
         if mxfp4_moe_kernel == "marlin":

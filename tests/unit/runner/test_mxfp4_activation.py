@@ -153,3 +153,22 @@ def test_a_weight_only_format_keeps_its_stored_weights_small_m_cost(
     ) / (device.peak_tflops(stored) * device.gemm_efficiency(stored))  # type: ignore[operator]
     assert plan.gemm_half_efficiency_tokens == pytest.approx(half * ratio)
     assert plan.gemm_half_efficiency_tokens < half
+
+
+def test_trtllms_hopper_experts_are_priced_from_the_bf16_activation_table() -> None:
+    """TensorRT-LLM's MXFP8 x MXFP4 experts fall back to BF16 x MXFP4 on Hopper (its TRITON MoE
+    backend, the gpt-oss H200 script's ``moe_config.backend``): the measured ``w4a16_mxfp4``
+    table prices them there, the ``w4a8_mxfp4_mxfp8`` one on Blackwell. Before, the fallback's
+    BF16 matrix path matched no table and the experts kept the defaults."""
+    labels = {}
+    for device in (H200, B200):
+        runner = engine_runner(
+            TRTLLM, get_model(GPT_OSS), get_device(device), ParallelLayout(tp=1), MXFP4
+        )
+        assert runner.plan.moe_fit is not None
+        labels[device] = runner.plan.moe_fit.label
+        sources = {
+            o.source for o in runner.run_inference(DECODE).breakdown.ops if o.name == "experts_up"
+        }
+        assert sources == {"fitted:trtllm"}
+    assert labels == {H200: "w4a16_mxfp4", B200: "w4a8_mxfp4_mxfp8"}
