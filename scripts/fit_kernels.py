@@ -250,11 +250,26 @@ def _source(root: Path, script: str, model: str) -> dict[str, str]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def fit_arguments(doc: str | None, default_out: Path, argv: list[str] | None) -> argparse.Namespace:
+    """A fit script's command line: ``--kernels`` (the unpacked wheel) and ``--out`` (the
+    fitted table, by default the packaged one); ``doc``: the script's docstring."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
-    parser.add_argument("--out", type=Path, default=KERNEL_FIT_PATH)
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, default=default_out)
+    return parser.parse_args(argv)
+
+
+def write_fit(
+    args: argparse.Namespace, *, fmt: str, script: str, model: str, key: str, entries: list[Any]
+) -> None:
+    """Write a fitted table to ``args.out``: its format, its provenance (:func:`_source`) and
+    its ``entries`` under ``key``."""
+    body = {"format": fmt, "source": _source(args.kernels, script, model), key: entries}
+    args.out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = fit_arguments(__doc__, KERNEL_FIT_PATH, argv)
     points, versions = _collect(args.kernels)
     entries: list[dict[str, Any]] = []
     for (system, engine, label), raw in sorted(points.items()):
@@ -291,17 +306,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{system} {engine} {label}: train {entries[-1]['train']} test {entries[-1]['test']}",
             file=sys.stderr,
         )
-    body = {
-        "format": KERNEL_FIT_FORMAT,
-        "source": _source(
-            args.kernels,
-            "python -m scripts.fit_kernels",
-            "max(flops / (peak * compute_efficiency(M, K*N)), bytes / (hbm * "
-            "memory_efficiency(K*N))) + fixed_us; bilinear in log2(M), log2(K*N) between knots",
-        ),
-        "gemm": entries,
-    }
-    args.out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    write_fit(
+        args,
+        fmt=KERNEL_FIT_FORMAT,
+        script="python -m scripts.fit_kernels",
+        model="max(flops / (peak * compute_efficiency(M, K*N)), bytes / (hbm * "
+        "memory_efficiency(K*N))) + fixed_us; bilinear in log2(M), log2(K*N) between knots",
+        key="gemm",
+        entries=entries,
+    )
     return 0
 
 

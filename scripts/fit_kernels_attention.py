@@ -19,8 +19,6 @@ Needs pyarrow and numpy (``pip install 'chunkwise[kernels]'``); never imported b
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from collections import defaultdict
@@ -49,7 +47,15 @@ from app.core.runner.layers import FLOPS_PER_MAC, Q_AND_O, attended_pairs
 from app.core.runner.plan import ACTIVATION_BYTES, FLOPS_PER_TFLOP
 from app.core.validation.kernels import DEEPSEEK_V3_MLA, SYSTEM_DEVICES, split_of
 from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
-from scripts.fit_kernels import MIN_POINTS, PERCENT, _grid, _source, _thin, _weights
+from scripts.fit_kernels import (
+    MIN_POINTS,
+    PERCENT,
+    _grid,
+    _thin,
+    _weights,
+    fit_arguments,
+    write_fit,
+)
 
 TABLE_FAMILIES = {
     "context_attention_perf": CONTEXT_ATTENTION,
@@ -350,10 +356,7 @@ def kernel_entries(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
-    parser.add_argument("--out", type=Path, default=ATTENTION_FIT_PATH)
-    args = parser.parse_args(argv)
+    args = fit_arguments(__doc__, ATTENTION_FIT_PATH, argv)
     points, versions = _collect(args.kernels)
     entries = []
     for key, raw in sorted(points.items()):
@@ -363,20 +366,18 @@ def main(argv: list[str] | None = None) -> int:
         entry = _entry(key, _fit(_thin(train, MAX_FIT_POINTS), ROW_KNOTS[key[2]]))
         entry["engine_versions"] = sorted(versions[(key[0], key[1])])
         entries.append(with_residuals(entry, key, train, test))
-    body = {
-        "format": ATTENTION_FIT_FORMAT,
-        "source": _source(
-            args.kernels,
-            "python -m scripts.fit_kernels_attention",
-            "max(flops / (peak * compute_efficiency(rows, context) * "
-            "head_dim_factor(head_dim)), bytes / (hbm * memory_efficiency(rows, context) * "
-            "head_dim_factor(head_dim)), rows * row_ns) + fixed_us; rows = new tokens x local "
-            "query heads, context = KV positions per request; bilinear in log2(rows), "
-            "log2(context) between knots",
-        ),
-        "attention": entries,
-    }
-    args.out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    write_fit(
+        args,
+        fmt=ATTENTION_FIT_FORMAT,
+        script="python -m scripts.fit_kernels_attention",
+        model="max(flops / (peak * compute_efficiency(rows, context) * "
+        "head_dim_factor(head_dim)), bytes / (hbm * memory_efficiency(rows, context) * "
+        "head_dim_factor(head_dim)), rows * row_ns) + fixed_us; rows = new tokens x local "
+        "query heads, context = KV positions per request; bilinear in log2(rows), "
+        "log2(context) between knots",
+        key="attention",
+        entries=entries,
+    )
     return 0
 
 

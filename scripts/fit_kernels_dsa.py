@@ -23,8 +23,6 @@ Needs pyarrow and numpy (``pip install 'chunkwise[kernels]'``); never imported b
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -61,7 +59,7 @@ from app.core.validation.kernels import (
     split_of,
 )
 from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
-from scripts.fit_kernels import _source, _thin, _weights
+from scripts.fit_kernels import _thin, _weights, fit_arguments, write_fit
 from scripts.fit_kernels_attention import (
     BOUNDS,
     CONTEXT_KNOTS,
@@ -212,27 +210,22 @@ def _terms_of_fit(key: tuple[str, str, str], train: dict[str, Any]) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
-    parser.add_argument("--out", type=Path, default=DSA_FIT_PATH)
-    args = parser.parse_args(argv)
+    args = fit_arguments(__doc__, DSA_FIT_PATH, argv)
     points, versions = _collect(args.kernels)
     entries = kernel_entries(points, versions, _arrays, _terms_of_fit)
-    body = {
-        "format": DSA_FIT_FORMAT,
-        "source": _source(
-            args.kernels,
-            "python -m scripts.fit_kernels_dsa",
-            "max(flops / (peak * compute_efficiency(rows, context)), bytes / (hbm * "
-            "memory_efficiency(rows, context)), rows * row_ns) + fixed_us; peak: FP8 for the "
-            "indexer scores, 16-bit otherwise; rows = new tokens (indexer scores, top-k) or new "
-            "tokens x query heads padded to 64 (sparse MLA); context = cached keys scored "
-            "(indexer) or latents selected, min(context, topk) (sparse MLA); bilinear in "
-            "log2(rows), log2(context) between knots",
-        ),
-        "dsa": entries,
-    }
-    args.out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    write_fit(
+        args,
+        fmt=DSA_FIT_FORMAT,
+        script="python -m scripts.fit_kernels_dsa",
+        model="max(flops / (peak * compute_efficiency(rows, context)), bytes / (hbm * "
+        "memory_efficiency(rows, context)), rows * row_ns) + fixed_us; peak: FP8 for the "
+        "indexer scores, 16-bit otherwise; rows = new tokens (indexer scores, top-k) or new "
+        "tokens x query heads padded to 64 (sparse MLA); context = cached keys scored "
+        "(indexer) or latents selected, min(context, topk) (sparse MLA); bilinear in "
+        "log2(rows), log2(context) between knots",
+        key="dsa",
+        entries=entries,
+    )
     return 0
 
 

@@ -17,8 +17,6 @@ Needs pyarrow and numpy (``pip install 'chunkwise[kernels]'``); never imported b
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -41,7 +39,7 @@ from app.core.runner.layers import gdn_conv1d_terms, gdn_delta_rule_terms
 from app.core.runner.plan import FLOPS_PER_TFLOP
 from app.core.validation.kernels import KEY_COLUMNS, SYSTEM_DEVICES, KernelFamily, split_of
 from app.services.kernels import _read, _shape_text, find_data_dir, list_tables
-from scripts.fit_kernels import _source, _thin, _weights
+from scripts.fit_kernels import _thin, _weights, fit_arguments, write_fit
 from scripts.fit_kernels_attention import (
     CONTEXT_KNOTS,
     DECODE_ROW_KNOTS,
@@ -153,25 +151,20 @@ def _terms_of_fit(key: tuple[str, str, str], train: dict[str, Any]) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", type=Path, required=True, help="the unpacked wheel")
-    parser.add_argument("--out", type=Path, default=GDN_FIT_PATH)
-    args = parser.parse_args(argv)
+    args = fit_arguments(__doc__, GDN_FIT_PATH, argv)
     points, versions = _collect(args.kernels)
     entries = kernel_entries(points, versions, _arrays, _terms_of_fit)
-    body = {
-        "format": GDN_FIT_FORMAT,
-        "source": _source(
-            args.kernels,
-            "python -m scripts.fit_kernels_gdn",
-            "max(flops / (peak_bf16 * compute_efficiency(rows, context)), bytes / (hbm * "
-            "memory_efficiency(rows, context)), rows * row_ns) + fixed_us; rows = requests x "
-            "local value heads, context = one request's new tokens; bilinear in log2(rows), "
-            "log2(context) between knots",
-        ),
-        "gdn": entries,
-    }
-    args.out.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    write_fit(
+        args,
+        fmt=GDN_FIT_FORMAT,
+        script="python -m scripts.fit_kernels_gdn",
+        model="max(flops / (peak_bf16 * compute_efficiency(rows, context)), bytes / (hbm * "
+        "memory_efficiency(rows, context)), rows * row_ns) + fixed_us; rows = requests x "
+        "local value heads, context = one request's new tokens; bilinear in log2(rows), "
+        "log2(context) between knots",
+        key="gdn",
+        entries=entries,
+    )
     return 0
 
 
