@@ -434,28 +434,9 @@ def build_plan(
     per_layer_kv, kv_full, kv_sliding = _kv_bytes_per_token(model, kv_local, pp, kv_el)
     hbm_peak = device.hbm_bandwidth_gb_s * BYTES_PER_GB
     graph_launch_s = device.graph_kernel_launch_us * S_PER_US
-    in_graph_s = in_graph_floor_s(kernel_engine, device.vendor) if served else None
-    label = gemm_label(quantization, model.native_linear)
-    if quantization.linear is LinearQuantAction.MXFP4 or compute is not fmt.compute_dtype:
-        label = None  # another matrix path than the measured kernels'
-    bf16_fit = fitted_gemm(
-        device=device.name,
-        engine=kernel_engine,
-        label=GEMM_16BIT,
-        peak_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP,
-        peak_hbm_bytes_per_s=hbm_peak,
-        graph_launch_s=graph_launch_s,
-        in_graph_s=in_graph_s,
-    )
-    gemm_fit = fitted_gemm(
-        device=device.name,
-        engine=kernel_engine,
-        label=label,
-        peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops) * FLOPS_PER_TFLOP,
-        peak_hbm_bytes_per_s=hbm_peak,
-        graph_launch_s=graph_launch_s,
-        in_graph_s=in_graph_s,
-        fixed_cap_s=bf16_fit.fixed_s if served and bf16_fit is not None else None,
+    floors = (graph_launch_s, in_graph_floor_s(kernel_engine, device.vendor) if served else None)
+    gemm_fit, bf16_fit = _gemm_fits(
+        model, device, quantization, compute, kernel_engine, hbm_peak, floors, served=served
     )
     moe_fit, comm_fit = _moe_and_comm_fits(
         model,
@@ -465,10 +446,10 @@ def build_plan(
         compute,
         kernel_engine,
         hbm_peak,
-        (graph_launch_s, in_graph_s),
+        floors,
     )
     prefill_attention, decode_attention = _attention_fits(
-        model, device, quantization, kernel_engine, hbm_peak, (graph_launch_s, in_graph_s)
+        model, device, quantization, kernel_engine, hbm_peak, floors
     )
 
     return ShardPlan(
@@ -492,9 +473,9 @@ def build_plan(
         bf16_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP * device.gemm_efficiency_16bit,
         attention_flops_per_s=attn_peak * FLOPS_PER_TFLOP * device.attention_efficiency,
         indexer_flops_per_s=indexer_rate,
-        hbm_bytes_per_s=device.hbm_bandwidth_gb_s * BYTES_PER_GB * device.memory_efficiency,
+        hbm_bytes_per_s=hbm_peak * device.memory_efficiency,
         eager_launch_s=device.kernel_launch_us * S_PER_US,
-        graph_launch_s=device.graph_kernel_launch_us * S_PER_US,
+        graph_launch_s=graph_launch_s,
         forward_overhead_s=device.forward_overhead_us * S_PER_US,
         tp_tier=device.tier_for(tp),
         ep_tier=device.tier_for(group_devices),
@@ -515,10 +496,51 @@ def build_plan(
         comm_fit=comm_fit,
         prefill_attention_fit=prefill_attention,
         decode_attention_fit=decode_attention,
-        gdn_fit=_gdn_fit(model, device, kernel_engine, hbm_peak, (graph_launch_s, in_graph_s)),
+        gdn_fit=_gdn_fit(model, device, kernel_engine, hbm_peak, floors),
         expert_slots=slots,
-        dsa_fit=_dsa_fit(model, device, kernel_engine, hbm_peak, (graph_launch_s, in_graph_s)),
+        dsa_fit=_dsa_fit(model, device, kernel_engine, hbm_peak, floors),
     )
+
+
+def _gemm_fits(
+    model: ModelArchitecture,
+    device: Device,
+    quantization: Quantization,
+    compute: DType,
+    kernel_engine: str | None,
+    hbm_peak: float,
+    floors: tuple[float, float | None],
+    *,
+    served: bool,
+) -> tuple[FittedGemm | None, FittedGemm | None]:
+    """The fitted GEMM curve of the linear layers' matrix path and the 16-bit one (None: the
+    defaults); ``floors``: the graph launch and the in-graph floor, s. Served, the quantized
+    GEMM's floor is capped at the 16-bit one's (:func:`build_plan`)."""
+    fmt = quantization.linear_format
+    label = gemm_label(quantization, model.native_linear)
+    if quantization.linear is LinearQuantAction.MXFP4 or compute is not fmt.compute_dtype:
+        label = None  # another matrix path than the measured kernels'
+    graph_launch_s, in_graph_s = floors
+    bf16_fit = fitted_gemm(
+        device=device.name,
+        engine=kernel_engine,
+        label=GEMM_16BIT,
+        peak_flops_per_s=device.peak_bf16_tflops * FLOPS_PER_TFLOP,
+        peak_hbm_bytes_per_s=hbm_peak,
+        graph_launch_s=graph_launch_s,
+        in_graph_s=in_graph_s,
+    )
+    gemm_fit = fitted_gemm(
+        device=device.name,
+        engine=kernel_engine,
+        label=label,
+        peak_flops_per_s=(device.peak_tflops(compute) or device.peak_bf16_tflops) * FLOPS_PER_TFLOP,
+        peak_hbm_bytes_per_s=hbm_peak,
+        graph_launch_s=graph_launch_s,
+        in_graph_s=in_graph_s,
+        fixed_cap_s=bf16_fit.fixed_s if served and bf16_fit is not None else None,
+    )
+    return gemm_fit, bf16_fit
 
 
 def _moe_and_comm_fits(
