@@ -115,6 +115,12 @@ MAX_TTFT_OVERHEAD_MS = 60_000.0
 #: Largest closed-loop arrival spread (share of a wave's re-submissions one step late): past
 #: half, the late part of a wave would be the larger one, which is the same split reversed.
 MAX_ARRIVAL_SPREAD = 0.5
+#: Most steps a closed loop's re-submission may wait before the scheduler sees it (a profile's
+#: ``resubmit_steps``): 2 is the engines' own (one step running, one formed ahead).
+MAX_RESUBMIT_STEPS = 4
+#: Most front-end time per prompt token, microseconds (a profile's ``frontend_us_per_token``):
+#: well above any tokenizer's (a few microseconds per token).
+MAX_FRONTEND_US_PER_TOKEN = 1000.0
 #: A workload's length range (``length_range_ratio``, vLLM ``benchmark_serving.py
 #: --random-range-ratio`` in its ``[L * r, L]`` form): each request's prompt and output lengths
 #: are drawn uniformly between ``r`` times the nominal length and the nominal length. 1: fixed

@@ -149,6 +149,29 @@ VLLM_STEP_HOST_MS = 0.8
 #: taken. Qwen3.5 and DeepSeek-V3 then land within +-4 % signed on every device; GLM-5 keeps a
 #: gap of its own (-19 to -22 %: its sparse-attention decode).
 SGLANG_STEP_SYNC_MS = 2.5
+#: Front-end time per prompt token, microseconds: the server tokenizing the prompt text before
+#: the engine sees it (vLLM's API server, SGLang's TokenizerManager and trtllm-serve all encode
+#: with Hugging Face ``tokenizers``). Measured, not fitted: ``tokenizers`` 0.23.3 encoding
+#: benchmark-style random prompts (consecutive vocabulary ids from a random offset, decoded and
+#: re-encoded, the way vLLM's and InferenceX's ``sample_random_requests`` build them) with a
+#: 131k-entry tiktoken-style BPE vocabulary (Mistral's Tekken, shipped in the
+#: ``mistral-common`` wheel): 2.2-3.0 us per token from 2k to 8k tokens on one core
+#: (``scripts/tokenize_bench.py``, docs/engine_defaults.md "Front end"); the fastokens
+#: project reports ``tokenizers`` 0.x at about 3 MB/s on real text
+#: (crusoecloud/fastokens ``bench/README.md``), 2.2 us per token at the 6.7 bytes per token of
+#: those prompts. 3 taken. Every engine pays it; 0 only for a caller who sends token ids.
+FRONTEND_US_PER_TOKEN = 3.0
+#: Steps between a closed-loop finish and its successor reaching the scheduler under async or
+#: overlap scheduling: the finishing token leaves the engine when its step ends, the next step
+#: already started without the successor (the engine never waits for a client), and the step
+#: after it was formed while that one runs, so the successor is scheduled into the third step
+#: after the finish. vLLM: async scheduling by default (``SchedulerConfig.async_scheduling``
+#: ``None`` -> on where supported, vllm-project/vllm#27614, in the builds of the measured rows,
+#: 0.15-0.19); SGLang: ``event_loop_overlap`` (the default; the next batch is scheduled
+#: before the last one's result is processed); TensorRT-LLM: the PyTorch executor's overlap
+#: scheduler (``disable_overlap_scheduler: false`` by default). An engine that schedules each
+#: step at the end of the one before waits one step instead (1).
+OVERLAP_RESUBMIT_STEPS = 2
 #: Host time per model layer of a forward SGLang runs eagerly: every prefill (extend) batch of
 #: the builds the measured rows name (0.5.9: ``enable_piecewise_cuda_graph`` off by default;
 #: 0.5.10: piecewise prefill graphs on by default but switched off by ``--enable-symm-mem``,
@@ -224,6 +247,15 @@ class EngineProfile:
     step_host_ms: float = 0.0
     step_sync_ms: float = 0.0
     request_frontend_ms: float = 0.0
+    #: Front-end time per prompt token, microseconds (the server tokenizing the prompt text
+    #: before the engine sees it): added to TTFT with ``request_frontend_ms``
+    #: (:meth:`frontend_ms`).
+    frontend_us_per_token: float = 0.0
+    #: Closed loops: steps between a request's finish and its successor reaching the scheduler
+    #: (:class:`~app.core.engine.arrivals.ClosedLoop`): 1 for a scheduler that forms each step
+    #: at the end of the one before, 2 when it forms it while the one before runs (async or
+    #: overlap scheduling); 0: at once (lock step, the RFC's model).
+    resubmit_steps: int = 0
     #: Closed loops: the share of the requests finishing at one step's end whose successors
     #: reach the engine a step later (:func:`app.core.engine.arrivals.late_share`); 0: the
     #: clients stay in lock step.
@@ -429,6 +461,11 @@ class EngineProfile:
         eager_ms = forward_ms + host_ms
         return max(eager_ms, device_ms + piecewise_ms) + self.step_sync_ms
 
+    def frontend_ms(self, input_length: int) -> float:
+        """Time a request of ``input_length`` prompt tokens spends in the server's front end
+        before the engine sees it: the per-request part and the prompt's tokenization."""
+        return self.request_frontend_ms + self.frontend_us_per_token * input_length / 1000.0
+
     def activations_in_reserve(self) -> bool:
         """SGLang's static fraction leaves activations in the reserve: they do not come out of
         the KV pool."""
@@ -496,6 +533,8 @@ OVERRIDE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "step_host_ms": (0.0, 1000.0),
     "step_sync_ms": (0.0, 1000.0),
     "request_frontend_ms": (0.0, limits.MAX_TTFT_OVERHEAD_MS),
+    "frontend_us_per_token": (0.0, limits.MAX_FRONTEND_US_PER_TOKEN),
+    "resubmit_steps": (0, limits.MAX_RESUBMIT_STEPS),
     "arrival_spread": (0.0, limits.MAX_ARRIVAL_SPREAD),
     "scheduler_recv_interval": (1, limits.MAX_RECV_INTERVAL),
     "stream_interval": (1, limits.MAX_STREAM_INTERVAL),
@@ -528,6 +567,8 @@ VLLM = EngineProfile(
     cuda_graph_max_batch=VLLM_MAX_GRAPH_BATCH,
     overlap_scheduling=False,
     step_host_ms=VLLM_STEP_HOST_MS,
+    frontend_us_per_token=FRONTEND_US_PER_TOKEN,
+    resubmit_steps=OVERLAP_RESUBMIT_STEPS,
     mxfp4_activation=VLLM_MXFP4_ACTIVATION,
 )
 SGLANG = EngineProfile(
@@ -540,6 +581,8 @@ SGLANG = EngineProfile(
     kv_cache_dtype="auto",
     overlap_scheduling=True,
     step_sync_ms=SGLANG_STEP_SYNC_MS,
+    frontend_us_per_token=FRONTEND_US_PER_TOKEN,
+    resubmit_steps=OVERLAP_RESUBMIT_STEPS,
     mxfp4_activation=SGLANG_MXFP4_ACTIVATION,
     eager_layer_host_ms=SGLANG_EAGER_LAYER_HOST_MS,
 )
@@ -556,6 +599,8 @@ TRTLLM = EngineProfile(
     kv_cache_dtype="fp8",
     overlap_scheduling=True,
     step_sync_ms=TRTLLM_STEP_SYNC_MS,
+    frontend_us_per_token=FRONTEND_US_PER_TOKEN,
+    resubmit_steps=OVERLAP_RESUBMIT_STEPS,
     mxfp4_activation=TRTLLM_MXFP4_ACTIVATION,
 )
 MSMODELING = EngineProfile(

@@ -81,6 +81,10 @@ class WorkloadSpec:
     #: A closed loop's arrival spread (an engine profile's ``arrival_spread``): the share of
     #: the requests finishing together whose successors reach the engine one step later.
     arrival_spread: float = 0.0
+    #: A closed loop's re-submission lag (an engine profile's ``resubmit_steps``): every
+    #: successor reaches the scheduler that many steps after its predecessor finished
+    #: (:class:`~app.core.engine.arrivals.ClosedLoop`); 0: at once.
+    resubmit_steps: int = 0
     #: The engine's scheduler receive interval (a profile's ``scheduler_recv_interval``): new
     #: requests are seen once per that many decode steps (:class:`~app.core.engine.loop.Engine`).
     recv_interval: int = 1
@@ -120,6 +124,7 @@ class WorkloadSpec:
         require_int("num_devices", self.num_devices, 1, 1_000_000)
         require_number("ttft_overhead_ms", self.ttft_overhead_ms, 0.0, limits.MAX_TTFT_OVERHEAD_MS)
         require_number("arrival_spread", self.arrival_spread, 0.0, limits.MAX_ARRIVAL_SPREAD)
+        require_int("resubmit_steps", self.resubmit_steps, 0, limits.MAX_RESUBMIT_STEPS)
         require_int("recv_interval", self.recv_interval, 1, limits.MAX_RECV_INTERVAL)
         require_int("batch_wait_iters", self.batch_wait_iters, 0, limits.MAX_RECV_INTERVAL)
         require_number("batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio, 0.0, 1.0)

@@ -156,6 +156,18 @@ class EngineOptions(StrictModel):
     request_frontend_ms: float | None = _bounded(
         "request_frontend_ms", float, "time per request outside the engine, ms, added to TTFT"
     )
+    frontend_us_per_token: float | None = _bounded(
+        "frontend_us_per_token",
+        float,
+        "front-end time per prompt token (tokenizing the prompt), microseconds, added to TTFT",
+    )
+    resubmit_steps: int | None = _bounded(
+        "resubmit_steps",
+        int,
+        "closed loops: steps between a request's finish and its successor reaching the "
+        "scheduler (2: async or overlap scheduling, 1: a scheduler that forms each step at the "
+        "end of the one before, 0: at once)",
+    )
     arrival_spread: float | None = _bounded(
         "arrival_spread",
         float,

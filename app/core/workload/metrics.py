@@ -240,6 +240,47 @@ def _token_gaps(
     return _distribution(groups)
 
 
+def _busy_arrivals(runs: Sequence[StepRun], first: Sequence[tuple[int, ...]]) -> set[int]:
+    """The runs at whose end the engine still had work besides the requests sent then: a
+    decode in the next run, or an earlier request not yet at its first token (``first``:
+    every first-token record, copies expanded)."""
+    busy = {run for run in range(len(runs) - 1) if runs[run + 1].d_step}
+    latest = -1  # the latest first token of the requests that arrived before ``arrival``
+    by_arrival: dict[int, int] = {}
+    for _count, arrival, first_run in first:
+        by_arrival[arrival] = max(by_arrival.get(arrival, -1), first_run)
+    for arrival in sorted(by_arrival):
+        if arrival >= 0 and latest > arrival:
+            busy.add(arrival)
+        latest = max(latest, by_arrival[arrival])
+    return busy
+
+
+def _resubmit_waits(
+    pieces: Iterable[tuple[Sequence[tuple[int, ...]], int]],
+    plan: ServingPlan,
+    ends: Sequence[float],
+    steps: int,
+) -> list[float]:
+    """Each first-token record's wait before the scheduler saw it, over the pieces
+    :func:`_spans` walks. A closed loop's re-submission is sent when its predecessor finished
+    at the end of run ``a`` (its TTFT counts from there), but an engine with other work went
+    on without it: it reaches the scheduler ``steps`` steps later (the step that started
+    without it and, under async or overlap scheduling, the one formed while that step ran:
+    :attr:`~app.core.spec.WorkloadSpec.resubmit_steps`). Those steps last the run's mean step
+    (the engine never idles in a closed loop while it has work), added here rather than
+    replayed step by step: a replay that holds the requests back puts lock-step waves of
+    clients behind each other's prefills. An engine with nothing else to do (:func:`
+    _busy_arrivals`) takes the request at once; the requests present at ``t = 0`` never wait.
+    """
+    runs = plan.engine.runs
+    wait_ms = steps * ends[-1] / sum(run.repeat for run in runs)
+    busy = _busy_arrivals(runs, plan.records.all_first())
+    return [
+        wait_ms if record[1] + off in busy else 0.0 for records, off in pieces for record in records
+    ]
+
+
 def _decode_tokens(pieces: Iterable[tuple[Sequence[tuple[int, ...]], int]]) -> list[int]:
     """Each finish record's decode tokens per request, over the pieces :func:`_spans` walks."""
     return [r[3] for records, _ in pieces for r in records]
@@ -271,12 +312,17 @@ def replay_serving(
         num_requests=plan.num_requests,
     )
     spec = plan.engine.spec
+    first_pieces = [(first, 0)] if cycle is None else cycle.segments(first, cycle.first_span)
     if cycle is None:
-        counts_first, ttfts = _spans([(first, 0)], at, arrived)
+        counts_first, ttfts = _spans(first_pieces, at, arrived)
         counts_finish, decodes = _spans([(finish, 0)], at, at)
     else:
-        counts_first, ttfts = _spans(cycle.segments(first, cycle.first_span), at, arrived)
+        counts_first, ttfts = _spans(first_pieces, at, arrived)
         counts_finish, decodes = _spans(cycle.segments(finish, cycle.finish_span), at, at)
+    if spec.resubmit_steps and sent_ms is None:
+        first_pieces = [(first, 0)] if cycle is None else cycle.segments(first, cycle.first_span)
+        waits = _resubmit_waits(first_pieces, plan, ends, spec.resubmit_steps)
+        ttfts = [v + w for v, w in zip(ttfts, waits, strict=True)]
     measured_first = sum(counts_first)
     measured_finish = sum(counts_finish)
     ttft_ms = sum([c * v for c, v in zip(counts_first, ttfts, strict=True)]) / measured_first
