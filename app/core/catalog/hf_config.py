@@ -3,16 +3,20 @@
 Supported ``model_type`` values: dense GQA/MHA decoders (``llama``, ``mistral``, ``qwen2``,
 ``qwen3``, ``internlm2``: its fused ``wqkv`` holds the same q, k and v weights as three
 projections), parallel-attention decoders (``gptj``, ``falcon``), MoE decoders (``mixtral``,
-``qwen3_moe``, ``gpt_oss``, ``minimax_m2``), MLA + MoE decoders (``deepseek_v2``,
+``qwen3_moe``, ``qwen3_omni_moe_text``: Qwen3-Omni's thinker, ``gpt_oss``, ``minimax_m2``, and
+HunYuan's ``hunyuan`` / ``hunyuan_v1_moe``: routed experts beside one shared MLP, the sizes given
+per layer), MLA + MoE decoders (``deepseek_v2``,
 ``deepseek_v3``, ``kimi_k2``), with DeepSeek Sparse Attention's lightning indexer
 (``deepseek_v32``, ``glm_moe_dsa``: the ``index_*`` keys, MLA attending to the ``index_topk``
 tokens the indexer selects), and hybrid linear-attention decoders (``qwen3_5_text`` dense,
 ``qwen3_5_moe_text`` MoE: Gated DeltaNet layers between gated full-attention layers, as
 ``layer_types`` lists them). A
 multimodal wrapper (``kimi_k25``, ``qwen3_5_moe``, ...) that
-nests its language model under ``text_config`` is read through it: the serving workloads are
-text only, so the vision tower never runs, and its weights (Kimi-K2.5's MoonViT: 27 layers of
-width 1152, about 0.4 B parameters, 0.04 % of the model) are left out of the memory.
+nests its language model under ``text_config`` (Qwen3-Omni: under ``thinker_config``) is read
+through it: the serving workloads are text only, so the vision (and audio) towers never run,
+and their weights are left out of the memory (Kimi-K2.5's MoonViT: 27 layers of width 1152,
+about 0.4 B parameters, 0.04 % of the model; Qwen3-Omni-30B-A3B's audio and vision encoders:
+about 1.2 B parameters, 3.8 % of the thinker, which only shrinks the KV pool).
 
 Architecture features the latency model does not represent are refused with
 :class:`UnsupportedError` naming the feature, never approximated by a neighbouring one:
@@ -49,7 +53,12 @@ from app.core.catalog.architecture import (
 from app.core.errors import InvalidParameterError, UnsupportedError
 
 _DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "internlm2")
-_MOE_TYPES = ("mixtral", "qwen3_moe", "gpt_oss", "minimax_m2")
+#: Qwen3-MoE decoders: ``qwen3_moe`` and Qwen3-Omni's thinker (the same decoder, M-RoPE).
+_QWEN3_MOE_TYPES = ("qwen3_moe", "qwen3_omni_moe_text")
+#: HunYuan MoE (Hunyuan-A13B): ``hunyuan`` as its own remote code names it, ``hunyuan_v1_moe``
+#: as transformers does.
+_HUNYUAN_TYPES = ("hunyuan", "hunyuan_v1_moe")
+_MOE_TYPES = ("mixtral", *_QWEN3_MOE_TYPES, "gpt_oss", "minimax_m2", *_HUNYUAN_TYPES)
 _MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
 _PARALLEL_TYPES = ("gptj", "falcon")
 #: Hybrid decoders whose ``linear_attention`` layers are Gated DeltaNet (``linear_*`` keys):
@@ -205,6 +214,10 @@ def _language_model(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     decoder under ``text_config``; a top-level ``quantization_config`` applies to it too.
     """
     outer_type = str(config.get("model_type", "")).lower()
+    thinker = config.get("thinker_config")
+    if isinstance(thinker, Mapping) and "hidden_size" not in config:
+        # Qwen3-Omni: the language model is the thinker's text_config.
+        config = {**thinker, **{k: v for k, v in config.items() if k == "quantization_config"}}
     text = config.get("text_config")
     if not isinstance(text, Mapping) or "hidden_size" in config:
         return config, outer_type
@@ -270,7 +283,7 @@ def _windows(config: Mapping[str, Any], num_layers: int, model_type: str) -> lis
     if model_type == "mistral" and window:
         return [window] * num_layers
     if (
-        model_type in ("qwen2", "qwen3", "qwen3_moe")
+        model_type in ("qwen2", "qwen3", *_QWEN3_MOE_TYPES)
         and config.get("use_sliding_window")
         and window
     ):
@@ -317,7 +330,7 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
     layers = _int(config, "num_hidden_layers")
     heads = _int(config, "num_attention_heads")
     kv_heads = _int(config, "num_key_value_heads", default=heads)
-    head_dim = _int(config, "head_dim", default=h // heads if heads else 0)
+    head_dim = _int(config, "head_dim", "attention_head_dim", default=h // heads if heads else 0)
     common: dict[str, Any] = {
         "name": label,
         "model_type": model_type,
@@ -336,7 +349,8 @@ def model_from_config(config: Mapping[str, Any], name: str | None = None) -> Mod
         "rotary_dim": _int(config, "rotary_dim", default=head_dim),
         "attention_bias": _attention_bias(config, model_type),
         "mlp_bias": _bool(config, "mlp_bias", False),
-        "qk_norm": model_type in ("qwen3", "qwen3_moe") or _bool(config, "use_qk_norm", False),
+        "qk_norm": model_type in ("qwen3", *_QWEN3_MOE_TYPES)
+        or _bool(config, "use_qk_norm", False),
         "max_context_tokens": context_limit(config),
         **_quantization_fields(config),
     }
@@ -365,9 +379,11 @@ def _moe_model(
     layers: int,
     windows: list[int | None],
 ) -> ModelArchitecture:
+    if model_type in _HUNYUAN_TYPES:
+        return _hunyuan_model(config, common, layers, windows)
     num_experts = _int(config, "num_local_experts", "num_experts")
     top_k = _int(config, "num_experts_per_tok", "experts_per_token")
-    if model_type == "qwen3_moe":
+    if model_type in _QWEN3_MOE_TYPES:
         expert_size = _int(config, "moe_intermediate_size")
         step = max(_int(config, "decoder_sparse_step", default=1), 1)
         dense_only = set(config.get("mlp_only_layers") or [])
@@ -385,6 +401,62 @@ def _moe_model(
         num_experts=num_experts, experts_per_token=top_k, expert_intermediate_size=expert_size
     )
     return ModelArchitecture(**common, moe=moe, layer_groups=_groups(ffn, windows))
+
+
+def _per_layer_int(config: Mapping[str, Any], key: str, layers: int) -> int:
+    """A HunYuan size given once or per layer (``moe_topk``: [8] x 32); per-layer lists must
+    hold one value, as the runner costs every MoE layer alike."""
+    value = config.get(key)
+    if not isinstance(value, list):
+        return _int(config, key)
+    if len(value) != layers:
+        raise InvalidParameterError(key, len(value), f"one entry per layer ({layers})")
+    values = {_int({key: v}, key) for v in value}
+    if len(values) != 1:
+        raise UnsupportedError(
+            f"{key} differs between layers ({sorted(values)}): layers of different MoE sizes "
+            "are not modelled, and Chunkwise does not average them"
+        )
+    return values.pop()
+
+
+def _hunyuan_model(
+    config: Mapping[str, Any], common: dict[str, Any], layers: int, windows: list[int | None]
+) -> ModelArchitecture:
+    """HunYuan MoE (Hunyuan-A13B): every layer routes to ``moe_topk`` of ``num_experts``
+    experts of ``moe_intermediate_size`` and, with ``use_mixed_mlp_moe``, also runs a shared
+    SwiGLU MLP of ``num_shared_expert x intermediate_size`` (the remote code's
+    ``HunYuanMLP(..., is_shared_mlp=True)``). Cross-layer KV sharing (``use_cla``, Hunyuan-Large)
+    and leading dense layers (``moe_layer_num_skipped``) are refused, not approximated."""
+    if _bool(config, "use_cla", False):
+        raise UnsupportedError(
+            "HunYuan's cross-layer attention (use_cla: layers sharing another layer's KV "
+            "cache) is not modelled, and Chunkwise does not cost it as one KV cache per layer"
+        )
+    if _int(config, "moe_layer_num_skipped", default=0):
+        raise UnsupportedError(
+            "HunYuan's dense leading layers (moe_layer_num_skipped) are not modelled"
+        )
+    num_experts = _int(config, "num_experts")
+    if num_experts < 2:
+        raise UnsupportedError(
+            "a HunYuan config with one expert (num_experts 1) is the dense HunYuan decoder, "
+            "which the catalog does not read"
+        )
+    shared = _per_layer_int(config, "num_shared_expert", layers)
+    shared_size = (
+        shared * common["intermediate_size"] if _bool(config, "use_mixed_mlp_moe", False) else 0
+    )
+    moe = MoeDims(
+        num_experts=num_experts,
+        experts_per_token=_per_layer_int(config, "moe_topk", layers),
+        expert_intermediate_size=_per_layer_int(config, "moe_intermediate_size", layers),
+        num_shared_experts=shared if shared_size else 0,
+        shared_intermediate_size=shared_size,
+    )
+    return ModelArchitecture(
+        **common, moe=moe, layer_groups=_groups([FfnKind.MOE] * layers, windows)
+    )
 
 
 def _mixers(config: Mapping[str, Any], layers: int) -> list[LayerAttention]:

@@ -33,6 +33,8 @@ BUILTIN_MODEL_FILES: dict[str, str] = {
     "Qwen/Qwen2.5-32B": "qwen2.5-32b.json",
     "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b-instruct.json",
     "Qwen/Qwen3.5-4B": "qwen3.5-4b.json",
+    "Qwen/Qwen3-Omni-30B-A3B-Thinking": "qwen3-omni-30b-a3b-thinking.json",
+    "tencent/Hunyuan-A13B-Instruct": "hunyuan-a13b-instruct.json",
     "internlm/internlm2-20b": "internlm2-20b.json",
     "meta-llama/Llama-3.1-8B": "llama3.1-8b.json",
     "meta-llama/Llama-3.1-70B": "llama3.1-70b.json",

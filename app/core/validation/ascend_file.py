@@ -78,7 +78,9 @@ Column mapping (checked in this order; the first that fails names the refusal):
   refused; "no ... cache hit" or "cold" marks a cold run.
 - graph mode and async scheduling (vLLM-Ascend, ``npu_graph_mode`` and ``overlap_scheduling``
   of the profile): ``enforce-eager`` (or ``eager mode``) in the notes is ``eager``,
-  ``FULL_DECODE_ONLY`` ``full_decode_only``; otherwise the engine column's version decides:
+  ``FULL_DECODE_ONLY`` ``full_decode_only``, ``FULL_AND_PIECEWISE`` ``full_and_piecewise``,
+  ``PIECEWISE`` (the Hunyuan-A13B tutorial's "PIECEWISE ACL graph") ``piecewise``; otherwise
+  the engine column's version decides:
   before v0.9 the engine ran eagerly (``eager``), v0.9 to v0.20 (or a date before June 2026)
   the ``piecewise`` default, v0.21 on ``full_and_piecewise``, an unstated version the
   profile's (the current default). ``async scheduling`` in the notes turns the profile's
@@ -579,6 +581,10 @@ def _graph_mode(engine: str, notes: str) -> str | None:
         return "eager"
     if "full_decode_only" in lowered:
         return "full_decode_only"
+    if "full_and_piecewise" in lowered:
+        return "full_and_piecewise"
+    if "piecewise" in lowered:
+        return "piecewise"
     text = engine.lower()
     version = _VERSION.search(text)
     if version is not None:

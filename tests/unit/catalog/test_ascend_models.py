@@ -1,7 +1,8 @@
 """Models of the published Ascend results (ascend_serving_points.csv) that the catalog ships:
 InternLM2-20B, Qwen2.5-32B (QwQ-32B's architecture), Qwen3.5-4B (a dense Gated DeltaNet
 hybrid), the older names of Meta's Llama 3.1 repositories and later checkpoints of shipped
-architectures (DeepSeek-V3.1, Kimi-K2.6).
+architectures (DeepSeek-V3.1, Kimi-K2.6), Hunyuan-A13B (HunYuan MoE with a shared MLP) and
+Qwen3-Omni-30B-A3B-Thinking (a Qwen3-MoE thinker under ``thinker_config``).
 
 Known answers come from the shipped configs and the public figures cited in
 model_configs/SOURCES.md.
@@ -125,3 +126,57 @@ def test_a_dense_hybrid_with_an_unknown_layer_type_is_refused() -> None:
     config["text_config"]["layer_types"] = ["mamba"] * 32
     with pytest.raises(UnsupportedError, match="mamba"):
         model_from_config(config)
+
+
+def test_hunyuan_a13b_matches_its_published_sizes() -> None:
+    model = get_model("tencent/Hunyuan-A13B-Instruct")
+    moe = model.moe
+    assert model.model_type == "hunyuan" and moe is not None
+    assert (model.num_layers, model.num_heads, model.num_kv_heads, model.head_dim) == (
+        32,
+        32,
+        8,
+        128,
+    )
+    # 64 routed experts of 3072, 8 per token, beside one shared MLP of intermediate_size.
+    assert (moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size) == (64, 8, 3072)
+    assert (moe.num_shared_experts, moe.shared_intermediate_size) == (1, 3072)
+    assert model.qk_norm and model.tie_word_embeddings and model.max_context_tokens == 32768
+    # The model's name and Hugging Face's collection: 80 B parameters, 13 B active.
+    assert abs(model.num_params / 80e9 - 1) < 0.01
+    assert abs(model.num_active_params / 13e9 - 1) < 0.05
+    assert resolve_model_name("Hunyuan-A13B-Instruct") == "tencent/Hunyuan-A13B-Instruct"
+
+
+@pytest.mark.parametrize(
+    ("change", "feature"),
+    [
+        ({"use_cla": True}, "cross-layer attention"),
+        ({"moe_layer_num_skipped": 1}, "moe_layer_num_skipped"),
+        ({"moe_topk": [8] * 31 + [2]}, "moe_topk differs between layers"),
+        ({"num_experts": 1}, "dense HunYuan"),
+    ],
+)
+def test_hunyuan_features_the_runner_does_not_cost_are_refused(
+    change: dict[str, Any], feature: str
+) -> None:
+    with pytest.raises(UnsupportedError, match=feature):
+        model_from_config({**_config("hunyuan-a13b-instruct.json"), **change})
+
+
+def test_qwen3_omni_thinking_reads_the_thinkers_qwen3_moe_decoder() -> None:
+    model = get_model("Qwen3-Omni-30B-A3B-Thinking")
+    qwen3_moe = get_model("Qwen/Qwen3-30B-A3B")
+    moe = model.moe
+    assert model.model_type == "qwen3_omni_moe_text" and moe is not None
+    # The thinker's decoder is Qwen3-30B-A3B's (48 layers, 128 experts of 768, 8 per token,
+    # 32 / 4 heads of 128, q / k norms) with its own vocabulary (152,064) and context.
+    assert moe == qwen3_moe.moe and model.layer_groups == qwen3_moe.layer_groups
+    assert (model.num_heads, model.num_kv_heads, model.head_dim, model.qk_norm) == (
+        qwen3_moe.num_heads,
+        qwen3_moe.num_kv_heads,
+        qwen3_moe.head_dim,
+        True,
+    )
+    assert model.vocab_size == 152064 and not model.tie_word_embeddings
+    assert model.max_context_tokens == 65536

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.catalog import get_model
 from app.core.errors import ChunkwiseError, InvalidParameterError
 from app.core.validation import (
     ALL_AT_ONCE_RATE,
@@ -220,8 +221,7 @@ def test_dataset_means_and_a_qps_load_take_the_printed_totals() -> None:
         (222, "metric: not a TTFT, TPOT or the run's throughput"),  # input tok/s per card
         (2, "isl: multimodal input"),  # output throughput of the 480p-image run
         (1, "isl: multimodal input"),  # 480p image
-        # Qwen3-Omni: the card is assumed (A2 or A3 unsaid, vLLM-Ascend's docs), the model not
-        (90, "model: not in the catalog"),
+        (267, "model: not in the catalog"),  # Hy3-preview: no public config found
         (326, "metric: inter-token latency not labelled mean, median or a percentile"),
         (117, "metric: inter-token latency of a client other than vLLM's"),  # ais_bench
         (85, "metric: inter-token latency without one token per streamed chunk"),  # no-stream
@@ -244,6 +244,18 @@ def test_refusals_name_the_column_and_the_setting(index: int, reason: str) -> No
     assert str(err.value).startswith(reason)
 
 
+def test_qwen3_omni_and_hunyuan_rows_replay_their_shipped_models_on_assumed_cards() -> None:
+    """Qwen3-Omni's tutorial says A2 or A3 (vLLM-Ascend's docs: the A2 card, labelled);
+    Hunyuan-A13B's image line selects the A3 build and its notes the PIECEWISE graph."""
+    omni = ascend_row(ROWS[90])
+    assert get_model(omni.run.model).name == "Qwen/Qwen3-Omni-30B-A3B-Thinking"
+    assert omni.run.device == A2 and omni.assumptions[0].startswith(f"hardware: assumed {A2}")
+    hunyuan = ascend_row(ROWS[111])
+    assert get_model(hunyuan.run.model).name == "tencent/Hunyuan-A13B-Instruct"
+    assert hunyuan.run.device == A3 and hunyuan.run.npu_graph_mode == "piecewise"
+    assert hunyuan.assumptions[0].startswith(f"hardware: assumed {A3}")
+
+
 @pytest.mark.parametrize(
     ("engine", "notes", "mode", "overlap"),
     [
@@ -252,6 +264,8 @@ def test_refusals_name_the_column_and_the_setting(index: int, reason: str) -> No
         ("vllm main + vllm-ascend main (2025-07)", "", "piecewise", None),
         ("vLLM-Ascend (version not stated)", "", None, None),
         ("vLLM-Ascend v0.13.0rc1", "FULL_DECODE_ONLY; async scheduling", "full_decode_only", True),
+        ("vLLM-Ascend (version templated)", "PIECEWISE ACL graph", "piecewise", None),
+        ("vLLM-Ascend v0.13.0rc1", "cudagraph_mode FULL_AND_PIECEWISE", "full_and_piecewise", None),
     ],
 )
 def test_graph_mode_and_async_scheduling_come_from_the_release_and_notes(
@@ -488,7 +502,7 @@ def test_the_file_replays_with_every_row_predicted_or_refused_by_reason() -> Non
         == 1
         for o in predicted
     )
-    assert {o.hardware for o in predicted} == {A2, A3, f"{A2} (assumed)"}
+    assert {o.hardware for o in predicted} == {A2, A3, f"{A2} (assumed)", f"{A3} (assumed)"}
     assert all(o.assumed for o in predicted if o.hardware.endswith("(assumed)"))
     assert math.isclose(report.represented_share, len(predicted) / len(ROWS))
     lines = report.to_csv().splitlines()
