@@ -81,6 +81,10 @@ class WorkloadSpec:
     #: A closed loop's arrival spread (an engine profile's ``arrival_spread``): the share of
     #: the requests finishing together whose successors reach the engine one step later.
     arrival_spread: float = 0.0
+    #: A closed loop's client turnaround (an engine profile's ``client_turnaround``): a
+    #: re-submission waits for the step that started when it was sent, and an idle engine
+    #: starts on the first one alone (:class:`~app.core.engine.arrivals.ClosedLoop`).
+    client_turnaround: bool = False
     #: The engine's scheduler receive interval (a profile's ``scheduler_recv_interval``): new
     #: requests are seen once per that many decode steps (:class:`~app.core.engine.loop.Engine`).
     recv_interval: int = 1
@@ -120,6 +124,8 @@ class WorkloadSpec:
         require_int("num_devices", self.num_devices, 1, 1_000_000)
         require_number("ttft_overhead_ms", self.ttft_overhead_ms, 0.0, limits.MAX_TTFT_OVERHEAD_MS)
         require_number("arrival_spread", self.arrival_spread, 0.0, limits.MAX_ARRIVAL_SPREAD)
+        if not isinstance(self.client_turnaround, bool):
+            raise InvalidParameterError("client_turnaround", self.client_turnaround, "a boolean")
         require_int("recv_interval", self.recv_interval, 1, limits.MAX_RECV_INTERVAL)
         require_int("batch_wait_iters", self.batch_wait_iters, 0, limits.MAX_RECV_INTERVAL)
         require_number("batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio, 0.0, 1.0)

@@ -106,6 +106,7 @@ def workload_spec(request: WorkloadMixin, num_devices: int, profile: EngineProfi
         num_devices=num_devices,
         ttft_overhead_ms=profile.request_frontend_ms,
         arrival_spread=profile.arrival_spread,
+        client_turnaround=profile.client_turnaround,
         recv_interval=profile.scheduler_recv_interval,
         batch_wait_iters=profile.batch_wait_iters,
         batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,

@@ -270,6 +270,7 @@ class DisaggReplay:
             max_batched_tokens=budget,
             ttft_overhead_ms=profile.request_frontend_ms,
             arrival_spread=profile.arrival_spread,
+            client_turnaround=profile.client_turnaround,
             num_mtp_tokens=settings.num_mtp_tokens,
             mtp_acceptance_rates=settings.mtp_acceptance_rates,
             recv_interval=profile.scheduler_recv_interval,

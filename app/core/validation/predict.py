@@ -370,6 +370,7 @@ def _engine_workload(
         max_batched_tokens=profile.token_budget(device.hbm_capacity_gb, device.name, device.vendor),
         ttft_overhead_ms=profile.request_frontend_ms,
         arrival_spread=profile.arrival_spread,
+        client_turnaround=profile.client_turnaround,
         recv_interval=profile.scheduler_recv_interval,
         batch_wait_iters=profile.batch_wait_iters,
         batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,
