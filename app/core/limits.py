@@ -133,7 +133,9 @@ MAX_LENGTH_RANGE_RATIO = 1.0
 #: range, taken by successive requests in turn. More classes split the request groups further
 #: and cost planning time; with 4, closed loops of 1-16 clients still dipped in mean TTFT by up
 #: to 11 % from one client count to the next (the first wave's lock step lingering), with 8 by
-#: at most 3.8 % over 400 dense configurations (tests/unit/workload/test_ttft_monotone.py).
+#: at most 3.8 % over 400 dense configurations; with the client turnaround (vLLM, SGLang), by at
+#: most 3.4 % at 128- and 1,024-token outputs and 8.9 % at 32 (tests/unit/workload/
+#: test_ttft_monotone.py).
 LENGTH_CLASSES = 8
 #: Largest scheduler receive interval and stream interval an engine profile may set (forward
 #: iterations and tokens; the benchmark recipes use at most 30 and 100).

@@ -224,6 +224,26 @@ TRTLLM_MXFP4_ACTIVATION: Mxfp4Activation = "fp8"
 SGLANG_MXFP4_ACTIVATION: Mxfp4Activation = "fp8"
 
 
+#: The served engines step without waiting for requests and read new ones only between steps:
+#: vLLM V1 ``EngineCoreProc.run_busy_loop`` (``vllm/v1/engine/core.py``: ``_process_input_queue``
+#: blocks on the input queue only while the engine has no work, else takes what already arrived,
+#: then ``_process_engine_step``), SGLang ``Scheduler.event_loop_normal`` / ``event_loop_overlap``
+#: (``python/sglang/srt/managers/scheduler.py``: ``recv_requests`` at the top of every
+#: iteration, which never waits), TensorRT-LLM ``PyExecutor._executor_loop``
+#: (``tensorrt_llm/_torch/pyexecutor/py_executor.py``: new requests fetched at the top of every
+#: iteration). A benchmark client's re-submission (its last chunk streamed, read, the next
+#: request sent, parsed and tokenized by the API server) takes milliseconds, so it reaches the
+#: engine after the next step began: docs/engine.md, "Client turnaround".
+CLIENT_TURNAROUND = True
+#: TensorRT-LLM's loop is the same, but its profile keeps the lock step: the file's TensorRT-LLM
+#: rows without a recipe (AIConfigurator's fixed-length sweeps, whose client is not in the data)
+#: measure TTFTs below even the lock step's at 17-64 clients, and the turnaround moves their
+#: replay further off (TTFT p90 70.0 -> 82.6 %, TPOT median 9.9 -> 10.7 % over the family);
+#: the rows that ran InferenceX's HTTP client get it from their recipe
+#: (:mod:`app.core.validation.recipes`). docs/engine.md, "Client turnaround".
+TRTLLM_CLIENT_TURNAROUND = False
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineProfile:
     """One engine's serving defaults (``None``: derived from the device, see the methods)."""
@@ -260,6 +280,12 @@ class EngineProfile:
     #: reach the engine a step later (:func:`app.core.engine.arrivals.late_share`); 0: the
     #: clients stay in lock step.
     arrival_spread: float = 0.0
+    #: Closed loops: a client's re-submission reaches the engine a few milliseconds after the
+    #: finish that prompted it, while the engine starts its next step at once and takes new
+    #: requests only between steps: the re-submission waits for that step, and an idle engine
+    #: starts on the first one alone (:class:`app.core.engine.arrivals.ClosedLoop`); off: every
+    #: re-submission makes the next step (the RFC's lock step). :data:`CLIENT_TURNAROUND`.
+    client_turnaround: bool = False
     #: SGLang's ``--scheduler-recv-interval``: the scheduler polls for new requests once per
     #: that many decode iterations (at once after a prefill iteration or when idle); a request
     #: arriving between polls waits for the next one. 1: every iteration (every engine's
@@ -328,6 +354,8 @@ class EngineProfile:
             raise InvalidParameterError(
                 "stream_first_token", self.stream_first_token, f"one of {STREAM_FIRST_TOKEN_RULES}"
             )
+        if not isinstance(self.client_turnaround, bool):
+            raise InvalidParameterError("client_turnaround", self.client_turnaround, "a boolean")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InvalidParameterError(
                 "kv_cache_dtype", self.kv_cache_dtype, f"one of {KV_CACHE_DTYPES}"
@@ -548,6 +576,7 @@ OVERRIDABLE: tuple[str, ...] = (
     *OVERRIDE_BOUNDS,
     "kv_cache_dtype",
     "overlap_scheduling",
+    "client_turnaround",
     "mxfp4_activation",
     "mxfp4_moe_kernel",
     "npu_graph_mode",
@@ -570,6 +599,7 @@ VLLM = EngineProfile(
     frontend_us_per_token=FRONTEND_US_PER_TOKEN,
     resubmit_steps=OVERLAP_RESUBMIT_STEPS,
     mxfp4_activation=VLLM_MXFP4_ACTIVATION,
+    client_turnaround=CLIENT_TURNAROUND,
 )
 SGLANG = EngineProfile(
     name="sglang",
@@ -585,6 +615,7 @@ SGLANG = EngineProfile(
     resubmit_steps=OVERLAP_RESUBMIT_STEPS,
     mxfp4_activation=SGLANG_MXFP4_ACTIVATION,
     eager_layer_host_ms=SGLANG_EAGER_LAYER_HOST_MS,
+    client_turnaround=CLIENT_TURNAROUND,
 )
 TRTLLM = EngineProfile(
     name="trtllm",
@@ -602,6 +633,7 @@ TRTLLM = EngineProfile(
     frontend_us_per_token=FRONTEND_US_PER_TOKEN,
     resubmit_steps=OVERLAP_RESUBMIT_STEPS,
     mxfp4_activation=TRTLLM_MXFP4_ACTIVATION,
+    client_turnaround=TRTLLM_CLIENT_TURNAROUND,
 )
 MSMODELING = EngineProfile(
     name="msmodeling",

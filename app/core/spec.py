@@ -85,6 +85,10 @@ class WorkloadSpec:
     #: successor reaches the scheduler that many steps after its predecessor finished
     #: (:class:`~app.core.engine.arrivals.ClosedLoop`); 0: at once.
     resubmit_steps: int = 0
+    #: A closed loop's client turnaround (an engine profile's ``client_turnaround``): a
+    #: re-submission waits for the step that started when it was sent, and an idle engine
+    #: starts on the first one alone (:class:`~app.core.engine.arrivals.ClosedLoop`).
+    client_turnaround: bool = False
     #: The engine's scheduler receive interval (a profile's ``scheduler_recv_interval``): new
     #: requests are seen once per that many decode steps (:class:`~app.core.engine.loop.Engine`).
     recv_interval: int = 1
@@ -125,6 +129,8 @@ class WorkloadSpec:
         require_number("ttft_overhead_ms", self.ttft_overhead_ms, 0.0, limits.MAX_TTFT_OVERHEAD_MS)
         require_number("arrival_spread", self.arrival_spread, 0.0, limits.MAX_ARRIVAL_SPREAD)
         require_int("resubmit_steps", self.resubmit_steps, 0, limits.MAX_RESUBMIT_STEPS)
+        if not isinstance(self.client_turnaround, bool):
+            raise InvalidParameterError("client_turnaround", self.client_turnaround, "a boolean")
         require_int("recv_interval", self.recv_interval, 1, limits.MAX_RECV_INTERVAL)
         require_int("batch_wait_iters", self.batch_wait_iters, 0, limits.MAX_RECV_INTERVAL)
         require_number("batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio, 0.0, 1.0)

@@ -174,6 +174,12 @@ class EngineOptions(StrictModel):
         "closed loops: share of the requests finishing at one step's end whose next requests "
         "reach the engine a step later (0: clients in lock step)",
     )
+    client_turnaround: bool | None = Field(
+        default=None,
+        description="closed loops: a client's next request reaches the engine after the step "
+        "that began when its last one finished, and an idle engine starts on the first request "
+        "alone (false: every re-submission makes the next step, clients in lock step)",
+    )
     scheduler_recv_interval: int | None = _bounded(
         "scheduler_recv_interval",
         int,

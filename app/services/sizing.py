@@ -107,6 +107,7 @@ def workload_spec(request: WorkloadMixin, num_devices: int, profile: EngineProfi
         ttft_overhead_ms=profile.frontend_ms(request.input_length),
         arrival_spread=profile.arrival_spread,
         resubmit_steps=profile.resubmit_steps,
+        client_turnaround=profile.client_turnaround,
         recv_interval=profile.scheduler_recv_interval,
         batch_wait_iters=profile.batch_wait_iters,
         batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,

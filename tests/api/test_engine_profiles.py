@@ -72,6 +72,8 @@ def test_unknown_engine_names_the_valid_ones(client: TestClient) -> None:
         ({"step_host_ms": -1}, "step_host_ms"),
         ({"kv_cache_dtype": "int4"}, "kv_cache_dtype"),
         ({"arrival_spread": 0.6}, "arrival_spread"),
+        ({"client_turnaround": 0}, "client_turnaround"),
+        ({"client_turnaround": "false"}, "client_turnaround"),
         ({"mxfp4_activation": "fp16"}, "mxfp4_activation"),
         ({"scheduler_recv_interval": 0}, "scheduler_recv_interval"),
         ({"scheduler_recv_interval": 1001}, "scheduler_recv_interval"),
@@ -110,6 +112,13 @@ def test_overrides_apply_and_are_echoed(client: TestClient) -> None:
     ).json()
     assert base["engine"]["arrival_spread"] == 0.0 and spread["engine"]["arrival_spread"] == 0.25
     assert spread["ttft_ms"] < base["ttft_ms"]  # the waves of 16 clients split
+    lock_step = client.post(
+        "/v1/simulate", json={**SIM, "engine_options": {"client_turnaround": False}}
+    ).json()
+    assert base["engine"]["client_turnaround"] is True
+    assert lock_step["engine"]["client_turnaround"] is False
+    # Re-submissions no longer wait for the step that began when they were sent.
+    assert lock_step["ttft_ms"] < base["ttft_ms"]
 
 
 def test_stream_and_recv_intervals_default_to_every_token_and_apply(client: TestClient) -> None:

@@ -4,7 +4,8 @@ Three sources, one small interface (:class:`ArrivalSource`):
 
 - :class:`Burst`: ``N`` requests at ``t = 0`` (the RFC's workload);
 - :class:`ClosedLoop`: ``C`` clients at ``t = 0``, each finish re-submits until
-  ``num_requests`` were sent (``benchmark_serving --max-concurrency``);
+  ``num_requests`` were sent (``benchmark_serving --max-concurrency``), either at once or
+  after the client's turnaround;
 - :class:`TimedArrivals`: requests at given times (Poisson), optionally at most
   ``max_in_flight`` sent and not finished, with the clock that prices each step: the loop
   keeps the clock only for this source.
@@ -53,8 +54,9 @@ class ArrivalSource:
     #: Requests held back to arrive after the next run (the loop takes it as one step).
     held_total: int = 0
 
-    def held_state(self, run: int) -> tuple[tuple[int, int], ...]:
-        """The held requests and their ages at the top of ``run`` (part of a cycle's state)."""
+    def held_state(self, run: int) -> tuple[tuple[int, int, int], ...]:
+        """The held requests, the ages of their arrival and of the run after which they are
+        taken, at the top of ``run`` (part of a cycle's state)."""
         return ()
 
     @property
@@ -110,56 +112,97 @@ class ClosedLoop(ArrivalSource):
     lands some re-submissions after the next step was scheduled, so a wave of requests that
     finished together is prefilled in two steps and the clients drift apart round after round.
     0 keeps every wave together (clients in lock step).
+
+    ``turnaround``: the engine starts its next step as soon as one ends and reads new requests
+    only between steps, while a client needs a few milliseconds to re-submit. A re-submission
+    made at a step's end is scheduled after the next step, which it waits for (its TTFT counts
+    from the step's end, when it was sent); when nothing is left to run, the first one wakes
+    the engine and runs alone and the others wait for that step. The ``t = 0`` wave is sent to
+    an idle engine: one request, then the others after its step. With a spread, the late share
+    of the others is sent a step later still. Off: every re-submission makes the next step.
     """
 
-    def __init__(self, clients: int, num_requests: int, arrival_spread: float = 0.0) -> None:
+    def __init__(
+        self,
+        clients: int,
+        num_requests: int,
+        arrival_spread: float = 0.0,
+        *,
+        turnaround: bool = False,
+    ) -> None:
         self.clients = clients
         self.num_requests = num_requests
         self.submitted = clients
+        self.done = 0  # requests finished so far
         self.arrival_spread = arrival_spread
-        self.held: list[list[int]] = []  # [requests, arrival run], arriving after that run
+        self.turnaround = turnaround
+        # [requests, arrival run, run after which the engine takes them]
+        self.held: list[list[int]] = []
         # Cycles repeat only while finishes re-submit, and over a few rounds of requests.
         self.cycle_clients = clients if num_requests >= 3 * clients else 0
 
     def skip_cycles(self, cycles: int, submitted_per_cycle: int, runs_per_cycle: int) -> None:
         self.submitted += cycles * submitted_per_cycle
+        self.done += cycles * submitted_per_cycle
         if self.last_arrival_run >= 0:
             self.last_arrival_run += cycles * runs_per_cycle
         for part in self.held:
             part[1] += cycles * runs_per_cycle
+            part[2] += cycles * runs_per_cycle
+
+    def _hold(self, requests: int, arrival: int, after: int) -> None:
+        if requests:
+            self.held.append([requests, arrival, after])
+            self.held_total += requests
 
     def start(self, waiting: Waiting) -> None:
-        waiting.append([self.clients, -1])
+        if self.turnaround:
+            waiting.append([1, -1])
+            self._hold(self.clients - 1, -1, 0)
+        else:
+            waiting.append([self.clients, -1])
 
     def finished(self, run: int, who: Sequence[Finished], now_ms: float, waiting: Waiting) -> None:
         if not who:
             return  # most runs finish nobody
-        more = min(sum(part[0] for part in who), self.num_requests - self.submitted)
+        count = sum(part[0] for part in who)
+        # Nothing left in flight or waiting: the engine goes idle at this step's end.
+        idle = self.done + count == self.submitted and not waiting
+        self.done += count
+        more = min(count, self.num_requests - self.submitted)
         if more <= 0:
             return
         self.submitted += more
-        late = late_share(more, self.arrival_spread)
-        if late:
-            # They arrive at the end of the next run (taken as one step: see ``held_total``).
-            self.held.append([late, run + 1])
-            self.held_total += late
+        if not self.turnaround:
+            late = late_share(more, self.arrival_spread)
+            # The late ones arrive at the end of the next run (taken as one step: see
+            # ``held_total``).
+            self._hold(late, run + 1, run + 1)
+            self.last_arrival_run = run + 1 if late else run
+            _join(waiting, more - late, run)
+            return
+        woken = 1 if idle else 0  # the first re-submission to an idle engine runs at once
+        if woken:
+            _join(waiting, woken, run)
+        late = late_share(more - woken, self.arrival_spread)
+        self._hold(more - woken - late, run, run + 1)
+        self._hold(late, run + 1, run + 2)
         self.last_arrival_run = run + 1 if late else run
-        _join(waiting, more - late, run)
 
     def release(self, runs: int, waiting: Waiting) -> None:
         if not self.held:
             return
         keep = []
         for part in self.held:
-            if part[1] < runs:
+            if part[2] < runs:
                 _join(waiting, part[0], part[1])
                 self.held_total -= part[0]
             else:
                 keep.append(part)
         self.held = keep
 
-    def held_state(self, run: int) -> tuple[tuple[int, int], ...]:
-        return tuple((count, run - arrival) for count, arrival in self.held)
+    def held_state(self, run: int) -> tuple[tuple[int, int, int], ...]:
+        return tuple((count, run - arrival, run - after) for count, arrival, after in self.held)
 
 
 class Burst(ClosedLoop):

@@ -271,6 +271,7 @@ class DisaggReplay:
             ttft_overhead_ms=profile.frontend_ms(isl),
             arrival_spread=profile.arrival_spread,
             resubmit_steps=profile.resubmit_steps,
+            client_turnaround=profile.client_turnaround,
             num_mtp_tokens=settings.num_mtp_tokens,
             mtp_acceptance_rates=settings.mtp_acceptance_rates,
             recv_interval=profile.scheduler_recv_interval,

@@ -371,6 +371,7 @@ def _engine_workload(
         ttft_overhead_ms=profile.frontend_ms(input_length),
         arrival_spread=profile.arrival_spread,
         resubmit_steps=profile.resubmit_steps,
+        client_turnaround=profile.client_turnaround,
         recv_interval=profile.scheduler_recv_interval,
         batch_wait_iters=profile.batch_wait_iters,
         batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,

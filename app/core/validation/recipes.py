@@ -126,6 +126,11 @@ _RUN_COLUMNS: Mapping[str, str] = {"isl": "isl", "osl": "osl", "tp": "tp", "conc
 #: passed the same 0.8 (``full-sweep-tmpl.yml``) to ``kimbochen/bench_serving``'s
 #: ``benchmark_serving.py`` (not read here; taken to draw lengths as the later copy does).
 INFERENCEX_LENGTH_RANGE_RATIO = 0.8
+#: InferenceX's client sends each request over HTTP to the engine's OpenAI server
+#: (``benchmark_serving.py --backend openai`` against ``vllm serve``, ``python -m
+#: sglang.launch_server``, ``trtllm-serve``): every re-submission takes a client's turnaround
+#: (the engine option ``client_turnaround``, on for every row with a recipe, whichever engine).
+INFERENCEX_CLIENT_TURNAROUND = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +156,9 @@ class RowSettings:
     batch_wait_max_tokens_ratio: float | None = None
     #: The benchmark client's length range (``length_range_ratio``; 1: fixed lengths).
     length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO
+    #: Whether the client re-submits over HTTP (the engine option ``client_turnaround``;
+    #: None: the profile's).
+    client_turnaround: bool | None = None
     note: str = ""
     source: str = ""
 
@@ -176,6 +184,8 @@ class RowSettings:
             out.append(("batch_wait_iters", self.batch_wait_iters))
         if self.batch_wait_max_tokens_ratio is not None:
             out.append(("batch_wait_max_tokens_ratio", self.batch_wait_max_tokens_ratio))
+        if self.client_turnaround is not None:
+            out.append(("client_turnaround", self.client_turnaround))
         return tuple(out)
 
     def at_concurrency(self, concurrency: int) -> RowSettings:
@@ -236,6 +246,7 @@ def recipe_table() -> dict[_Key, tuple[tuple[Condition, RowSettings], ...]]:
             batch_wait_iters=int(wait_iters) if wait_iters else None,
             batch_wait_max_tokens_ratio=float(wait_ratio) if wait_ratio else None,
             length_range_ratio=INFERENCEX_LENGTH_RANGE_RATIO,
+            client_turnaround=INFERENCEX_CLIENT_TURNAROUND,
             note=row["note"],
             source=f"{RECIPE_SOURCE}: {row['source']}",
         )

@@ -164,7 +164,9 @@ def plan_closed_loop(
     if max_running is not None:
         require_int("max_running", max_running, 1, MAX_REQUESTS)
     scheduler = scheduler or default_scheduler()
-    arrivals = ClosedLoop(clients, num_requests, spec.arrival_spread)
+    arrivals = ClosedLoop(
+        clients, num_requests, spec.arrival_spread, turnaround=spec.client_turnaround
+    )
     engine, records = run_engine(
         spec,
         clients,

@@ -319,9 +319,12 @@ def replay_serving(
     else:
         counts_first, ttfts = _spans(first_pieces, at, arrived)
         counts_finish, decodes = _spans(cycle.segments(finish, cycle.finish_span), at, at)
-    if spec.resubmit_steps and sent_ms is None:
+    # The scheduling points a re-submission misses beyond the one a client's turnaround makes
+    # it wait for in the loop (:class:`~app.core.engine.arrivals.ClosedLoop`).
+    added_steps = spec.resubmit_steps - (1 if spec.client_turnaround else 0)
+    if added_steps > 0 and sent_ms is None:
         first_pieces = [(first, 0)] if cycle is None else cycle.segments(first, cycle.first_span)
-        waits = _resubmit_waits(first_pieces, plan, ends, spec.resubmit_steps)
+        waits = _resubmit_waits(first_pieces, plan, ends, added_steps)
         ttfts = [v + w for v, w in zip(ttfts, waits, strict=True)]
     measured_first = sum(counts_first)
     measured_finish = sum(counts_finish)

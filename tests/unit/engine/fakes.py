@@ -170,6 +170,7 @@ def reference_simulation(
     arrival_times: Sequence[float] | None = None,
     max_in_flight: int | None = None,
     arrival_spread: float = 0.0,
+    client_turnaround: bool = False,
 ) -> ReferenceResult:
     """The DIGEST's step loop, one request at a time, no groups, no fast-forward.
 
@@ -183,6 +184,11 @@ def reference_simulation(
     for the next arrival. ``started`` holds when each request's first prefill step began.
     ``arrival_spread``: of the requests finishing at one step's end, the nearest whole share
     (never all) re-submit at the next step's end.
+
+    ``client_turnaround``: a re-submission sent at a step's end is admitted after the next
+    step, unless nothing at all is in flight (then the first of them is admitted at once); a
+    late one (``arrival_spread``) is sent at the next step's end and admitted after the step
+    after it. The ``t = 0`` clients: one at once, the others (sent at 0) after the first step.
     """
     timed = arrival_times is not None
     total = (
@@ -193,7 +199,11 @@ def reference_simulation(
         else num_requests
     )
     effective = plan[-1].seq_len
-    waiting: deque[int] = deque(range(concurrency))
+    sent_first = 1 if client_turnaround and not timed else concurrency
+    waiting: deque[int] = deque(range(sent_first))
+    # client turnaround: sent, admitted after the next step; sent after the next step
+    due: list[int] = list(range(sent_first, concurrency))
+    sent_late: list[int] = []
     arrival = dict.fromkeys(range(concurrency), 0.0)
     started: dict[int, float] = {}
     backlog: deque[int] = deque()
@@ -300,7 +310,25 @@ def reference_simulation(
                 in_flight -= 1
                 if backlog and (max_in_flight is None or in_flight < max_in_flight):
                     send(backlog.popleft(), t)
-        if not timed:
+        if not timed and client_turnaround:
+            idle = not (pending or decode or waiting or due or sent_late)
+            waiting.extend(due)  # sent at the step before: admitted from now on
+            for rid in sent_late:  # late from the step before: sent now
+                arrival[rid] = t
+            due = sent_late
+            count = min(len(done_now), total - submitted)
+            new_ids = list(range(submitted, submitted + count))
+            submitted += count
+            for rid in new_ids:
+                arrival[rid] = t
+            woken = 1 if idle and count else 0
+            rest = count - woken
+            # Independent of the engine's rule: the nearest whole share, never all of them.
+            late = min(rest - 1, math.floor(arrival_spread * rest + 0.5)) if rest > 1 else 0
+            waiting.extend(new_ids[:woken])
+            due = due + new_ids[woken : count - late]
+            sent_late = new_ids[count - late :]
+        elif not timed:
             count = min(len(done_now), total - submitted)
             # Independent of the engine's rule: the nearest whole share, never all of them.
             late = min(count - 1, math.floor(arrival_spread * count + 0.5)) if count > 1 else 0

@@ -39,7 +39,7 @@ def test_late_requests_wait_one_run_and_arrive_at_its_end() -> None:
     queue: Waiting = deque()
     loop.finished(5, [(4, 1, 10)], 0.0, queue)
     assert list(queue) == [[2, 5]] and loop.held_total == 2
-    assert loop.held_state(6) == ((2, 0),)
+    assert loop.held_state(6) == ((2, 0, 0),)
     loop.release(6, queue)  # the top of run 6: not yet
     assert loop.held_total == 2
     loop.release(7, queue)  # after run 6: they arrived at its end

@@ -31,6 +31,7 @@ cases = st.fixed_dictionaries(
         "cap": st.one_of(st.none(), st.integers(1, 40)),
         "scheduler": st.sampled_from(sorted(SCHEDULERS)),
         "spread": st.sampled_from((0.0, 0.0, 0.125, 0.25, 0.4, 0.5)),
+        "turnaround": st.booleans(),
         "recv": st.sampled_from((1, 1, 2, 3, 10)),
         # A length range's output classes (1: fixed lengths).
         "ratio": st.sampled_from((1.0, 1.0, 0.8, 0.3)),
@@ -52,7 +53,12 @@ def _expanded(records: RequestRecords) -> tuple[object, ...]:
 
 def _run(s: dict[str, Any], *, skip: bool) -> tuple[Engine, tuple[StepRun, ...], RequestRecords]:
     data = spec(s["effective"], s["budget"], s["output"])
-    arrivals = ClosedLoop(s["clients"], s["clients"] * s["per_client"], s.get("spread", 0.0))
+    arrivals = ClosedLoop(
+        s["clients"],
+        s["clients"] * s["per_client"],
+        s.get("spread", 0.0),
+        turnaround=s.get("turnaround", False),
+    )
     engine = Engine(
         data.get_prefill_chunk_plan(),
         data.output_length,
@@ -128,6 +134,16 @@ def test_a_long_closed_loop_skips_most_of_its_rounds() -> None:
     assert records.cycle is not None and records.cycle.copies >= 5
     assert engine.arrivals.submitted == stepped.arrivals.submitted == 640
     assert engine.arrivals.last_arrival_run == stepped.arrivals.last_arrival_run
+
+
+def test_a_loop_with_client_turnaround_skips_its_rounds_too() -> None:
+    """Re-submissions held for a step are part of the state (their ages): the loop still
+    repeats, and skipping its cycles gives the step-by-step plan."""
+    s = {**LONG_LOOP, "turnaround": True}
+    engine, runs, records = _run(s, skip=True)
+    assert engine.cycles is not None and engine.cycles.skipped and records.cycle is not None
+    _, want_runs, want_records = _run(s, skip=False)
+    assert (runs, _expanded(records)) == (want_runs, _expanded(want_records))
 
 
 def test_a_length_range_repeats_in_cycles_too() -> None:

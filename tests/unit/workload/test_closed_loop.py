@@ -98,6 +98,7 @@ closed_loop = st.fixed_dictionaries(
         "cap": st.one_of(st.none(), st.integers(1, 8)),
         "per_token": st.sampled_from([0.0, 0.05]),
         "spread": st.sampled_from([0.0, 0.0, 0.25, 0.4, 0.5]),
+        "turnaround": st.booleans(),
     }
 )
 
@@ -116,6 +117,7 @@ closed_loop = st.fixed_dictionaries(
         "cap": 2,
         "per_token": 0.0,
         "spread": 0.0,
+        "turnaround": False,
     }
 )
 def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
@@ -125,7 +127,9 @@ def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
     n = s["clients"] + s["extra"]
     got = simulate_closed_loop(
         dataclasses.replace(
-            spec(s["effective"], s["budget"], s["output"]), arrival_spread=s["spread"]
+            spec(s["effective"], s["budget"], s["output"]),
+            arrival_spread=s["spread"],
+            client_turnaround=s["turnaround"],
         ),
         s["clients"],
         latency,
@@ -144,6 +148,7 @@ def test_closed_loop_matches_per_request_reference(s: dict[str, Any]) -> None:
         num_requests=n,
         max_running=s["cap"],
         arrival_spread=s["spread"],
+        client_turnaround=s["turnaround"],
     )
     assert got.measured_requests == n
     assert got.ttft_ms == pytest.approx(want.ttft_ms, rel=1e-9, abs=1e-9)
@@ -178,6 +183,7 @@ policies = st.fixed_dictionaries(
         "cap": st.one_of(st.none(), st.integers(1, 8)),
         "per_token": st.sampled_from([0.0, 0.05]),
         "spread": st.sampled_from([0.0, 0.0, 0.25, 0.4, 0.5]),
+        "turnaround": st.booleans(),
     }
 )
 
@@ -196,6 +202,7 @@ def test_engine_policies_match_per_request_reference(s: dict[str, Any]) -> None:
             output_length=s["output"],
             max_batched_tokens=s["budget"],
             arrival_spread=s["spread"],
+            client_turnaround=s["turnaround"],
         ),
         s["clients"],
         latency,
@@ -213,6 +220,7 @@ def test_engine_policies_match_per_request_reference(s: dict[str, Any]) -> None:
         num_requests=n,
         max_running=s["cap"],
         arrival_spread=s["spread"],
+        client_turnaround=s["turnaround"],
     )
     assert got.max_running == s["cap"]
     assert got.ttft_ms == pytest.approx(want.ttft_ms, rel=1e-9, abs=1e-9)
