@@ -235,13 +235,10 @@ SGLANG_MXFP4_ACTIVATION: Mxfp4Activation = "fp8"
 #: request sent, parsed and tokenized by the API server) takes milliseconds, so it reaches the
 #: engine after the next step began: docs/engine.md, "Client turnaround".
 CLIENT_TURNAROUND = True
-#: TensorRT-LLM's loop is the same, but its profile keeps the lock step: the file's TensorRT-LLM
-#: rows without a recipe (AIConfigurator's fixed-length sweeps, whose client is not in the data)
-#: measure TTFTs below even the lock step's at 17-64 clients, and the turnaround moves their
-#: replay further off (TTFT p90 70.0 -> 82.6 %, TPOT median 9.9 -> 10.7 % over the family);
-#: the rows that ran InferenceX's HTTP client get it from their recipe
-#: (:mod:`app.core.validation.recipes`). docs/engine.md, "Client turnaround".
-TRTLLM_CLIENT_TURNAROUND = False
+#: TensorRT-LLM's loop is the same (``PyExecutor._executor_loop`` fetches new requests at the
+#: top of an iteration), and so is a client's turnaround over ``trtllm-serve``: on (docs/engine.md,
+#: "Client turnaround", says why it was off for a while).
+TRTLLM_CLIENT_TURNAROUND = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -69,8 +69,20 @@ Each row of the replay is then one of (the ``settings`` column of the validator'
   or the entry's MTP variant (speculative decoding, ``<entry>-mtp``) ran the same image, so the
   provenance does not say whether the row decoded speculatively: the plain recipe's settings
   apply, without speculation, and the note names the variant;
-- ``default``: no recipe found for the row (the AIConfigurator TensorRT-LLM sweeps, builds
-  whose image no config entry names): the engine profile's defaults.
+- ``default``: no recipe found for the row (builds whose image no config entry names): the
+  engine profile's defaults.
+
+The ``trtllm 1.0.0rc3`` H100 rows are not InferenceX's: they are AIConfigurator's own sweep
+(the wheel's ``silicon_sample.csv`` names their source files,
+``aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/<model>.csv``, a local folder of the
+AIConfigurator author who added them; ai-dynamo/aiconfigurator@ed133e9d, "add older bench
+data"), and their ``batch_size`` is the run's concurrency, AIConfigurator's benchmark rule
+(concurrency = workers x ``max_batch_size``). Their launch files are not public; the settings
+are those AIConfigurator's TensorRT-LLM generator wrote for an aggregated worker in the
+1.0.0rc3 period (:data:`AIC_SWEEP_SOURCE`): ``max_num_tokens = max_batch_size + isl + 1500``
+with ``max_batch_size`` the concurrency (:func:`aiconfigurator_settings`), chunked prefill off
+(no prompt is longer than that budget), the overlap scheduler on (the profile's default), and
+a genai-perf client with fixed lengths. ``recipe`` rows with the note saying so.
 """
 
 from __future__ import annotations
@@ -131,6 +143,19 @@ INFERENCEX_LENGTH_RANGE_RATIO = 0.8
 #: sglang.launch_server``, ``trtllm-serve``): every re-submission takes a client's turnaround
 #: (the engine option ``client_turnaround``, on for every row with a recipe, whichever engine).
 INFERENCEX_CLIENT_TURNAROUND = True
+#: Where the AIConfigurator sweep's settings are read (see the module docstring).
+AIC_SWEEP_SOURCE = (
+    "ai-dynamo/aiconfigurator@f8cc5207 (2025-09-15): src/aiconfigurator/cli/backends/"
+    "trtllm.py (agg: max_num_tokens = bs + isl + 1500, disable_overlap_scheduler False), "
+    "cli/templates/trtllm/dynamo/extra_engine_args.1.0.0rc3.yaml.j2 (max_batch_size bs, "
+    "enable_chunked_prefill false), eval/benchmarks/genai_perf_runner.py (genai-perf, "
+    "streaming, fixed lengths)"
+)
+#: The (engine build, hardware) of the measured file's AIConfigurator sweeps.
+AIC_SWEEPS = frozenset({("trtllm 1.0.0rc3", "H100 SXM 80GB")})
+#: AIConfigurator's aggregated TensorRT-LLM token budget: ``max_batch_size`` + the prompt +
+#: this many tokens (``agg_config["max_num_tokens"]`` in :data:`AIC_SWEEP_SOURCE`).
+AIC_AGG_BUDGET_EXTRA_TOKENS = 1500
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,16 +314,39 @@ def _recv_rule(text: str, row: Mapping[str, str]) -> tuple[int, int, int] | None
     return (int(match.group(1)), int(match.group(2)), int(match.group(3)))
 
 
+def aiconfigurator_settings(row: Mapping[str, str]) -> RowSettings | None:
+    """The settings of a row of an AIConfigurator sweep (:data:`AIC_SWEEPS`): the token budget
+    its generator wrote for the row's concurrency and prompt; ``None`` for any other row."""
+    key = (" ".join(row["engine"].split()).lower(), row["hardware"].strip())
+    concurrency, isl = row.get("concurrency", "").strip(), row.get("isl", "").strip()
+    if key not in AIC_SWEEPS or not (concurrency.isdigit() and isl.isdigit()):
+        return None
+    budget = int(concurrency) + int(isl) + AIC_AGG_BUDGET_EXTRA_TOKENS
+    return RowSettings(
+        settings="recipe",
+        chunked_prefill_size=budget,
+        client_turnaround=True,
+        note=(
+            f"AIConfigurator's own sweep: max_num_tokens {budget} (max_batch_size = concurrency "
+            f"{concurrency} + isl {isl} + {AIC_AGG_BUDGET_EXTRA_TOKENS}), chunked prefill off, "
+            "overlap scheduler on, fixed lengths (its generator's settings; the sweep's launch "
+            "files are not public)"
+        ),
+        source=AIC_SWEEP_SOURCE,
+    )
+
+
 def row_settings(row: Mapping[str, str]) -> RowSettings:
     """The settings of a measured row (``engine``, ``model``, ``hardware``, ``gemm_quant``,
     ``tp``, ``concurrency``, and ``isl`` / ``osl`` where a recipe row's condition reads them):
     the first of its recipe's rows for its tp, else for any tp, whose condition the row meets,
-    else the profile's defaults; the recv interval for the row's concurrency."""
+    else an AIConfigurator sweep's settings (:func:`aiconfigurator_settings`), else the
+    profile's defaults; the recv interval for the row's concurrency."""
     table = recipe_table()
     args = (row["engine"], row["model"], row["hardware"], row["gemm_quant"])
     candidates = (*table.get(_key(*args, row.get("tp", "")), ()), *table.get(_key(*args, ""), ()))
     found = next((s for condition, s in candidates if meets(condition, row)), None)
     if found is None:
-        return DEFAULT_SETTINGS
+        return aiconfigurator_settings(row) or DEFAULT_SETTINGS
     concurrency = row.get("concurrency", "")
     return found.at_concurrency(int(concurrency)) if concurrency.strip().isdigit() else found

@@ -12,6 +12,8 @@ from app.core.validation import CASE_COLUMNS, ServingReplay, replay_case_file
 from app.core.validation.case_file import OUT_COLUMNS, row_case
 from app.core.validation.predict import engine_family
 from app.core.validation.recipes import (
+    AIC_SWEEP_SOURCE,
+    DEFAULT_SETTINGS,
     INFERENCEX_LENGTH_RANGE_RATIO,
     RECIPE_SETTINGS,
     _recv_rule,
@@ -362,3 +364,43 @@ def test_a_version_blank_group_takes_only_the_runs_that_swept_all_its_rows() -> 
         ("k", "img:a"): ["early", "late"],
         ("k", "img:b"): ["old"],
     }
+
+
+AIC_ROW = {
+    **QWEN,
+    "model": "Qwen/Qwen3-32B",
+    "hardware": "H100 SXM 80GB",
+    "engine": "trtllm 1.0.0rc3",
+    "gemm_quant": "fp8",
+    "moe_quant": "",
+    "tp": "2",
+    "moe_ep": "1",
+    "num_devices": "2",
+    "isl": "2048",
+    "osl": "256",
+    "concurrency": "16",
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "budget"),
+    [
+        ({}, 16 + 2048 + 1500),  # max_num_tokens = max_batch_size (the concurrency) + isl + 1500
+        ({"concurrency": "128", "isl": "4096"}, 128 + 4096 + 1500),
+        ({"model": "meta-llama/Llama-3.1-8B-Instruct", "gemm_quant": "unrecorded"}, 3564),
+        ({"hardware": "H200 SXM 141GB"}, None),  # not the sweep's hardware
+        ({"engine": "trtllm 1.0.0rc4"}, None),  # nor its build
+        ({"concurrency": ""}, None),  # a budget needs the concurrency
+    ],
+)
+def test_an_aiconfigurator_sweep_row_runs_under_its_generators_token_budget(
+    changes: dict[str, str], budget: int | None
+) -> None:
+    settings = row_settings({**AIC_ROW, **changes})
+    if budget is None:
+        assert settings == DEFAULT_SETTINGS
+        return
+    assert settings.settings == "recipe" and settings.source == AIC_SWEEP_SOURCE
+    assert settings.options == (("max_batched_tokens", budget),)
+    assert settings.length_range_ratio == 1.0  # genai-perf: fixed lengths
+    assert f"max_num_tokens {budget}" in settings.note
