@@ -6,7 +6,9 @@
 Per (system, engine, GEMM quantization) it fits, on the TRAIN split only (``split_of``: the
 shape text's CRC-32 not 0 mod 4), the terms of the runner's GEMM roofline
 (:mod:`app.core.runner.kernel_fit`): a compute efficiency table over ``log2(M)`` x
-``log2(K x N)`` knots, a memory efficiency over the ``log2(K x N)`` knots and a fixed cost.
+``log2(K x N)`` knots, a memory efficiency over the ``log2(K x N)`` knots, a fixed cost and
+the share of the compute exposed to wave quantization (the ``M x N`` output's 128 x 128 tiles
+over the device's SMs; :data:`TILE_ROWS`).
 The flops and bytes of every point are the runner's own (``ForwardBuilder.gemm`` on the same
 plan ``validate --kernels`` builds); only the efficiencies are free. The loss is the mean
 absolute log error (a robust stand-in for the median relative error), minimised by coordinate
@@ -29,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from app.core.catalog.device_table import sm_count
 from app.core.catalog.devices import get_device
 from app.core.catalog.hardware import BYTES_PER_GB
 from app.core.catalog.quantization import LinearQuantAction, Quantization
@@ -58,6 +61,17 @@ FIT_LABELS = {
     "sq": LinearQuantAction.W8A8_STATIC,
     "nvfp4": LinearQuantAction.NVFP4,
 }
+#: The output tile per SM of the wave term, rows (M) x columns (N): the large-M default of the
+#: engines' CUTLASS GEMMs on every measured architecture. vLLM csrc/quantization/cutlass_w8a8:
+#: ``sm90_fp8_config_default`` (M > 128) TileShape 128 x 128 x 128, ``sm100_fp8_config_default``
+#: (M > 256) 256 x 128 x 128 on a 2 x 2 cluster (a 2-SM MMA: 128 x 128 per SM),
+#: ``sm120_fp8_config_default`` 128 x 128 x 128, the SM89 dispatch 128 x 128 x 64 (N <= 4096);
+#: CUTLASS's Hopper warp-specialized GEMM examples use 128 x 128 as well. Smaller-M kernels
+#: (64-row tiles, swap-AB, split-K, DeepGEMM's wave-minimising block N) hide part of the tail
+#: wave: that is what the fitted ``wave_share`` measures, per curve.
+TILE_ROWS, TILE_COLS = 128.0, 128.0
+#: Candidate wave shares per descent round (a share in [0, 1], linear).
+WAVE_SHARES = tuple(i / 20 for i in range(21))
 MIN_POINTS = 20
 MAX_FIT_POINTS = 8_000  # train points per group the optimiser sees (every k-th, deterministic)
 ROUNDS = 5
@@ -106,16 +120,20 @@ def _efficiency(p: dict[str, Any], table: np.ndarray) -> np.ndarray:
     return curve
 
 
-def _predict_s(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> np.ndarray:
-    table, mem, fixed_s = params
-    compute = p["flops"] / (p["peak"] * _efficiency(p, table))
+Params = tuple[np.ndarray, np.ndarray, float, float]  # compute table, memory, fixed s, wave share
+
+
+def _predict_s(p: dict[str, Any], params: Params) -> np.ndarray:
+    table, mem, fixed_s, share = params
+    waves = (1 - share) + share / p["wave"]
+    compute = p["flops"] * waves / (p["peak"] * _efficiency(p, table))
     j, u = p["nk_at"]
     memory = p["bytes"] / (p["bw"] * (mem[j] * (1 - u) + mem[j + 1] * u))
     seconds: np.ndarray = np.maximum(compute, memory) + fixed_s
     return seconds
 
 
-def _loss(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> float:
+def _loss(p: dict[str, Any], params: Params) -> float:
     return float(np.mean(np.abs(np.log(_predict_s(p, params) / p["measured"]))))
 
 
@@ -132,43 +150,63 @@ def _descend(
     low, high = bounds
     for v in _grid(float(array[index]), low, high, span):
         array[index] = v
-        table, mem, fixed = params
-        loss = _loss(p, (table, mem, float(fixed[0])))
+        table, mem, fixed, share = params
+        loss = _loss(p, (table, mem, float(fixed[0]), float(share[0])))
         if loss < best_loss:
             best, best_loss = v, loss
     array[index] = best
 
 
-def _fit(p: dict[str, Any], floor_s: float) -> tuple[np.ndarray, np.ndarray, float]:
+def _fit(p: dict[str, Any], floor_s: float, waves: bool) -> Params:
+    """The fitted terms; ``waves``: the device has an SM count. The curve without a wave term
+    is nested in the one with it, so both are descended and the lower train loss kept (the
+    descent is local: from a wave share of 0.5 it can settle above the share-0 optimum)."""
+    plain = _descend_all(p, floor_s, waves=False)
+    if not waves:
+        return plain
+    wavy = _descend_all(p, floor_s, waves=True)
+    return wavy if _loss(p, wavy) < _loss(p, plain) else plain
+
+
+def _descend_all(p: dict[str, Any], floor_s: float, *, waves: bool) -> Params:
     table = np.full((len(M_KNOTS), len(NK_KNOTS)), 0.5)
     mem = np.full(len(NK_KNOTS), 0.7)
     fixed = np.array([max(floor_s, 5 * S_PER_US)])
+    share = np.array([0.5 if waves else 0.0])
     span = 8.0
     for _ in range(ROUNDS):
-        params: list[Any] = [table, mem, fixed]
-        _descend_fixed(p, table, mem, fixed, floor_s, span)
+        params: list[Any] = [table, mem, fixed, share]
+        _descend_fixed(p, params, floor_s, span)
+        if waves:
+            share[0] = min(
+                WAVE_SHARES, key=lambda v: _loss(p, (table, mem, float(fixed[0]), float(v)))
+            )
         for j in range(len(NK_KNOTS)):
             _descend(p, params, mem, j, BOUNDS["memory"], span)
         for i in range(len(M_KNOTS)):
             for j in range(len(NK_KNOTS)):
                 _descend(p, params, table, (i, j), BOUNDS["compute"], span)
         span = math.sqrt(span)
-    return table, mem, float(fixed[0])
+    return table, mem, float(fixed[0]), float(share[0])
 
 
-def _descend_fixed(
-    p: dict[str, Any],
-    table: np.ndarray,
-    mem: np.ndarray,
-    fixed: np.ndarray,
-    floor_s: float,
-    span: float,
-) -> None:
+def _descend_fixed(p: dict[str, Any], params: list[Any], floor_s: float, span: float) -> None:
+    table, mem, fixed, share = params
     grid = _grid(float(fixed[0]), floor_s, MAX_FIXED_US * S_PER_US, span)
-    fixed[0] = min(grid, key=lambda v: _loss(p, (table, mem, float(v))))
+    fixed[0] = min(grid, key=lambda v: _loss(p, (table, mem, float(v), float(share[0]))))
 
 
-def _median_abs_pct(p: dict[str, Any], params: tuple[np.ndarray, np.ndarray, float]) -> float:
+def _wave_efficiency(m: np.ndarray, n: np.ndarray, sms: int | None) -> np.ndarray:
+    """``tiles / (ceil(tiles / SMs) x SMs)`` of each ``m x n`` output (1 without an SM count):
+    :meth:`app.core.runner.kernel_fit.GemmCurve.wave_factor`'s efficiency, vectorised."""
+    if sms is None:
+        return np.ones_like(m)
+    tiles = np.ceil(m / TILE_ROWS) * np.ceil(n / TILE_COLS)
+    waves: np.ndarray = tiles / (np.ceil(tiles / sms) * sms)
+    return waves
+
+
+def _median_abs_pct(p: dict[str, Any], params: Params) -> float:
     if not len(p["m"]):
         return math.nan
     err = (_predict_s(p, params) - p["measured"]) / p["measured"]
@@ -212,6 +250,7 @@ def _arrays(raw: dict[str, list[Any]], system: str, label: str, split: str) -> d
         "nk_at": _weights(n * k, NK_KNOTS),
         "flops": FLOPS_PER_MAC * m * n * k,
         "bytes": k * n * wbytes + m * k * in_bytes + m * n * ACTIVATION_BYTES,
+        "wave": _wave_efficiency(m, n, sm_count(SYSTEM_DEVICES[system])),
         "measured": np.array(raw["measured"])[keep],
         "peak": peak,
         "bw": bw,
@@ -277,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         test = _arrays(raw, system, label, "test")
         if len(train["m"]) < MIN_POINTS:
             continue
-        params = _fit(_thin(train), _terms(system, label)[4])
-        effs, mem, fixed_s = params
+        waves = sm_count(SYSTEM_DEVICES[system]) is not None
+        effs, mem, fixed_s, share = _fit(_thin(train), _terms(system, label)[4], waves)
         entries.append(
             {
                 "device": SYSTEM_DEVICES[system],
@@ -291,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                 "compute_efficiency": [[round(float(e), 4) for e in row] for row in effs],
                 "memory_efficiency": [round(float(e), 4) for e in mem],
                 "fixed_us": round(fixed_s / S_PER_US, 3),
+                "tile_rows": TILE_ROWS,
+                "tile_cols": TILE_COLS,
+                "wave_share": round(share, 3),
                 "train": {"points": len(train["m"]), "median_abs_error_pct": 0.0},
                 "test": {"points": len(test["m"]), "median_abs_error_pct": 0.0},
             }
@@ -299,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             np.array(entries[-1]["compute_efficiency"]),
             np.array(entries[-1]["memory_efficiency"]),
             entries[-1]["fixed_us"] * S_PER_US,
+            entries[-1]["wave_share"],
         )
         entries[-1]["train"]["median_abs_error_pct"] = _median_abs_pct(train, rounded)
         entries[-1]["test"]["median_abs_error_pct"] = _median_abs_pct(test, rounded)
@@ -310,8 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         args,
         fmt=KERNEL_FIT_FORMAT,
         script="python -m scripts.fit_kernels",
-        model="max(flops / (peak * compute_efficiency(M, K*N)), bytes / (hbm * "
-        "memory_efficiency(K*N))) + fixed_us; bilinear in log2(M), log2(K*N) between knots",
+        model="max(flops / (peak * compute_efficiency(M, K*N)) * ((1 - wave_share) + "
+        "wave_share / wave_efficiency(M, N)), bytes / (hbm * memory_efficiency(K*N))) + "
+        "fixed_us; bilinear in log2(M), log2(K*N) between knots; wave_efficiency = tiles / "
+        "(ceil(tiles / SMs) * SMs), tiles = ceil(M / tile_rows) * ceil(N / tile_cols)",
         key="gemm",
         entries=entries,
     )

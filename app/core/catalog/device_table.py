@@ -236,6 +236,25 @@ def _memory_gb(name: str) -> float:
     return float(row["total"]) * _MEMORY_UNIT_BYTES[row["unit"]] / BYTES_PER_GB
 
 
+#: Streaming multiprocessors per device, with the public spec each comes from: the SMs a GEMM's
+#: output tiles are spread over (the fitted GEMM curves' wave term, app/core/runner/kernel_fit.py).
+_DEVICE_SM_COUNTS = Path(__file__).resolve().parent / "data" / "device_sm_counts.csv"
+
+
+def _sm_count_rows() -> dict[str, int]:
+    with _DEVICE_SM_COUNTS.open(newline="", encoding="utf-8") as handle:
+        return {row["device"]: int(row["sm_count"]) for row in csv.DictReader(handle)}
+
+
+_SM_COUNTS = _sm_count_rows()
+
+
+def sm_count(name: str) -> int | None:
+    """The streaming multiprocessors of the built-in device ``name``
+    (``data/device_sm_counts.csv``; None: the file has no count for it)."""
+    return _SM_COUNTS.get(name)
+
+
 _AIC_PCIE_NIC_GB_S = 25.0  # aiconfigurator-core 0.12.0 PCIe SKUs: 1:1 200 Gb/s fabric per GPU
 _MSMODELING = "msmodeling tensor_cast/device.py (HEAD 84fec85)"
 

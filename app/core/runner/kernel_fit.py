@@ -15,6 +15,16 @@ HBM peak the weight stream reaches (a small weight does not fill the memory pipe
 ``log2(K x N)``; ``fixed_us`` the kernel's floor (prologue, epilogue, a wave's minimum; it
 stands in for the captured-graph launch cost).
 
+The compute term also pays **wave quantization**: the ``ceil(M / tile_rows) x ceil(N /
+tile_cols)`` output tiles run in waves of one tile per SM (the device's ``sm_count``,
+:func:`app.core.catalog.device_table.sm_count`), so a last, partial wave leaves SMs idle. The
+wave efficiency ``tiles / (ceil(tiles / SMs) x SMs)`` divides the compute rate for the fitted
+``wave_share`` of the work (the rest is spread over the idle SMs by split-K, stream-K or a
+smaller tile the engine picks for that shape)::
+
+    compute_s = flops / (peak_flops * compute_efficiency(M, K x N))
+                * ((1 - wave_share) + wave_share / wave_efficiency(M, N))
+
 A device, engine or quantization the file has no curve for keeps the runner's physics-derived
 defaults (:mod:`app.core.runner.plan`); every op says which priced it (``OpCost.source``). A
 missing or malformed file raises :class:`~app.core.runner.fit_tables.KernelFitError` on first
@@ -26,12 +36,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, cast
 
+from app.core.catalog.device_table import sm_count
 from app.core.catalog.quantization import LinearQuantAction, Quantization
 from app.core.runner.fit_tables import (
+    KernelFitError,
     add_curve,
     check_knots,
     document_entries,
@@ -45,7 +57,7 @@ from app.core.runner.fit_tables import (
 )
 
 KERNEL_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit.json"
-KERNEL_FIT_FORMAT = "chunkwise-kernel-fit/1"
+KERNEL_FIT_FORMAT = "chunkwise-kernel-fit/2"
 #: ``OpCost.source`` of an op priced by the physics-derived defaults.
 DEFAULT_SOURCE = "default"
 FITTED_SOURCE_PREFIX = "fitted:"
@@ -112,6 +124,11 @@ class GemmCurve:
     compute_efficiency: tuple[tuple[float, ...], ...]  # [m knot][nk knot]
     memory_efficiency: tuple[float, ...]  # [nk knot]
     fixed_us: float
+    #: The wave term (module doc): the output tile per SM, rows x columns, and the share of
+    #: the compute that waits for the last partial wave (0: no wave term, as the MoE curves).
+    tile_rows: float = 128.0
+    tile_cols: float = 128.0
+    wave_share: float = 0.0
     #: Per weight size seen: its nk interval, share and memory efficiency (a forward asks for
     #: the same few weights again and again; not part of the curve's value).
     _by_nk: dict[float, tuple[int, float, float]] = field(
@@ -133,6 +150,10 @@ class GemmCurve:
             raise ValueError("efficiencies must lie in (0, 1]")
         if not (math.isfinite(self.fixed_us) and self.fixed_us >= 0):
             raise ValueError("fixed_us must be a number >= 0")
+        if not all(math.isfinite(t) and t >= 1 for t in (self.tile_rows, self.tile_cols)):
+            raise ValueError("tile_rows and tile_cols must be numbers >= 1")
+        if not 0 <= self.wave_share <= 1:
+            raise ValueError("wave_share must lie in [0, 1]")
 
     def _nk_terms(self, nk: float) -> tuple[int, float, float]:
         """``nk``'s knot interval and share, and the memory efficiency there (remembered)."""
@@ -157,6 +178,18 @@ class GemmCurve:
         """The memory efficiency of a ``nk``-element weight (linear in ``log2``)."""
         return self._nk_terms(nk)[2]
 
+    def wave_factor(self, m: float, n: float, sms: int | None) -> float:
+        """The share of the compute rate left after wave quantization of an ``m x n`` output
+        on ``sms`` SMs (1: no wave term, or no SM count)."""
+        share = self.wave_share
+        if share == 0 or sms is None:
+            return 1.0
+        tiles = math.ceil(m / self.tile_rows) * math.ceil(n / self.tile_cols)
+        if tiles <= 0:
+            return 1.0
+        efficiency = tiles / (math.ceil(tiles / sms) * sms)
+        return 1.0 / ((1 - share) + share / efficiency)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FittedGemm:
@@ -170,9 +203,18 @@ class FittedGemm:
     #: the kernel is priced as measured).
     graph_fixed_s: float
     source: str  # ``fitted:<engine>``
+    #: The device's SMs (the wave term; None: the curve has none).
+    sm_count: int | None = None
 
-    def flops_per_s(self, m: float, nk: float) -> float:
-        return self.peak_flops_per_s * self.curve.compute_efficiency_at(m, nk)
+    def flops_per_s(self, m: float, k: float, n: float) -> float:
+        """The compute rate of ``m x k`` times ``k x n``: the curve's efficiency at ``m`` and
+        ``k x n``, times the wave factor of the ``m x n`` output."""
+        curve = self.curve
+        return (
+            self.peak_flops_per_s
+            * curve.compute_efficiency_at(m, k * n)
+            * curve.wave_factor(m, n, self.sm_count)
+        )
 
     def hbm_bytes_per_s(self, nk: float) -> float:
         return self.peak_hbm_bytes_per_s * self.curve.memory_efficiency_at(nk)
@@ -194,18 +236,30 @@ class KernelFit:
 
 
 def gemm_curve_of(
-    entry: Mapping[str, Any], key: object, *, m_knots: str = "m_knots", nk_knots: str = "nk_knots"
+    entry: Mapping[str, Any],
+    key: object,
+    *,
+    m_knots: str = "m_knots",
+    nk_knots: str = "nk_knots",
+    wave: bool = False,
 ) -> GemmCurve:
     """The :class:`GemmCurve` of a table entry (its knots under the names given, then
-    ``compute_efficiency``, ``memory_efficiency``, ``fixed_us``); a ValueError when its
-    numbers do not make a curve."""
+    ``compute_efficiency``, ``memory_efficiency``, ``fixed_us``, and with ``wave`` the wave
+    term's ``tile_rows``, ``tile_cols``, ``wave_share``); a ValueError when its numbers do
+    not make a curve."""
     table = number_rows(entry, "compute_efficiency", key, "kernel fit")
+    waves = (
+        {name: number(entry, name) for name in ("tile_rows", "tile_cols", "wave_share")}
+        if wave
+        else {}
+    )
     return GemmCurve(
         m_knots=numbers(entry, m_knots),
         nk_knots=numbers(entry, nk_knots),
         compute_efficiency=table,
         memory_efficiency=numbers(entry, "memory_efficiency"),
         fixed_us=number(entry, "fixed_us"),
+        **waves,
     )
 
 
@@ -216,7 +270,7 @@ def parse_kernel_fit(body: Any) -> KernelFit:
     curves: dict[tuple[str, str, str], GemmCurve] = {}
     for entry in entries:
         key = cast(GemmKey, string_key(entry, ("device", "engine", "quantization"), what))
-        add_curve(curves, key, gemm_curve_of, entry, what)
+        add_curve(curves, key, partial(gemm_curve_of, wave=True), entry, what)
     return KernelFit(gemm=curves, source=source)
 
 
@@ -253,6 +307,9 @@ def fitted_gemm(
     curve = kernel_fit().gemm_curve(device, engine, label)
     if curve is None:
         return None
+    sms = sm_count(device)
+    if curve.wave_share > 0 and sms is None:
+        raise KernelFitError(f"kernel fit: a wave term on {device}, which has no SM count")
     fixed_s = max(curve.fixed_us * S_PER_US, graph_launch_s)
     if fixed_cap_s is not None:
         fixed_s = min(fixed_s, fixed_cap_s)
@@ -263,4 +320,5 @@ def fitted_gemm(
         fixed_s=fixed_s,
         graph_fixed_s=fixed_s if in_graph_s is None else in_graph_s,
         source=FITTED_SOURCE_PREFIX + engine,
+        sm_count=sms,
     )

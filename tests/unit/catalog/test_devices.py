@@ -16,6 +16,7 @@ from app.core.catalog import (
     list_devices,
     parse_quantization,
 )
+from app.core.catalog.device_table import sm_count
 from app.core.errors import InvalidParameterError, UnknownDeviceError
 
 ISSUE_DEVICE_NAMES = [
@@ -126,6 +127,22 @@ def test_every_device_states_its_memory_total_and_its_source() -> None:
         assert row["source"].strip(), name
         assert row["reported_by"] in {"nvidia-smi", "rocm-smi", "vendor capacity"}, name
         assert (row["unit"] == "GiB") == (row["reported_by"] == "vendor capacity"), name
+
+
+def test_sm_counts_are_sourced_and_name_built_in_devices() -> None:
+    """data/device_sm_counts.csv: one sourced row per device it names, each a built-in device
+    (the fitted GEMM curves' wave term reads it; app/core/runner/kernel_fit.py)."""
+    path = Path(__file__).resolve().parents[3] / "app/core/catalog/data/device_sm_counts.csv"
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    names = [row["device"] for row in rows]
+    assert len(names) == len(set(names))
+    assert set(names) <= {device.name for device in list_devices()}
+    for row in rows:
+        assert row["source"].strip(), row["device"]
+        assert sm_count(row["device"]) == int(row["sm_count"]) > 0
+    assert (sm_count("NVIDIA_H100_SXM_80G"), sm_count("NVIDIA_B200_SXM_180G")) == (132, 148)
+    assert sm_count("TEST_DEVICE") is None
 
 
 @pytest.mark.parametrize(

@@ -16,16 +16,19 @@ from typing import Any
 import pytest
 
 from app.core.catalog import get_device, get_model
+from app.core.catalog.device_table import sm_count
 from app.core.catalog.quantization import BYTES_16BIT, parse_quantization
 from app.core.cost import ForwardShape
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner
+from app.core.runner import kernel_fit as kernel_fit_module
 from app.core.runner.fit_tables import POSITION_MEMO_LIMIT, KernelFitError
 from app.core.runner.kernel_fit import (
     DEFAULT_SOURCE,
     FP8_BLOCK,
     KERNEL_FIT_FORMAT,
     GemmCurve,
+    fitted_gemm,
     gemm_label,
     kernel_fit,
     load_kernel_fit,
@@ -47,6 +50,9 @@ CURVE = GemmCurve(
     compute_efficiency=((0.1, 0.2), (0.3, 0.4), (0.9, 1.0)),
     memory_efficiency=(0.6, 0.8),
     fixed_us=5.0,
+    tile_rows=128.0,
+    tile_cols=128.0,
+    wave_share=0.5,
 )
 SMALL, LARGE = 2.0**20, 2.0**24
 
@@ -61,6 +67,9 @@ def _entry(**change: Any) -> dict[str, Any]:
         "compute_efficiency": [[0.1, 0.2], [0.3, 0.4], [0.9, 1.0]],
         "memory_efficiency": [0.6, 0.8],
         "fixed_us": 5.0,
+        "tile_rows": 128,
+        "tile_cols": 128,
+        "wave_share": 0.5,
     }
     entry.update(change)
     return entry
@@ -79,6 +88,42 @@ def test_curve_is_bilinear_in_log2_between_knots_and_clamped_outside() -> None:
     assert CURVE.compute_efficiency_at(1e6, 2.0**40) == pytest.approx(1.0)
     assert CURVE.memory_efficiency_at(2.0**22) == pytest.approx(0.7)
     assert CURVE.memory_efficiency_at(1.0) == pytest.approx(0.6)
+
+
+def test_wave_factor_is_the_partial_last_wave_by_hand() -> None:
+    # 132 SMs: 132 tiles fill one wave; 133 need two waves of which the second is 1/132 full.
+    assert CURVE.wave_factor(128 * 12, 128 * 11, 132) == pytest.approx(1.0)
+    efficiency = 133 / (2 * 132)
+    assert CURVE.wave_factor(128 * 133, 100, 132) == pytest.approx(1 / (0.5 + 0.5 / efficiency))
+    # A partial tile is a whole tile: M = 1 and N = 4096 make 32 tiles, a 32/132 wave.
+    assert CURVE.wave_factor(1, 4096, 132) == pytest.approx(1 / (0.5 + 0.5 * 132 / 32))
+    assert CURVE.wave_factor(1, 4096, None) == 1.0  # no SM count: no wave term
+    assert dataclasses.replace(CURVE, wave_share=0.0).wave_factor(1, 4096, 132) == 1.0
+    full = dataclasses.replace(CURVE, wave_share=1.0)
+    assert full.wave_factor(1, 4096, 132) == pytest.approx(32 / 132)
+
+
+def test_every_wave_term_has_its_device_sm_count() -> None:
+    for (device, _, _), curve in kernel_fit().gemm.items():
+        assert 0 <= curve.wave_share <= 1
+        if curve.wave_share > 0:
+            assert sm_count(device) is not None, device
+    assert sm_count(H100) == 132
+    assert sm_count(ATLAS) is None
+
+
+def test_a_wave_term_on_a_device_without_an_sm_count_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (device, engine, label), _ = next(
+        (key, c) for key, c in kernel_fit().gemm.items() if c.wave_share > 0
+    )
+    terms = {"peak_flops_per_s": 1e15, "peak_hbm_bytes_per_s": 3e12, "graph_launch_s": 3e-6}
+    fitted = fitted_gemm(device=device, engine=engine, label=label, **terms)
+    assert fitted is not None and fitted.sm_count == sm_count(device)
+    monkeypatch.setattr(kernel_fit_module, "sm_count", lambda _: None)
+    with pytest.raises(KernelFitError, match="SM count"):
+        fitted_gemm(device=device, engine=engine, label=label, **terms)
 
 
 def test_remembered_positions_give_the_same_answers_and_stay_bounded() -> None:
@@ -113,6 +158,10 @@ def test_parse_reads_a_well_formed_table() -> None:
         _doc(_entry(m_knots=[4, 1, 16])),
         _doc(_entry(fixed_us="5")),
         _doc(_entry(fixed_us=-1)),
+        _doc({k: v for k, v in _entry().items() if k != "wave_share"}),
+        _doc(_entry(wave_share=1.5)),
+        _doc(_entry(tile_rows=0)),
+        _doc(_entry(tile_cols="128")),
         _doc(_entry(), _entry()),
     ],
 )
@@ -171,11 +220,14 @@ def test_fitted_gemm_time_is_the_curve_by_hand() -> None:
     m = DECODE.concurrency
     k = n = get_model(LLAMA).hidden_size
     device = get_device(H100)
+    tiles = math.ceil(m / 128) * math.ceil(n / 128)  # 4096 / 128 = 32 tiles on 132 SMs
+    waves = (1 - curve.wave_share) + curve.wave_share * 132 / tiles
     compute_s = (
         FLOPS_PER_MAC
         * m
         * k
         * n
+        * waves
         / (device.peak_bf16_tflops * 1e12 * curve.compute_efficiency_at(m, k * n))
     )
     hbm = k * n * BYTES_16BIT + 2 * m * k * BYTES_16BIT
