@@ -31,9 +31,11 @@ The model, hardware, quantization and engine family map exactly as in
 A row whose provenance names several candidate recipes (:mod:`.disagg_recipes`) is replayed
 under each and reported as their centre (:func:`candidate_centre`).
 
-KV transfer (:func:`kv_transfer`): the prompt's KV on one prefill device over one device's
-link of the innermost interconnect tier that holds the whole deployment (NVLink inside an
-8-GPU node or a 72-GPU NVL72 rack, otherwise the network tier), plus
+KV transfer (:func:`kv_transfer`): the prompt's KV on one prefill device, times the copies
+that device sends (:func:`~app.core.runner.plan.kv_send_copies`: the decode
+worker's attention ranks holding an MLA latent the prefill worker holds on fewer), over one
+device's link of the innermost interconnect tier that holds the whole deployment (NVLink
+inside an 8-GPU node or a 72-GPU NVL72 rack, otherwise the network tier), plus
 :data:`KV_TRANSFER_FIXED_MS`.
 """
 
@@ -51,6 +53,7 @@ from app.core.errors import ChunkwiseError, InvalidParameterError
 from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
 from app.core.profiles import get_profile
+from app.core.runner.plan import kv_send_copies
 from app.core.runner.serving import RunnerServingModel
 from app.core.spec import WorkloadSpec
 from app.core.validation.case_file import (
@@ -252,7 +255,8 @@ class DisaggReplay:
         profile = family.with_overrides(dict(settings.prefill_options))
         decode_profile = family.with_overrides(dict(settings.decode_options))
         prefill, decode, devices = row_pools(row)
-        is_moe = get_model(model).is_moe
+        architecture = get_model(model)
+        is_moe = architecture.is_moe
         isl = int_column(row, "isl")
         osl = int_column(row, "osl")
         concurrency = int_column(row, "concurrency")
@@ -316,7 +320,12 @@ class DisaggReplay:
             concurrency,
             prefill_pool,
             decode_pool,
-            kv_transfer(hardware, devices, p_serving.runner.kv_cache_bytes(1, isl)),
+            kv_transfer(
+                hardware,
+                devices,
+                p_serving.runner.kv_cache_bytes(1, isl)
+                * kv_send_copies(architecture, prefill.tp, decode.tp),
+            ),
             first_token=FIRST_TOKEN_RULE[profile.name],
         )
         self._results[key] = result
