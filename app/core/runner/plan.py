@@ -227,10 +227,15 @@ def _expert_sharding(
     if moe is None:
         if ep > 1:
             notes.append(f"ep={ep} ignored: {model.name} has no experts")
+        if parallel.moe_over_dp and parallel.dp > 1:
+            notes.append(f"moe_over_dp ignored: {model.name} has no experts")
         if redundant_experts:
             notes.append(f"redundant_experts={redundant_experts} ignored: no experts")
         return 1, tp, tp, 0
     slots = moe.num_experts + redundant_experts
+    if ep == 1 and parallel.moe_over_dp:
+        # every expert tensor-parallel over all replicas' ranks, their tokens gathered
+        return ep, tp * parallel.dp, tp * parallel.dp, slots
     if ep == 1:
         return ep, tp, tp, slots
     replicas = tp * parallel.dp
