@@ -14,18 +14,28 @@ class ParallelLayout:
 
     ``tp * dp * pp`` devices serve; ``ep`` splits MoE experts over ``ep`` of those devices
     (``ep <= tp * dp``). Each data-parallel replica runs its own engine instance.
+    ``moe_over_dp`` (with ``ep`` 1): the ``dp`` replicas run attention apart but the MoE
+    together, every expert tensor-parallel over all ``tp * dp`` ranks (TensorRT-LLM's
+    ``enable_attention_dp`` with ``moe_expert_parallel_size: 1``, SGLang's
+    ``--enable-dp-attention`` without ``--ep``): the ranks gather every replica's tokens before
+    the experts and reduce-scatter after them.
     """
 
     tp: int = 1
     dp: int = 1
     ep: int = 1
     pp: int = 1
+    moe_over_dp: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "dp", "ep", "pp"):
             require_int(name, getattr(self, name), 1, None)
         if self.ep > self.num_devices:
             raise InvalidParameterError("ep", self.ep, f"<= tp * dp * pp = {self.num_devices}")
+        if self.moe_over_dp and self.ep != 1:
+            raise InvalidParameterError(
+                "moe_over_dp", self.moe_over_dp, "only without expert parallelism (ep = 1)"
+            )
 
     @property
     def num_devices(self) -> int:
@@ -39,6 +49,8 @@ class ParallelLayout:
             parts.insert(1, f"PP{self.pp}")
         if self.ep > 1:
             parts.append(f"EP{self.ep}")
+        if self.moe_over_dp and self.dp > 1:
+            parts.append(f"MoE-TP{self.tp * self.dp}")
         return " ".join(parts)
 
 

@@ -423,8 +423,9 @@ class KvTransferOut(BaseModel):
         description="one device's link of the tier, decimal GB/s per direction, efficiency included"
     )
     bytes_per_request: float = Field(
-        description="one prompt's KV on one prefill device, bytes (every device sends its own "
-        "share)"
+        description="the bytes one prefill device sends for one prompt: its share of the KV "
+        "times the copies the decode worker's attention ranks need beyond the prefill's "
+        "(an MLA latent on every decode TP rank; every device sends its own share)"
     )
     fixed_ms: float = Field(description="per-transfer latency besides the bytes, ms")
     transfer_ms: float = Field(

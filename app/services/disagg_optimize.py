@@ -26,10 +26,15 @@ from app.core.optimizer.disagg_search import (
     optimize_disagg,
 )
 from app.core.parallel import ParallelLayout
+from app.core.runner.plan import kv_send_copies
 from app.core.scenario import DisaggSearchSpace
 from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import KvTransfer
-from app.core.workload.disagg_setup import FIRST_TOKEN_RULE, PoolWorker, tier_kv_transfer
+from app.core.workload.disagg_setup import (
+    FIRST_TOKEN_RULE,
+    PoolWorker,
+    tier_kv_transfer,
+)
 from app.models.optimize import (
     DisaggOptimizeResponse,
     DisaggProbeOut,
@@ -114,14 +119,15 @@ def optimize_disagg_deployment(
             ),
         )
 
-    transfers: dict[tuple[ParallelLayout, str], KvTransfer] = {}
+    transfers: dict[tuple[ParallelLayout, int, str], KvTransfer] = {}
 
-    def transfer(layout: ParallelLayout, devices: int) -> KvTransfer:
+    def transfer(layout: ParallelLayout, decode: ParallelLayout, devices: int) -> KvTransfer:
         tier = device.tier_for(devices)
-        found = transfers.get((layout, tier.name))
+        copies = kv_send_copies(deployment.model, layout.tp, decode.tp)
+        found = transfers.get((layout, copies, tier.name))
         if found is None:
-            kv_bytes = factory.serving(layout).runner.kv_cache_bytes(1, isl)
-            found = transfers[(layout, tier.name)] = tier_kv_transfer(tier, kv_bytes)
+            kv_bytes = factory.serving(layout).runner.kv_cache_bytes(1, isl) * copies
+            found = transfers[(layout, copies, tier.name)] = tier_kv_transfer(tier, kv_bytes)
         return found
 
     first_token = FIRST_TOKEN_RULE.get(profile.name, "decode_step")

@@ -24,6 +24,7 @@ from app.core.errors import (
 from app.core.limits import FirstToken, Pool
 from app.core.optimizer.agg import limit_reason
 from app.core.parallel import ParallelLayout
+from app.core.runner.plan import kv_send_copies
 from app.core.scenario import DisaggPools, PoolLink, Scenario, ServingRun
 from app.core.spec import WorkloadSpec
 from app.core.workload import ranks_are_coupled
@@ -174,7 +175,9 @@ def evaluate_disagg(
     prefill, decode = pools["prefill"], pools["decode"]
     kv_prefill = prefill.model.kv_capacity_requests(isl, budget)
     kv_decode = decode.model.kv_capacity_requests(isl + osl, budget)
-    kv_bytes = factory.serving(prefill.layout).runner.kv_cache_bytes(1, isl)
+    kv_bytes = factory.serving(prefill.layout).runner.kv_cache_bytes(1, isl) * kv_send_copies(
+        deployment.model, prefill.layout.tp, decode.layout.tp
+    )
     link_name, transfer = _kv_transfer(spec.link, deployment.device.tier_for(num_devices), kv_bytes)
     d_device = decode_factory.deployment.device
     first_token = FIRST_TOKEN_RULE.get(profile.name, "decode_step")

@@ -107,7 +107,7 @@ NEAR_TIE = 0.01
 PREFILL_PROBE_DECODE_HEADROOM = 2.0
 PREFILL_PROBE_TOLERANCE = 1 / 4
 
-TransferFor = Callable[[ParallelLayout, int], KvTransfer]
+TransferFor = Callable[[ParallelLayout, ParallelLayout, int], KvTransfer]
 _CLIMB = 2  # a heap entry's step: a neighbour of the best configuration so far
 
 
@@ -123,8 +123,9 @@ class PoolOption:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DisaggSearchSettings:
     """What bounds the search: the device budget, the workers per pool, the clients, and the
-    engine's running cap and first-token rule; ``transfer(prefill layout, devices)`` is one KV
-    transfer from a prefill worker of that layout in a deployment of ``devices``."""
+    engine's running cap and first-token rule; ``transfer(prefill layout, decode layout,
+    devices)`` is one KV transfer from a prefill worker of that layout to a decode worker of
+    that layout in a deployment of ``devices``."""
 
     num_devices: int
     transfer: TransferFor
@@ -471,7 +472,10 @@ class _Run:
         beat the best found; :attr:`hopeless` tells the first: one client is over a limit)."""
         self.hopeless = False
         atoms = _atoms(
-            p, d, deployment, self.settings.transfer(deployment.prefill, deployment.num_devices)
+            p,
+            d,
+            deployment,
+            self.settings.transfer(deployment.prefill, deployment.decode, deployment.num_devices),
         )
         most = min(self.settings.max_concurrency // atoms.copies, atoms.slots)
         clients = max(1, min(most, round(_little_clients(self.spec, p, d, atoms) * START_SHARE)))
@@ -713,7 +717,7 @@ def optimize_disagg(
         )
         copies = min(most // max(n_p, n_d), budget // config.num_devices)
         config = _scaled(config, copies)
-        key = (pi, di, settings.transfer(config.prefill, config.num_devices))
+        key = (pi, di, settings.transfer(config.prefill, config.decode, config.num_devices))
         if key in hopeless:
             continue
         measured = efficiency.get((pi, di))

@@ -1102,6 +1102,10 @@ class ForwardBuilder:
         )
         dispatch_bytes = tokens / p.tp * k * h * p.gemm_input_bytes
         combine_bytes = tokens / p.tp * k * h * ACTIVATION_BYTES
+        # experts tensor-parallel over the data-parallel replicas (no EP): every rank gathers
+        # all the group's tokens and reduce-scatters the experts' output back to their ranks
+        gathered = p.ep == 1 and p.moe_group_size > p.tp
+        group_tokens = tokens * p.tokens_scale
         if p.ep > 1:
             self.collective(
                 "moe_dispatch",
@@ -1109,6 +1113,15 @@ class ForwardBuilder:
                 count,
                 Collective.ALL_TO_ALL,
                 dispatch_bytes,
+                p.moe_group_size,
+            )
+        elif gathered:
+            self.collective(
+                "moe_all_gather",
+                scope,
+                count,
+                Collective.ALL_GATHER,
+                group_tokens * h * p.gemm_input_bytes,
                 p.moe_group_size,
             )
         self.moe_experts(scope, count, tokens)
@@ -1123,6 +1136,15 @@ class ForwardBuilder:
                 count,
                 Collective.ALL_TO_ALL,
                 combine_bytes,
+                p.moe_group_size,
+            )
+        elif gathered:
+            self.collective(
+                "moe_reduce_scatter",
+                scope,
+                count,
+                Collective.REDUCE_SCATTER,
+                group_tokens * h * ACTIVATION_BYTES,
                 p.moe_group_size,
             )
         self.moe_combine_sum(scope, count, tokens)

@@ -161,6 +161,34 @@ def _kv_heads_local(model: ModelArchitecture, tp: int, pp: int) -> int:
     return kv_local
 
 
+def kv_copies(model: ModelArchitecture, tp: int) -> int:
+    """The attention tensor-parallel ranks of one worker (or attention data-parallel rank) of
+    ``tp`` ranks that hold the same KV of a request: every rank for MLA (one latent per token,
+    replicated), ``tp / num_kv_heads`` for GQA with fewer KV heads than ranks (each head on
+    that many ranks), else 1 (the heads split)."""
+    if model.attention is AttentionKind.MLA:
+        return tp
+    return max(1, tp // model.num_kv_heads)
+
+
+def kv_send_copies(model: ModelArchitecture, prefill_tp: int, decode_tp: int) -> int:
+    """The copies of its share of a prompt's KV one prefill device sends: when the decode
+    worker's attention ranks replicate the KV on more ranks than the prefill worker's
+    (:func:`kv_copies`), every decode replica needs its own copy and the prefill replicas
+    split the sending, so each sends ``decode copies / prefill copies``; otherwise one.
+
+    That is the three engines' rule for MLA: TensorRT-LLM's ``MLACacheFormatter``
+    (``needSendCache``: every context rank sends while its attention TP is at most the
+    generation's, and ``formatOutput`` sends the whole cache once per connection, one per
+    generation TP rank it serves; ``cpp/tensorrt_llm/batch_manager/mlaCacheFormatter.cpp``),
+    SGLang's KV managers (a prefill rank serves ``decode tp / prefill tp`` decode ranks per
+    attention DP group, each reading the full latent) and vLLM's ``NixlConnector`` (each decode
+    rank reads the full MLA cache from prefill rank ``tp_rank // tp_ratio``). An attention
+    data-parallel prefill rank (``tp`` 1) feeding a TEP8 decode worker therefore sends eight
+    copies of the prompt's latent over its one NIC."""
+    return max(1, kv_copies(model, decode_tp) // kv_copies(model, prefill_tp))
+
+
 def _linear_heads_local(model: ModelArchitecture, tp: int) -> tuple[int, int]:
     """Gated DeltaNet key and value heads per TP rank: split over the ranks like the engines'
     column-parallel in_proj (vLLM divides both head counts by the TP size), never replicated."""
@@ -199,10 +227,15 @@ def _expert_sharding(
     if moe is None:
         if ep > 1:
             notes.append(f"ep={ep} ignored: {model.name} has no experts")
+        if parallel.moe_over_dp and parallel.dp > 1:
+            notes.append(f"moe_over_dp ignored: {model.name} has no experts")
         if redundant_experts:
             notes.append(f"redundant_experts={redundant_experts} ignored: no experts")
         return 1, tp, tp, 0
     slots = moe.num_experts + redundant_experts
+    if ep == 1 and parallel.moe_over_dp:
+        # every expert tensor-parallel over all replicas' ranks, their tokens gathered
+        return ep, tp * parallel.dp, tp * parallel.dp, slots
     if ep == 1:
         return ep, tp, tp, slots
     replicas = tp * parallel.dp

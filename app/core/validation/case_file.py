@@ -647,8 +647,13 @@ def row_layout(row: Mapping[str, str], model: str) -> tuple[int, int, int]:
     architecture = get_model(model)
     heads = architecture.num_heads
     if heads % tp == 0 or dp > 1:
-        if architecture.moe is not None:
-            check_expert_split(tp, dp, moe_tp, ep)
+        if architecture.moe is not None and check_expert_split(tp, dp, moe_tp, ep):
+            raise UnsupportedError(
+                f"experts split by tensor parallelism across {dp} attention data-parallel "
+                f"ranks without expert parallelism (tp={tp}, attn_dp={dp}, moe_tp={moe_tp}, "
+                f"moe_ep={ep}) is not replayed in the aggregated file: its cases carry no "
+                "such layout yet (the disaggregated replay runs it)"
+            )
         return tp * pp, dp, ep
     family = engine_family(row["engine"])
     recorded = f"tp={tp}, pp={pp}, attn_dp={dp}, moe_tp={moe_tp}, moe_ep={ep}"
@@ -670,28 +675,29 @@ def row_layout(row: Mapping[str, str], model: str) -> tuple[int, int, int]:
     return 1, tp, tp
 
 
-def check_expert_split(tp: int, dp: int, moe_tp: int, ep: int, pool: str = "") -> None:
+def check_expert_split(tp: int, dp: int, moe_tp: int, ep: int, pool: str = "") -> bool:
     """The runner's expert split: ``moe_ep`` expert-parallel ranks over the ``tp x attn_dp``
-    devices, each expert tensor-parallel over the rest; without expert parallelism, experts
-    tensor-parallel over one replica's ``tp`` ranks. A recorded split it cannot represent is
-    refused, naming the columns (``pool``: a disaggregated file's ``prefill`` / ``decode``)."""
+    devices, each expert tensor-parallel over the rest (``moe_tp x moe_ep = tp x attn_dp``);
+    without expert parallelism beside attention data parallelism, every expert
+    tensor-parallel over all ``tp x attn_dp`` ranks. Returns whether the split is that last
+    one (the layout's ``moe_over_dp``). ``moe_tp`` and ``moe_ep`` both 1 is the source's "none"
+    (not set): the engines' default, experts tensor-parallel over every rank of the worker
+    (vLLM: "the expert layers will by default form a (DP x TP) sized tensor parallel group"
+    unless ``--enable-expert-parallel``, docs/serving/data_parallel_deployment.md;
+    TensorRT-LLM: ``moe_tensor_parallel_size`` defaults to ``tp_size / moe_expert_parallel_size``
+    over the whole world, attention DP included; SGLang: ``--tp`` is the world, which
+    ``--enable-dp-attention`` splits for attention only). A recorded split it cannot represent
+    is refused, naming the columns (``pool``: a disaggregated file's ``prefill`` / ``decode``)."""
     column = f"{pool}_" if pool else ""
     if moe_tp == ep == 1:
-        moe_tp = tp  # "none" in the source: the engines' default split over the tp ranks
-    if ep == 1 and dp > 1:
-        raise UnsupportedError(
-            f"{pool + ': ' if pool else ''}experts split by tensor parallelism across {dp} "
-            f"attention data-parallel ranks without expert parallelism ({column}tp={tp}, "
-            f"{column}attn_dp={dp}, {column}moe_tp={moe_tp}, {column}moe_ep={ep}) is not "
-            "modelled: without expert parallelism the runner splits experts over one "
-            "replica's tp ranks"
-        )
+        moe_tp = tp * dp  # "none" in the source: the engines' default split over every rank
     if moe_tp * ep != tp * dp:
         raise InvalidParameterError(
             f"{column}moe_tp",
             moe_tp,
             f"{column}moe_tp x {column}moe_ep = {column}tp x {column}attn_dp = {tp * dp}",
         )
+    return ep == 1 and dp > 1
 
 
 def row_case(

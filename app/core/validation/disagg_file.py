@@ -16,12 +16,13 @@ The model, hardware, quantization and engine family map exactly as in
 - serving model: the pool's layout (``tp``, ``attn_dp`` ranks, ``moe_ep``) as the engine runs
   it (:func:`~app.core.validation.predict.engine_serving_model`: reserve, KV pool and dtype,
   CUDA-graph limit, host time per iteration);
-- ``moe_tp``: must be what the runner derives (``tp x attn_dp / moe_ep`` with expert
-  parallelism, the replica's ``tp`` without); a split of the experts' matrices over the
-  attention data-parallel ranks without expert parallelism is refused, not approximated.
-  ``moe_tp`` and ``moe_ep`` both 1 beside ``tp`` > 1 is the source's "none" (not set: the
-  case ids say ``tpnone_epnone``): the engines' default, experts tensor-parallel over the
-  ``tp`` ranks, which is the runner's reading without ``attn_dp``;
+- ``moe_tp``: must be what the runner derives, ``tp x attn_dp / moe_ep``
+  (:func:`~app.core.validation.case_file.check_expert_split`); without expert parallelism
+  beside attention data parallelism every expert is tensor-parallel over all ``tp x attn_dp``
+  ranks of the worker (the layout's ``moe_over_dp``: the ranks all-gather their tokens before
+  the experts and reduce-scatter after). ``moe_tp`` and ``moe_ep`` both 1 is the source's
+  "none" (not set: the case ids say ``tpnone_epnone``): the engines' default, experts
+  tensor-parallel over every rank of the worker;
 - prefill: the profile's token budget and chunk plan; a job holds at most the prompts whose
   KV fits the worker;
 - decode: the profile's running cap and the KV pool (``isl + osl`` tokens per request);
@@ -31,9 +32,11 @@ The model, hardware, quantization and engine family map exactly as in
 A row whose provenance names several candidate recipes (:mod:`.disagg_recipes`) is replayed
 under each and reported as their centre (:func:`candidate_centre`).
 
-KV transfer (:func:`kv_transfer`): the prompt's KV on one prefill device over one device's
-link of the innermost interconnect tier that holds the whole deployment (NVLink inside an
-8-GPU node or a 72-GPU NVL72 rack, otherwise the network tier), plus
+KV transfer (:func:`kv_transfer`): the prompt's KV on one prefill device, times the copies
+that device sends (:func:`~app.core.runner.plan.kv_send_copies`: the decode
+worker's attention ranks holding an MLA latent the prefill worker holds on fewer), over one
+device's link of the innermost interconnect tier that holds the whole deployment (NVLink
+inside an 8-GPU node or a 72-GPU NVL72 rack, otherwise the network tier), plus
 :data:`KV_TRANSFER_FIXED_MS`.
 """
 
@@ -51,6 +54,7 @@ from app.core.errors import ChunkwiseError, InvalidParameterError
 from app.core.optimizer.common import MemoLatency
 from app.core.parallel import ParallelLayout
 from app.core.profiles import get_profile
+from app.core.runner.plan import kv_send_copies
 from app.core.runner.serving import RunnerServingModel
 from app.core.spec import WorkloadSpec
 from app.core.validation.case_file import (
@@ -147,12 +151,14 @@ def is_disagg_header(text: str) -> bool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolLayout:
-    """One pool of a row: ``workers`` workers of ``tp x dp`` devices, experts over ``ep``."""
+    """One pool of a row: ``workers`` workers of ``tp x dp`` devices, experts over ``ep``
+    (``moe_over_dp``: each expert tensor-parallel over all ``tp x dp`` ranks)."""
 
     workers: int
     tp: int
     dp: int
     ep: int
+    moe_over_dp: bool = False
 
     @property
     def devices(self) -> int:
@@ -160,7 +166,7 @@ class PoolLayout:
 
     @property
     def layout(self) -> ParallelLayout:
-        return ParallelLayout(tp=self.tp, dp=self.dp, ep=self.ep)
+        return ParallelLayout(tp=self.tp, dp=self.dp, ep=self.ep, moe_over_dp=self.moe_over_dp)
 
 
 def pool_layout(row: Mapping[str, str], pool: str, *, is_moe: bool) -> PoolLayout:
@@ -171,9 +177,8 @@ def pool_layout(row: Mapping[str, str], pool: str, *, is_moe: bool) -> PoolLayou
     dp = parallel_size(row, f"{pool}_attn_dp")
     moe_tp = parallel_size(row, f"{pool}_moe_tp")
     ep = parallel_size(row, f"{pool}_moe_ep")
-    if is_moe:
-        check_expert_split(tp, dp, moe_tp, ep, pool)
-    return PoolLayout(workers=workers, tp=tp, dp=dp, ep=ep)
+    over_dp = is_moe and check_expert_split(tp, dp, moe_tp, ep, pool)
+    return PoolLayout(workers=workers, tp=tp, dp=dp, ep=ep, moe_over_dp=over_dp)
 
 
 def row_pools(row: Mapping[str, str]) -> tuple[PoolLayout, PoolLayout, int]:
@@ -199,8 +204,8 @@ def kv_transfer(device: Device, devices: int, bytes_per_request: float) -> KvTra
     return tier_kv_transfer(device.tier_for(devices), bytes_per_request)
 
 
-#: (engine, engine options, MTP draft tokens, model, device, tp, dp, ep, precision)
-_Deployment = tuple[str, Options, int, str, str, int, int, int, str]
+#: (engine, engine options, MTP draft tokens, model, device, layout, precision)
+_Deployment = tuple[str, Options, int, str, str, ParallelLayout, str]
 
 
 class DisaggReplay:
@@ -217,9 +222,18 @@ class DisaggReplay:
     def _model(self, deployment: _Deployment) -> tuple[RunnerServingModel, MemoLatency]:
         found = self._models.get(deployment)
         if found is None:
-            engine, options, mtp, model, device, tp, dp, ep, precision = deployment
+            engine, options, mtp, model, device, layout, precision = deployment
             profile = get_profile(engine).with_overrides(dict(options))
-            plain = engine_serving_model(profile, model, device, tp, dp, ep, precision)
+            plain = engine_serving_model(
+                profile,
+                model,
+                device,
+                layout.tp,
+                layout.dp,
+                layout.ep,
+                precision,
+                moe_over_dp=layout.moe_over_dp,
+            )
             serving = RunnerServingModel(
                 plain.runner, mtp, MTP_ACCEPTANCE_RATES[:mtp], profile=plain.profile
             )
@@ -252,7 +266,8 @@ class DisaggReplay:
         profile = family.with_overrides(dict(settings.prefill_options))
         decode_profile = family.with_overrides(dict(settings.decode_options))
         prefill, decode, devices = row_pools(row)
-        is_moe = get_model(model).is_moe
+        architecture = get_model(model)
+        is_moe = architecture.is_moe
         isl = int_column(row, "isl")
         osl = int_column(row, "osl")
         concurrency = int_column(row, "concurrency")
@@ -284,8 +299,7 @@ class DisaggReplay:
         def pool_model(
             pool: PoolLayout, options: Options, mtp: int
         ) -> tuple[RunnerServingModel, MemoLatency]:
-            deployment = (family.name, options, mtp, model, device, pool.tp, pool.dp, pool.ep)
-            return self._model((*deployment, precision))
+            return self._model((family.name, options, mtp, model, device, pool.layout, precision))
 
         p_serving, p_memo = pool_model(prefill, settings.prefill_options, 0)
         d_serving, d_memo = pool_model(decode, settings.decode_options, settings.num_mtp_tokens)
@@ -318,7 +332,12 @@ class DisaggReplay:
             concurrency,
             prefill_pool,
             decode_pool,
-            kv_transfer(hardware, devices, p_serving.runner.kv_cache_bytes(1, isl)),
+            kv_transfer(
+                hardware,
+                devices,
+                p_serving.runner.kv_cache_bytes(1, isl)
+                * kv_send_copies(architecture, prefill.tp, decode.tp),
+            ),
             first_token=FIRST_TOKEN_RULE[profile.name],
         )
         self._results[key] = result

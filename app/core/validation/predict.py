@@ -113,6 +113,8 @@ def engine_serving_model(
     forwards: ForwardMemo | None = None,
     num_mtp_tokens: int = 0,
     mtp_acceptance_rates: tuple[float, ...] = (),
+    *,
+    moe_over_dp: bool = False,
 ) -> RunnerServingModel:
     """The serving model of a deployment as ``profile``'s engine runs it (its reserve, KV
     pool, KV-cache dtype, CUDA-graph limit and iteration host time): what the service builds
@@ -120,12 +122,13 @@ def engine_serving_model(
     device's efficiencies (:func:`~app.core.calibration.parameters.apply_to_device`);
     ``forwards``: a memo of device times shared with other serving models (see
     :data:`~app.core.runner.serving.ForwardMemo`); ``num_mtp_tokens`` drafts verified per
-    decode step, emitting ``1 + sum(mtp_acceptance_rates)`` tokens."""
+    decode step, emitting ``1 + sum(mtp_acceptance_rates)`` tokens; ``moe_over_dp``: the
+    experts tensor-parallel over all ``tp x dp`` ranks (:class:`ParallelLayout`)."""
     runner = engine_runner(
         profile,
         get_model(model),
         apply_to_device(get_device(device), calibration or {}),
-        ParallelLayout(tp=tp, dp=dp, ep=ep),
+        ParallelLayout(tp=tp, dp=dp, ep=ep, moe_over_dp=moe_over_dp),
         engine_quantization(profile, PRECISIONS[precision]),
         num_mtp_tokens=num_mtp_tokens,
     )

@@ -70,6 +70,7 @@ class BusiestRank:
 
 def ranks_are_coupled(is_moe: bool, layout: ParallelLayout) -> bool:
     """Whether the layout's ``dp`` replicas of ``tp`` ranks step together: a MoE model whose
-    experts are spread over more ranks than one replica has (``ep > tp``), so its all-to-all
-    spans the data-parallel ranks."""
-    return is_moe and layout.dp > 1 and layout.ep > layout.tp
+    experts are spread over more ranks than one replica has (``ep > tp``, or every expert
+    tensor-parallel over all replicas' ranks, ``moe_over_dp``), so its all-to-all (or
+    all-gather and reduce-scatter) spans the data-parallel ranks."""
+    return is_moe and layout.dp > 1 and (layout.ep > layout.tp or layout.moe_over_dp)

@@ -6,7 +6,8 @@ same deployment run the same simulation.
 
 - :data:`FIRST_TOKEN_RULE`: when the client's first token arrives, per engine profile;
 - :data:`KV_TRANSFER_FIXED_MS` and :func:`tier_kv_transfer`: one KV transfer over the
-  interconnect tier between the pools;
+  interconnect tier between the pools (the bytes one device sends: its KV share times
+  :func:`~app.core.runner.plan.kv_send_copies`);
 - :class:`PoolWorker` and :func:`disagg_pools`: each pool's engine units, running caps and the
   refusal of a worker that cannot hold one prompt's (prefill) or one request's (decode) KV.
 """

@@ -46,7 +46,7 @@ def option(tp: int, dp: int = 1, *, kv_requests: int = 64) -> PoolOption:
     return PoolOption(layout=layout, worker=worker)
 
 
-def transfer(layout: ParallelLayout, devices: int) -> KvTransfer:
+def transfer(layout: ParallelLayout, decode: ParallelLayout, devices: int) -> KvTransfer:
     """NVLink-like inside 8 devices, a NIC beyond (a larger deployment transfers slower)."""
     bandwidth = 300e9 if devices <= 8 else 35e9
     return KvTransfer(
@@ -109,7 +109,7 @@ def simulate(
     )
     devices = devices or n_p * p.layout.num_devices + n_d * d.layout.num_devices
     return simulate_disagg_serving(
-        data, c, prefill, decode, transfer(p.layout, devices), num_requests=3 * c
+        data, c, prefill, decode, transfer(p.layout, d.layout, devices), num_requests=3 * c
     )
 
 

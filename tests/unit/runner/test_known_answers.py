@@ -8,6 +8,7 @@ import pytest
 
 from app.core.catalog import get_device, get_model, model_from_config, parse_quantization
 from app.core.cost import ForwardShape
+from app.core.errors import InvalidParameterError
 from app.core.parallel import ParallelLayout
 from app.core.runner import ModelRunner, OpCategory, OpCost
 from app.core.runner.layers import attended_pairs
@@ -123,6 +124,28 @@ def test_expert_parallel_splits_expert_weights() -> None:
     request = ForwardShape(is_decode=True, concurrency=64, query_len=1, seq_len=2048)
     names = {op.name for op in ep32.run_inference(request).breakdown.ops}
     assert {"moe_dispatch", "moe_combine", "q_absorb", "v_up"} <= names
+
+
+def test_experts_tensor_parallel_over_attention_dp_ranks() -> None:
+    """Attention DP8 with every expert split over the 8 ranks (``moe_over_dp``): each rank
+    holds the expert weights expert parallelism over 8 would (1/8 of the experts' bytes), the
+    tokens of all 8 replicas meet in the experts (all-gather before, reduce-scatter after, no
+    all-to-all), and the routed work per rank matches DEP8's under uniform routing."""
+    model = get_model("deepseek-ai/DeepSeek-V3")
+    device = get_device("NVIDIA_B200_SXM_180G")
+    quant = parse_quantization("FP8")
+    over_dp = ModelRunner(model, device, ParallelLayout(tp=1, dp=8, moe_over_dp=True), quant)
+    dep8 = ModelRunner(model, device, ParallelLayout(tp=1, dp=8, ep=8), quant)
+    replicas = ModelRunner(model, device, ParallelLayout(tp=1, dp=8), quant)
+    assert over_dp.plan.moe_tp == 8 and over_dp.plan.moe_group_size == 8
+    assert over_dp.weights_bytes() == pytest.approx(dep8.weights_bytes())
+    assert over_dp.weights_bytes() < replicas.weights_bytes()
+    request = ForwardShape(is_decode=True, concurrency=16, query_len=1, seq_len=2048)
+    names = {op.name for op in over_dp.run_inference(request).breakdown.ops}
+    assert {"moe_all_gather", "moe_reduce_scatter"} <= names
+    assert not {"moe_dispatch", "moe_combine"} & names
+    with pytest.raises(InvalidParameterError, match="moe_over_dp"):
+        ParallelLayout(tp=1, dp=8, ep=8, moe_over_dp=True)
 
 
 def test_fallback_is_reported() -> None:

@@ -25,19 +25,20 @@ from app.core.validation.disagg_file import (
     kv_transfer,
     pool_layout,
 )
+from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import FIRST_TOKEN_RULES
 
 #: Rows of shared/validation/measured_disagg_serving_cases.csv (AIConfigurator's silicon sample,
 #: aiconfigurator-core 0.12.0), verbatim: TensorRT-LLM, SGLang and vLLM; H100/H200/B200/B300;
 #: DeepSeek-V3/R1 with coupled attention-DP ranks, Qwen3-32B and Qwen3-235B.
 SAMPLE = (Path(__file__).parent / "disagg_sample.csv").read_text(encoding="utf-8")
-REFUSED = {
+#: Rows whose pools run attention data parallelism with every expert tensor-parallel over all
+#: the worker's ranks (no expert parallelism): replayed in that layout (``moe_over_dp``).
+EXPERTS_OVER_DP = {
     # TensorRT-LLM's attention DP with the experts tensor-parallel over all 8 ranks
-    "dsr1_b200_trtllm_fp8_disagg_8192x1024_c128_cfg666": "across 8 attention data-parallel",
-    # vLLM's data parallelism without expert parallelism: experts over the 4 DP ranks
-    "qwen3_235b_a22b_qwen3_235b_a22b_h100_sxm_vllm_disagg_4000x1000_c_tpnone_epnone_2": (
-        "across 4 attention data-parallel"
-    ),
+    "dsr1_b200_trtllm_fp8_disagg_8192x1024_c128_cfg666",
+    # vLLM's data parallelism without expert parallelism: the (DP x TP) expert group
+    "qwen3_235b_a22b_qwen3_235b_a22b_h100_sxm_vllm_disagg_4000x1000_c_tpnone_epnone_2",
 }
 
 
@@ -52,17 +53,13 @@ def test_real_rows_are_predicted_or_refused_with_the_reason() -> None:
     out = list(csv.DictReader(io.StringIO(report.to_csv())))
     assert tuple(out[0]) == OUT_COLUMNS
     assert [r["case_id"] for r in out] == [line.split(",")[0] for line in SAMPLE.splitlines()[1:]]
+    assert {r["case_id"] for r in out} >= EXPERTS_OVER_DP
     for row in out:
-        if row["case_id"] in REFUSED:
-            assert row["ttft_ms_pred"] == row["tpot_ms_pred"] == ""
-            assert REFUSED[row["case_id"]] in row["error"]
-            assert "not modelled" in row["error"]
-            continue
         assert row["error"] == "", row
         for column in ("ttft_ms_pred", "tpot_ms_pred"):
             value = float(row[column])
             assert math.isfinite(value) and value > 0
-    assert report.overall.rows == 8 and report.overall.refused == 2
+    assert report.overall.rows == 8 and report.overall.refused == 0
     groups = {g.group for g in report.by_engine}
     assert "B200 180GB | trtllm" in groups and "H100 SXM 80GB | vllm" in groups
     assert any(
@@ -156,3 +153,22 @@ def test_layout_duplicates_can_be_left_out() -> None:
     assert [o.case_id for o in replay_disagg_file(text).outcomes] == [row["case_id"], "bigger"]
     kept = replay_disagg_file(text, drop_layout_duplicates=True).outcomes
     assert [o.case_id for o in kept] == [row["case_id"]]
+
+
+def test_attention_dp_without_expert_parallelism_runs_the_experts_over_every_rank() -> None:
+    """``attn_dp`` 8 with the experts tensor-parallel over the 8 ranks (``moe_tp`` 8,
+    ``moe_ep`` 1), or recorded as "none" (both 1): one coupled worker whose experts split over
+    all its ranks; a split that is not the devices' is still refused."""
+    row = {"prefill_workers": "1", "prefill_tp": "1", "prefill_attn_dp": "8"}
+    for moe_tp in ("8", "1"):
+        pool = pool_layout(
+            {**row, "prefill_moe_tp": moe_tp, "prefill_moe_ep": "1"}, "prefill", is_moe=True
+        )
+        assert pool.moe_over_dp and pool.layout.moe_over_dp
+        assert ranks_are_coupled(True, pool.layout)
+        assert pool.layout.label == "TP1 DP8 MoE-TP8"
+    with pytest.raises(InvalidParameterError, match="prefill_moe_tp"):
+        pool_layout({**row, "prefill_moe_tp": "4", "prefill_moe_ep": "1"}, "prefill", is_moe=True)
+    split = {**row, "prefill_moe_tp": "8", "prefill_moe_ep": "1"}
+    dense = pool_layout(split, "prefill", is_moe=False)
+    assert not dense.moe_over_dp

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from app.core.catalog.models import get_model
 from app.core.errors import InfeasibleError, InvalidParameterError
 from app.core.profiles import PROFILES
+from app.core.runner.plan import kv_copies, kv_send_copies
 from app.core.workload.disagg_serving import FIRST_TOKEN_RULES
 from app.core.workload.disagg_setup import (
     BYTES_PER_GB,
@@ -95,3 +97,26 @@ def test_every_engine_has_a_first_token_rule_and_every_rule_a_text() -> None:
     assert set(FIRST_TOKEN_RULE) == set(PROFILES)
     assert set(FIRST_TOKEN_TEXT) == set(FIRST_TOKEN_RULES)
     assert FIRST_TOKEN_RULE["sglang"] == "admission"
+
+
+def test_mla_latent_is_sent_once_per_decode_replica_the_prefill_replicas_do_not_cover() -> None:
+    """MLA's latent sits on every attention rank: an attention-DP prefill rank (tp 1) feeding
+    a TEP8 decode worker sends it eight times, a TP2 prefill worker's ranks four times each,
+    equal or wider prefill TP once."""
+    r1 = get_model("deepseek-ai/DeepSeek-R1")
+    assert kv_copies(r1, 8) == 8
+    assert kv_send_copies(r1, 1, 8) == 8
+    assert kv_send_copies(r1, 2, 8) == 4
+    assert kv_send_copies(r1, 8, 8) == 1
+    assert kv_send_copies(r1, 8, 1) == 1  # one of the prefill replicas sends, once
+
+
+def test_gqa_heads_split_until_the_ranks_outnumber_them() -> None:
+    """GQA heads split over the ranks (each prefill device's share goes to the decode ranks
+    holding it, once); past ``num_kv_heads`` ranks a head sits on several decode ranks."""
+    qwen = get_model("Qwen/Qwen3-32B")  # 8 KV heads
+    assert qwen.num_kv_heads == 8
+    assert kv_copies(qwen, 4) == 1
+    assert kv_send_copies(qwen, 2, 8) == 1
+    assert kv_send_copies(qwen, 2, 16) == 2
+    assert kv_send_copies(qwen, 16, 16) == 1
