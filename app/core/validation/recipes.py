@@ -325,7 +325,6 @@ def aiconfigurator_settings(row: Mapping[str, str]) -> RowSettings | None:
     return RowSettings(
         settings="recipe",
         chunked_prefill_size=budget,
-        client_turnaround=True,
         note=(
             f"AIConfigurator's own sweep: max_num_tokens {budget} (max_batch_size = concurrency "
             f"{concurrency} + isl {isl} + {AIC_AGG_BUDGET_EXTRA_TOKENS}), chunked prefill off, "
