@@ -128,7 +128,10 @@ class _RunClock:
         walk = walk_key(run)
         if not self.record_steps and self.scheduler.stateless and walk in self.walk_ms:
             return t_ms + self.walk_ms[walk]
-        walk_start_ms = t_ms
+        # The walk's duration is summed on its own and added once, so a walk taken from
+        # ``walk_ms`` (no timeline) ends at exactly the same time as one walked step by step
+        # (a timeline): ``t + (a + b)`` is not always ``(t + a) + b`` in floating point.
+        walk_ms = 0.0
         for i in range(run.repeat):
             key = (run.p_step, run.prefill_tokens, run.prefill_seq_len(i))
             step_d_ms = d_ms
@@ -144,7 +147,7 @@ class _RunClock:
                 last = i == run.repeat - 1
                 self.timeline.append(
                     StepRecord(
-                        start_ms=t_ms,
+                        start_ms=t_ms + walk_ms,
                         step_ms=step_ms,
                         repeat=1,
                         p_step=run.p_step,
@@ -158,9 +161,9 @@ class _RunClock:
                         fused=fused,
                     )
                 )
-            t_ms += step_ms
-        self.walk_ms[walk] = t_ms - walk_start_ms
-        return t_ms
+            walk_ms += step_ms
+        self.walk_ms[walk] = walk_ms
+        return t_ms + walk_ms
 
     def _mixed(self, key: tuple[int, int, int], d_step: int) -> float:
         mixed_key = (*key, d_step)
