@@ -139,8 +139,8 @@ def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -
     """A fused simulation computed by one context is read back by another (another worker):
     the warm one computes nothing, and the mixed steps live under their own ``m`` keys."""
     from app.core.cost import MixedShape
-    from app.core.engine import plan_serving
     from app.core.scheduler import make_scheduler
+    from app.core.workload import plan_closed_loop
     from app.models.simulate import SimulateRequest
     from app.services.context import create_context
     from app.services.resolve import resolve_profile
@@ -175,7 +175,9 @@ def test_fused_mixed_steps_are_shared_through_redis(redis_server: RedisServer) -
     assert warm.stats.forward_evaluations == 0
     assert warm.stats.cache.hits == cold.stats.shapes
     assert warm.ttft_ms == cold.ttft_ms and warm.makespan_ms == cold.makespan_ms
-    plan = plan_serving(
+    # The request's engine (vllm) runs a closed loop: its plan, not a burst's (the turnaround's
+    # first wave makes a mixed step no burst has).
+    plan = plan_closed_loop(
         workload_spec(request, 8, resolve_profile(request)),
         16,
         make_scheduler("vllm", mixed_latency="fused"),
