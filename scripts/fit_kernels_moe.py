@@ -50,12 +50,13 @@ from app.core.runner.kernel_fit_comm import (
     NCCL_ENGINE,
 )
 from app.core.runner.kernel_fit_moe import (
+    GROUPED_GEMMS,
     KERNEL_FIT_MOE_FORMAT,
     KERNEL_FIT_MOE_PATH,
     MXFP4_MARLIN_MOE_LABEL,
     MXFP4_MOE_LABELS,
-    SERVED_MOE_KERNELS,
     moe_table_label,
+    served_moe_kernels,
 )
 from app.core.runner.layers import FLOPS_PER_MAC
 from app.core.runner.plan import ACTIVATION_BYTES, FLOPS_PER_TFLOP, GEMM_INPUT_BYTES, _compute_paths
@@ -90,14 +91,18 @@ MESSAGE_KNOTS = tuple(2.0**e for e in (10, 14, 17, 20, 23, 26, 29))
 #: per-expert and per-byte terms, is an unfused MoE call's floor in a captured graph
 #: (``graph_call_floor_us``): the floor is what is left as the work goes to zero.
 SMALL_CALL_TOKENS = 8
-#: The unfused kernels (of :data:`SERVED_MOE_KERNELS`) whose in-graph call floor is written:
+#: The unfused kernels (of :data:`SERVED_MOE_KERNELS` / ``SERVED_MOE_KERNELS_ON``, on a device
+#: where they run more than the grouped GEMMs) whose in-graph call floor is written:
 #: vLLM's INT4 ``compressed-tensors`` WNA16 experts on Marlin, measured (vLLM 0.24) at the
 #: served checkpoint's own shape (Kimi-K2.5: 7168 x 2048, 384 experts, top-8) on every SM90 /
 #: SM100 system. Not MXFP4 on Marlin: there the SM90 / SM100 tables hold one other shape
 #: (Kimi-K3's 896 experts, top-16; 65-70 µs per small call, where L40S and RTX PRO 6000
 #: measure gpt-oss's shape at 19-26 µs), a floor that does not transfer (docs/kernels.md,
-#: "vLLM's INT4 Marlin experts in a captured graph").
-CALL_FLOOR_KERNELS = frozenset({("vllm", "int4_wo")})
+#: "vLLM's INT4 Marlin experts in a captured graph"). TensorRT-LLM's MXFP4 x BF16 experts on
+#: H100 / H200: the TRITON MoE the collector pins on SM90 at gpt-oss's own shape (2880 x 2880,
+#: 128 / 32 experts, top-4), the served kernels (docs/kernels.md, "TensorRT-LLM's TRITON MoE on
+#: Hopper in a captured graph").
+CALL_FLOOR_KERNELS = frozenset({("vllm", "int4_wo"), ("trtllm", "w4a16_mxfp4")})
 #: measured MoE dtype -> (runner action, MXFP4 activations).
 MOE_ACTIONS: dict[str, tuple[LinearQuantAction, str]] = {
     "bfloat16": (LinearQuantAction.DISABLED, "fp4"),
@@ -394,7 +399,8 @@ def _moe_entries(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             "expert": np.array([entry["expert_us"] * S_PER_US]),
             "passes": np.array([entry["route_passes"]]),
         }
-        if (engine, label) in CALL_FLOOR_KERNELS & SERVED_MOE_KERNELS.keys():
+        served = served_moe_kernels(SYSTEM_DEVICES[system], engine, label)
+        if (engine, label) in CALL_FLOOR_KERNELS and served > GROUPED_GEMMS:
             entry["graph_call_floor_us"] = _graph_call_floor_us(
                 raw, balanced, rounded, (system, engine, label, version)
             )

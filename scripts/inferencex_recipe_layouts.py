@@ -18,8 +18,9 @@ sources, both read at the commit in force when the rows were measured:
   nodes, every worker ``--tp N --dp N --enable-dp-attention`` with DeepEP experts over its N
   GPUs and ``--ep-num-redundant-experts 32`` (Dynamo's ``slurm_jobs/scripts/gb200-fp8.sh``).
   The row's ``tp`` is the deployment's GPU total.
-- the Qwen3.5 H200 SGLang rows whose ``tp`` is the entry's ``tp x ep``: the entry's
-  single-node search space at :data:`QWEN_COMMIT`.
+- the rows of single-node entries whose ``tp`` is the entry's ``tp x ep`` (:data:`SINGLE_NODE`:
+  Qwen3.5 SGLang on H200 and B200, gpt-oss-120b and DeepSeek-R1 TensorRT-LLM on H200): the
+  entry's search space, the union over the listed commits of the period its image was in use.
 """
 
 from __future__ import annotations
@@ -41,10 +42,33 @@ CASES = ROOT.parent / "shared" / "validation" / "measured_agg_serving_cases.csv"
 #: The last InferenceX commit before the GB200 rows were measured (2025-11-16/17).
 GB200_COMMIT = "97f253b511717a021e6e539c5bbe0b1871901274"
 GB200_LAUNCHER = "runners/launch_gb200-nv.sh"
-#: The last commit before the Qwen3.5 H200 rows were measured (2026-03-04).
-QWEN_COMMIT = "ade7c0015d7ab081802b603abf3ef53fa3c4b7ab"
-QWEN_CONFIG = ".github/configs/nvidia-master.yaml"
-QWEN_ENTRY = "qwen3.5-fp8-h200-sglang"
+CONFIG = ".github/configs/nvidia-master.yaml"
+#: (model, hardware, engine family) -> the single-node entry whose rows may record ``tp`` as
+#: the entry's ``tp x ep``, and the commits whose search spaces it ran (the entry's versions
+#: while the rows' image was in use; every listed layout runs on one 8-GPU server).
+SINGLE_NODE = {
+    # the last commit before the rows were measured (2026-03-04)
+    ("Qwen/Qwen3.5-397B-A17B", "H200 SXM 141GB", "sglang"): (
+        "qwen3.5-fp8-h200-sglang",
+        ("ade7c0015d7ab081802b603abf3ef53fa3c4b7ab",),
+    ),
+    # image v0.5.9-cu129 (2026-03-03) and v0.5.9-cu130 (2026-03-23); both run tp 4 / ep 4
+    ("Qwen/Qwen3.5-397B-A17B", "B200 180GB", "sglang"): (
+        "qwen3.5-fp8-b200-sglang",
+        ("efd49e50bc7a978febd0ea3b44e943f7495fb0fb", "6a5dad463efe03fca04526048d0027a47f7e20be"),
+    ),
+    # image gpt-oss-dev: the version with 1k/8k (2025-11-06) and the one of 2026-03-27 (until
+    # 2026-04-13, when the entry moved to another image); both run tp = ep in 1, 2, 4, 8
+    ("openai/gpt-oss-120b", "H200 SXM 141GB", "trtllm"): (
+        "gptoss-fp4-h200-trt",
+        ("403857f6883ec5d9b06e43b76bf0696f43d06011", "626932a110a2348591e314eddb782f7a0dee104c"),
+    ),
+    # image 1.1.0rc2.post2, the same two versions: tp 8 / ep 8 only
+    ("deepseek-ai/DeepSeek-R1", "H200 SXM 141GB", "trtllm"): (
+        "dsr1-fp8-h200-trt",
+        ("403857f6883ec5d9b06e43b76bf0696f43d06011", "626932a110a2348591e314eddb782f7a0dee104c"),
+    ),
+}
 #: GPUs of one GB200 context worker (one 4-GPU node: ``--ntasks 4 --nodes 1`` in Dynamo's
 #: ``benchmark_disagg.slurm``) and of one GB200 node.
 CONTEXT_GPUS = NODE_GPUS = 4
@@ -107,6 +131,8 @@ def trtllm_candidates(script: str) -> dict[tuple[str, ...], list[dict[str, str]]
             "decode_memory_fraction": fraction,
             "decode_max_batch_size": batch,
             "decode_max_total_tokens": "",
+            # not applied (docs/engine.md, "Rows recorded with a deployment's GPU total")
+            "prefill_max_num_tokens": "",
             "unmodelled": f"moe_config.load_balancer.num_slots={eplb}" if int(eplb) else "",
             "redundant_experts": "",
             "recipe": f"ctx{ctx}_gen{gen}_{mode}{gen_tp}_batch{batch}_eplb{eplb}_mtp{mtp}",
@@ -143,6 +169,7 @@ def sglang_candidates(script: str) -> dict[tuple[str, ...], list[dict[str, str]]
             "decode_memory_fraction": "",
             "decode_max_batch_size": "",
             "decode_max_total_tokens": "",
+            "prefill_max_num_tokens": "",
             "unmodelled": "",
             "redundant_experts": SGLANG_REDUNDANT_EXPERTS,
             "recipe": f"{p_workers}p{d_workers}d-dep{p_gpus}-dep{d_gpus}",
@@ -175,6 +202,21 @@ def merged(row: dict[str, str], found: list[dict[str, str]], source: str) -> dic
     }
 
 
+def entry_layouts(
+    repo: Path, entry: str, commits: tuple[str, ...]
+) -> dict[tuple[str, str], set[tuple[int, int]]]:
+    """(isl, osl) -> the (tp, ep) pairs of a single-node entry's search space at any of
+    ``commits``."""
+    out: dict[tuple[str, str], set[tuple[int, int]]] = defaultdict(set)
+    for commit in commits:
+        config = yaml.safe_load(git(repo, "show", f"{commit}:{CONFIG}"))[entry]
+        for lengths in config["seq-len-configs"]:
+            out[(str(lengths["isl"]), str(lengths["osl"]))].update(
+                (int(s["tp"]), int(s.get("ep", 1))) for s in lengths["search-space"]
+            )
+    return out
+
+
 def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
     with cases.open(encoding="utf-8", newline="") as handle:
         measured = list(csv.DictReader(handle))
@@ -185,11 +227,7 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
         "trtllm": f"{launcher}; {DYNAMO_SOURCE}",
         "sglang": f"{launcher}; {SGLANG_SOURCE}",
     }
-    config = yaml.safe_load(git(repo, "show", f"{QWEN_COMMIT}:{QWEN_CONFIG}"))[QWEN_ENTRY]
-    qwen_layouts = {
-        (str(c["isl"]), str(c["osl"])): {(int(s["tp"]), int(s["ep"])) for s in c["search-space"]}
-        for c in config["seq-len-configs"]
-    }
+    single_node = {name: entry_layouts(repo, *found) for name, found in SINGLE_NODE.items()}
     out: list[dict[str, str]] = []
     keys: set[tuple[str, ...]] = set()
     for row in measured:
@@ -204,29 +242,26 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
             if found:
                 keys.add(key)
                 out.append(merged(row, found, sources[family]))
-        elif (row["model"], row["hardware"], family) == (
-            "Qwen/Qwen3.5-397B-A17B",
-            "H200 SXM 141GB",
-            "sglang",
-        ):
+        elif (name := (row["model"], row["hardware"], family)) in SINGLE_NODE:
+            entry, commits = SINGLE_NODE[name]
             tp, moe_tp, ep = (int(row[c] or 1) for c in ("tp", "moe_tp", "moe_ep"))
-            layouts = qwen_layouts.get((row["isl"], row["osl"]), set())
+            layouts = single_node[name].get((row["isl"], row["osl"]), set())
             if tp != moe_tp * ep or (moe_tp, ep) not in layouts or tp == moe_tp:
                 continue
             keys.add(key)
+            at = ", ".join(f"@{c[:10]}" for c in commits)
             out.append(
                 {
                     **{k: row[k] for k in KEY},
                     **dict.fromkeys(VALUES, ""),
                     "layout": f"{moe_tp}/1/{ep}",
                     "settings": "recipe",
-                    "recipe": QWEN_ENTRY,
+                    "recipe": entry,
                     "note": (
                         f"recorded tp={tp} is the entry's tp {moe_tp} x ep {ep}: "
                         f"one {moe_tp}-GPU server"
                     ),
-                    "source": f"SemiAnalysisAI/InferenceX {QWEN_CONFIG}@{QWEN_COMMIT[:10]} "
-                    f"{QWEN_ENTRY} search-space",
+                    "source": f"SemiAnalysisAI/InferenceX {CONFIG}{at} {entry} search-space",
                 }
             )
     return sorted(out, key=lambda r: tuple(r[k] for k in KEY))

@@ -90,8 +90,32 @@ SERVED_MOE_KERNELS: Mapping[tuple[str, str], int] = {
     ("vllm", MXFP4_MARLIN_MOE_LABEL): 5,
     ("vllm", "int4_wo"): 5,
 }
+#: The same per device, where the engine runs another MoE kernel elsewhere: TensorRT-LLM's
+#: MXFP4 experts with BF16 activations run the TRITON MoE on Hopper (the default backend there,
+#: GPT-OSS deployment guide; AIConfigurator's collector pins it on SM90, ``collect_moe.py``)
+#: and TRTLLM-gen's fused kernel on Blackwell. The TRITON call (``fused_moe_triton.py``,
+#: ``TritonFusedMoE`` over OpenAI's ``triton_kernels``) runs the top-k, the routing metadata
+#: (bitmatrix sums, token sort, the expert offsets: ``routing_from_bitmatrix``), the gate
+#: gather and two ``matmul_ogs`` (gather + up + SwiGLU, down + scatter): about ten kernels,
+#: three more under expert parallelism (``TritonEPRouter.prune_routing_ep``). The count only
+#: splits the measured call floor (``graph_call_floor_us``) between the grouped GEMMs and the
+#: others; the call's total is the floor.
+SERVED_MOE_KERNELS_ON: Mapping[tuple[str, str, str], int] = {
+    ("NVIDIA_H100_SXM_80G", "trtllm", "w4a16_mxfp4"): 10,
+    ("NVIDIA_H200_SXM_141G", "trtllm", "w4a16_mxfp4"): 10,
+}
 #: The grouped GEMMs a fitted MoE prices (up, down): each pays its own floor.
 GROUPED_GEMMS = 2
+
+
+def served_moe_kernels(device: str, engine: str, label: str) -> int:
+    """Kernels one MoE call of ``engine``'s ``label`` experts launches in a served forward on
+    ``device`` (:data:`SERVED_MOE_KERNELS_ON`, then :data:`SERVED_MOE_KERNELS`; else the two
+    grouped GEMMs)."""
+    found = SERVED_MOE_KERNELS_ON.get((device, engine, label))
+    if found is None:
+        found = SERVED_MOE_KERNELS.get((engine, label), GROUPED_GEMMS)
+    return found
 
 
 def moe_table_label(moe_dtype: str, kernel_source: str) -> str:
@@ -329,5 +353,5 @@ def fitted_moe(
         graph_launch_s=graph_launch_s,
         source=FITTED_SOURCE_PREFIX + engine,
         in_graph_s=in_graph_s,
-        served_kernels=SERVED_MOE_KERNELS.get((engine, label), GROUPED_GEMMS),
+        served_kernels=served_moe_kernels(device, engine, label),
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
 from app.core.parallel import ParallelLayout
+from app.core.validation.recipe_layouts import recipe_layout
 from app.core.validation.recipes import row_settings
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "catalog" / "data"
@@ -223,7 +224,9 @@ def load_agg_serving_cases(
     """Aggregated serving under a closed loop (AIConfigurator silicon samples): a TTFT and a
     TPOT case per row, grouped by (device, engine, model), each under the engine settings and
     client length range its benchmark recipe states (:func:`~app.core.validation.recipes.
-    row_settings`, as ``validate --cases`` replays the same rows).
+    row_settings`, as ``validate --cases`` replays the same rows), on the server its recipe
+    ran where the row records its ``tp x ep`` (:func:`~app.core.validation.recipe_layouts.
+    recipe_layout`).
 
     Every row is replayed by default. ``drop_layout_duplicates`` leaves out rows whose
     measurement repeats a smaller deployment's (see :func:`layout_duplicates`), for the
@@ -241,12 +244,16 @@ def load_agg_serving_cases(
         precision = SERVING_PRECISIONS.get(row["gemm_quant"], unrecorded_precision)
         model = row["model"]
         settings = row_settings(row)
+        tp, dp, ep = int(row["tp"]) * int(row["pp"]), int(row["attn_dp"]), int(row["moe_ep"] or 1)
+        ran = recipe_layout(row)  # the server its recipe ran, where the row records another
+        if ran is not None and ran.layout is not None:
+            tp, dp, ep = ran.layout
         common: dict[str, Any] = {
             "model": model,
             "device": device,
-            "tp": int(row["tp"]) * int(row["pp"]),
-            "dp": int(row["attn_dp"]),
-            "ep": max(1, int(row["moe_ep"] or 1)),
+            "tp": tp,
+            "dp": dp,
+            "ep": max(1, ep),
             "precision": precision,
             "concurrency": int(row["concurrency"]),
             "query_len": int(row["isl"]),

@@ -48,10 +48,16 @@ from functools import cache
 from pathlib import Path
 
 from app.core.errors import InvalidParameterError, UnsupportedError
-from app.core.validation.cases import DATA_DIR
 from app.core.validation.recipes import RECIPE_SOURCE, Settings
 
-DISAGG_RECIPE_SETTINGS = DATA_DIR / "inferencex_disagg_recipe_settings.csv"
+#: The catalog's data (as :mod:`.recipes` reads it: :mod:`.cases` reads this module, through
+#: :mod:`.recipe_layouts`).
+DISAGG_RECIPE_SETTINGS = (
+    Path(__file__).resolve().parents[1]
+    / "catalog"
+    / "data"
+    / "inferencex_disagg_recipe_settings.csv"
+)
 #: The acceptance of MTP draft positions 1..4 when the recipe records none (no InferenceX
 #: DeepSeek-R1 recipe of the period does: its golden acceptance curves start with later
 #: models): msmodeling's documented default ``--mtp-acceptance-rate 0.9 0.6 0.4 0.2``, the one

@@ -197,7 +197,7 @@ def test_int4_marlins_captured_call_costs_its_measured_small_call_floor(device: 
     assert sum(_op_ms(runner, PREFILL, name) for name in experts) == pytest.approx(prefill)
 
 
-def test_only_vllms_int4_marlin_curves_carry_a_call_floor() -> None:
+def test_of_vllms_curves_only_int4_marlin_carries_a_call_floor() -> None:
     """MXFP4 on Marlin keeps the in-graph floors: its SM90 / SM100 tables hold another model's
     shape, whose small-call floor does not transfer (docs/kernels.md)."""
     fit = kernel_fit_moe()

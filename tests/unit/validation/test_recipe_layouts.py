@@ -113,7 +113,9 @@ def test_a_gb200_row_maps_to_the_deployment_its_launcher_ran(
 
 def test_the_table_covers_only_rows_whose_recorded_layout_is_not_the_recipes() -> None:
     table = recipe_layout_table()
-    assert len(table) == 70  # 35 TensorRT-LLM + 20 SGLang GB200 rows, 15 Qwen3.5 H200 rows
+    # 35 TensorRT-LLM + 20 SGLang GB200 rows; tp x ep rows: 15 Qwen3.5 H200, 16 Qwen3.5 B200,
+    # 35 gpt-oss-120b and 15 DeepSeek-R1 TensorRT-LLM H200
+    assert len(table) == 136
     assert recipe_layout({**GB200_TRT, "engine": "trtllm 1.2.0rc6.post1", "tp": "8"}) is None
     assert recipe_layout({**QWEN_H200, "tp": "8", "num_devices": "8"}) is None
 
@@ -231,3 +233,49 @@ def test_the_generator_reads_the_launcher_lines_as_deployments_and_client_counts
     (deployment,) = sgl[("1024", "1024", "4608", "72")]
     assert (deployment["prefill"], deployment["decode"]) == ("3x1/8/8", "1x1/48/48")
     assert (deployment["redundant_experts"], deployment["unmodelled"]) == ("32", "")
+
+
+GPT_OSS_H200 = {
+    **QWEN_H200,
+    "case_id": "gpt-oss-h200",
+    "model": "openai/gpt-oss-120b",
+    "engine": "trtllm gpt-oss-dev",
+    "gemm_quant": "nvfp4",
+    "moe_quant": "nvfp4",
+    "tp": "4",
+    "moe_tp": "2",
+    "moe_ep": "2",
+    "num_devices": "4",
+    "concurrency": "4",
+    "ttft_ms": "105",
+    "tpot_ms": "5.9",
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "layout"),
+    [
+        ({}, (2, 1, 2)),  # InferenceX tp2_ep2: recorded tp 4
+        ({"tp": "16", "moe_tp": "4", "moe_ep": "4", "num_devices": "16"}, (4, 1, 4)),
+        ({"tp": "64", "moe_tp": "8", "moe_ep": "8", "num_devices": "64"}, (8, 1, 8)),
+    ],
+)  # fmt: skip
+def test_a_gpt_oss_h200_row_recorded_with_tp_times_ep_replays_on_its_server(
+    changes: dict[str, str], layout: tuple[int, int, int]
+) -> None:
+    """gptoss-fp4-h200-trt runs tp = ep in 1, 2, 4, 8 on one server; the rows record tp x ep."""
+    row = {**GPT_OSS_H200, **changes}
+    case = row_case(row)
+    assert (case.tp, case.dp, case.ep) == layout
+    found = recipe_layout(row)
+    assert found is not None and found.settings == "recipe"
+    assert "gptoss-fp4-h200-trt" in found.source
+
+
+def test_a_row_that_records_its_servers_own_tp_at_a_mapped_key_keeps_its_layout() -> None:
+    """A TP4 / EP4 row written as tp 4, moe_ep 4 shares the key of the tp2_ep2 rows (tp 4):
+    its moe columns say it is not the entry's tp x ep, so it replays as recorded."""
+    row = {**GPT_OSS_H200, "moe_tp": "1", "moe_ep": "4"}
+    assert recipe_layout(row) is None
+    case = row_case(row)
+    assert (case.tp, case.dp, case.ep) == (4, 1, 4)
