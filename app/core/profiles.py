@@ -156,10 +156,11 @@ SGLANG_STEP_SYNC_MS = 2.5
 #: re-encoded, the way vLLM's and InferenceX's ``sample_random_requests`` build them) with a
 #: 131k-entry tiktoken-style BPE vocabulary (Mistral's Tekken, shipped in the
 #: ``mistral-common`` wheel): median 1.8-2.0 us per token from 1k to 8k tokens on one core of
-#: the development machine (``python -m scripts.tokenize_bench --prompts 30``, docs/engine_defaults.md
-#: "Front end"); the fastokens project reports ``tokenizers`` 0.x at about 3 MB/s on real text
-#: (crusoecloud/fastokens ``bench/README.md``), 2.2 us per token at those prompts' 6.7 bytes per
-#: token. 2 taken. Every engine pays it; 0 only for a caller who sends token ids.
+#: the development machine (``python -m scripts.tokenize_bench --prompts 30``,
+#: docs/engine_defaults.md "Front end"); the fastokens project reports ``tokenizers`` 0.x at
+#: about 3 MB/s on real text (crusoecloud/fastokens ``bench/README.md``), 2.2 us per token at
+#: those prompts' 6.7 bytes per token. 2 taken. Every engine pays it; 0 only for a caller who
+#: sends token ids.
 FRONTEND_US_PER_TOKEN = 2.0
 #: Steps between a closed-loop finish and its successor reaching the scheduler under async or
 #: overlap scheduling: the finishing token leaves the engine when its step ends, the next step
