@@ -273,9 +273,12 @@ def _resubmit_waits(
     clients behind each other's prefills. An engine with nothing else to do (:func:`
     _busy_arrivals`) takes the request at once; the requests present at ``t = 0`` never wait.
     """
-    runs = plan.engine.runs
-    wait_ms = steps * ends[-1] / sum(run.repeat for run in runs)
-    busy = _busy_arrivals(runs, plan.records.all_first())
+    engine = plan.engine
+    runs = engine.runs
+    # Figures of the plan alone: computed once per plan, whatever the latencies replayed.
+    total_steps = engine.derived("total_steps", lambda: sum(run.repeat for run in runs))
+    busy = engine.derived("busy_arrivals", lambda: _busy_arrivals(runs, plan.records.all_first()))
+    wait_ms = steps * ends[-1] / total_steps
     return [
         wait_ms if record[1] + off in busy else 0.0 for records, off in pieces for record in records
     ]
