@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, TypedDict, get_args
 
 from app.core import limits
 from app.core.errors import InvalidParameterError, UnknownEngineError
@@ -234,12 +234,24 @@ SGLANG_MXFP4_ACTIVATION: Mxfp4Activation = "fp8"
 #: (``tensorrt_llm/_torch/pyexecutor/py_executor.py``: new requests fetched at the top of every
 #: iteration). A benchmark client's re-submission (its last chunk streamed, read, the next
 #: request sent, parsed and tokenized by the API server) takes milliseconds, so it reaches the
-#: engine after the next step began: docs/engine.md, "Client turnaround".
+#: engine after the next step began: docs/engine.md, "Client turnaround" (which says why the
+#: TensorRT-LLM profile was off for a while).
 CLIENT_TURNAROUND = True
-#: TensorRT-LLM's loop is the same (``PyExecutor._executor_loop`` fetches new requests at the
-#: top of an iteration), and so is a client's turnaround over ``trtllm-serve``: on (docs/engine.md,
-#: "Client turnaround", says why it was off for a while).
-TRTLLM_CLIENT_TURNAROUND = True
+
+
+class SpecTerms(TypedDict):
+    """The :class:`~app.core.spec.WorkloadSpec` fields an engine profile decides
+    (:meth:`EngineProfile.spec_terms`): what the engine does around the forwards."""
+
+    ttft_overhead_ms: float
+    arrival_spread: float
+    resubmit_steps: int
+    client_turnaround: bool
+    recv_interval: int
+    batch_wait_iters: int
+    batch_wait_max_tokens_ratio: float
+    stream_interval: int
+    stream_first_token: StreamFirstToken
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -492,6 +504,22 @@ class EngineProfile:
         before the engine sees it: the per-request part and the prompt's tokenization."""
         return self.request_frontend_ms + self.frontend_us_per_token * input_length / 1000.0
 
+    def spec_terms(self, input_length: int) -> SpecTerms:
+        """The workload fields this engine sets for prompts of ``input_length`` tokens (its
+        front-end time, closed-loop arrivals, polling, batch wait and streaming), for a
+        :class:`~app.core.spec.WorkloadSpec` built as ``WorkloadSpec(..., **terms)``."""
+        return SpecTerms(
+            ttft_overhead_ms=self.frontend_ms(input_length),
+            arrival_spread=self.arrival_spread,
+            resubmit_steps=self.resubmit_steps,
+            client_turnaround=self.client_turnaround,
+            recv_interval=self.scheduler_recv_interval,
+            batch_wait_iters=self.batch_wait_iters,
+            batch_wait_max_tokens_ratio=self.batch_wait_max_tokens_ratio,
+            stream_interval=self.stream_interval,
+            stream_first_token=self.stream_first_token,
+        )
+
     def activations_in_reserve(self) -> bool:
         """SGLang's static fraction leaves activations in the reserve: they do not come out of
         the KV pool."""
@@ -631,7 +659,7 @@ TRTLLM = EngineProfile(
     frontend_us_per_token=FRONTEND_US_PER_TOKEN,
     resubmit_steps=OVERLAP_RESUBMIT_STEPS,
     mxfp4_activation=TRTLLM_MXFP4_ACTIVATION,
-    client_turnaround=TRTLLM_CLIENT_TURNAROUND,
+    client_turnaround=CLIENT_TURNAROUND,
 )
 MSMODELING = EngineProfile(
     name="msmodeling",

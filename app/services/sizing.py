@@ -104,15 +104,7 @@ def workload_spec(request: WorkloadMixin, num_devices: int, profile: EngineProfi
         num_mtp_tokens=request.num_mtp_tokens,
         mtp_acceptance_rates=tuple(request.mtp_acceptance_rates),
         num_devices=num_devices,
-        ttft_overhead_ms=profile.frontend_ms(request.input_length),
-        arrival_spread=profile.arrival_spread,
-        resubmit_steps=profile.resubmit_steps,
-        client_turnaround=profile.client_turnaround,
-        recv_interval=profile.scheduler_recv_interval,
-        batch_wait_iters=profile.batch_wait_iters,
-        batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,
-        stream_interval=profile.stream_interval,
-        stream_first_token=profile.stream_first_token,
+        **profile.spec_terms(request.input_length),
     )
 
 

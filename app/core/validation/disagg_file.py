@@ -283,17 +283,9 @@ class DisaggReplay:
             input_length=isl,
             output_length=osl,
             max_batched_tokens=budget,
-            ttft_overhead_ms=profile.frontend_ms(isl),
-            arrival_spread=profile.arrival_spread,
-            resubmit_steps=profile.resubmit_steps,
-            client_turnaround=profile.client_turnaround,
             num_mtp_tokens=settings.num_mtp_tokens,
             mtp_acceptance_rates=settings.mtp_acceptance_rates,
-            recv_interval=profile.scheduler_recv_interval,
-            batch_wait_iters=profile.batch_wait_iters,
-            batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,
-            stream_interval=profile.stream_interval,
-            stream_first_token=profile.stream_first_token,
+            **profile.spec_terms(isl),
         )
 
         def pool_model(

@@ -371,15 +371,7 @@ def _engine_workload(
         output_length=output_length,
         length_range_ratio=length_range_ratio,
         max_batched_tokens=profile.token_budget(device.hbm_capacity_gb, device.name, device.vendor),
-        ttft_overhead_ms=profile.frontend_ms(input_length),
-        arrival_spread=profile.arrival_spread,
-        resubmit_steps=profile.resubmit_steps,
-        client_turnaround=profile.client_turnaround,
-        recv_interval=profile.scheduler_recv_interval,
-        batch_wait_iters=profile.batch_wait_iters,
-        batch_wait_max_tokens_ratio=profile.batch_wait_max_tokens_ratio,
-        stream_interval=profile.stream_interval,
-        stream_first_token=profile.stream_first_token,
+        **profile.spec_terms(input_length),
     )
 
 

@@ -28,6 +28,9 @@ from app.core.scheduler import Scheduler, default_scheduler
 from app.core.workload.windows import Window, measured_records
 
 Workload = Literal["burst", "closed_loop", "poisson"]
+#: Request records in the loop's order as ``(records, run offset)`` pieces
+#: (:meth:`~app.core.engine.plan.CycleCopies.segments`).
+Pieces = Iterable[tuple[Sequence[tuple[int, ...]], int]]
 WORKLOADS: tuple[Workload, ...] = ("burst", "closed_loop", "poisson")
 #: The workload a request gets when it names none: the RFC's burst.
 DEFAULT_WORKLOAD: Workload = "burst"
@@ -204,7 +207,7 @@ class _WindowTotals:
 
 
 def _spans(
-    pieces: Iterable[tuple[Sequence[tuple[int, ...]], int]],
+    pieces: Pieces,
     at: Sequence[float],
     since: Sequence[float],
 ) -> tuple[list[int], list[float]]:
@@ -257,7 +260,7 @@ def _busy_arrivals(runs: Sequence[StepRun], first: Sequence[tuple[int, ...]]) ->
 
 
 def _resubmit_waits(
-    pieces: Iterable[tuple[Sequence[tuple[int, ...]], int]],
+    pieces: Pieces,
     plan: ServingPlan,
     ends: Sequence[float],
     steps: int,
@@ -284,7 +287,7 @@ def _resubmit_waits(
     ]
 
 
-def _decode_tokens(pieces: Iterable[tuple[Sequence[tuple[int, ...]], int]]) -> list[int]:
+def _decode_tokens(pieces: Pieces) -> list[int]:
     """Each finish record's decode tokens per request, over the pieces :func:`_spans` walks."""
     return [r[3] for records, _ in pieces for r in records]
 
@@ -315,19 +318,20 @@ def replay_serving(
         num_requests=plan.num_requests,
     )
     spec = plan.engine.spec
-    first_pieces = [(first, 0)] if cycle is None else cycle.segments(first, cycle.first_span)
-    if cycle is None:
-        counts_first, ttfts = _spans(first_pieces, at, arrived)
-        counts_finish, decodes = _spans([(finish, 0)], at, at)
-    else:
-        counts_first, ttfts = _spans(first_pieces, at, arrived)
-        counts_finish, decodes = _spans(cycle.segments(finish, cycle.finish_span), at, at)
+
+    def first_pieces() -> Pieces:
+        return [(first, 0)] if cycle is None else cycle.segments(first, cycle.first_span)
+
+    def finish_pieces() -> Pieces:
+        return [(finish, 0)] if cycle is None else cycle.segments(finish, cycle.finish_span)
+
+    counts_first, ttfts = _spans(first_pieces(), at, arrived)
+    counts_finish, decodes = _spans(finish_pieces(), at, at)
     # The scheduling points a re-submission misses beyond the one a client's turnaround makes
     # it wait for in the loop (:class:`~app.core.engine.arrivals.ClosedLoop`).
     added_steps = spec.resubmit_steps - (1 if spec.client_turnaround else 0)
     if added_steps > 0 and sent_ms is None:
-        first_pieces = [(first, 0)] if cycle is None else cycle.segments(first, cycle.first_span)
-        waits = _resubmit_waits(first_pieces, plan, ends, added_steps)
+        waits = _resubmit_waits(first_pieces(), plan, ends, added_steps)
         ttfts = [v + w for v, w in zip(ttfts, waits, strict=True)]
     measured_first = sum(counts_first)
     measured_finish = sum(counts_finish)
@@ -339,8 +343,7 @@ def replay_serving(
         tpots = [v / decode_tokens if decode_tokens else 0.0 for v in decodes]
     else:
         # A length range: each request's decode time over its own class's tokens.
-        pieces = [(finish, 0)] if cycle is None else cycle.segments(finish, cycle.finish_span)
-        tokens = _decode_tokens(pieces)
+        tokens = _decode_tokens(finish_pieces())
         tpots = [v / t if t else 0.0 for v, t in zip(decodes, tokens, strict=True)]
         tpot_ms = sum([c * v for c, v in zip(counts_finish, tpots, strict=True)]) / measured_finish
     # A streaming client's view: its first chunk may wait for more tokens (the mean TPOT's

@@ -152,7 +152,7 @@ def test_the_lock_step_dips() -> None:
 
 def test_tensorrt_llm_lock_step_dips_without_the_turnaround() -> None:
     """TensorRT-LLM's loop reads new requests between steps like the others
-    (``TRTLLM_CLIENT_TURNAROUND`` in :mod:`app.core.profiles`): its profile takes the
+    (``CLIENT_TURNAROUND`` in :mod:`app.core.profiles`): its profile takes the
     turnaround, and with the option turned off the lock step's dip comes back."""
     args = (("Qwen/Qwen3-32B", "1"), "H100 SXM 80GB", TRTLLM, "unrecorded", 4096, 1024)
     dip, clients = _worst_dip(_ttft_by_clients(*args, 1.0, turnaround=False))
