@@ -26,6 +26,9 @@ The model, hardware, quantization and engine family map exactly as in
 - prefill: the profile's token budget and chunk plan; a job holds at most the prompts whose
   KV fits the worker;
 - decode: the profile's running cap and the KV pool (``isl + osl`` tokens per request);
+- lengths: a row with a recipe runs its benchmark client's length range
+  (:data:`~app.core.validation.disagg_recipes.SA_BENCH_LENGTH_RANGE_RATIO`): the mean prompt is
+  prefilled and sent, the mean output decoded, and the KV pools hold the mean request;
 - ``prefill_batch_size`` / ``decode_batch_size`` are not engine settings in the source (the
   decode one is ``concurrency`` per decode rank) and are not read.
 
@@ -285,8 +288,12 @@ class DisaggReplay:
             max_batched_tokens=budget,
             num_mtp_tokens=settings.num_mtp_tokens,
             mtp_acceptance_rates=settings.mtp_acceptance_rates,
+            length_range_ratio=settings.length_range_ratio,
             **profile.spec_terms(isl),
         )
+        # a length range's mean request (the prefilled prompt, its KV and a decode slot's)
+        prompt = spec.mean_input_length
+        context = prompt + spec.mean_output_length
 
         def pool_model(
             pool: PoolLayout, options: Options, mtp: int
@@ -295,16 +302,16 @@ class DisaggReplay:
 
         p_serving, p_memo = pool_model(prefill, settings.prefill_options, 0)
         d_serving, d_memo = pool_model(decode, settings.decode_options, settings.num_mtp_tokens)
-        decode_kv = d_serving.kv_capacity_requests(isl + osl, budget)
+        decode_kv = d_serving.kv_capacity_requests(context, budget)
         if settings.decode_max_total_tokens is not None:
-            decode_kv = min(decode_kv, settings.decode_max_total_tokens // (isl + osl))
+            decode_kv = min(decode_kv, settings.decode_max_total_tokens // context)
         prefill_pool, decode_pool = disagg_pools(
             PoolWorker(
                 workers=prefill.workers,
                 ranks=prefill.dp,
                 coupled=ranks_are_coupled(is_moe, prefill.layout),
                 latency=p_memo,
-                kv_requests=p_serving.kv_capacity_requests(isl, budget),
+                kv_requests=p_serving.kv_capacity_requests(prompt, budget),
                 label=f"{prefill.layout.label} of {hardware.name}",
             ),
             PoolWorker(
@@ -315,8 +322,8 @@ class DisaggReplay:
                 kv_requests=decode_kv,
                 label=f"{decode.layout.label} of {hardware.name}",
             ),
-            input_length=isl,
-            output_length=osl,
+            input_length=prompt,
+            output_length=context - prompt,
             running_cap=decode_profile.running_cap(hardware.hbm_capacity_gb, hardware.name),
         )
         result = simulate_disagg_serving(
@@ -327,7 +334,7 @@ class DisaggReplay:
             kv_transfer(
                 hardware,
                 devices,
-                p_serving.runner.kv_cache_bytes(1, isl)
+                p_serving.runner.kv_cache_bytes(1, prompt)
                 * kv_send_copies(architecture, prefill.tp, decode.tp),
             ),
             first_token=FIRST_TOKEN_RULE[profile.name],

@@ -48,6 +48,7 @@ from functools import cache
 from pathlib import Path
 
 from app.core.errors import InvalidParameterError, UnsupportedError
+from app.core.limits import DEFAULT_LENGTH_RANGE_RATIO
 from app.core.validation.recipes import RECIPE_SOURCE, Settings
 
 #: The catalog's data (as :mod:`.recipes` reads it: :mod:`.cases` reads this module, through
@@ -64,6 +65,17 @@ DISAGG_RECIPE_SETTINGS = (
 #: the product documents (docs/msmodeling.md); DeepSeek-V3's technical report (section 5.4.3)
 #: measures 85-90 % for the first drafted token, in line with 0.9. Never fitted to a row.
 MTP_ACCEPTANCE_RATES: tuple[float, ...] = (0.9, 0.6, 0.4, 0.2)
+#: The benchmark client's length range for every row with a recipe (``length_range_ratio``):
+#: the Dynamo recipes ran ``srtctl``'s ``sa-bench`` (``benchmark: type: "sa-bench"``), whose
+#: launcher passes ``str(b.random_range_ratio) if b.random_range_ratio is not None else "0.8"``
+#: (NVIDIA/srt-slurm@sa-submission-q2-2026 ``src/srtctl/benchmarks/sa_bench.py``; the schema's
+#: ``random_range_ratio: float | None = None  # ... (default: 0.8)``, and no recipe of the
+#: branch sets it) to its copy of vLLM's ``benchmark_serving.py --random-range-ratio``
+#: (``scripts/sa-bench/bench.sh``): prompts and outputs drawn uniformly from 0.8-1.0 of the
+#: nominal lengths. InferenceX's multi-node template sets the same ``RANDOM_RANGE_RATIO: 0.8``
+#: (``.github/workflows/benchmark-multinode-tmpl.yml``). Rows without a recipe keep fixed
+#: lengths.
+SA_BENCH_LENGTH_RANGE_RATIO = 0.8
 _KEY = ("engine", "model", "hardware", "gemm_quant", "isl", "osl", "concurrency")
 _KV_OPTION: Mapping[str, str | None] = {"fp8": "fp8", "default": None, "": None}
 Options = tuple[tuple[str, str | float], ...]
@@ -89,6 +101,9 @@ class DisaggSettings:
     #: provenance names more than one: the replay runs each and reports their centre
     #: (:func:`candidate_centre`); ``()``: the settings above run.
     candidates: tuple[DisaggSettings, ...] = ()
+    #: The benchmark client's length range (:data:`SA_BENCH_LENGTH_RANGE_RATIO` for a row with
+    #: a recipe; 1: fixed lengths).
+    length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO
 
     @property
     def mtp_acceptance_rates(self) -> tuple[float, ...]:
@@ -138,7 +153,7 @@ def _options(
     return tuple(out)
 
 
-def _candidate(text: str) -> DisaggSettings:
+def _candidate(text: str, length_range_ratio: float) -> DisaggSettings:
     """One ``candidates`` entry: ``prefill+decode,<mtp>,<kv>,<prefill memory>,<decode
     memory>,<decode max batch>,<decode max total tokens>,<prefill max num tokens>,<unmodelled>,
     <recipe>`` (the
@@ -156,11 +171,17 @@ def _candidate(text: str) -> DisaggSettings:
         layout=_layout(prefill, decode),
         unmodelled=unmodelled,
         recipe=recipe,
+        length_range_ratio=length_range_ratio,
     )
 
 
-def disagg_settings(row: Mapping[str, str]) -> DisaggSettings:
-    """The settings of one row of a disaggregated recipe table (its value columns)."""
+def disagg_settings(
+    row: Mapping[str, str], length_range_ratio: float = DEFAULT_LENGTH_RANGE_RATIO
+) -> DisaggSettings:
+    """The settings of one row of a disaggregated recipe table (its value columns), its
+    candidates' included, benchmarked with ``length_range_ratio`` (the disaggregated file's
+    table: :data:`SA_BENCH_LENGTH_RANGE_RATIO`; the aggregated rows' layouts keep fixed
+    lengths, their launcher's client not being sa-bench)."""
     settings = row["settings"]
     kv = row["kv_cache_dtype"]
     if settings not in ("recipe", "ambiguous") or kv not in _KV_OPTION:
@@ -169,7 +190,9 @@ def disagg_settings(row: Mapping[str, str]) -> DisaggSettings:
     # Both pools' workers run the recipe's redundant expert slots; a table without the
     # column (the aggregated rows' layouts) has none, nor candidates or a prefill budget.
     redundant = row.get("redundant_experts", "")
-    candidates = tuple(_candidate(c) for c in row.get("candidates", "").split(" | ") if c)
+    candidates = tuple(
+        _candidate(c, length_range_ratio) for c in row.get("candidates", "").split(" | ") if c
+    )
     return DisaggSettings(
         settings="recipe" if settings == "recipe" else "ambiguous",
         num_mtp_tokens=int(mtp) if mtp else 0,
@@ -188,6 +211,7 @@ def disagg_settings(row: Mapping[str, str]) -> DisaggSettings:
         recipe=row["recipe"],
         source=f"{RECIPE_SOURCE}: {row['source']}",
         candidates=candidates if len(candidates) > 1 else (),
+        length_range_ratio=length_range_ratio,
         note="; ".join(
             n
             for n in (
@@ -209,7 +233,10 @@ def disagg_recipe_table(
 ) -> dict[tuple[str, ...], DisaggSettings]:
     with path.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    return {_row_key({**row, **_pools(row)}): disagg_settings(row) for row in rows}
+    return {
+        _row_key({**row, **_pools(row)}): disagg_settings(row, SA_BENCH_LENGTH_RANGE_RATIO)
+        for row in rows
+    }
 
 
 def _pools(row: Mapping[str, str]) -> dict[str, str]:

@@ -38,7 +38,9 @@ When the client gets the first token is the engine's choice (``first_token``):
   prefill; the transfer and the decode admission wait fall between the first and second
   tokens, so they count in TPOT.
 
-TPOT = the time from the first token to the last over ``output_length - 1``.
+TPOT = the time from the first token to the last over ``output_length - 1``. With a length range
+(``spec.length_range_ratio`` < 1) every request prefills the mean prompt (the chunk plan's) and
+decodes the mean output (``spec.mean_output_length``): no per-request lengths here.
 
 A unit is one engine instance: a worker with independent attention data-parallel ranks is that
 many units (one rank each); a worker whose ranks are coupled (attention DP with expert-parallel
@@ -340,7 +342,7 @@ class _Simulation:
         self.decode_model = unit_model(decode)
         self.decode_cap = decode.max_running * (decode.ranks // units_per_worker(decode))
         self.step_prices: dict[int, float] = {}
-        output = spec.output_length
+        output = spec.mean_output_length
         self.first_token = first_token
         self.decode_steps = output if first_token == "decode_step" else output - 1
         self.tpot_steps = output - 1
@@ -621,7 +623,7 @@ def _result(spec: WorkloadSpec, sim: _Simulation) -> DisaggServingResult:
         tpot_ms=t.tpot_ms / n,
         e2e_ms=spec.reported_ttft_ms(0.0) + (t.finish_ms - t.arrivals_ms) / n,
         makespan_ms=makespan,
-        throughput_tokens_s=n * spec.output_length / makespan * MS_PER_S,
+        throughput_tokens_s=n * spec.mean_output_length / makespan * MS_PER_S,
         request_throughput_s=n / makespan * MS_PER_S,
         num_requests=n,
         prefill_queue_ms=prefill_queue,

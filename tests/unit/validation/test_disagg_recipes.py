@@ -20,9 +20,11 @@ from app.core.validation.disagg_recipes import (
     DEFAULT_DISAGG_SETTINGS,
     DISAGG_RECIPE_SETTINGS,
     MTP_ACCEPTANCE_RATES,
+    SA_BENCH_LENGTH_RANGE_RATIO,
     DisaggSettings,
     disagg_recipe_table,
     disagg_row_settings,
+    disagg_settings,
 )
 from app.core.validation.predict import engine_family
 from app.core.workload.disagg_serving import DisaggServingResult
@@ -89,6 +91,25 @@ def test_a_row_maps_to_its_recipe_by_its_provenance() -> None:
     )
     assert "srt-slurm" in found.source and found.source.startswith("SemiAnalysisAI/InferenceX")
     assert disagg_row_settings({**ROW, "concurrency": "3"}) == DEFAULT_DISAGG_SETTINGS
+
+
+def test_a_row_with_a_recipe_replays_sa_benchs_length_range() -> None:
+    """srtctl's ``sa-bench`` passes ``--random-range-ratio 0.8`` unless a recipe sets one (none
+    does): every row with a recipe, and each of its candidate recipes, replays lengths drawn
+    from 0.8-1.0 of the nominal ones, and the range moves the prediction; a row without a
+    recipe keeps fixed lengths."""
+    found = disagg_row_settings(ROW)
+    assert found.length_range_ratio == SA_BENCH_LENGTH_RANGE_RATIO == 0.8
+    assert DEFAULT_DISAGG_SETTINGS.length_range_ratio == 1.0
+    several = next(v for v in disagg_recipe_table().values() if v.candidates)
+    assert {c.length_range_ratio for c in several.candidates} == {0.8}
+    # the same table row read for the aggregated file's layouts (not sa-bench runs): fixed
+    with DISAGG_RECIPE_SETTINGS.open(encoding="utf-8", newline="") as handle:
+        first = next(r for r in csv.DictReader(handle) if r["candidates"].count(" | "))
+    assert disagg_settings(first).length_range_ratio == 1.0
+    assert {c.length_range_ratio for c in disagg_settings(first).candidates} == {1.0}
+    fixed = DisaggReplay().predict(ROW, replace(found, length_range_ratio=1.0))
+    assert DisaggReplay().predict(ROW, found) != pytest.approx(fixed, rel=1e-3)
 
 
 def test_mtp_decodes_faster_per_token_and_the_replay_says_which_settings_ran() -> None:

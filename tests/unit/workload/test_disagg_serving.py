@@ -78,6 +78,34 @@ def test_one_client_sees_prefill_transfer_and_the_first_step() -> None:
     assert result.num_requests == 10
 
 
+def test_a_length_range_decodes_its_mean_output_and_prefills_its_mean_prompt() -> None:
+    """A benchmark client drawing lengths from 0.8-1.0 of the nominal ones (``--random-range-
+    ratio 0.8``): every request prefills the range's mean prompt and decodes its mean output,
+    so one client's end-to-end time is the mean request's, not the nominal one's."""
+    isl, osl = 2048, 101
+    ranged = WorkloadSpec(
+        input_length=isl, output_length=osl, max_batched_tokens=8192, length_range_ratio=0.8
+    )
+    mean_in, mean_out = ranged.mean_input_length, ranged.mean_output_length
+    assert (mean_in, mean_out) == (1843, 91)
+    result = simulate_disagg_serving(
+        ranged,
+        1,
+        PrefillPool(workers=1, latency=LATENCY),
+        DecodePool(workers=1, latency=LATENCY, max_running=256),
+        transfer(mean_in),
+        first_token="admission",
+    )
+    prefill_ms = LATENCY._cost(1, mean_in, mean_in)
+    step_ms = LATENCY._cost(1, 1, ranged.decode_seq_len)
+    transfer_ms = 1.0 + mean_in * KV_BYTES_PER_TOKEN / NIC_BYTES_PER_S * 1e3
+    assert result.ttft_ms == pytest.approx(prefill_ms + transfer_ms)
+    assert result.e2e_ms == pytest.approx(prefill_ms + transfer_ms + (mean_out - 1) * step_ms)
+    assert result.throughput_tokens_s == pytest.approx(
+        result.num_requests * mean_out / result.makespan_ms * 1e3
+    )
+
+
 def test_where_the_first_token_comes_from_moves_the_transfer_between_ttft_and_tpot() -> None:
     isl, osl = 2048, 16
     on_step, on_admission, on_prefill = (
