@@ -21,7 +21,7 @@ def test_the_table_ranks_deployments_and_names_the_best(
     code, out, err = run(DISAGG, capsys)
     assert code == 0, err
     lines = out.splitlines()
-    assert "mode=disagg" in lines[0] and "first_token=decode_step" in lines[0]
+    assert "mode=disagg" in lines[0] and "first_token=admission" in lines[0]
     assert lines[1].split()[:3] == ["pd_split", "prefill", "decode"]
     best = next(line for line in lines if line.startswith("best: "))
     assert "P:" in best and "binding pool" in best

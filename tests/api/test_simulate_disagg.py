@@ -78,7 +78,10 @@ def test_the_same_layout_in_both_pools_shares_one_cached_model(client: TestClien
 def test_the_first_token_rule_follows_the_engine(client: TestClient) -> None:
     sglang = post(client, engine="sglang").json()
     vllm = post(client, engine="vllm").json()
+    trtllm = post(client, engine="trtllm").json()
     assert sglang["first_token"] == "admission" and vllm["first_token"] == "decode_step"
+    # TensorRT-LLM's generation server returns the context's token before its first forward
+    assert trtllm["first_token"] == "admission" and "admits" in trtllm["first_token_rule"]
     assert sglang["engine"]["name"] == "sglang"
 
 

@@ -38,13 +38,18 @@ KV_TRANSFER_FIXED_MS = 1.0
 
 #: When the client's first token arrives, per engine profile (:data:`~app.core.workload.
 #: disagg_serving.FirstToken`). The client streams from the decode side in all three engines:
-#: - TensorRT-LLM (``trtllm-serve disaggregated``; Dynamo's TRT-LLM workers alike): the
-#:   disaggregated server sends the prompt to a context server (non-streaming), then the
-#:   generation request with the context's first token and KV handle to a generation server,
-#:   and streams that server's responses from its first one, which comes out of the
-#:   generation server's first iteration with the request ("decode_step"; the context's token
-#:   rides along, so the decode side runs one step more than it strictly needs: within one
-#:   decode step of the real count).
+#: - TensorRT-LLM (``trtllm-serve disaggregated``; Dynamo's TRT-LLM workers alike): the context
+#:   server runs the prompt (non-streaming) and hands the generation server the request with the
+#:   context's first token and KV handle; the generation server returns that token before its
+#:   first forward with the request: every executor loop of the PyTorch executor calls
+#:   ``_handle_first_token_response`` right after ``_prepare_disagg_gen_transmission_complete``
+#:   (which sets ``py_decoding_iter = 1`` and adds the context's token), before
+#:   ``_forward_step`` (``_handle_responses`` skips a generation-only request's first
+#:   overlapped iteration: "first token has already been emitted previously";
+#:   ``tensorrt_llm/_torch/pyexecutor/py_executor.py``, read at the fork snapshot
+#:   jthomson04/TensorRT-LLM@0304e1a416 and in later stored versions). So the token streams
+#:   when the generation server schedules the request after its KV arrived, whatever the
+#:   recipe's ``stream_interval`` ("admission"), and ``output - 1`` decode steps follow.
 #: - SGLang (PD disaggregation): the prefill's token comes with the KV; the decode server's
 #:   prebuilt batch streams it when it merges the request into its running batch, without a
 #:   forward of its own ("admission").
@@ -55,7 +60,7 @@ KV_TRANSFER_FIXED_MS = 1.0
 #: The "prefill" rule (a front end that streams the prefill worker's token at once) is no
 #: engine's here.
 FIRST_TOKEN_RULE: Mapping[str, FirstToken] = {
-    "trtllm": "decode_step",
+    "trtllm": "admission",
     "sglang": "admission",
     "vllm": "decode_step",
     "msmodeling": "decode_step",
