@@ -212,6 +212,20 @@ NPU_PIECEWISE_LAYER_HOST_MS = 0.28
 #: per second reads 27.56 ms mean TPOT against 16.5 ms of device time: host-bound, (27.56 -
 #: vLLM's 0.8 ms step host time) / 256 operators per decode step = 0.105 ms.
 NPU_EAGER_OP_HOST_MS = 0.1
+#: Host time per Gated DeltaNet layer of a vLLM-Ascend step with a prefill, beyond the plan's
+#: operators: the chunked prefill runs outside any ACL graph in every graph mode (vLLM splits
+#: its graphs at the GDN attention op; ``FULL_DECODE_ONLY`` and ``--enforce-eager`` run the
+#: whole step eagerly) and its Python path (chunk metadata, the state gather and scatter, the
+#: q / k l2-norms and six Triton launches per layer) keeps the host busy while the NPU works.
+#: 5.7 ms from huawei-csl/megagdn-pto (``outputs/data/prefill_20260502_145505``,
+#: ``benchmarks/vllm_prefill/benchmark_prefill.py``: vLLM-Ascend v0.18.0rc1's offline ``LLM``,
+#: ``enforce_eager``, TP 1 on one 910B2, one prompt of 512 / 1,024 tokens per call, median
+#: ``first_token_latency`` of 10): Qwen3.5-0.8B (24 layers, 18 of them Gated DeltaNet) takes
+#: 133.7 / 134.8 ms whatever the length, where the plan's 286 operators dispatch in 28.6 ms,
+#: the device needs under 15 ms, vLLM's step host 0.8 ms and the tokenizer 1-2 ms:
+#: (134.8 - 2.0 - 0.8 - 28.6) / 18 = 5.7 ms per GDN layer. Dispatch, so hidden behind a
+#: longer forward: :meth:`EngineProfile.eager_step_ms`, ``RunnerServingModel._step_ms``.
+NPU_GDN_PREFILL_LAYER_HOST_MS = 5.7
 
 #: The activations MXFP4 MoE GEMMs (gpt-oss) run with, per engine (docs/engine_defaults.md):
 #: vLLM's MXFP4 MoE backend order puts the BF16 FlashInfer kernels first on Hopper (SM90) and
@@ -482,22 +496,35 @@ class EngineProfile:
         """Every step runs eagerly (vLLM-Ascend's ``--enforce-eager``)."""
         return self.npu_graph_mode == "eager"
 
-    def eager_step_ms(self, device_ms: float, operators: int, *, layers: int) -> float:
+    def gdn_prefill_host_ms(self, gdn_layers: int) -> float:
+        """Host time an NPU build's step with a prefill spends on ``gdn_layers`` Gated DeltaNet
+        layers beyond the plan's operators (:data:`NPU_GDN_PREFILL_LAYER_HOST_MS` each; 0 on
+        a GPU build or without such layers): dispatch that overlaps the device's work."""
+        if self.npu_graph_mode is None:
+            return 0.0
+        return gdn_layers * NPU_GDN_PREFILL_LAYER_HOST_MS
+
+    def eager_step_ms(
+        self, device_ms: float, operators: int, *, layers: int, prefill_host_ms: float = 0.0
+    ) -> float:
         """One eager step around a forward of ``device_ms`` whose plan launches ``operators``:
-        the host dispatches them one by one (:data:`NPU_EAGER_OP_HOST_MS` each) while the NPU
-        runs those already dispatched, so the forward takes ``max(device, dispatch)``; the
-        step's host work (scheduling, inputs, sampling) and sync come on top, the host work
-        hidden behind the forward under async scheduling. Never below the same step in graph
-        pieces (``layers`` layers of :data:`NPU_PIECEWISE_LAYER_HOST_MS`): eager execution
-        launches every operator a piecewise step launches eagerly, and the others too."""
-        forward_ms = max(device_ms, operators * NPU_EAGER_OP_HOST_MS)
+        the host dispatches them one by one (:data:`NPU_EAGER_OP_HOST_MS` each, plus
+        ``prefill_host_ms``: :meth:`gdn_prefill_host_ms`) while the NPU runs those already
+        dispatched, so the forward takes ``max(device, dispatch)``; the step's host work
+        (scheduling, inputs, sampling) and sync come on top, the host work hidden behind the
+        forward under async scheduling. Never below the same step in graph pieces (``layers``
+        layers of :data:`NPU_PIECEWISE_LAYER_HOST_MS`, its forward at least
+        ``prefill_host_ms``): eager execution launches every operator a piecewise step
+        launches eagerly, and the others too."""
+        forward_ms = max(device_ms, operators * NPU_EAGER_OP_HOST_MS + prefill_host_ms)
+        piece_forward_ms = max(device_ms, prefill_host_ms)
         host_ms = self.step_host_ms
         piecewise_ms = host_ms + layers * self.layer_host_ms(decode_only=False)
         if self.overlap_scheduling:
             host_ms = max(0.0, host_ms - forward_ms)
-            piecewise_ms = max(0.0, piecewise_ms - device_ms)
+            piecewise_ms = max(0.0, piecewise_ms - piece_forward_ms)
         eager_ms = forward_ms + host_ms
-        return max(eager_ms, device_ms + piecewise_ms) + self.step_sync_ms
+        return max(eager_ms, piece_forward_ms + piecewise_ms) + self.step_sync_ms
 
     def frontend_ms(self, input_length: int) -> float:
         """Time a request of ``input_length`` prompt tokens spends in the server's front end

@@ -258,6 +258,38 @@ def sm_count(name: str) -> int | None:
 _AIC_PCIE_NIC_GB_S = 25.0  # aiconfigurator-core 0.12.0 PCIe SKUs: 1:1 200 Gb/s fabric per GPU
 _MSMODELING = "msmodeling tensor_cast/device.py (HEAD 84fec85)"
 
+#: The Ascend 910B (Atlas A2) and 910C (Atlas A3, one die each) devices: the Da Vinci generation
+#: on which vLLM-Ascend (its ``vllm_ascend/ops/triton/fla`` kernels, v0.11.2 to v0.19 at least)
+#: and SGLang's NPU kernels (sgl-kernel-npu) run Gated DeltaNet's chunked prefill as the Triton
+#: port of FLA's ``chunk_gated_delta_rule`` (six kernels, chunk 64). huawei-csl/megagdn-pto
+#: measured those kernels on a 910B2 and states that the 910C runs the same kernel code
+#: (``blog/mega_gdn_en.md``); the runner prices them with
+#: :data:`NPU_TRITON_GDN_CHUNK_EFFICIENCY`. The 950 (A5) is not in it:
+#: no measurement of these kernels on it was read.
+TRITON_GDN_DEVICES: frozenset[str] = frozenset(
+    {
+        "ATLAS_800_A2_376T_64G",
+        "ATLAS_800_A2_313T_64G",
+        "ATLAS_800_A2_280T_64G",
+        "ATLAS_800_A2_280T_64G_PCIE",
+        "ATLAS_800_A2_280T_32G_PCIE",
+        "ATLAS_800_A3_752T_128G_DIE",
+        "ATLAS_800_A3_560T_128G_DIE",
+    }
+)
+#: Share of the chunked delta rule's roofline (the device's attention rate and HBM bandwidth,
+#: :func:`gdn_delta_rule_terms`) that the Triton port of FLA's ``chunk_gated_delta_rule`` reaches
+#: on the 910B / 910C (:data:`TRITON_GDN_DEVICES`), from
+#: huawei-csl/megagdn-pto ``outputs/data/kernel_bench_L8192.json`` (one 910B2, vLLM-Ascend's
+#: Triton kernels at chunk 64, 16 sequences of 8,192 tokens, 16 key heads of 128): with 16 value
+#: heads, the only width at which all six Triton stages ran, the stages take 1.03 (cumsum) +
+#: 2.23 (kkt) + 12.18 (solve_tril) + 11.86 (wy_fast) + 15.60 (chunk_h) + 8.48 (chunk_o) =
+#: 51.38 ms against the runner's 7.15 ms on ``ATLAS_800_A2_376T_64G`` (memory-bound): 0.139.
+#: Checks (not fitted): 32 and 48 value heads, whose Triton ``solve_tril`` fails at that size
+#: (taken at the 16-head time times the PTO kernel's own 32 / 48-head ratio, 2.14 / 3.22),
+#: read 101 and 150 ms against 13.3 and 19.4 ms: 0.132 and 0.129.
+NPU_TRITON_GDN_CHUNK_EFFICIENCY = 0.14
+
 
 def _device(**kwargs: Any) -> Device:
     return Device(**kwargs)

@@ -679,6 +679,19 @@ class ForwardBuilder:
         )
         fits = p.gdn_fit
         fit = None if fits is None else fits.recurrent if s.is_decode else fits.chunked
+        if fit is None and not s.is_decode and p.gdn_chunk_efficiency < 1.0:
+            self._roofline(
+                name="gdn_chunked",
+                category=OpCategory.ATTENTION,
+                scope=scope,
+                count=count,
+                flops=flops,
+                hbm_bytes=hbm_bytes,
+                flops_per_s=p.attention_flops_per_s * p.gdn_chunk_efficiency,
+                hbm_bytes_per_s=p.hbm_bytes_per_s * p.gdn_chunk_efficiency,
+                launch_s=self.launch_s,
+            )
+            return
         name = "gdn_recurrent" if s.is_decode else "gdn_chunked"
         self._gdn_op(name, scope, count, s, flops, hbm_bytes, fit, p.attention_flops_per_s)
 

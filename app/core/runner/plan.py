@@ -24,6 +24,7 @@ from app.core.catalog.architecture import (
     LayerAttention,
     ModelArchitecture,
 )
+from app.core.catalog.device_table import NPU_TRITON_GDN_CHUNK_EFFICIENCY, TRITON_GDN_DEVICES
 from app.core.catalog.hardware import BYTES_PER_GB, Device, InterconnectTier
 from app.core.catalog.quantization import (
     BYTES_8BIT,
@@ -124,6 +125,10 @@ class ShardPlan:
     decode_attention_fit: FittedAttention | None = None
     #: Measured-kernel Gated DeltaNet curves (``kernel_fit_gdn``); None: the defaults.
     gdn_fit: FittedGdn | None = None
+    #: Share of its roofline the chunked delta-rule kernel reaches without a fitted curve (1: the
+    #: attention rate and HBM bandwidth; the 910B / 910C's Triton kernels:
+    #: :data:`~app.core.catalog.device_table.NPU_TRITON_GDN_CHUNK_EFFICIENCY`).
+    gdn_chunk_efficiency: float = 1.0
     #: Physical expert slots of one MoE layer over the ``ep`` ranks: the routed experts plus
     #: the redundant slots the engine holds (SGLang's ``--ep-num-redundant-experts``); 0
     #: without experts. Each rank holds ``expert_slots / ep`` of them.
@@ -530,6 +535,7 @@ def build_plan(
         prefill_attention_fit=prefill_attention,
         decode_attention_fit=decode_attention,
         gdn_fit=_gdn_fit(model, device, kernel_engine, hbm_peak, floors),
+        gdn_chunk_efficiency=_gdn_chunk_efficiency(device),
         expert_slots=slots,
         dsa_fit=_dsa_fit(model, device, kernel_engine, hbm_peak, floors),
     )
@@ -676,6 +682,13 @@ def _gdn_fit(
         graph_launch_s=floors_s[0],
         in_graph_s=floors_s[1],
     )
+
+
+def _gdn_chunk_efficiency(device: Device) -> float:
+    """The share of its roofline Gated DeltaNet's chunked prefill kernel reaches on ``device``
+    without a fitted curve: the 910B / 910C's Triton kernels run far below it
+    (:data:`~app.core.catalog.device_table.TRITON_GDN_DEVICES`), other devices at 1."""
+    return NPU_TRITON_GDN_CHUNK_EFFICIENCY if device.name in TRITON_GDN_DEVICES else 1.0
 
 
 def _dsa_fit(

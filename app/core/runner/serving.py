@@ -249,10 +249,18 @@ class RunnerServingModel:
         profile = self.profile
         if profile is None:
             return device_ms
-        layers = math.ceil(self.runner.model.num_layers / self.runner.parallel.pp)
+        model, pp = self.runner.model, self.runner.parallel.pp
+        layers = math.ceil(model.num_layers / pp)
+        prefill_host_ms = 0.0
+        if any(not part.is_decode for part in parts):
+            gdn_layers = math.ceil(model.num_linear_attention_layers / pp)
+            prefill_host_ms = profile.gdn_prefill_host_ms(gdn_layers)
         if profile.eager:
             operators = self._launches(parts, drafts)
-            return profile.eager_step_ms(device_ms, operators, layers=layers)
+            return profile.eager_step_ms(
+                device_ms, operators, layers=layers, prefill_host_ms=prefill_host_ms
+            )
+        device_ms = max(device_ms, prefill_host_ms)
         host_ms = profile.step_host_ms + layers * profile.layer_host_ms(decode_only=decode_only)
         if profile.overlap_scheduling:
             host_ms = max(0.0, host_ms - device_ms)
