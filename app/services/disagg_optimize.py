@@ -14,20 +14,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.core.errors import InvalidParameterError
-from app.core.limits import Pool
+from app.core.limits import FirstToken, Pool
 from app.core.optimizer.disagg_search import (
     DisaggProbe,
     DisaggRow,
+    DisaggSearchResult,
     DisaggSearchSettings,
     PoolOption,
+    TransferFor,
     optimize_disagg,
 )
 from app.core.parallel import ParallelLayout
 from app.core.runner.plan import kv_send_copies
-from app.core.scenario import DisaggSearchSpace
+from app.core.scenario import DisaggSearchSpace, ResolvedDeployment, Scenario
 from app.core.workload import ranks_are_coupled
 from app.core.workload.disagg_serving import KvTransfer
 from app.core.workload.disagg_setup import (
@@ -45,7 +48,7 @@ from app.models.optimize import (
     OptimizeRequest,
     RunStats,
 )
-from app.services.cost_model import ModelFactory
+from app.services.cost_model import CachedServingModel, ModelFactory
 from app.services.disagg_simulate import pd_split_text
 from app.services.finite import non_finite_paths
 from app.services.response_cache import cached_response, optimize_key
@@ -73,6 +76,113 @@ def _usable(
     return usable, rejected
 
 
+def _pool_option(
+    deployment: ResolvedDeployment,
+    layout: ParallelLayout,
+    model: CachedServingModel,
+    context_len: int,
+    budget: int,
+) -> PoolOption:
+    """One worker of ``layout`` as the search sees it: its ranks, whether they are coupled, its
+    cached serving model and the requests of ``context_len`` tokens its KV cache holds."""
+    return PoolOption(
+        layout=layout,
+        worker=PoolWorker(
+            workers=1,
+            ranks=layout.dp,
+            coupled=ranks_are_coupled(deployment.model.is_moe, layout),
+            latency=model,
+            kv_requests=model.kv_capacity_requests(context_len, budget),
+            label=f"{layout.label} of {deployment.device.name}",
+        ),
+    )
+
+
+def _kv_transfers(
+    factory: ModelFactory, deployment: ResolvedDeployment, input_length: int
+) -> TransferFor:
+    """One prompt's KV transfer from a prefill worker of a layout to a decode worker of another
+    over the innermost tier holding ``devices`` (memoised per prefill layout, copies sent and
+    tier)."""
+    device = deployment.device
+    transfers: dict[tuple[ParallelLayout, int, str], KvTransfer] = {}
+
+    def transfer(layout: ParallelLayout, decode: ParallelLayout, devices: int) -> KvTransfer:
+        tier = device.tier_for(devices)
+        copies = kv_send_copies(deployment.model, layout.tp, decode.tp)
+        found = transfers.get((layout, copies, tier.name))
+        if found is None:
+            kv_bytes = factory.serving(layout).runner.kv_cache_bytes(1, input_length) * copies
+            found = transfers[(layout, copies, tier.name)] = tier_kv_transfer(tier, kv_bytes)
+        return found
+
+    return transfer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Searched:
+    """A finished search: its result under the engine's ``first_token`` rule, the usable layouts
+    of each pool, the layouts the model refused, the distinct layouts priced and the factory
+    that priced them (its counters)."""
+
+    result: DisaggSearchResult
+    first_token: FirstToken
+    prefill_layouts: int
+    decode_layouts: int
+    refused: list[tuple[Pool, str, str]]
+    layouts: int
+    factory: ModelFactory
+
+
+def _search(
+    context: ServiceContext,
+    scenario: Scenario,
+    space: DisaggSearchSpace,
+    progress: Callable[[str], None] | None,
+) -> _Searched:
+    """The layouts the model divides, each priced by one cached serving model, searched."""
+    deployment, data = scenario.deployment, scenario.spec
+    profile, device = deployment.profile, deployment.device
+    factory = ModelFactory(context, deployment)
+    usable_p, rejected_p = _usable(factory, "prefill", space.prefill_layouts)
+    usable_d, rejected_d = _usable(factory, "decode", space.decode_layouts)
+    if progress is not None:
+        progress(f"disagg: {len(usable_p)} prefill and {len(usable_d)} decode worker layouts")
+    isl, osl, budget = data.input_length, data.output_length, data.max_batched_tokens
+    models = {layout: factory(layout) for layout in dict.fromkeys([*usable_p, *usable_d])}
+    first_token = FIRST_TOKEN_RULE.get(profile.name, "decode_step")
+    result = optimize_disagg(
+        data,
+        [_pool_option(deployment, layout, models[layout], isl, budget) for layout in usable_p],
+        [
+            _pool_option(deployment, layout, models[layout], isl + osl, budget)
+            for layout in usable_d
+        ],
+        DisaggSearchSettings(
+            num_devices=space.num_devices,
+            transfer=_kv_transfers(factory, deployment, isl),
+            max_workers=space.max_workers,
+            max_concurrency=space.max_clients,
+            requests_per_client=scenario.serving.requests_per_client,
+            running_cap=profile.running_cap(device.hbm_capacity_gb, device.name),
+            first_token=first_token,
+        ),
+    )
+    factory.flush()  # the request's one pipelined cache write
+    return _Searched(
+        result=result,
+        first_token=first_token,
+        prefill_layouts=len(usable_p),
+        decode_layouts=len(usable_d),
+        refused=[
+            *(("prefill", label, why) for label, why in rejected_p.items()),
+            *(("decode", label, why) for label, why in rejected_d.items()),
+        ],
+        layouts=len(models),
+        factory=factory,
+    )
+
+
 def optimize_disagg_deployment(
     context: ServiceContext,
     request: OptimizeRequest,
@@ -86,82 +196,42 @@ def optimize_disagg_deployment(
     request, scenario = resolved.echo, resolved.scenario
     space = scenario.search
     assert isinstance(space, DisaggSearchSpace)  # a disaggregated optimize scenario
-    deployment, data = scenario.deployment, scenario.spec
-    profile = deployment.profile
-    p_layouts, d_layouts = space.prefill_layouts, space.decode_layouts
-    max_clients = space.max_clients
     key = optimize_key(request) if context.settings.response_cache and not allow_paths else None
     if key is not None:
         (stored,) = context.cache.get_many([key])
         hit = cached_response(context, key, stored, request, started, DisaggOptimizeResponse)
         if hit is not None:
             return hit
-    factory = ModelFactory(context, deployment)
-    usable_p, rejected_p = _usable(factory, "prefill", p_layouts)
-    usable_d, rejected_d = _usable(factory, "decode", d_layouts)
-    if progress is not None:
-        progress(f"disagg: {len(usable_p)} prefill and {len(usable_d)} decode worker layouts")
-    device = deployment.device
-    isl, osl, budget = data.input_length, data.output_length, data.max_batched_tokens
-    models = {layout: factory(layout) for layout in dict.fromkeys([*usable_p, *usable_d])}
+    searched = _search(context, scenario, space, progress)
+    response = _response(request, scenario, space, searched, started, progress)
+    if key is not None:
+        context.cache.set_many({key: response.model_dump(mode="json")})
+    return response
 
-    def option(layout: ParallelLayout, context_len: int) -> PoolOption:
-        model = models[layout]
-        return PoolOption(
-            layout=layout,
-            worker=PoolWorker(
-                workers=1,
-                ranks=layout.dp,
-                coupled=ranks_are_coupled(deployment.model.is_moe, layout),
-                latency=model,
-                kv_requests=model.kv_capacity_requests(context_len, budget),
-                label=f"{layout.label} of {device.name}",
-            ),
-        )
 
-    transfers: dict[tuple[ParallelLayout, int, str], KvTransfer] = {}
-
-    def transfer(layout: ParallelLayout, decode: ParallelLayout, devices: int) -> KvTransfer:
-        tier = device.tier_for(devices)
-        copies = kv_send_copies(deployment.model, layout.tp, decode.tp)
-        found = transfers.get((layout, copies, tier.name))
-        if found is None:
-            kv_bytes = factory.serving(layout).runner.kv_cache_bytes(1, isl) * copies
-            found = transfers[(layout, copies, tier.name)] = tier_kv_transfer(tier, kv_bytes)
-        return found
-
-    first_token = FIRST_TOKEN_RULE.get(profile.name, "decode_step")
-    result = optimize_disagg(
-        data,
-        [option(layout, isl) for layout in usable_p],
-        [option(layout, isl + osl) for layout in usable_d],
-        DisaggSearchSettings(
-            num_devices=space.num_devices,
-            transfer=transfer,
-            max_workers=space.max_workers,
-            max_concurrency=max_clients,
-            requests_per_client=scenario.serving.requests_per_client,
-            running_cap=profile.running_cap(device.hbm_capacity_gb, device.name),
-            first_token=first_token,
-        ),
-    )
-    factory.flush()  # the request's one pipelined cache write
+def _response(
+    request: OptimizeRequest,
+    scenario: Scenario,
+    space: DisaggSearchSpace,
+    searched: _Searched,
+    started: float,
+    progress: Callable[[str], None] | None,
+) -> DisaggOptimizeResponse:
+    """The answer: the ranked rows (the top ``top_k``), the probes if asked for, every layout no
+    configuration can use with the reason, what the search cost."""
+    result, data, factory = searched.result, scenario.spec, searched.factory
     rows = [out for out in (_row_out(row) for row in result.rows) if out is not None]
-    refused: list[tuple[Pool, str, str]] = [
-        *(("prefill", label, why) for label, why in rejected_p.items()),
-        *(("decode", label, why) for label, why in rejected_d.items()),
-    ]
     infeasible = [
         InfeasibleLayout(role=role, parallel=label, reason=why)
-        for role, label, why in [*refused, *result.infeasible]
+        for role, label, why in [*searched.refused, *result.infeasible]
     ]
     best = rows[0] if rows else None
     reason = None if best is not None else (result.reason or "no feasible configuration")
     if progress is not None:
         progress(f"done: {result.evaluated} configurations, {len(result.probes)} simulations")
-    response = DisaggOptimizeResponse(
+    return DisaggOptimizeResponse(
         input=request,
-        engine=deployment.profile.to_dict(),
+        engine=scenario.deployment.profile.to_dict(),
         best=best,
         rows=rows[: space.top_k],
         probes=[_probe_out(p) for p in result.probes] if space.include_probes else [],
@@ -169,13 +239,13 @@ def optimize_disagg_deployment(
         reason=reason,
         ttft_limit_given=data.ttft_limit_ms is not None,
         notice=_ttft_notice(best) if data.ttft_limit_ms is None else None,
-        first_token=first_token,
-        max_batched_tokens=budget,
+        first_token=searched.first_token,
+        max_batched_tokens=data.max_batched_tokens,
         effective_input_length=data.effective_input_length,
         prefill_num_chunks=data.prefill_num_chunks,
         search=DisaggSearchOut(
-            prefill_layouts=len(usable_p),
-            decode_layouts=len(usable_d),
+            prefill_layouts=searched.prefill_layouts,
+            decode_layouts=searched.decode_layouts,
             configurations=result.configurations,
             evaluated=result.evaluated,
             simulations=len(result.probes),
@@ -184,14 +254,11 @@ def optimize_disagg_deployment(
             elapsed_ms=(time.perf_counter() - started) * 1e3,
             forward_evaluations=factory.usage.computed,
             shapes=factory.shapes,
-            layouts=len(models),
+            layouts=searched.layouts,
             probes=len(result.probes),
             cache=factory.counters(),
         ),
     )
-    if key is not None:
-        context.cache.set_many({key: response.model_dump(mode="json")})
-    return response
 
 
 def _ttft_notice(best: DisaggRowOut | None) -> str:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from app.core.chunking import require_int
 from app.core.cost import interrupt_of
@@ -627,6 +627,169 @@ def _count_configurations(budget: int, most: int, ps: Sequence[_Side], ds: Seque
     return total
 
 
+#: A queued configuration: ``(-bound, sequence, prefill side, decode side, N_p, N_d, step)``.
+_Entry = tuple[float, int, int, int, int, int, int]
+
+
+@dataclass(slots=True)
+class _Queue:
+    """Configurations best bound first (the capacities at the limit-sized batches), each queued
+    once; equal bounds in the order they were queued."""
+
+    spec: WorkloadSpec
+    ps: Sequence[_Side]
+    ds: Sequence[_Side]
+    heap: list[_Entry] = field(default_factory=list)
+    queued: set[tuple[int, int, int, int]] = field(default_factory=set)
+    seq: int = 0
+
+    def push(self, pi: int, di: int, n_p: int, n_d: int, step: int) -> None:
+        """Queue a configuration (``step``: -1 / 1 grow it outwards in ``N_d`` when taken,
+        0 both ways, :data:`_CLIMB` a neighbour of the best so far: simulated whatever its
+        estimate)."""
+        if (pi, di, n_p, n_d) in self.queued:
+            return
+        self.queued.add((pi, di, n_p, n_d))
+        self.seq += 1
+        bound = _bound(self.spec, self.ps[pi], self.ds[di], n_p, n_d)
+        heapq.heappush(self.heap, (-bound, self.seq, pi, di, n_p, n_d, step))
+
+    def seed(self, budget: int, small: int) -> None:
+        """Every pair of layouts' and ``N_p``'s balance point ``N_d = N_p * rate_p / rate_d``
+        (both counts around it when it falls between two, each to grow outwards)."""
+        for pi, p in enumerate(self.ps):
+            for di, d in enumerate(self.ds):
+                for n_p in range(1, min(small, (budget - d.size) // p.size) + 1):
+                    top = _decode_counts(budget, small, p, d, n_p)
+                    if top < 1:
+                        continue
+                    balance = n_p * p.rate / d.rate
+                    low = min(top, max(1, math.floor(balance)))
+                    high = min(top, max(1, math.ceil(balance)))
+                    if low == high:
+                        self.push(pi, di, n_p, low, 0)
+                    else:
+                        self.push(pi, di, n_p, low, -1)
+                        self.push(pi, di, n_p, high, 1)
+
+
+def _deployment(p: _Side, d: _Side, n_p: int, n_d: int, budget: int, most: int) -> DisaggConfig:
+    """The deployment of ``N_p`` x ``N_d`` workers of these layouts: as many copies of it as
+    ``most`` workers per pool and the device budget allow."""
+    config = DisaggConfig(
+        prefill=p.option.layout,
+        decode=d.option.layout,
+        prefill_workers=n_p,
+        decode_workers=n_d,
+    )
+    copies = min(most // max(n_p, n_d), budget // config.num_devices)
+    return _scaled(config, copies)
+
+
+@dataclass(slots=True)
+class _Search:
+    """The walk over the queued configurations (``small``: workers per pool of the ones it
+    simulates) and what it has measured, found and ruled out on the way."""
+
+    spec: WorkloadSpec
+    settings: DisaggSearchSettings
+    ps: Sequence[_Side]
+    ds: Sequence[_Side]
+    infeasible: list[tuple[Pool, str, str]]
+    check: Callable[[], None] | None
+    small: int
+    run: _Run
+    queue: _Queue
+    rows: list[DisaggRow] = field(default_factory=list)
+    evaluated: int = 0
+    # the heap's order and the stopping rule take the capacities at the limit-sized batches;
+    # the estimates (and each concurrency search's start) the measured prefill rates
+    # (measured when first needed: a layout whose bound never beats the best is not)
+    measured_ps: dict[int, _Side | None] = field(default_factory=dict)
+    # (layouts, transfer) pairs where one client misses a limit: so does every count of them
+    # with that transfer (one client meets one prefill and one decode worker)
+    hopeless: set[tuple[int, int, KvTransfer]] = field(default_factory=set)
+    # per pair of layouts, see UNMEASURED_MARGIN
+    efficiency: dict[tuple[int, int], float] = field(default_factory=dict)
+    seen: set[tuple[object, ...]] = field(default_factory=set)
+
+    def walk(self) -> None:
+        """Take the configurations best bound first until none left can beat the best found."""
+        heap, run = self.queue.heap, self.run
+        while heap:
+            negative, _, pi, di, n_p, n_d, step = heapq.heappop(heap)
+            if self.rows and -negative <= run.best_per_device:
+                break  # no configuration left can beat the best
+            self._take(pi, di, n_p, n_d, step)
+
+    def _measured_prefill(self, pi: int) -> _Side | None:
+        """Prefill side ``pi`` at its measured rate (None: one client misses the TTFT limit)."""
+        if pi not in self.measured_ps:
+            side: _Side | str = self.ps[pi]
+            if self.spec.ttft_limit_ms is not None:
+                side = _measured_prefill(self.spec, self.settings, self.check, self.ps[pi], self.ds)
+            if isinstance(side, str):
+                self.infeasible.append(("prefill", self.ps[pi].option.layout.label, side))
+            self.measured_ps[pi] = None if isinstance(side, str) else side
+        return self.measured_ps[pi]
+
+    def _take(self, pi: int, di: int, n_p: int, n_d: int, step: int) -> None:
+        """One configuration off the queue: its outward neighbour queued, then simulated at its
+        highest feasible concurrency unless it is ruled out, estimated not to beat the best
+        found, or the same pools as one simulated already."""
+        found = self._measured_prefill(pi)
+        if found is None:
+            return  # one client misses the TTFT limit with this prefill layout
+        p, d = found, self.ds[di]
+        budget, small = self.settings.num_devices, self.small
+        top = _decode_counts(budget, small, p, d, n_p)
+        for nxt in () if step == _CLIMB else (n_d - 1, n_d + 1) if step == 0 else (n_d + step,):
+            if 1 <= nxt <= top:
+                self.queue.push(pi, di, n_p, nxt, nxt - n_d)
+        config = _deployment(p, d, n_p, n_d, budget, self.settings.max_workers)
+        key = (pi, di, self.settings.transfer(config.prefill, config.decode, config.num_devices))
+        if key in self.hopeless:
+            return
+        measured = self.efficiency.get((pi, di))
+        estimate = self._estimate(measured)
+        bound = _bound(self.spec, p, d, n_p, n_d)
+        if step != _CLIMB and bound * estimate <= self.run.best_per_device:
+            return
+        signature = (
+            p.signature(config.prefill_workers),
+            d.signature(config.decode_workers),
+            key[2],
+        )
+        if signature in self.seen:
+            return  # the same pools under other layout names
+        self.seen.add(signature)
+        self.evaluated += 1
+        row = self.run.evaluate(p, d, config)
+        reached = 0.0 if row is None else row.throughput_per_device
+        self.efficiency[(pi, di)] = max(measured or 0.0, reached / bound if bound > 0 else 0.0)
+        if row is not None:
+            self.rows.append(row)
+            if row.throughput_per_device >= self.run.best_per_device:
+                self._climb(pi, di, p, d, n_p, n_d)
+        elif self.run.hopeless:
+            self.hopeless.add(key)
+
+    def _estimate(self, measured: float | None) -> float:
+        """A pair's efficiency estimate: its own measured one, else the best measured so far
+        (see :data:`UNMEASURED_MARGIN`)."""
+        if measured is not None:
+            return measured * (1 + MEASURED_MARGIN)
+        return max(self.efficiency.values(), default=math.inf) * (1 + UNMEASURED_MARGIN)
+
+    def _climb(self, pi: int, di: int, p: _Side, d: _Side, n_p: int, n_d: int) -> None:
+        """The pools' interplay (a decode pool's waits count in TTFT) is not in the bound: the
+        best configuration so far has its four neighbours in the counts simulated."""
+        budget, small = self.settings.num_devices, self.small
+        for q, e in ((n_p - 1, n_d), (n_p + 1, n_d), (n_p, n_d - 1), (n_p, n_d + 1)):
+            if 1 <= q <= small and 1 <= e <= _decode_counts(budget, small, p, d, q):
+                self.queue.push(pi, di, q, e, _CLIMB)
+
+
 def optimize_disagg(
     spec: WorkloadSpec,
     prefill_options: Sequence[PoolOption],
@@ -643,122 +806,30 @@ def optimize_disagg(
     ps = _sides(spec, "prefill", prefill_options, settings.running_cap, infeasible)
     ds = _sides(spec, "decode", decode_options, settings.running_cap, infeasible)
     budget, most = settings.num_devices, settings.max_workers
-    small = min(most, SEARCH_WORKERS)
     check = interrupt_of(prefill_options[0].worker.latency)
-    # the heap's order and the stopping rule take the capacities at the limit-sized batches;
-    # the estimates (and each concurrency search's start) the measured prefill rates
-    # (measured when first needed: a layout whose bound never beats the best is not)
-    measured_ps: dict[int, _Side | None] = {}
-
-    def measured_prefill(pi: int) -> _Side | None:
-        if pi not in measured_ps:
-            side: _Side | str = ps[pi]
-            if spec.ttft_limit_ms is not None:
-                side = _measured_prefill(spec, settings, check, ps[pi], ds)
-            if isinstance(side, str):
-                infeasible.append(("prefill", ps[pi].option.layout.label, side))
-            measured_ps[pi] = None if isinstance(side, str) else side
-        return measured_ps[pi]
-
-    run = _Run(spec=spec, settings=settings, check=check, probes=[])
-    heap: list[tuple[float, int, int, int, int, int, int]] = []
-    seq = 0
-    queued: set[tuple[int, int, int, int]] = set()
-
-    def push(pi: int, di: int, n_p: int, n_d: int, step: int) -> None:
-        """Queue a configuration (``step``: -1 / 1 grow it outwards in ``N_d`` when taken,
-        0 both ways, :data:`_CLIMB` a neighbour of the best so far: simulated whatever its
-        estimate)."""
-        nonlocal seq
-        if (pi, di, n_p, n_d) in queued:
-            return
-        queued.add((pi, di, n_p, n_d))
-        seq += 1
-        heapq.heappush(heap, (-_bound(spec, ps[pi], ds[di], n_p, n_d), seq, pi, di, n_p, n_d, step))
-
-    for pi, p in enumerate(ps):
-        for di, d in enumerate(ds):
-            for n_p in range(1, min(small, (budget - d.size) // p.size) + 1):
-                top = _decode_counts(budget, small, p, d, n_p)
-                if top < 1:
-                    continue
-                balance = n_p * p.rate / d.rate
-                low = min(top, max(1, math.floor(balance)))
-                high = min(top, max(1, math.ceil(balance)))
-                if low == high:
-                    push(pi, di, n_p, low, 0)
-                else:
-                    push(pi, di, n_p, low, -1)
-                    push(pi, di, n_p, high, 1)
-    rows: list[DisaggRow] = []
-    evaluated = 0
-    # (layouts, transfer) pairs where one client misses a limit: so does every count of them
-    # with that transfer (one client meets one prefill and one decode worker)
-    hopeless: set[tuple[int, int, KvTransfer]] = set()
-    efficiency: dict[tuple[int, int], float] = {}  # per pair of layouts, see UNMEASURED_MARGIN
-    seen: set[tuple[object, ...]] = set()
-    while heap:
-        negative, _, pi, di, n_p, n_d, step = heapq.heappop(heap)
-        if rows and -negative <= run.best_per_device:
-            break  # no configuration left can beat the best
-        found = measured_prefill(pi)
-        if found is None:
-            continue  # one client misses the TTFT limit with this prefill layout
-        p, d = found, ds[di]
-        top = _decode_counts(budget, small, p, d, n_p)
-        for nxt in () if step == _CLIMB else (n_d - 1, n_d + 1) if step == 0 else (n_d + step,):
-            if 1 <= nxt <= top:
-                push(pi, di, n_p, nxt, nxt - n_d)
-        config = DisaggConfig(
-            prefill=p.option.layout,
-            decode=d.option.layout,
-            prefill_workers=n_p,
-            decode_workers=n_d,
-        )
-        copies = min(most // max(n_p, n_d), budget // config.num_devices)
-        config = _scaled(config, copies)
-        key = (pi, di, settings.transfer(config.prefill, config.decode, config.num_devices))
-        if key in hopeless:
-            continue
-        measured = efficiency.get((pi, di))
-        estimate = (
-            measured * (1 + MEASURED_MARGIN)
-            if measured is not None
-            else max(efficiency.values(), default=math.inf) * (1 + UNMEASURED_MARGIN)
-        )
-        bound = _bound(spec, p, d, n_p, n_d)
-        if step != _CLIMB and bound * estimate <= run.best_per_device:
-            continue
-        signature = (
-            p.signature(config.prefill_workers),
-            d.signature(config.decode_workers),
-            key[2],
-        )
-        if signature in seen:
-            continue  # the same pools under other layout names
-        seen.add(signature)
-        evaluated += 1
-        row = run.evaluate(p, d, config)
-        reached = 0.0 if row is None else row.throughput_per_device
-        efficiency[(pi, di)] = max(measured or 0.0, reached / bound if bound > 0 else 0.0)
-        if row is not None:
-            rows.append(row)
-            if row.throughput_per_device >= run.best_per_device:
-                # the pools' interplay (a decode pool's waits count in TTFT) is not in the
-                # bound: the best configuration so far has its neighbours simulated
-                for q, e in ((n_p - 1, n_d), (n_p + 1, n_d), (n_p, n_d - 1), (n_p, n_d + 1)):
-                    if 1 <= q <= small and 1 <= e <= _decode_counts(budget, small, p, d, q):
-                        push(pi, di, q, e, _CLIMB)
-        elif run.hopeless:
-            hopeless.add(key)
+    search = _Search(
+        spec=spec,
+        settings=settings,
+        ps=ps,
+        ds=ds,
+        infeasible=infeasible,
+        check=check,
+        small=min(most, SEARCH_WORKERS),
+        run=_Run(spec=spec, settings=settings, check=check, probes=[]),
+        queue=_Queue(spec=spec, ps=ps, ds=ds),
+    )
+    search.queue.seed(budget, search.small)
+    search.walk()
+    rows = search.rows
     rows.sort(key=lambda r: (-r.throughput_per_device, -r.config.num_devices, r.concurrency))
-    reason = None if rows else _why_nothing(infeasible, run.probes, ps, ds)
+    probes = search.run.probes
+    reason = None if rows else _why_nothing(infeasible, probes, ps, ds)
     return DisaggSearchResult(
         rows=tuple(rows),
-        probes=tuple(run.probes),
+        probes=tuple(probes),
         infeasible=tuple(infeasible),
         configurations=_count_configurations(budget, most, ps, ds),
-        evaluated=evaluated,
+        evaluated=search.evaluated,
         reason=reason,
     )
 

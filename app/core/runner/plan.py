@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from app.core import limits
 from app.core.catalog.architecture import (
@@ -415,6 +415,140 @@ def _moe_fit_label(
     return moe_label(quantization, model.native_linear, mxfp4_activation)
 
 
+class _Sharding(TypedDict):
+    """A plan's sharding (:class:`ShardPlan`'s fields of the same names)."""
+
+    tp: int
+    pp: int
+    ep: int
+    moe_tp: int
+    moe_group_size: int
+    heads_local: int
+    kv_heads_local: int
+    linear_key_heads_local: int
+    linear_value_heads_local: int
+    expert_slots: int
+
+
+def _sharding(
+    model: ModelArchitecture, parallel: ParallelLayout, redundant_experts: int, notes: list[str]
+) -> _Sharding:
+    """How the layout splits the model's heads and experts over the devices (checks that it
+    divides them)."""
+    tp, pp = parallel.tp, parallel.pp
+    kv_local = _kv_heads_local(model, tp, pp)
+    linear_k_local, linear_v_local = _linear_heads_local(model, tp)
+    require_int("redundant_experts", redundant_experts, 0, limits.MAX_REDUNDANT_EXPERTS)
+    ep, moe_tp, group, slots = _expert_sharding(model, parallel, redundant_experts, notes)
+    return {
+        "tp": tp,
+        "pp": pp,
+        "ep": ep,
+        "moe_tp": moe_tp,
+        "moe_group_size": group,
+        "heads_local": model.num_heads // tp,
+        "kv_heads_local": kv_local,
+        "linear_key_heads_local": linear_k_local,
+        "linear_value_heads_local": linear_v_local,
+        "expert_slots": slots,
+    }
+
+
+class _MemoryTerms(TypedDict):
+    """What one device of a plan holds (:class:`ShardPlan`'s fields of the same names)."""
+
+    kv_bytes_per_element: float
+    weights_bytes: float
+    mtp_weights_bytes: float
+    kv_bytes_per_token: float
+    kv_bytes_per_token_sliding: float
+    mtp_kv_bytes_per_token: float
+    state_bytes_per_request: float
+
+
+def _memory_terms(
+    model: ModelArchitecture,
+    quantization: Quantization,
+    shard: _Sharding,
+    sixteen_bit: frozenset[str],
+) -> _MemoryTerms:
+    """The weights (and the MTP or draft weights) on the busiest device, its KV bytes per token
+    and the recurrent state of one request."""
+    tp, pp, kv_local = shard["tp"], shard["pp"], shard["kv_heads_local"]
+    weights, mtp_weights = _weights_bytes(
+        model,
+        tp=tp,
+        pp=pp,
+        ep=shard["ep"],
+        moe_tp=shard["moe_tp"],
+        kv_local=kv_local,
+        wbytes=quantization.linear_format.weight_bytes_per_param,
+        sixteen_bit=sixteen_bit,
+        expert_slots=shard["expert_slots"],
+    )
+    kv_el = quantization.kv_bytes_per_element
+    per_layer_kv, kv_full, kv_sliding = _kv_bytes_per_token(model, kv_local, pp, kv_el)
+    return {
+        "kv_bytes_per_element": kv_el,
+        "weights_bytes": weights,
+        "mtp_weights_bytes": mtp_weights,
+        "kv_bytes_per_token": kv_full,
+        "kv_bytes_per_token_sliding": kv_sliding,
+        "mtp_kv_bytes_per_token": per_layer_kv * (model.num_mtp_layers or EAGLE3_LAYERS),
+        "state_bytes_per_request": _state_bytes_per_request(model, tp, pp),
+    }
+
+
+class _KernelFits(TypedDict):
+    """A plan's measured-kernel curves (:class:`ShardPlan`'s ``*_fit`` fields)."""
+
+    gemm_fit: FittedGemm | None
+    bf16_gemm_fit: FittedGemm | None
+    moe_fit: FittedMoe | None
+    comm_fit: FittedComm | None
+    prefill_attention_fit: FittedAttention | None
+    decode_attention_fit: FittedAttention | None
+    gdn_fit: FittedGdn | None
+    dsa_fit: FittedDsa | None
+
+
+def _kernel_fits(
+    model: ModelArchitecture,
+    device: Device,
+    quantization: Quantization,
+    mxfp4: tuple[Mxfp4Activation, Mxfp4MoeKernel],
+    compute: DType,
+    kernel_engine: str | None,
+    hbm_peak: float,
+    floors_s: tuple[float, float | None],
+    *,
+    served: bool,
+) -> _KernelFits:
+    """The curves ``kernel_engine``'s measured kernels price the GEMMs, routed experts,
+    collectives, attention, Gated DeltaNet and DSA kernels with (each None: the defaults;
+    ``floors_s`` as for :func:`_moe_and_comm_fits`; ``served`` as for
+    :func:`build_plan`)."""
+    gemm_fit, bf16_fit = _gemm_fits(
+        model, device, quantization, compute, kernel_engine, hbm_peak, floors_s, served=served
+    )
+    moe_fit, comm_fit = _moe_and_comm_fits(
+        model, device, quantization, mxfp4, compute, kernel_engine, hbm_peak, floors_s
+    )
+    prefill_attention, decode_attention = _attention_fits(
+        model, device, quantization, kernel_engine, hbm_peak, floors_s
+    )
+    return {
+        "gemm_fit": gemm_fit,
+        "bf16_gemm_fit": bf16_fit,
+        "moe_fit": moe_fit,
+        "comm_fit": comm_fit,
+        "prefill_attention_fit": prefill_attention,
+        "decode_attention_fit": decode_attention,
+        "gdn_fit": _gdn_fit(model, device, kernel_engine, hbm_peak, floors_s),
+        "dsa_fit": _dsa_fit(model, device, kernel_engine, hbm_peak, floors_s),
+    }
+
+
 def build_plan(
     model: ModelArchitecture,
     device: Device,
@@ -446,65 +580,28 @@ def build_plan(
     curve, BF16 activations; docs/kernels.md, "vLLM on Hopper")."""
     notes: list[str] = []
     sixteen_bit = _sixteen_bit_parts(model, quantization, notes)
-    tp, pp = parallel.tp, parallel.pp
-    kv_local = _kv_heads_local(model, tp, pp)
-    linear_k_local, linear_v_local = _linear_heads_local(model, tp)
-    require_int("redundant_experts", redundant_experts, 0, limits.MAX_REDUNDANT_EXPERTS)
-    ep, moe_tp, group, slots = _expert_sharding(model, parallel, redundant_experts, notes)
-    fmt = quantization.linear_format
+    shard = _sharding(model, parallel, redundant_experts, notes)
+    tp, pp = shard["tp"], shard["pp"]
     compute, gemm_rate, gemm_half, attn_peak = _compute_paths(
         device, quantization, mxfp4_activation, notes
     )
     indexer_rate = _indexer_flops_per_s(device, model, notes)
-    group_devices = max(tp, group)
-    plan_weights, mtp_weights = _weights_bytes(
-        model,
-        tp=tp,
-        pp=pp,
-        ep=ep,
-        moe_tp=moe_tp,
-        kv_local=kv_local,
-        wbytes=fmt.weight_bytes_per_param,
-        sixteen_bit=sixteen_bit,
-        expert_slots=slots,
-    )
-    kv_el = quantization.kv_bytes_per_element
-    per_layer_kv, kv_full, kv_sliding = _kv_bytes_per_token(model, kv_local, pp, kv_el)
+    memory = _memory_terms(model, quantization, shard, sixteen_bit)
     hbm_peak = device.hbm_bandwidth_gb_s * BYTES_PER_GB
     graph_launch_s = device.graph_kernel_launch_us * S_PER_US
     floors = (graph_launch_s, in_graph_floor_s(kernel_engine, device.vendor) if served else None)
-    gemm_fit, bf16_fit = _gemm_fits(
-        model, device, quantization, compute, kernel_engine, hbm_peak, floors, served=served
+    mxfp4 = (mxfp4_activation, mxfp4_moe_kernel)
+    fits = _kernel_fits(
+        model, device, quantization, mxfp4, compute, kernel_engine, hbm_peak, floors, served=served
     )
-    moe_fit, comm_fit = _moe_and_comm_fits(
-        model,
-        device,
-        quantization,
-        (mxfp4_activation, mxfp4_moe_kernel),
-        compute,
-        kernel_engine,
-        hbm_peak,
-        floors,
-    )
-    prefill_attention, decode_attention = _attention_fits(
-        model, device, quantization, kernel_engine, hbm_peak, floors
-    )
-
     return ShardPlan(
         model=model,
         device=device,
         parallel=parallel,
         quantization=quantization,
-        tp=tp,
-        pp=pp,
-        ep=ep,
-        moe_tp=moe_tp,
-        moe_group_size=group,
-        heads_local=model.num_heads // tp,
-        kv_heads_local=kv_local,
-        weight_bytes_per_param=fmt.weight_bytes_per_param,
+        **shard,
+        weight_bytes_per_param=quantization.linear_format.weight_bytes_per_param,
         gemm_input_bytes=GEMM_INPUT_BYTES[compute],
-        kv_bytes_per_element=kv_el,
         gemm_flops_per_s=gemm_rate,
         gemm_half_efficiency_tokens=gemm_half,
         bf16_half_efficiency_tokens=device.gemm_half_efficiency_tokens,
@@ -516,28 +613,13 @@ def build_plan(
         graph_launch_s=graph_launch_s,
         forward_overhead_s=device.forward_overhead_us * S_PER_US,
         tp_tier=device.tier_for(tp),
-        ep_tier=device.tier_for(group_devices),
+        ep_tier=device.tier_for(max(tp, shard["moe_group_size"])),
         pp_tier=device.tier_for(tp * pp),
-        weights_bytes=plan_weights,
-        mtp_weights_bytes=mtp_weights,
-        kv_bytes_per_token=kv_full,
-        kv_bytes_per_token_sliding=kv_sliding,
-        mtp_kv_bytes_per_token=per_layer_kv * (model.num_mtp_layers or EAGLE3_LAYERS),
+        **memory,
         notes=tuple(notes),
-        linear_key_heads_local=linear_k_local,
-        linear_value_heads_local=linear_v_local,
-        state_bytes_per_request=_state_bytes_per_request(model, tp, pp),
         sixteen_bit_parts=sixteen_bit,
-        gemm_fit=gemm_fit,
-        bf16_gemm_fit=bf16_fit,
-        moe_fit=moe_fit,
-        comm_fit=comm_fit,
-        prefill_attention_fit=prefill_attention,
-        decode_attention_fit=decode_attention,
-        gdn_fit=_gdn_fit(model, device, kernel_engine, hbm_peak, floors),
+        **fits,
         gdn_chunk_efficiency=_gdn_chunk_efficiency(device),
-        expert_slots=slots,
-        dsa_fit=_dsa_fit(model, device, kernel_engine, hbm_peak, floors),
     )
 
 
