@@ -162,6 +162,19 @@ SGLANG_STEP_SYNC_MS = 2.5
 #: those prompts' 6.7 bytes per token. 2 taken. Every engine pays it; 0 only for a caller who
 #: sends token ids.
 FRONTEND_US_PER_TOKEN = 2.0
+#: Time per request vLLM's API server holds a text prompt before encoding it: the OpenAI
+#: server's renderer encodes through ``AsyncMicrobatchTokenizer`` (``vllm/utils/async_utils.py``,
+#: from vllm-project/vllm#19334, 2025), whose encode loop takes the first queued prompt and then
+#: waits up to ``batch_wait_timeout_s = 0.002`` for more (``max_batch_size = 32``) before one
+#: tokenizer call. A benchmark client's re-submissions arrive one at a time (milliseconds to
+#: seconds apart), so each waits the whole window. Read in the 0.11.2, 0.18.0 and 0.19.0 wheels
+#: (0.11.2: ``entrypoints/renderer.py``; 0.18 / 0.19: ``renderers/base.py``,
+#: ``_tokenize_prompt_async``); vllm-project/vllm#44172 ("adds about 2ms of frontend latency for
+#: low-concurrency ... workloads") and #45759 (2026-06, removes the tokenizer: "uses a 2ms
+#: wait_timeout, which is too large ... the normal time for most tokenizer.encode calls is
+#: ~0.1ms") say the same. Not SGLang's (its dynamic batch tokenizer is off by default) nor
+#: TensorRT-LLM's.
+VLLM_TOKENIZER_BATCH_WAIT_MS = 2.0
 #: Steps between a closed-loop finish and its successor reaching the scheduler under async or
 #: overlap scheduling: the finishing token leaves the engine when its step ends, the next step
 #: already started without the successor (the engine never waits for a client), and the step
@@ -649,6 +662,7 @@ VLLM = EngineProfile(
     cuda_graph_max_batch=VLLM_MAX_GRAPH_BATCH,
     overlap_scheduling=False,
     step_host_ms=VLLM_STEP_HOST_MS,
+    request_frontend_ms=VLLM_TOKENIZER_BATCH_WAIT_MS,
     frontend_us_per_token=FRONTEND_US_PER_TOKEN,
     resubmit_steps=OVERLAP_RESUBMIT_STEPS,
     mxfp4_activation=VLLM_MXFP4_ACTIVATION,

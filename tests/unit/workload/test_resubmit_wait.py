@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from app.core.errors import InvalidParameterError
 from app.core.limits import MAX_RESUBMIT_STEPS
-from app.core.profiles import FRONTEND_US_PER_TOKEN, OVERLAP_RESUBMIT_STEPS, PROFILES
+from app.core.profiles import (
+    FRONTEND_US_PER_TOKEN,
+    OVERLAP_RESUBMIT_STEPS,
+    PROFILES,
+    VLLM_TOKENIZER_BATCH_WAIT_MS,
+)
 from app.core.scheduler import make_scheduler
 from app.core.spec import WorkloadSpec
 from app.core.workload import simulate_closed_loop, simulate_poisson
@@ -96,9 +101,15 @@ def test_engine_profiles_state_their_front_end() -> None:
     for name in ("vllm", "sglang", "trtllm"):
         profile = PROFILES[name]
         assert profile.resubmit_steps == OVERLAP_RESUBMIT_STEPS == 2
-        # The prompt's tokenization: 2 us per token, 16.4 ms for an 8,192-token prompt.
-        assert profile.frontend_ms(8192) == pytest.approx(FRONTEND_US_PER_TOKEN * 8.192)
-        assert profile.frontend_ms(8192) == pytest.approx(16.384)
+        # The prompt's tokenization: 2 us per token, 16.4 ms for an 8,192-token prompt; vLLM's
+        # API server first holds the prompt for its micro-batching tokenizer's 2 ms window.
+        window_ms = VLLM_TOKENIZER_BATCH_WAIT_MS if name == "vllm" else 0.0
+        assert profile.request_frontend_ms == window_ms
+        assert profile.frontend_ms(8192) == pytest.approx(window_ms + FRONTEND_US_PER_TOKEN * 8.192)
+    assert PROFILES["vllm"].frontend_ms(8192) == pytest.approx(2.0 + 16.384)
+    assert PROFILES["sglang"].frontend_ms(8192) == pytest.approx(16.384)
+    # ... and it reaches the client's TTFT through the workload the profile builds.
+    assert PROFILES["vllm"].spec_terms(1024)["ttft_overhead_ms"] == pytest.approx(2.0 + 2.048)
     # The RFC's own workload (msmodeling) keeps neither.
     assert PROFILES["msmodeling"].frontend_ms(8192) == 0.0
     assert PROFILES["msmodeling"].resubmit_steps == 0
