@@ -244,11 +244,25 @@ def sglang_settings(data: Mapping[str, Any]) -> dict[str, str]:
         "decode_memory_fraction": _fraction(decode.get("mem-fraction-static")),
         "decode_max_batch_size": str(running or ""),
         "decode_max_total_tokens": str(decode.get("max-total-tokens") or ""),
-        # not read: how SGLang shares --chunked-prefill-size among attention-DP ranks is not
-        # confirmed from its source here
-        "prefill_max_num_tokens": "",
+        "prefill_max_num_tokens": sglang_prefill_budget(prefill),
         "unmodelled": " ".join(unmodelled),
     }
+
+
+def sglang_prefill_budget(prefill: Mapping[str, Any]) -> str:
+    """One prefill rank's token budget per forward: ``--chunked-prefill-size``, divided by the
+    attention-DP ranks with ``--enable-dp-attention`` (SGLang ``ServerArgs.
+    _handle_data_parallelism``: ``self.chunked_prefill_size = self.chunked_prefill_size //
+    self.dp_size``, "DP attention is enabled. The chunked prefill size is adjusted to ..."),
+    and at most ``--max-prefill-tokens`` (each rank's scheduler keeps the whole value, the
+    prefill batch's input-token limit); ``""`` when the recipe sets neither (the profile's
+    budget)."""
+    chunk = prefill.get("chunked-prefill-size")
+    dp = int(_get(prefill, "data-parallel-size", "dp-size") or 1)
+    if chunk and prefill.get("enable-dp-attention") and dp > 1:
+        chunk = int(chunk) // dp
+    limits = [int(v) for v in (chunk, prefill.get("max-prefill-tokens")) if v]
+    return str(min(limits)) if limits else ""
 
 
 def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,9 +20,10 @@ provenance in ``engine`` (the image's build), ``model``, ``hardware``, ``gemm_qu
   (the running cap of one decode rank: TensorRT-LLM's ``max_batch_size``, SGLang's
   ``--max-running-requests`` over its attention-DP ranks) and ``decode_max_total_tokens``
   (SGLang's ``--max-total-tokens``, a cap on the decode KV pool) and
-  ``prefill_max_num_tokens`` (TensorRT-LLM's context-server ``max_num_tokens``, the prefill
-  pool's token budget per rank, the profile's ``max_batched_tokens`` as in the aggregated
-  recipes' mapping);
+  ``prefill_max_num_tokens`` (TensorRT-LLM's context-server ``max_num_tokens``; SGLang's
+  prefill ``--chunked-prefill-size`` over its attention-DP ranks, at most
+  ``--max-prefill-tokens``: the prefill pool's token budget per rank, the profile's
+  ``max_batched_tokens`` as in the aggregated recipes' mapping);
 - ``redundant_experts`` (optional column): SGLang's ``--ep-num-redundant-experts``, the
   expert slots beyond the routed experts every worker of both pools holds (the profile's
   ``redundant_experts``);

@@ -291,6 +291,25 @@ def test_an_mtp_only_key_decodes_with_its_recipes_drafts() -> None:
     assert ("memory_fraction", 0.85) in found.decode_options
 
 
+def test_an_sglang_recipes_prefill_budget_is_its_chunk_per_attention_dp_rank() -> None:
+    """SGLang divides ``--chunked-prefill-size`` among the attention-DP ranks
+    (``ServerArgs._handle_data_parallelism``) and caps a prefill batch at
+    ``--max-prefill-tokens``: ``h200/1k1k/bs256-1p6d-dep`` (262,144 over DP 8, at most 65,536)
+    gives each prefill rank 32,768 tokens; ``b200-fp8/1k1k.yaml`` (32,768, no DP attention) the
+    whole 32,768; the replay's prefill pool runs that budget."""
+    from scripts.inferencex_disagg_recipes import sglang_prefill_budget
+
+    dep = {"dp-size": 8, "enable-dp-attention": True, "chunked-prefill-size": 262144}
+    assert sglang_prefill_budget({**dep, "max-prefill-tokens": 65536}) == "32768"
+    assert sglang_prefill_budget({**dep, "max-prefill-tokens": 16384}) == "16384"
+    assert sglang_prefill_budget({**dep, "enable-dp-attention": False}) == "262144"
+    assert sglang_prefill_budget({"max-prefill-tokens": 2048}) == "2048"
+    assert sglang_prefill_budget({}) == ""
+    found = disagg_row_settings({**SGLANG_ROW, "concurrency": "64"})
+    assert ("max_batched_tokens", 32768) in found.prefill_options
+    assert all(name != "max_batched_tokens" for name, _ in found.decode_options)
+
+
 def test_a_row_with_several_candidate_recipes_replays_as_their_centre() -> None:
     """At 4 clients the entry and its ``-mtp`` twin both ran the 1P1D TEP8 recipe; the file's
     replicas of that configuration measured TPOT 4.7-4.9 ms and 9.8 ms, one of each."""
