@@ -43,9 +43,9 @@ CASES = ROOT.parent / "shared" / "validation" / "measured_agg_serving_cases.csv"
 GB200_COMMIT = "97f253b511717a021e6e539c5bbe0b1871901274"
 GB200_LAUNCHER = "runners/launch_gb200-nv.sh"
 CONFIG = ".github/configs/nvidia-master.yaml"
-#: (model, hardware, engine family, gemm_quant) -> the single-node entry whose rows may record ``tp`` as
-#: the entry's ``tp x ep``, and the commits whose search spaces it ran (the entry's versions
-#: while the rows' image was in use; every listed layout runs on one 8-GPU server).
+#: (model, hardware, engine family, gemm_quant) -> the single-node entry whose rows may record
+#: ``tp`` as the entry's ``tp x ep``, and the commits whose search spaces it ran (the entry's
+#: versions while the rows' image was in use; every listed layout runs on one 8-GPU server).
 SINGLE_NODE = {
     # the last commit before the rows were measured (2026-03-04)
     ("Qwen/Qwen3.5-397B-A17B", "H200 SXM 141GB", "sglang", "fp8"): (
