@@ -131,6 +131,11 @@ class ShardPlan:
     #: Measured-kernel DSA curves (indexer scores and top-k, sparse MLA; ``kernel_fit_dsa``);
     #: None: the analytic pricing.
     dsa_fit: FittedDsa | None = None
+    #: An expert-parallel MoE whose expert group is the attention-TP group (every rank holds
+    #: every token) still dispatches and combines its tokens by all-to-all; False: it routes
+    #: the tokens it holds and the MoE all-reduce sums the ranks' outputs (the runner's
+    #: ``tp_group_all_to_all``).
+    tp_group_all_to_all: bool = True
 
     @property
     def tokens_scale(self) -> float:
@@ -421,6 +426,7 @@ def build_plan(
     served: bool = False,
     mxfp4_moe_kernel: Mxfp4MoeKernel = "default",
     redundant_experts: int = 0,
+    tp_group_all_to_all: bool = True,
 ) -> ShardPlan:
     """``kernel_engine``: the engine whose measured-kernel curves price the GEMMs, the routed
     experts and the collectives on ``device`` (:mod:`app.core.runner.kernel_fit`,
@@ -438,7 +444,10 @@ def build_plan(
     docs/kernels.md, "In-graph floors").
 
     ``mxfp4_moe_kernel``: the kernel MXFP4 routed experts run on (``marlin``: Marlin's measured
-    curve, BF16 activations; docs/kernels.md, "vLLM on Hopper")."""
+    curve, BF16 activations; docs/kernels.md, "vLLM on Hopper").
+
+    ``tp_group_all_to_all``: False where the engine exchanges no tokens when the expert group
+    is the attention tensor-parallel group (:attr:`ShardPlan.tp_group_all_to_all`)."""
     notes: list[str] = []
     sixteen_bit = _sixteen_bit_parts(model, quantization, notes)
     tp, pp = parallel.tp, parallel.pp
@@ -532,6 +541,7 @@ def build_plan(
         gdn_fit=_gdn_fit(model, device, kernel_engine, hbm_peak, floors),
         expert_slots=slots,
         dsa_fit=_dsa_fit(model, device, kernel_engine, hbm_peak, floors),
+        tp_group_all_to_all=tp_group_all_to_all,
     )
 
 
