@@ -43,30 +43,42 @@ CASES = ROOT.parent / "shared" / "validation" / "measured_agg_serving_cases.csv"
 GB200_COMMIT = "97f253b511717a021e6e539c5bbe0b1871901274"
 GB200_LAUNCHER = "runners/launch_gb200-nv.sh"
 CONFIG = ".github/configs/nvidia-master.yaml"
-#: (model, hardware, engine family) -> the single-node entry whose rows may record ``tp`` as
-#: the entry's ``tp x ep``, and the commits whose search spaces it ran (the entry's versions
-#: while the rows' image was in use; every listed layout runs on one 8-GPU server).
+#: (model, hardware, engine family, gemm_quant) -> the single-node entry whose rows may record
+#: ``tp`` as the entry's ``tp x ep``, and the commits whose search spaces it ran (the entry's
+#: versions while the rows' image was in use; every listed layout runs on one 8-GPU server).
 SINGLE_NODE = {
     # the last commit before the rows were measured (2026-03-04)
-    ("Qwen/Qwen3.5-397B-A17B", "H200 SXM 141GB", "sglang"): (
+    ("Qwen/Qwen3.5-397B-A17B", "H200 SXM 141GB", "sglang", "fp8"): (
         "qwen3.5-fp8-h200-sglang",
         ("ade7c0015d7ab081802b603abf3ef53fa3c4b7ab",),
     ),
     # image v0.5.9-cu129 (2026-03-03) and v0.5.9-cu130 (2026-03-23); both run tp 4 / ep 4
-    ("Qwen/Qwen3.5-397B-A17B", "B200 180GB", "sglang"): (
+    ("Qwen/Qwen3.5-397B-A17B", "B200 180GB", "sglang", "fp8"): (
         "qwen3.5-fp8-b200-sglang",
         ("efd49e50bc7a978febd0ea3b44e943f7495fb0fb", "6a5dad463efe03fca04526048d0027a47f7e20be"),
     ),
     # image gpt-oss-dev: the version with 1k/8k (2025-11-06) and the one of 2026-03-27 (until
     # 2026-04-13, when the entry moved to another image); both run tp = ep in 1, 2, 4, 8
-    ("openai/gpt-oss-120b", "H200 SXM 141GB", "trtllm"): (
+    ("openai/gpt-oss-120b", "H200 SXM 141GB", "trtllm", "nvfp4"): (
         "gptoss-fp4-h200-trt",
         ("403857f6883ec5d9b06e43b76bf0696f43d06011", "626932a110a2348591e314eddb782f7a0dee104c"),
     ),
     # image 1.1.0rc2.post2, the same two versions: tp 8 / ep 8 only
-    ("deepseek-ai/DeepSeek-R1", "H200 SXM 141GB", "trtllm"): (
+    ("deepseek-ai/DeepSeek-R1", "H200 SXM 141GB", "trtllm", "fp8"): (
         "dsr1-fp8-h200-trt",
         ("403857f6883ec5d9b06e43b76bf0696f43d06011", "626932a110a2348591e314eddb782f7a0dee104c"),
+    ),
+    # image v0.5.9-cu130, the version of the rows' script (dsr1_fp4_b200.sh@12ba0ae072,
+    # 2026-03-25): tp 4 / ep 4 and tp 8 / ep 8 (the row records the model as DeepSeek-V3)
+    ("deepseek-ai/DeepSeek-V3", "B200 180GB", "sglang", "nvfp4"): (
+        "dsr1-fp4-b200-sglang",
+        ("12ba0ae07289e3212840f8f59913ddee97b07f73",),
+    ),
+    # image v0.5.10.post1-cu130, the version of the rows' script (dsr1_fp4_b300.sh@9ebeafb4e3,
+    # 2026-04-17): the same two layouts
+    ("deepseek-ai/DeepSeek-V3", "B300 SXM 288GB", "sglang", "nvfp4"): (
+        "dsr1-fp4-b300-sglang",
+        ("9ebeafb4e31afa58f87fbc36d14147ddc144edb1",),
     ),
 }
 #: GPUs of one GB200 context worker (one 4-GPU node: ``--ntasks 4 --nodes 1`` in Dynamo's
@@ -242,7 +254,7 @@ def table_rows(repo: Path, cases: Path) -> list[dict[str, str]]:
             if found:
                 keys.add(key)
                 out.append(merged(row, found, sources[family]))
-        elif (name := (row["model"], row["hardware"], family)) in SINGLE_NODE:
+        elif (name := (row["model"], row["hardware"], family, row["gemm_quant"])) in SINGLE_NODE:
             entry, commits = SINGLE_NODE[name]
             tp, moe_tp, ep = (int(row[c] or 1) for c in ("tp", "moe_tp", "moe_ep"))
             layouts = single_node[name].get((row["isl"], row["osl"]), set())

@@ -1119,7 +1119,10 @@ class ForwardBuilder:
         # all the group's tokens and reduce-scatters the experts' output back to their ranks
         gathered = p.ep == 1 and p.moe_group_size > p.tp
         group_tokens = tokens * p.tokens_scale
-        if p.ep > 1:
+        # expert parallelism exchanges tokens unless every rank holds them all already (the
+        # expert group is the attention-TP group) and the engine routes them in place
+        exchanged = p.ep > 1 and (p.moe_group_size > p.tp or p.tp_group_all_to_all)
+        if exchanged:
             self.collective(
                 "moe_dispatch",
                 scope,
@@ -1142,7 +1145,7 @@ class ForwardBuilder:
             self.sixteen_bit = SIXTEEN_BIT_SHARED_EXPERTS in p.sixteen_bit_parts
             self._mlp("shared_expert", scope, count, tokens, moe.shared_intermediate_size / p.tp)
             self.sixteen_bit = False
-        if p.ep > 1:
+        if exchanged:
             self.collective(
                 "moe_combine",
                 scope,

@@ -136,6 +136,11 @@ class ShardPlan:
     #: Measured-kernel DSA curves (indexer scores and top-k, sparse MLA; ``kernel_fit_dsa``);
     #: None: the analytic pricing.
     dsa_fit: FittedDsa | None = None
+    #: An expert-parallel MoE whose expert group is the attention-TP group (every rank holds
+    #: every token) still dispatches and combines its tokens by all-to-all; False: it routes
+    #: the tokens it holds and the MoE all-reduce sums the ranks' outputs (the runner's
+    #: ``tp_group_all_to_all``).
+    tp_group_all_to_all: bool = True
 
     @property
     def tokens_scale(self) -> float:
@@ -560,6 +565,7 @@ def build_plan(
     served: bool = False,
     mxfp4_moe_kernel: Mxfp4MoeKernel = "default",
     redundant_experts: int = 0,
+    tp_group_all_to_all: bool = True,
 ) -> ShardPlan:
     """``kernel_engine``: the engine whose measured-kernel curves price the GEMMs, the routed
     experts and the collectives on ``device`` (:mod:`app.core.runner.kernel_fit`,
@@ -577,7 +583,10 @@ def build_plan(
     docs/kernels.md, "In-graph floors").
 
     ``mxfp4_moe_kernel``: the kernel MXFP4 routed experts run on (``marlin``: Marlin's measured
-    curve, BF16 activations; docs/kernels.md, "vLLM on Hopper")."""
+    curve, BF16 activations; docs/kernels.md, "vLLM on Hopper").
+
+    ``tp_group_all_to_all``: False where the engine exchanges no tokens when the expert group
+    is the attention tensor-parallel group (:attr:`ShardPlan.tp_group_all_to_all`)."""
     notes: list[str] = []
     sixteen_bit = _sixteen_bit_parts(model, quantization, notes)
     shard = _sharding(model, parallel, redundant_experts, notes)
@@ -620,6 +629,7 @@ def build_plan(
         sixteen_bit_parts=sixteen_bit,
         **fits,
         gdn_chunk_efficiency=_gdn_chunk_efficiency(device),
+        tp_group_all_to_all=tp_group_all_to_all,
     )
 
 

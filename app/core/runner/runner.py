@@ -175,6 +175,9 @@ class ModelRunner:
     (``marlin``: Marlin's measured curve where ``kernel_engine`` has one).
     ``redundant_experts``: MoE expert slots beyond the routed experts, each a replica of one
     (SGLang's ``--ep-num-redundant-experts``; :func:`~app.core.runner.plan.build_plan`).
+    ``tp_group_all_to_all`` False: an expert-parallel MoE whose expert group is the attention
+    tensor-parallel group routes the tokens every rank holds, with no dispatch or combine
+    all-to-all (``serving.TP_GROUP_ROUTING_ENGINES``).
     ``kernel_engine``: the engine (``vllm``, ``sglang``, ``trtllm``) whose measured-kernel
     curves price the GEMMs, routed experts and collectives where the fitted tables have them
     for the device (None: the defaults), as kernels of a served forward
@@ -197,6 +200,7 @@ class ModelRunner:
         "quantization",
         "redundant_experts",
         "reserved_memory_gb",
+        "tp_group_all_to_all",
     )
 
     def __init__(
@@ -214,6 +218,7 @@ class ModelRunner:
         kernel_engine: str | None = None,
         mxfp4_moe_kernel: Mxfp4MoeKernel = "default",
         redundant_experts: int = 0,
+        tp_group_all_to_all: bool = True,
     ) -> None:
         if reserved_memory_gb is None:
             reserved_memory_gb = DEFAULT_RESERVED_MEMORY_GB
@@ -252,8 +257,10 @@ class ModelRunner:
             served=True,
             mxfp4_moe_kernel=mxfp4_moe_kernel,
             redundant_experts=redundant_experts,
+            tp_group_all_to_all=tp_group_all_to_all,
         )
         self.redundant_experts = redundant_experts
+        self.tp_group_all_to_all = bool(tp_group_all_to_all)
         plan = self.plan
         fitted = any(
             fit is not None
@@ -307,6 +314,8 @@ class ModelRunner:
             ),
             # Only where set: runners without redundant expert slots keep their keys.
             **({"redundant_experts": self.redundant_experts} if self.redundant_experts else {}),
+            # Only where off: runners that exchange tokens in the TP group keep their keys.
+            **({} if self.tp_group_all_to_all else {"tp_group_all_to_all": False}),
             # Only where a fitted curve prices an op: default-priced runners keep their keys.
             **({} if self.kernel_engine is None else {"kernel_engine": self.kernel_engine}),
         }

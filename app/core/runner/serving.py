@@ -85,6 +85,21 @@ SERVING_KERNEL_DEVICES: Mapping[str, frozenset[str]] = {
 }
 
 
+#: Engines (on these vendors' devices) whose expert-parallel MoE exchanges tokens by all-to-all
+#: only under attention data parallelism: with the expert group the attention tensor-parallel
+#: group every rank holds every token after the attention all-reduce, routes them all,
+#: computes the pairs of its own experts, and the MoE all-reduce sums the ranks' outputs
+#: (``tp_group_all_to_all`` False). vLLM: ``FusedMoEParallelConfig.use_all2all_kernels`` is
+#: ``dp_size > 1 and use_ep`` (``vllm/model_executor/layers/fused_moe/config.py``), so
+#: ``--enable-expert-parallel`` without ``--data-parallel-size`` runs none; vLLM-Ascend's MoE
+#: picks its own communication (MC2 dispatch / combine) and is not in it. SGLang
+#: (``moe_a2a_backend`` default ``"none"``) and TensorRT-LLM (all-to-all only with
+#: ``enable_attention_dp``; TRITON: none) route the same way but are not listed yet: applied to
+#: them the rule moves the agg file's TTFT past its bound (their prefill is priced fast, and
+#: the all-to-all stood in for it; docs/kernels.md, "TPOT of the agg file after the layouts").
+TP_GROUP_ROUTING_ENGINES: Mapping[str, frozenset[str]] = {"vllm": frozenset({"nvidia", "amd"})}
+
+
 def serving_kernel_engine(profile: EngineProfile, device: Device) -> str | None:
     """The engine whose fitted curves price ``profile``'s serving forwards on ``device`` (None:
     the defaults)."""
@@ -106,10 +121,11 @@ def engine_runner(
     num_mtp_tokens: int = 0,
 ) -> ModelRunner:
     """The runner of a deployment as ``profile``'s engine runs it: its reserve per device, its
-    MXFP4 kernels' activations, its redundant expert slots and its CUDA-graph decode limit
-    (``reserved_memory_gb`` given: the user's reserve wins). Its measured-kernel curves
-    (``kernel_engine``) apply where :func:`serving_kernel_engine` names one for the profile and
-    device."""
+    MXFP4 kernels' activations, its redundant expert slots, its CUDA-graph decode limit and
+    whether its expert-parallel MoE exchanges tokens inside the attention-TP group
+    (:data:`TP_GROUP_ROUTING_ENGINES`; ``reserved_memory_gb`` given: the user's reserve wins).
+    Its measured-kernel curves (``kernel_engine``) apply where :func:`serving_kernel_engine`
+    names one for the profile and device."""
     vendor = device.vendor
     reserved = reserved_memory_gb
     if reserved is None:
@@ -130,6 +146,7 @@ def engine_runner(
         kernel_engine=serving_kernel_engine(profile, device),
         mxfp4_moe_kernel=profile.mxfp4_moe_kernel,
         redundant_experts=profile.redundant_experts,
+        tp_group_all_to_all=vendor not in TP_GROUP_ROUTING_ENGINES.get(profile.name, ()),
     )
 
 

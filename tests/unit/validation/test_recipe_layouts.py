@@ -114,8 +114,9 @@ def test_a_gb200_row_maps_to_the_deployment_its_launcher_ran(
 def test_the_table_covers_only_rows_whose_recorded_layout_is_not_the_recipes() -> None:
     table = recipe_layout_table()
     # 35 TensorRT-LLM + 20 SGLang GB200 rows; tp x ep rows: 15 Qwen3.5 H200, 16 Qwen3.5 B200,
-    # 35 gpt-oss-120b and 15 DeepSeek-R1 TensorRT-LLM H200
-    assert len(table) == 136
+    # 35 gpt-oss-120b and 15 DeepSeek-R1 TensorRT-LLM H200, 33 DeepSeek FP4 SGLang B200 and 21
+    # B300
+    assert len(table) == 190
     assert recipe_layout({**GB200_TRT, "engine": "trtllm 1.2.0rc6.post1", "tp": "8"}) is None
     assert recipe_layout({**QWEN_H200, "tp": "8", "num_devices": "8"}) is None
 
@@ -279,3 +280,53 @@ def test_a_row_that_records_its_servers_own_tp_at_a_mapped_key_keeps_its_layout(
     assert recipe_layout(row) is None
     case = row_case(row)
     assert (case.tp, case.dp, case.ep) == (4, 1, 4)
+
+
+DSR1_FP4_B200 = {
+    **QWEN_H200,
+    "case_id": "dsr1-fp4-b200",
+    "model": "deepseek-ai/DeepSeek-V3",
+    "hardware": "B200 180GB",
+    "engine": "sglang 0.5.9",
+    "gemm_quant": "nvfp4",
+    "moe_quant": "nvfp4",
+    "tp": "16",
+    "moe_tp": "4",
+    "moe_ep": "4",
+    "num_devices": "16",
+    "concurrency": "4",
+    "ttft_ms": "208",
+    "tpot_ms": "9.0",
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "layout", "entry"),
+    [
+        ({}, (4, 1, 4), "dsr1-fp4-b200-sglang"),  # InferenceX tp4_ep4: recorded tp 16
+        (
+            {"tp": "64", "moe_tp": "8", "moe_ep": "8", "num_devices": "64"},
+            (8, 1, 8),
+            "dsr1-fp4-b200-sglang",
+        ),
+        (
+            {"hardware": "B300 SXM 288GB", "engine": "sglang 0.5.10.post1"},
+            (4, 1, 4),
+            "dsr1-fp4-b300-sglang",
+        ),
+    ],
+)  # fmt: skip
+def test_a_deepseek_fp4_sglang_row_recorded_with_tp_times_ep_replays_on_its_server(
+    changes: dict[str, str], layout: tuple[int, int, int], entry: str
+) -> None:
+    """dsr1-fp4-b200-sglang / -b300-sglang run tp 4 / ep 4 and tp 8 / ep 8 on one server
+    (``--tensor-parallel-size $TP --ep-size $EP_SIZE``); the rows record tp x ep, which replayed
+    them over 16 and 64 GPUs."""
+    row = {**DSR1_FP4_B200, **changes}
+    case = row_case(row)
+    assert (case.tp, case.dp, case.ep) == layout
+    found = recipe_layout(row)
+    assert found is not None and found.settings == "recipe"
+    assert entry in found.source
+    # the FP8 rows of the same model and hardware are another entry's: not mapped by this one
+    assert recipe_layout({**row, "gemm_quant": "fp8", "moe_quant": "fp8"}) is None
