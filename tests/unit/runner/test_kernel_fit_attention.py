@@ -36,6 +36,7 @@ from app.core.runner.kernel_fit_attention import (
     FP8_KV_FP8,
     GENERATION_ATTENTION,
     AttentionCurve,
+    attention_curve,
     attention_fit,
     attention_labels,
     load_attention_fit,
@@ -118,16 +119,7 @@ def test_group_levels_scale_both_rates_and_the_row_floor() -> None:
     assert CURVE.row_factor_at(2.0) == pytest.approx(2.0)
     assert CURVE.row_factor_at(8.0) == pytest.approx(3.5)
     # Without group levels (the Gated DeltaNet / DSA curves): one level of 1.
-    plain = AttentionCurve(
-        row_knots=CURVE.row_knots,
-        context_knots=CURVE.context_knots,
-        head_dim_knots=CURVE.head_dim_knots,
-        compute_efficiency=CURVE.compute_efficiency,
-        memory_efficiency=CURVE.memory_efficiency,
-        head_dim_factor=CURVE.head_dim_factor,
-        row_ns=CURVE.row_ns,
-        fixed_us=CURVE.fixed_us,
-    )
+    plain = attention_curve(_entry(group_knots=None, group_factor=None, group_row_factor=None), 0)
     assert plain.efficiencies_at(4, 16, 256, 8.0) == pytest.approx((0.3, 0.6))
     assert plain.row_factor_at(8.0) == 1.0
 
