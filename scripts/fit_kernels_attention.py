@@ -6,9 +6,9 @@
 Per (system, engine, attention family, ``<compute>/kv <KV>`` label) it fits, on the TRAIN split
 only (``split_of``, as ``scripts.fit_kernels``), the terms of
 :mod:`app.core.runner.kernel_fit_attention`: a compute and a memory efficiency table over
-``log2(query rows)`` x ``log2(context)`` knots (non-decreasing along both: each table is the
-running maximum of free values), a head-width factor of the matrix rate, a per-query-row floor
-and a fixed cost. The flops and bytes of every point are the runner's
+``log2(query rows)`` x ``log2(context)`` knots (each knot free in its bounds), a head-width
+factor of both rates, for GQA a query-group level of both rates and of the per-row floor, a
+per-query-row floor and a fixed cost. The flops and bytes of every point are the runner's
 (``ForwardBuilder.gqa_attention_kernel`` / ``mla_attention_kernel``, the shapes
 ``validate --kernels`` builds); only the efficiencies and floors are free. Loss, optimiser,
 knot interpolation and split are the GEMM fit's (``scripts.fit_kernels``). Train and test
@@ -41,6 +41,8 @@ from app.core.runner.kernel_fit_attention import (
     GENERATION_ATTENTION,
     GENERATION_MLA,
     S_PER_NS,
+    UNGROUPED_KNOTS,
+    UNGROUPED_LEVELS,
     label_is_fp8_compute,
 )
 from app.core.runner.layers import FLOPS_PER_MAC, Q_AND_O, attended_pairs
@@ -76,6 +78,10 @@ ROW_KNOTS = {
 CONTEXT_KNOTS = (1.0, 2.0**4, 2.0**7, 2.0**10, 2.0**13, 2.0**16)
 #: Every head width the tables measure: the engines pick their kernel by head width.
 HEAD_DIM_KNOTS = (64.0, 128.0, 192.0, 256.0, 512.0)
+#: Query heads per KV head the GQA tables measure (1 ... 128): a level of both rates and of the
+#: per-row floor at each (``AttentionCurve.group_knots``).
+GROUP_KNOTS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+GQA_FAMILIES = (CONTEXT_ATTENTION, GENERATION_ATTENTION)
 ELEMENT_BYTES = {"bfloat16": BYTES_16BIT, "float16": BYTES_16BIT, "fp8": BYTES_8BIT}
 MAX_FIT_POINTS = 3_000
 ROUNDS = 4
@@ -84,6 +90,8 @@ BOUNDS = {
     "memory": (0.01, 1.0),
     "head_dim": (0.1, 1.0),
     "row_s": (1e-13, 1e-7),
+    "group": (0.05, 1.0),
+    "group_row": (1e-3, 100.0),
 }
 MAX_FIXED_US = 300.0
 MLA_LATENT = DEEPSEEK_V3_MLA.cache_elements_per_token
@@ -173,11 +181,18 @@ def _arrays(raw: dict[str, list[Any]], key: tuple[str, str, str, str], split: st
     path = device.compute_path(DType.FP8) if label_is_fp8_compute(label) else DType.BF16
     peak = (device.peak_tflops(path) or device.peak_bf16_tflops) * FLOPS_PER_TFLOP
     rows = new_tokens * heads
+    group = (
+        heads / np.maximum(a["num_key_value_heads"], 1)
+        if family in GQA_FAMILIES
+        else np.ones_like(heads)
+    )
     return {
         "rows": rows,
         "row_at": _weights(rows, ROW_KNOTS[family]),
         "context_at": _weights(context, CONTEXT_KNOTS),
         "head_dim_at": _weights(head_dim, HEAD_DIM_KNOTS),
+        "group_at": _weights(np.maximum(group, 1.0), GROUP_KNOTS),
+        "free_tables": True,
         "flops": flops,
         "bytes": hbm,
         "measured": a["latency"] / 1e3,  # ms -> s
@@ -203,13 +218,28 @@ def _monotone(free: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.maximum.accumulate(free, axis=0), axis=1)
 
 
+def _table(p: dict[str, Any], free: np.ndarray) -> np.ndarray:
+    """The efficiency table of ``free`` values: as they are for the attention families
+    (``p["free_tables"]``), else non-decreasing (:func:`_monotone`; Gated DeltaNet, DSA)."""
+    return free if p.get("free_tables", False) else _monotone(free)
+
+
+def _level(at: tuple[np.ndarray, np.ndarray], levels: np.ndarray) -> np.ndarray:
+    """``levels`` at each point, linear in ``log2`` between the knots (``at``: ``_weights``)."""
+    j, u = at
+    result: np.ndarray = levels[j] * (1 - u) + levels[j + 1] * u
+    return result
+
+
 def _predict_s(p: dict[str, Any], params: dict[str, np.ndarray]) -> np.ndarray:
-    j, u = p["head_dim_at"]
-    head = params["head_dim"]
-    factor = head[j] * (1 - u) + head[j + 1] * u
-    compute_eff = _bilinear(p, _monotone(params["compute"])) * factor
-    compute = np.maximum(p["flops"] / (p["peak"] * compute_eff), p["rows"] * params["row_s"][0])
-    memory = p["bytes"] / (p["bw"] * _bilinear(p, _monotone(params["memory"])) * factor)
+    factor = _level(p["head_dim_at"], params["head_dim"])
+    floor = p["rows"] * params["row_s"][0]
+    if "group" in params:  # GQA: the query group's levels (AttentionCurve.group_knots)
+        factor = factor * _level(p["group_at"], params["group"])
+        floor = floor * _level(p["group_at"], params["group_row"])
+    compute_eff = _bilinear(p, _table(p, params["compute"])) * factor
+    compute = np.maximum(p["flops"] / (p["peak"] * compute_eff), floor)
+    memory = p["bytes"] / (p["bw"] * _bilinear(p, _table(p, params["memory"])) * factor)
     return np.maximum(compute, memory) + params["fixed"][0]
 
 
@@ -241,12 +271,14 @@ def _fit(
     row_knots: tuple[float, ...],
     *,
     fit_head_dim: bool = True,
+    fit_group: bool = False,
     bounds: dict[str, tuple[float, float]] = BOUNDS,
     span: float = 8.0,
 ) -> dict[str, np.ndarray]:
     """The free terms of least loss on ``p`` (``fit_head_dim``: False keeps every head width's
-    factor at 1, for tables that measure one width; ``bounds`` and the first round's ``span``
-    of each term: a kernel far below the peaks needs lower bounds and a wider first search)."""
+    factor at 1, for tables that measure one width; ``fit_group``: fit the query group's
+    levels (GQA tables); ``bounds`` and the first round's ``span`` of each term: a kernel far
+    below the peaks needs lower bounds and a wider first search)."""
     shape = (len(row_knots), len(CONTEXT_KNOTS))
     params = {
         "compute": np.full(shape, 0.3),
@@ -255,17 +287,23 @@ def _fit(
         "row_s": np.array([1e-9]),
         "fixed": np.array([max(p["launch_s"], 5 * S_PER_US)]),
     }
+    if fit_group:
+        params["group"] = np.ones(len(GROUP_KNOTS))
+        params["group_row"] = np.ones(len(GROUP_KNOTS))
     for _ in range(ROUNDS):
         _descend(p, params, "fixed", 0, (p["launch_s"], MAX_FIXED_US * S_PER_US), span)
         _descend(p, params, "row_s", 0, bounds["row_s"], span)
         for k in range(len(HEAD_DIM_KNOTS) if fit_head_dim else 0):
             _descend(p, params, "head_dim", k, bounds["head_dim"], span)
+        for k in range(len(GROUP_KNOTS) if fit_group else 0):
+            _descend(p, params, "group", k, bounds["group"], span)
+            _descend(p, params, "group_row", k, bounds["group_row"], span)
         for name in ("compute", "memory"):
             for index in np.ndindex(*shape):
                 _descend(p, params, name, index, bounds[name], span)
         span = math.sqrt(span)
-    params["compute"] = _monotone(params["compute"])
-    params["memory"] = _monotone(params["memory"])
+    params["compute"] = _table(p, params["compute"])
+    params["memory"] = _table(p, params["memory"])
     return params
 
 
@@ -285,6 +323,7 @@ def _entry(key: tuple[str, str, str, str], params: dict[str, np.ndarray]) -> dic
         "family": family,
         "label": label,
         **curve_terms(ROW_KNOTS[family], params),
+        **group_terms(params),
     }
 
 
@@ -302,9 +341,31 @@ def curve_terms(row_knots: tuple[float, ...], params: dict[str, np.ndarray]) -> 
     }
 
 
+def group_terms(params: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The query group's levels as the file holds them (one level of 1 when not fitted)."""
+    if "group" not in params:
+        return {
+            "group_knots": list(UNGROUPED_KNOTS),
+            "group_factor": list(UNGROUPED_LEVELS),
+            "group_row_factor": list(UNGROUPED_LEVELS),
+        }
+    return {
+        "group_knots": list(GROUP_KNOTS),
+        "group_factor": [round(float(e), 4) for e in params["group"]],
+        "group_row_factor": [round(float(e), 4) for e in params["group_row"]],
+    }
+
+
 def _rounded(entry: dict[str, Any]) -> dict[str, np.ndarray]:
     """The parameters as written (rounded), for the residuals the file reports."""
+    grouped = {}
+    if "group_knots" in entry and entry["group_knots"] == list(GROUP_KNOTS):
+        grouped = {
+            "group": np.array(entry["group_factor"]),
+            "group_row": np.array(entry["group_row_factor"]),
+        }
     return {
+        **grouped,
         "compute": np.array(entry["compute_efficiency"]),
         "memory": np.array(entry["memory_efficiency"]),
         "head_dim": np.array(entry["head_dim_factor"]),
@@ -363,7 +424,10 @@ def main(argv: list[str] | None = None) -> int:
         train, test = _arrays(raw, key, "train"), _arrays(raw, key, "test")
         if len(train["measured"]) < MIN_POINTS:
             continue
-        entry = _entry(key, _fit(_thin(train, MAX_FIT_POINTS), ROW_KNOTS[key[2]]))
+        params = _fit(
+            _thin(train, MAX_FIT_POINTS), ROW_KNOTS[key[2]], fit_group=key[2] in GQA_FAMILIES
+        )
+        entry = _entry(key, params)
         entry["engine_versions"] = sorted(versions[(key[0], key[1])])
         entries.append(with_residuals(entry, key, train, test))
     write_fit(
@@ -374,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         "head_dim_factor(head_dim)), bytes / (hbm * memory_efficiency(rows, context) * "
         "head_dim_factor(head_dim)), rows * row_ns) + fixed_us; rows = new tokens x local "
         "query heads, context = KV positions per request; bilinear in log2(rows), "
-        "log2(context) between knots",
+        "log2(context) between knots; GQA: both rates x group_factor(group) and row_ns x "
+        "group_row_factor(group), group = query heads per KV head, linear in log2(group)",
         key="attention",
         entries=entries,
     )

@@ -13,14 +13,27 @@ The flops and bytes are the runner's own (``ForwardBuilder.gqa_attention_kernel`
 ``mla_attention_kernel``). ``rows`` is the kernel's query rows (new tokens x local query heads:
 its parallel work), ``context`` the KV positions one request reads. ``compute_eff`` and
 ``memory_eff`` are bilinear in ``log2(rows)`` and ``log2(context)`` between the knots (clamped
-outside them) and non-decreasing along both (more query rows fill more SMs, a longer context
-amortises each tile's prologue and epilogue); ``head_factor`` (``head_dim_factor`` at the
+outside them), each knot free in (0, 1]. The attention tables are not held non-decreasing: the
+engines switch kernels and tile shapes with the shape (H100 TensorRT-LLM FP8 prefill reaches a
+higher share of the runner's flops at 128-256 positions than at 1-2k), and a running maximum
+along both axes priced those bands 20-37 % slow and the 1-2k band 12-15 % fast (held out);
+freed, 12.5 -> 7.2 %. The Gated DeltaNet and DSA tables in this form stay non-decreasing (their
+loader refuses a table that decreases). ``head_factor`` (``head_dim_factor`` at the
 ``head_dim_knots``, every head width the tables measure, linear in ``log2`` between them) is the
 share of both rates a head width reaches: the engines pick their kernel by head width (FA3,
 Triton or FlashInfer in one engine's table), so it is a per-width level. ``row_ns`` is the
 per-query-row floor (softmax state, output write, scheduling of each (request, head)): it sets a
 decode at a short context, where neither the matrix work nor the KV stream does. ``fixed_us`` is
 the kernel's floor.
+
+GQA curves (``context_attention`` / ``generation_attention``) also carry two levels per query
+group (query heads per KV head, ``group_knots``, linear in ``log2`` between them):
+``group_factor``, the share of both rates a group size reaches (it multiplies ``head_factor``),
+and ``group_row_factor``, which scales ``row_ns``. The engines' decode kernels give one CTA a
+(request, KV head) and its group's query rows (TensorRT-LLM's XQA on H100, 2,048 requests at 2
+positions: 166 µs at 8 query / 8 KV heads, 595 µs at 32 / 8, 617 µs at 64 / 8, 158 µs at
+16 / 2), so a row's cost is not one number across group sizes. Curves without them (MLA, and
+the Gated DeltaNet and DSA tables in this form) have one group level of 1.
 
 Families: ``context_attention`` / ``generation_attention`` (GQA / MHA, sliding windows included)
 and ``context_mla`` / ``generation_mla`` (DeepSeek MLA, prefill / absorbed decode). Labels are the
@@ -55,13 +68,16 @@ from app.core.runner.fit_tables import (
 from app.core.runner.kernel_fit import FITTED_SOURCE_PREFIX, S_PER_US
 
 ATTENTION_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit_attention.json"
-ATTENTION_FIT_FORMAT = "chunkwise-attention-fit/1"
+ATTENTION_FIT_FORMAT = "chunkwise-attention-fit/2"
 S_PER_NS = 1e-9
 CONTEXT_ATTENTION = "context_attention"
 GENERATION_ATTENTION = "generation_attention"
 CONTEXT_MLA = "context_mla"
 GENERATION_MLA = "generation_mla"
 FAMILIES = (CONTEXT_ATTENTION, GENERATION_ATTENTION, CONTEXT_MLA, GENERATION_MLA)
+#: One group level of 1 (a curve without group terms).
+UNGROUPED_KNOTS = (1.0, 2.0)
+UNGROUPED_LEVELS = (1.0, 1.0)
 BF16_KV_BF16 = "bfloat16/kv bfloat16"
 BF16_KV_FP8 = "bfloat16/kv fp8"
 FP8_KV_FP8 = "fp8/kv fp8"
@@ -95,6 +111,15 @@ def _monotone(name: str, table: tuple[tuple[float, ...], ...]) -> None:
         raise ValueError(f"{name} must not decrease along rows or context")
 
 
+def _monotone_curve(entry: Mapping[str, Any], key: object) -> AttentionCurve:
+    """An ungrouped curve whose efficiencies do not decrease along rows or context (the
+    Gated DeltaNet and DSA tables are fitted so)."""
+    curve = attention_curve(entry, key)
+    _monotone("compute_efficiency", curve.compute_efficiency)
+    _monotone("memory_efficiency", curve.memory_efficiency)
+    return curve
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionCurve:
     """One (device, engine, family, label)'s fitted attention terms (see the module doc)."""
@@ -107,6 +132,10 @@ class AttentionCurve:
     head_dim_factor: tuple[float, ...]  # [head_dim knot]
     row_ns: float
     fixed_us: float
+    #: Query heads per KV head: the levels of both rates and of ``row_ns`` by group size.
+    group_knots: tuple[float, ...] = UNGROUPED_KNOTS
+    group_factor: tuple[float, ...] = UNGROUPED_LEVELS  # [group knot], in (0, 1]
+    group_row_factor: tuple[float, ...] = UNGROUPED_LEVELS  # [group knot], > 0
     #: Knot positions already found, per axis (not part of the curve's value).
     _by_rows: dict[float, tuple[int, float]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -115,6 +144,9 @@ class AttentionCurve:
         default_factory=dict, init=False, repr=False, compare=False
     )
     _by_head_dim: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_group: dict[float, tuple[int, float]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -130,22 +162,33 @@ class AttentionCurve:
                 raise ValueError(f"{name} needs one row per row knot, one value per context knot")
             if not all(0 < e <= 1 for r in table for e in r):
                 raise ValueError(f"{name} must lie in (0, 1]")
-            _monotone(name, table)
         if len(self.head_dim_factor) != len(self.head_dim_knots):
             raise ValueError("head_dim_factor needs one value per head_dim knot")
         if not all(0 < e <= 1 for e in self.head_dim_factor):
             raise ValueError("head_dim_factor must lie in (0, 1]")
+        check_knots("group_knots", self.group_knots)
+        for name in ("group_factor", "group_row_factor"):
+            if len(getattr(self, name)) != len(self.group_knots):
+                raise ValueError(f"{name} needs one value per group knot")
+        if not all(0 < e <= 1 for e in self.group_factor):
+            raise ValueError("group_factor must lie in (0, 1]")
+        if not all(0 < e < float("inf") for e in self.group_row_factor):
+            raise ValueError("group_row_factor must be a positive number")
         for name in ("row_ns", "fixed_us"):
             value = getattr(self, name)
             if not (value >= 0 and value != float("inf")):
                 raise ValueError(f"{name} must be a number >= 0")
 
-    def efficiencies_at(self, rows: float, context: float, head_dim: float) -> tuple[float, float]:
+    def efficiencies_at(
+        self, rows: float, context: float, head_dim: float, group: float = 1.0
+    ) -> tuple[float, float]:
         """``(compute, memory)``: the shares of the matrix and HBM peaks at ``rows`` query rows
-        over ``context`` positions of ``head_dim``-wide heads."""
+        over ``context`` positions of ``head_dim``-wide heads, ``group`` query heads per KV
+        head."""
         i, t = memo_position(self._by_rows, rows, self.row_knots)
         j, u = memo_position(self._by_context, context, self.context_knots)
         head = self.head_factor_at(head_dim)
+        head *= self._group_level(self.group_factor, group)
         shares = []
         for table in (self.compute_efficiency, self.memory_efficiency):
             low, high = table[i], table[i + 1]
@@ -162,6 +205,18 @@ class AttentionCurve:
         """The share of both rates a ``head_dim``-wide head reaches (linear in ``log2``)."""
         j, u = memo_position(self._by_head_dim, head_dim, self.head_dim_knots)
         return (1 - u) * self.head_dim_factor[j] + u * self.head_dim_factor[j + 1]
+
+    def _group_level(self, levels: tuple[float, ...], group: float) -> float:
+        j, u = memo_position(self._by_group, group, self.group_knots)
+        return (1 - u) * levels[j] + u * levels[j + 1]
+
+    def group_factor_at(self, group: float) -> float:
+        """The share of both rates ``group`` query heads per KV head reach."""
+        return self._group_level(self.group_factor, group)
+
+    def row_factor_at(self, group: float) -> float:
+        """The multiple of ``row_ns`` a query row costs at ``group`` query heads per KV head."""
+        return self._group_level(self.group_row_factor, group)
 
     def compute_efficiency_at(self, rows: float, context: float, head_dim: float) -> float:
         """The share of the matrix peak at ``rows`` query rows over ``context`` positions."""
@@ -187,14 +242,15 @@ class FittedAttention:
     source: str  # ``fitted:<engine>``
 
     def rates(
-        self, flops: float, rows: float, context: float, head_dim: float
+        self, flops: float, rows: float, context: float, head_dim: float, group: float = 1.0
     ) -> tuple[float, float]:
-        """``(flops_per_s, hbm_bytes_per_s)`` of a kernel of ``flops`` at this shape: the
-        compute time is the larger of the matrix work and the per-row floor, expressed as a
-        rate so the op's roofline stays ``max(compute, memory) + fixed``."""
-        compute, memory = self.curve.efficiencies_at(rows, context, head_dim)
+        """``(flops_per_s, hbm_bytes_per_s)`` of a kernel of ``flops`` at this shape (``group``
+        query heads per KV head): the compute time is the larger of the matrix work and the
+        per-row floor, expressed as a rate so the op's roofline stays ``max(compute, memory) +
+        fixed``."""
+        compute, memory = self.curve.efficiencies_at(rows, context, head_dim, group)
         rate = self.peak_flops_per_s * compute
-        floor_s = rows * self.row_s
+        floor_s = rows * self.row_s * self.curve.row_factor_at(group)
         if flops > 0 and floor_s * rate > flops:
             rate = flops / floor_s
         return rate, self.peak_hbm_bytes_per_s * memory
@@ -215,8 +271,16 @@ class AttentionFit:
         return self.curves.get((device, engine, family, label))
 
 
-def attention_curve(entry: Mapping[str, Any], key: object) -> AttentionCurve:
-    """The :class:`AttentionCurve` of one decoded entry (``key`` names it in errors)."""
+def attention_curve(
+    entry: Mapping[str, Any], key: object, *, grouped: bool = False
+) -> AttentionCurve:
+    """The :class:`AttentionCurve` of one decoded entry (``key`` names it in errors;
+    ``grouped``: the entry must carry the group levels, else it has none)."""
+    groups = (
+        {name: numbers(entry, name) for name in ("group_knots", "group_factor", "group_row_factor")}
+        if grouped
+        else {}
+    )
     return AttentionCurve(
         row_knots=numbers(entry, "row_knots"),
         context_knots=numbers(entry, "context_knots"),
@@ -226,7 +290,12 @@ def attention_curve(entry: Mapping[str, Any], key: object) -> AttentionCurve:
         head_dim_factor=numbers(entry, "head_dim_factor"),
         row_ns=number(entry, "row_ns"),
         fixed_us=number(entry, "fixed_us"),
+        **groups,
     )
+
+
+def _grouped_curve(entry: Mapping[str, Any], key: object) -> AttentionCurve:
+    return attention_curve(entry, key, grouped=True)
 
 
 def parse_attention_fit(body: Any) -> AttentionFit:
@@ -241,7 +310,7 @@ def parse_attention_fit(body: Any) -> AttentionFit:
         key = cast(AttentionKey, string_key(entry, names, what))
         if key[2] not in FAMILIES:
             raise KernelFitError(f"attention fit: unknown family {key[2]!r}")
-        add_curve(curves, key, attention_curve, entry, what)
+        add_curve(curves, key, _grouped_curve, entry, what)
     return AttentionFit(curves=curves, source=source)
 
 
@@ -322,7 +391,7 @@ def parse_kernel_curves(
         key = cast(tuple[str, str, str], string_key(entry, ("device", "engine", "kernel"), what))
         if key[2] not in kernels:
             raise KernelFitError(f"{what}: unknown kernel {key[2]!r}")
-        add_curve(curves, key, attention_curve, entry, what)
+        add_curve(curves, key, _monotone_curve, entry, what)
     return curves, source
 
 

@@ -612,6 +612,7 @@ class ForwardBuilder:
             rows=new_tokens * p.heads_local,
             context=_context(s, group),
             head_dim=d,
+            group=p.heads_local / p.kv_heads_local,
         )
 
     def _linear_attention(
@@ -736,10 +737,12 @@ class ForwardBuilder:
         rows: float,
         context: float,
         head_dim: float,
+        group: float = 1.0,
     ) -> None:
         """An attention kernel of ``rows`` query rows (new tokens x local heads) over
-        ``context`` positions per request: on the plan's fitted curve of its phase if it has
-        one (``kernel_fit_attention``), else at the attention rate and HBM bandwidth."""
+        ``context`` positions per request, ``group`` query heads per KV head (1 for MLA): on
+        the plan's fitted curve of its phase if it has one (``kernel_fit_attention``), else at
+        the attention rate and HBM bandwidth."""
         name = "decode_attention" if shape.is_decode else "flash_attention"
         p = self.plan
         fit = p.decode_attention_fit if shape.is_decode else p.prefill_attention_fit
@@ -754,6 +757,7 @@ class ForwardBuilder:
             rows=rows,
             context=context,
             head_dim=head_dim,
+            group=group,
         )
 
     def _attention_op(
@@ -961,16 +965,17 @@ class ForwardBuilder:
         rows: float,
         context: float,
         head_dim: float,
+        group: float = 1.0,
     ) -> None:
         """An attention-category kernel on its fitted attention-form curve at its shape
-        (``rows``, ``context``, ``head_dim``), or without one (``fit`` None) a roofline at
-        ``flops_per_s`` and the HBM bandwidth."""
+        (``rows``, ``context``, ``head_dim``, ``group`` query heads per KV head), or without
+        one (``fit`` None) a roofline at ``flops_per_s`` and the HBM bandwidth."""
         if fit is None:
             self._attention_op(
                 name, scope, count, flops=flops, hbm_bytes=hbm_bytes, flops_per_s=flops_per_s
             )
             return
-        rate, bandwidth = fit.rates(flops, rows, context, head_dim)
+        rate, bandwidth = fit.rates(flops, rows, context, head_dim, group)
         self._roofline(
             name=name,
             category=OpCategory.ATTENTION,

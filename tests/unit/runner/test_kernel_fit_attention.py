@@ -1,15 +1,17 @@
 """The fitted attention table (``app/core/runner/data/kernel_fit_attention.json``) and its use.
 
-Known answers: the curve at knots and halfway (in log2) between two; a fitted attention
-kernel's time by hand from its curve. The loader refuses a missing or malformed table loudly;
-every packaged curve is non-decreasing and within (0, 1]; a device or engine without a curve
+Known answers: the curve at knots and halfway (in log2) between two, and at a query group
+(heads per KV head) between two group levels; a fitted attention kernel's time by hand from its
+curve, its group levels included. The loader refuses a missing or malformed table loudly (an
+attention entry without its group levels too); attention tables may decrease, the Gated
+DeltaNet / DSA ones in the same form may not; every packaged curve is within (0, 1]; a device
+or engine without a curve
 keeps the defaults and says so per op; the fit script's prediction of a measured point is the
 one ``validate --kernels`` makes (so the file's train / test residuals are reproducible).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from pathlib import Path
@@ -34,6 +36,7 @@ from app.core.runner.kernel_fit_attention import (
     FP8_KV_FP8,
     GENERATION_ATTENTION,
     AttentionCurve,
+    attention_curve,
     attention_fit,
     attention_labels,
     load_attention_fit,
@@ -57,6 +60,9 @@ CURVE = AttentionCurve(
     head_dim_factor=(0.5, 1.0),
     row_ns=2.0,
     fixed_us=5.0,
+    group_knots=(1.0, 4.0, 16.0),
+    group_factor=(1.0, 0.8, 0.4),
+    group_row_factor=(1.0, 3.0, 4.0),
 )
 
 
@@ -74,8 +80,13 @@ def _entry(**change: Any) -> dict[str, Any]:
         "head_dim_factor": [0.5, 1.0],
         "row_ns": 2.0,
         "fixed_us": 5.0,
+        "group_knots": [1, 4, 16],
+        "group_factor": [1.0, 0.8, 0.4],
+        "group_row_factor": [1.0, 3.0, 4.0],
     }
     entry.update(change)
+    for name in [k for k, v in change.items() if v is None]:
+        del entry[name]
     return entry
 
 
@@ -98,6 +109,21 @@ def test_curve_is_bilinear_in_log2_between_knots_and_clamped_outside() -> None:
     assert CURVE.memory_efficiency_at(8, 64, 128) == pytest.approx(0.7 * 0.75)
 
 
+def test_group_levels_scale_both_rates_and_the_row_floor() -> None:
+    """Query heads per KV head: a level of both rates and of ``row_ns`` at each group knot,
+    linear in log2 between them, clamped outside."""
+    assert CURVE.efficiencies_at(4, 16, 256, 4.0) == pytest.approx((0.3 * 0.8, 0.6 * 0.8))
+    assert CURVE.efficiencies_at(4, 16, 256, 2.0) == pytest.approx((0.3 * 0.9, 0.6 * 0.9))
+    assert CURVE.group_factor_at(8.0) == pytest.approx(0.6)  # halfway 4 -> 16
+    assert CURVE.group_factor_at(64.0) == pytest.approx(0.4)
+    assert CURVE.row_factor_at(2.0) == pytest.approx(2.0)
+    assert CURVE.row_factor_at(8.0) == pytest.approx(3.5)
+    # Without group levels (the Gated DeltaNet / DSA curves): one level of 1.
+    plain = attention_curve(_entry(group_knots=None, group_factor=None, group_row_factor=None), 0)
+    assert plain.efficiencies_at(4, 16, 256, 8.0) == pytest.approx((0.3, 0.6))
+    assert plain.row_factor_at(8.0) == 1.0
+
+
 def test_parse_reads_a_well_formed_table() -> None:
     fit = parse_attention_fit(_doc(_entry()))
     assert fit.curve(H100, "vllm", GENERATION_ATTENTION, BF16_KV_BF16) == CURVE
@@ -114,8 +140,11 @@ def test_parse_reads_a_well_formed_table() -> None:
         _doc(_entry(family="moe")),
         _doc(_entry(memory_efficiency=[[0.5, 0.6], [0.6, 0.7], [0.7, 1.5]])),
         _doc(_entry(compute_efficiency=[[0.1, 0.2], [0.3, 0.4]])),
-        _doc(_entry(compute_efficiency=[[0.2, 0.1], [0.3, 0.4], [0.9, 1.0]])),  # decreases
-        _doc(_entry(memory_efficiency=[[0.5, 0.6], [0.4, 0.7], [0.7, 0.8]])),  # decreases
+        _doc(_entry(group_knots=None)),  # an attention curve carries its group levels
+        _doc(_entry(group_factor=[1.0, 0.8])),
+        _doc(_entry(group_factor=[1.0, 1.2, 0.4])),
+        _doc(_entry(group_row_factor=[1.0, 0.0, 4.0])),
+        _doc(_entry(group_knots=[4, 1, 16])),
         _doc(_entry(head_dim_factor=[0.5])),
         _doc(_entry(head_dim_knots=[256, 64])),
         _doc(_entry(row_ns="2")),
@@ -126,6 +155,31 @@ def test_parse_reads_a_well_formed_table() -> None:
 def test_parse_refuses_a_malformed_table(body: Any) -> None:
     with pytest.raises(KernelFitError):
         parse_attention_fit(body)
+
+
+def test_attention_tables_may_decrease_the_gdn_and_dsa_ones_may_not() -> None:
+    """The attention kernels change tile and kernel with the shape, so their tables are free
+    in (0, 1]; the Gated DeltaNet and DSA tables in the same form are fitted non-decreasing and
+    their loader holds them to it."""
+    from app.core.runner.kernel_fit_attention import parse_kernel_curves
+
+    falling = [[0.2, 0.1], [0.3, 0.4], [0.9, 1.0]]
+    fit = parse_attention_fit(_doc(_entry(compute_efficiency=falling)))
+    curve = fit.curve(H100, "vllm", GENERATION_ATTENTION, BF16_KV_BF16)
+    assert curve is not None and curve.compute_efficiency_at(1, 256, 256) == pytest.approx(0.1)
+    kernel = {k: v for k, v in _entry().items() if not k.startswith("group")}
+    kernel = {**kernel, "kernel": "k"}
+    body = {"format": "f", "source": {}, "kernels": [kernel]}
+    curves, _ = parse_kernel_curves(body, what="w", document="f", entries="kernels", kernels=("k",))
+    assert curves[(H100, "vllm", "k")].group_knots == (1.0, 2.0)
+    with pytest.raises(KernelFitError, match="decrease"):
+        parse_kernel_curves(
+            {**body, "kernels": [{**kernel, "compute_efficiency": falling}]},
+            what="w",
+            document="f",
+            entries="kernels",
+            kernels=("k",),
+        )
 
 
 def test_load_refuses_a_missing_or_non_json_file(tmp_path: Path) -> None:
@@ -156,16 +210,15 @@ def test_packaged_table_carries_its_provenance_and_sane_curves() -> None:
         assert entry["train"]["points"] >= 20
         assert entry["engine_versions"]
         assert math.isfinite(entry["train"]["median_abs_error_pct"])
-    for curve in fit.curves.values():
-        # Non-decreasing in rows and context, within (0, 1], at and between the knots.
+    for key, curve in fit.curves.items():
+        # Within (0, 1] at and between the knots; GQA curves carry every measured group size.
         rows = [curve.row_knots[0] / 2, *curve.row_knots, curve.row_knots[-1] * 2]
         contexts = [c * f for c in curve.context_knots for f in (1.0, 1.5)]
         for name in ("compute", "memory"):
             grid = [[_efficiency(curve, name, r, c) for c in contexts] for r in rows]
             assert all(0 < e <= 1 for row in grid for e in row)
-            assert all(b >= a - 1e-12 for row in grid for a, b in itertools.pairwise(row))
-            for col in zip(*grid, strict=True):
-                assert all(b >= a - 1e-12 for a, b in itertools.pairwise(col))
+        grouped = key[2] in (CONTEXT_ATTENTION, GENERATION_ATTENTION)
+        assert (curve.group_knots[-1] == 128.0) is grouped, key
     for engine in ("vllm", "sglang", "trtllm"):
         for family in (CONTEXT_ATTENTION, GENERATION_ATTENTION):
             assert fit.curve(H100, engine, family, BF16_KV_BF16) is not None
@@ -193,13 +246,21 @@ def test_fitted_decode_attention_time_is_the_curve_by_hand() -> None:
     op = next(o for o in runner.run_inference(DECODE).breakdown.ops if o.name == "decode_attention")
     model, device = get_model(LLAMA), get_device(H100)
     rows = DECODE.concurrency * model.num_heads
+    group = model.num_heads / model.num_kv_heads  # 32 query heads over 8 KV heads
+    assert group == 4
+    level = fit.curve.group_factor_at(group)
     compute_s = max(
         op.flops
-        / (device.peak_bf16_tflops * 1e12 * fit.curve.compute_efficiency_at(rows, 1024, 128)),
-        rows * fit.curve.row_ns * 1e-9,
+        / (
+            device.peak_bf16_tflops
+            * 1e12
+            * fit.curve.compute_efficiency_at(rows, 1024, 128)
+            * level
+        ),
+        rows * fit.curve.row_ns * 1e-9 * fit.curve.row_factor_at(group),
     )
     memory_s = op.hbm_bytes / (
-        device.hbm_bandwidth_gb_s * 1e9 * fit.curve.memory_efficiency_at(rows, 1024, 128)
+        device.hbm_bandwidth_gb_s * 1e9 * fit.curve.memory_efficiency_at(rows, 1024, 128) * level
     )
     fixed_s = IN_GRAPH_FLOOR_US["vllm"] * 1e-6  # a decode step: the in-graph floor
     assert fit.fixed_s == max(fit.curve.fixed_us * 1e-6, device.graph_kernel_launch_us * 1e-6)
