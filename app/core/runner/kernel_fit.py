@@ -125,10 +125,6 @@ def gemm_label(quantization: Quantization, native_linear: str | None) -> str | N
     return _GEMM_LABELS.get(action)
 
 
-#: (M, N, K) -> a remembered shape efficiency.
-_ShapeMemo = dict[tuple[float, float, float], float]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShapeEfficiency:
     """A GEMM curve's shape efficiency (module doc): a factor on both rates per (M, N, K),
@@ -140,8 +136,14 @@ class ShapeEfficiency:
     k_knots: tuple[float, ...]
     #: The factors, flat in [m][n][k] order (each > 0).
     efficiency: tuple[float, ...]
-    _logs: tuple[float, ...] = field(init=False, repr=False, compare=False)
-    _memo: _ShapeMemo = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: Per (N, K) seen: the log factor at each M knot (bilinear in N and K; a forward asks for
+    #: the same few weights at many token counts), and per M its knot interval and share.
+    _by_nk: dict[tuple[float, float], tuple[float, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_m: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         for name in ("m_knots", "n_knots", "k_knots"):
@@ -149,29 +151,32 @@ class ShapeEfficiency:
         size = len(self.m_knots) * len(self.n_knots) * len(self.k_knots)
         if len(self.efficiency) != size:
             raise ValueError("shape_efficiency needs one value per (m, n, k) knot")
-        if not all(math.isfinite(e) and e > 0 for e in self.efficiency):
+        if not (all(map(math.isfinite, self.efficiency)) and min(self.efficiency) > 0):
             raise ValueError("shape_efficiency values must be numbers > 0")
-        object.__setattr__(self, "_logs", tuple(math.log(e) for e in self.efficiency))
 
-    def at(self, m: float, n: float, k: float) -> float:
-        """The factor of an ``m x k`` times ``k x n`` GEMM (remembered per shape)."""
-        key = (m, n, k)
-        found = self._memo.get(key)
-        if found is not None:
-            return found
-        i, t = position(m, self.m_knots)
+    def _column(self, n: float, k: float) -> tuple[float, ...]:
+        """The log factor at each M knot for an ``n x k`` weight (bilinear in log2 N, K)."""
         j, u = position(n, self.n_knots)
         h, v = position(k, self.k_knots)
-        nn, nk, logs = len(self.n_knots), len(self.k_knots), self._logs
-        total = 0.0
-        for a, wa in ((i, 1 - t), (i + 1, t)):
+        nn, nk, values = len(self.n_knots), len(self.k_knots), self.efficiency
+        column = []
+        for a in range(len(self.m_knots)):
+            total = 0.0
             for b, wb in ((j, 1 - u), (j + 1, u)):
-                row = (a * nn + b) * nk
-                total += wa * wb * ((1 - v) * logs[row + h] + v * logs[row + h + 1])
-        if len(self._memo) >= POSITION_MEMO_LIMIT:
-            self._memo.clear()
-        found = self._memo[key] = math.exp(total)
-        return found
+                row = (a * nn + b) * nk + h
+                total += wb * ((1 - v) * math.log(values[row]) + v * math.log(values[row + 1]))
+            column.append(total)
+        return tuple(column)
+
+    def at(self, m: float, n: float, k: float) -> float:
+        """The factor of an ``m x k`` times ``k x n`` GEMM."""
+        column = self._by_nk.get((n, k))
+        if column is None:
+            if len(self._by_nk) >= POSITION_MEMO_LIMIT:
+                self._by_nk.clear()
+            column = self._by_nk[(n, k)] = self._column(n, k)
+        i, t = memo_position(self._by_m, m, self.m_knots)
+        return math.exp((1 - t) * column[i] + t * column[i + 1])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,21 +337,22 @@ def gemm_curve_of(
 
 
 def _shape_of(entry: Mapping[str, Any], key: object) -> ShapeEfficiency:
-    """The shape efficiency of a GEMM entry: ``shape_efficiency`` nested [m][n][k]."""
+    """The shape efficiency of a GEMM entry: ``shape_efficiency`` nested [m][n][k] (checked in
+    one pass over its values: a table holds thousands)."""
     planes = entry.get("shape_efficiency")
-    if not isinstance(planes, list):
-        raise KernelFitError(f"kernel fit: 'shape_efficiency' is not a list in {key}")
-    flat: list[float] = []
-    for plane in planes:
-        if not isinstance(plane, list):
-            raise KernelFitError(f"kernel fit: 'shape_efficiency' is not [m][n][k] in {key}")
-        for row in number_rows({"plane": plane}, "plane", key, "kernel fit"):
-            flat.extend(row)
     m_knots, n_knots, k_knots = (numbers(entry, f"shape_{axis}_knots") for axis in ("m", "n", "k"))
-    if len(planes) != len(m_knots) or any(len(p) != len(n_knots) for p in planes):
-        raise ValueError("shape_efficiency needs one plane per m knot, one row per n knot")
+    if not (
+        isinstance(planes, list)
+        and len(planes) == len(m_knots)
+        and all(isinstance(p, list) and len(p) == len(n_knots) for p in planes)
+        and all(isinstance(r, list) and len(r) == len(k_knots) for p in planes for r in p)
+    ):
+        raise KernelFitError(f"kernel fit: 'shape_efficiency' is not [m][n][k] knots in {key}")
+    flat = [v for p in planes for r in p for v in r]
+    if not set(map(type, flat)) <= {float, int}:
+        raise KernelFitError(f"kernel fit: 'shape_efficiency' holds a non-number in {key}")
     return ShapeEfficiency(
-        m_knots=m_knots, n_knots=n_knots, k_knots=k_knots, efficiency=tuple(flat)
+        m_knots=m_knots, n_knots=n_knots, k_knots=k_knots, efficiency=tuple(map(float, flat))
     )
 
 
