@@ -8,7 +8,9 @@ shape text's CRC-32 not 0 mod 4), the terms of the runner's GEMM roofline
 (:mod:`app.core.runner.kernel_fit`): a compute efficiency table over ``log2(M)`` x
 ``log2(K x N)`` knots, a memory efficiency over the ``log2(K x N)`` knots, a fixed cost and
 the share of the compute exposed to wave quantization (the ``M x N`` output's 128 x 128 tiles
-over the device's SMs; :data:`TILE_ROWS`).
+over the device's SMs; :data:`TILE_ROWS`), then the shape efficiency over ``log2(M)``,
+``log2(N)``, ``log2(K)`` (:func:`_fit_shape`: a regularised least-absolute-log fit of the
+time the fitted curve leaves unexplained, solved in closed form).
 The flops and bytes of every point are the runner's own (``ForwardBuilder.gemm`` on the same
 plan ``validate --kernels`` builds); only the efficiencies are free. The loss is the mean
 absolute log error (a robust stand-in for the median relative error), minimised by coordinate
@@ -72,6 +74,28 @@ FIT_LABELS = {
 TILE_ROWS, TILE_COLS = 128.0, 128.0
 #: Candidate wave shares per descent round (a share in [0, 1], linear).
 WAVE_SHARES = tuple(i / 20 for i in range(21))
+#: Knots of the shape efficiency, a factor of two apart over the measured range (M 1-32,768,
+#: N and K 32-65,536 on every system of the wheel); clamped outside.
+SHAPE_M_KNOTS = tuple(2.0**i for i in range(16))
+SHAPE_NK_KNOTS = tuple(2.0**i for i in range(5, 17))
+#: Weight of the shape table's smoothness (second differences along each axis), per point
+#: per table value; a larger value pulls it toward a plane in log-log. 0.015 (i.e. 0.3 x
+#: 0.05) kept the train and held-out errors within a few tenths of a point of each other on
+#: H100 vLLM and L40S TensorRT-LLM, where 0.15 cost 0.5-1.5 points on both.
+SHAPE_SMOOTHNESS = 0.015
+#: Weight of the pull toward a factor of 1 (the curve alone), per point per table value:
+#: where no point weighs (a corner of the knots the wheel did not measure, or shapes whose time
+#: is all fixed cost) the table stays near 1 instead of extrapolating the second differences.
+#: 1e-3 bounded the fitted factors to 0.01-25 on H100 vLLM FP8 and GB300 vLLM block FP8 at a
+#: cost of 0.0-0.1 points of held-out error (1e-6 let them run to 0 and 10^5).
+SHAPE_RIDGE = 1e-3
+#: Reweighting rounds of the least-absolute fit (the first is least squares).
+SHAPE_ROUNDS = 6
+#: Residuals below this (log) weigh as this much in the least-absolute reweighting.
+SHAPE_RESIDUAL_FLOOR = 0.02
+#: The share of a point's time the shape factor must explain at least (a point whose time is
+#: almost all fixed cost says nothing about the rates).
+SHAPE_MIN_SHARE = 0.05
 MIN_POINTS = 20
 MAX_FIT_POINTS = 8_000  # train points per group the optimiser sees (every k-th, deterministic)
 ROUNDS = 5
@@ -206,10 +230,101 @@ def _wave_efficiency(m: np.ndarray, n: np.ndarray, sms: int | None) -> np.ndarra
     return waves
 
 
-def _median_abs_pct(p: dict[str, Any], params: Params) -> float:
+def _shape_design(p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's eight shape-table corners (flat [m][n][k] indices) and their trilinear
+    weights in ``log2(M)``, ``log2(N)``, ``log2(K)``."""
+    (i, t), (j, u), (h, v) = (
+        _weights(p[axis], knots)
+        for axis, knots in (("m", SHAPE_M_KNOTS), ("n", SHAPE_NK_KNOTS), ("k", SHAPE_NK_KNOTS))
+    )
+    nn = nk = len(SHAPE_NK_KNOTS)
+    index, weight = [], []
+    for a, wa in ((i, 1 - t), (i + 1, t)):
+        for b, wb in ((j, 1 - u), (j + 1, u)):
+            for c, wc in ((h, 1 - v), (h + 1, v)):
+                index.append((a * nn + b) * nk + c)
+                weight.append(wa * wb * wc)
+    return np.stack(index, 1), np.stack(weight, 1)
+
+
+def _second_differences(shape: tuple[int, ...]) -> np.ndarray:
+    """``D.T @ D`` of the second differences of a table of ``shape`` along each axis."""
+    size = int(np.prod(shape))
+    flat = np.arange(size).reshape(shape)
+    rows: list[tuple[int, int, int]] = []
+    for axis in range(len(shape)):
+        n = shape[axis]
+        for lo in range(n - 2):
+            a, b, c = (np.take(flat, lo + d, axis=axis).ravel() for d in range(3))
+            rows.extend(zip(a, b, c, strict=True))
+    d = np.zeros((len(rows), size))
+    for r, (a, b, c) in enumerate(rows):
+        d[r, a] += 1
+        d[r, b] -= 2
+        d[r, c] += 1
+    gram: np.ndarray = d.T @ d
+    return gram
+
+
+def _rates_s(p: dict[str, Any], params: Params) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's compute and memory time (s) on the curve ``params``, before the shape
+    efficiency."""
+    table, mem, _, share = params
+    waves = (1 - share) + share / p["wave"]
+    compute = p["flops"] * waves / (p["peak"] * _efficiency(p, table))
+    j, u = p["nk_at"]
+    memory = p["bytes"] / (p["bw"] * (mem[j] * (1 - u) + mem[j + 1] * u))
+    return compute, memory
+
+
+def _fit_shape(p: dict[str, Any], params: Params, gram: np.ndarray) -> np.ndarray:
+    """The shape efficiency (flat [m][n][k]) on the curve ``params``: the log time factor
+    ``theta`` (efficiency ``exp(-theta)``) that best explains ``measured - fixed`` over the
+    curve's ``max(compute, memory)``, trilinear between the knots; least absolute log error by
+    reweighted least squares, each point weighted by the squared share of its time the rates
+    make (the rest is the fixed cost), with a second-difference smoothness and a small ridge
+    toward 1 (:data:`SHAPE_RIDGE`) where the data are thin."""
+    compute, memory = _rates_s(p, params)
+    rates = np.maximum(compute, memory)
+    fixed = params[2]
+    target = np.log(np.maximum(p["measured"] - fixed, SHAPE_MIN_SHARE * rates) / rates)
+    weight = (rates / (rates + fixed)) ** 2
+    index, corner = _shape_design(p)
+    size = gram.shape[0]
+    pairs = (index[:, :, None] * size + index[:, None, :]).ravel()
+    per_value = len(target) / size
+    regular = SHAPE_SMOOTHNESS * per_value * gram + SHAPE_RIDGE * per_value * np.eye(size)
+    theta = np.zeros(size)
+    for round_ in range(SHAPE_ROUNDS):
+        residual = target - (theta[index] * corner).sum(1)
+        w = weight / np.maximum(np.abs(residual), SHAPE_RESIDUAL_FLOOR) if round_ else weight
+        gram_w = np.bincount(
+            pairs, (w[:, None, None] * corner[:, :, None] * corner[:, None, :]).ravel(), size**2
+        ).reshape(size, size)
+        rhs = np.bincount(index.ravel(), (w[:, None] * corner * target[:, None]).ravel(), size)
+        theta = np.linalg.solve(gram_w + regular, rhs)
+    efficiency: np.ndarray = np.exp(-theta)
+    return efficiency
+
+
+def _predict_shaped_s(p: dict[str, Any], params: Params, shape: np.ndarray) -> np.ndarray:
+    """The runner's time of each point (``FittedGemm.rates``): both efficiencies times the
+    shape efficiency (geometric between corners), each capped at 1."""
+    table, mem, fixed_s, share = params
+    index, corner = _shape_design(p)
+    factor = np.exp((np.log(shape)[index] * corner).sum(1))
+    waves = (1 - share) + share / p["wave"]
+    compute = p["flops"] * waves / (p["peak"] * np.minimum(1.0, _efficiency(p, table) * factor))
+    j, u = p["nk_at"]
+    memory_eff = np.minimum(1.0, (mem[j] * (1 - u) + mem[j + 1] * u) * factor)
+    seconds: np.ndarray = np.maximum(compute, p["bytes"] / (p["bw"] * memory_eff)) + fixed_s
+    return seconds
+
+
+def _median_abs_pct(p: dict[str, Any], params: Params, shape: np.ndarray) -> float:
     if not len(p["m"]):
         return math.nan
-    err = (_predict_s(p, params) - p["measured"]) / p["measured"]
+    err = (_predict_shaped_s(p, params, shape) - p["measured"]) / p["measured"]
     return round(float(np.median(np.abs(err))) * PERCENT, 2)
 
 
@@ -246,6 +361,8 @@ def _arrays(raw: dict[str, list[Any]], system: str, label: str, split: str) -> d
     m, n, k = (np.array(raw[c])[keep] for c in ("m", "n", "k"))
     return {
         "m": m,
+        "n": n,
+        "k": k,
         "m_at": _weights(m, M_KNOTS),
         "nk_at": _weights(n * k, NK_KNOTS),
         "flops": FLOPS_PER_MAC * m * n * k,
@@ -270,7 +387,13 @@ def _thin(p: dict[str, Any], limit: int = MAX_FIT_POINTS) -> dict[str, Any]:
 
 
 def _wheel_version(root: Path) -> str:
-    for meta in sorted(root.glob("*.dist-info/METADATA")):
+    """The wheel's version from its ``*.dist-info/METADATA``, beside ``root`` or above it
+    (``--kernels`` may name the unpacked wheel or its ``aiconfigurator_core/systems/data``)."""
+    folder = root.resolve()
+    metas = [
+        m for f in (folder, *folder.parents[:3]) for m in sorted(f.glob("*.dist-info/METADATA"))
+    ]
+    for meta in metas:
         found = re.search(r"^Version: (\S+)", meta.read_text(encoding="utf-8"), re.M)
         if found:
             return found.group(1)
@@ -310,6 +433,7 @@ def write_fit(
 def main(argv: list[str] | None = None) -> int:
     args = fit_arguments(__doc__, KERNEL_FIT_PATH, argv)
     points, versions = _collect(args.kernels)
+    gram = _second_differences((len(SHAPE_M_KNOTS), len(SHAPE_NK_KNOTS), len(SHAPE_NK_KNOTS)))
     entries: list[dict[str, Any]] = []
     for (system, engine, label), raw in sorted(points.items()):
         train = _arrays(raw, system, label, "train")
@@ -318,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         waves = sm_count(SYSTEM_DEVICES[system]) is not None
         effs, mem, fixed_s, share = _fit(_thin(train), _terms(system, label)[4], waves)
+        shape = _fit_shape(train, (effs, mem, fixed_s, share), gram)
+        planes = shape.reshape(len(SHAPE_M_KNOTS), len(SHAPE_NK_KNOTS), len(SHAPE_NK_KNOTS))
         entries.append(
             {
                 "device": SYSTEM_DEVICES[system],
@@ -333,6 +459,12 @@ def main(argv: list[str] | None = None) -> int:
                 "tile_rows": TILE_ROWS,
                 "tile_cols": TILE_COLS,
                 "wave_share": round(share, 3),
+                "shape_m_knots": list(SHAPE_M_KNOTS),
+                "shape_n_knots": list(SHAPE_NK_KNOTS),
+                "shape_k_knots": list(SHAPE_NK_KNOTS),
+                "shape_efficiency": [
+                    [[float(f"{e:.4g}") for e in row] for row in plane] for plane in planes
+                ],
                 "train": {"points": len(train["m"]), "median_abs_error_pct": 0.0},
                 "test": {"points": len(test["m"]), "median_abs_error_pct": 0.0},
             }
@@ -343,8 +475,9 @@ def main(argv: list[str] | None = None) -> int:
             entries[-1]["fixed_us"] * S_PER_US,
             entries[-1]["wave_share"],
         )
-        entries[-1]["train"]["median_abs_error_pct"] = _median_abs_pct(train, rounded)
-        entries[-1]["test"]["median_abs_error_pct"] = _median_abs_pct(test, rounded)
+        rounded_shape = np.array(entries[-1]["shape_efficiency"]).ravel()
+        for split, p in (("train", train), ("test", test)):
+            entries[-1][split]["median_abs_error_pct"] = _median_abs_pct(p, rounded, rounded_shape)
         print(
             f"{system} {engine} {label}: train {entries[-1]['train']} test {entries[-1]['test']}",
             file=sys.stderr,
@@ -356,7 +489,9 @@ def main(argv: list[str] | None = None) -> int:
         model="max(flops / (peak * compute_efficiency(M, K*N)) * ((1 - wave_share) + "
         "wave_share / wave_efficiency(M, N)), bytes / (hbm * memory_efficiency(K*N))) + "
         "fixed_us; bilinear in log2(M), log2(K*N) between knots; wave_efficiency = tiles / "
-        "(ceil(tiles / SMs) * SMs), tiles = ceil(M / tile_rows) * ceil(N / tile_cols)",
+        "(ceil(tiles / SMs) * SMs), tiles = ceil(M / tile_rows) * ceil(N / tile_cols); "
+        "both efficiencies times shape_efficiency(M, N, K) (each capped at 1): trilinear in "
+        "log2(M), log2(N), log2(K) and in the log of the factor between the shape knots",
         key="gemm",
         entries=entries,
     )

@@ -25,6 +25,16 @@ smaller tile the engine picks for that shape)::
     compute_s = flops / (peak_flops * compute_efficiency(M, K x N))
                 * ((1 - wave_share) + wave_share / wave_efficiency(M, N))
 
+Both rates then take the **shape efficiency** ``shape_efficiency(M, N, K)``
+(:class:`ShapeEfficiency`): a table over ``log2(M)``, ``log2(N)`` and ``log2(K)`` (knots a
+factor of two apart), trilinear in the log of the factor, that holds what the smooth curve
+cannot: the tile, split-K and kernel choices the engines make per N and K (cuBLAS heuristics,
+CUTLASS configurations by N and K band, DeepGEMM's block sizes), which the ``K x N`` product
+merges. Each rate stays at or below its peak (``compute_efficiency x shape_efficiency <= 1``,
+``memory_eff x shape_efficiency <= 1``)::
+
+    time = max(compute_s, memory_s) / shape_efficiency(M, N, K) + fixed_us
+
 A device, engine or quantization the file has no curve for keeps the runner's physics-derived
 defaults (:mod:`app.core.runner.plan`); every op says which priced it (``OpCost.source``). A
 missing or malformed file raises :class:`~app.core.runner.fit_tables.KernelFitError` on first
@@ -43,6 +53,7 @@ from typing import Any, cast
 from app.core.catalog.device_table import sm_count
 from app.core.catalog.quantization import LinearQuantAction, Quantization
 from app.core.runner.fit_tables import (
+    POSITION_MEMO_LIMIT,
     KernelFitError,
     add_curve,
     check_knots,
@@ -57,7 +68,7 @@ from app.core.runner.fit_tables import (
 )
 
 KERNEL_FIT_PATH = Path(__file__).resolve().parent / "data" / "kernel_fit.json"
-KERNEL_FIT_FORMAT = "chunkwise-kernel-fit/2"
+KERNEL_FIT_FORMAT = "chunkwise-kernel-fit/3"
 #: ``OpCost.source`` of an op priced by the physics-derived defaults.
 DEFAULT_SOURCE = "default"
 FITTED_SOURCE_PREFIX = "fitted:"
@@ -115,6 +126,60 @@ def gemm_label(quantization: Quantization, native_linear: str | None) -> str | N
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ShapeEfficiency:
+    """A GEMM curve's shape efficiency (module doc): a factor on both rates per (M, N, K),
+    trilinear in ``log2`` of each between its knots (clamped outside them) and in the log of
+    the factor (a geometric mean of the eight corners, as the fit solved it)."""
+
+    m_knots: tuple[float, ...]
+    n_knots: tuple[float, ...]
+    k_knots: tuple[float, ...]
+    #: The factors, flat in [m][n][k] order (each > 0).
+    efficiency: tuple[float, ...]
+    #: Per (N, K) seen: the log factor at each M knot (bilinear in N and K; a forward asks for
+    #: the same few weights at many token counts), and per M its knot interval and share.
+    _by_nk: dict[tuple[float, float], tuple[float, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_m: dict[float, tuple[int, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("m_knots", "n_knots", "k_knots"):
+            check_knots(f"shape {name}", getattr(self, name))
+        size = len(self.m_knots) * len(self.n_knots) * len(self.k_knots)
+        if len(self.efficiency) != size:
+            raise ValueError("shape_efficiency needs one value per (m, n, k) knot")
+        if not (all(map(math.isfinite, self.efficiency)) and min(self.efficiency) > 0):
+            raise ValueError("shape_efficiency values must be numbers > 0")
+
+    def _column(self, n: float, k: float) -> tuple[float, ...]:
+        """The log factor at each M knot for an ``n x k`` weight (bilinear in log2 N, K)."""
+        j, u = position(n, self.n_knots)
+        h, v = position(k, self.k_knots)
+        nn, nk, values = len(self.n_knots), len(self.k_knots), self.efficiency
+        column = []
+        for a in range(len(self.m_knots)):
+            total = 0.0
+            for b, wb in ((j, 1 - u), (j + 1, u)):
+                row = (a * nn + b) * nk + h
+                total += wb * ((1 - v) * math.log(values[row]) + v * math.log(values[row + 1]))
+            column.append(total)
+        return tuple(column)
+
+    def at(self, m: float, n: float, k: float) -> float:
+        """The factor of an ``m x k`` times ``k x n`` GEMM."""
+        column = self._by_nk.get((n, k))
+        if column is None:
+            if len(self._by_nk) >= POSITION_MEMO_LIMIT:
+                self._by_nk.clear()
+            column = self._by_nk[(n, k)] = self._column(n, k)
+        i, t = memo_position(self._by_m, m, self.m_knots)
+        return math.exp((1 - t) * column[i] + t * column[i + 1])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GemmCurve:
     """One (device, engine, quantization)'s fitted GEMM terms (see the module doc): the
     compute efficiency per (M knot, K x N knot), the memory efficiency per K x N knot."""
@@ -129,6 +194,8 @@ class GemmCurve:
     tile_rows: float = 128.0
     tile_cols: float = 128.0
     wave_share: float = 0.0
+    #: The shape efficiency on both rates (module doc; None: none, as the MoE curves).
+    shape: ShapeEfficiency | None = None
     #: Per weight size seen: its nk interval, share and memory efficiency (a forward asks for
     #: the same few weights again and again; not part of the curve's value).
     _by_nk: dict[float, tuple[int, float, float]] = field(
@@ -206,18 +273,21 @@ class FittedGemm:
     #: The device's SMs (the wave term; None: the curve has none).
     sm_count: int | None = None
 
-    def flops_per_s(self, m: float, k: float, n: float) -> float:
-        """The compute rate of ``m x k`` times ``k x n``: the curve's efficiency at ``m`` and
-        ``k x n``, times the wave factor of the ``m x n`` output."""
+    def rates(self, m: float, k: float, n: float) -> tuple[float, float]:
+        """The compute (flops/s) and HBM (bytes/s) rates of ``m x k`` times ``k x n``: the
+        curve's compute efficiency at ``m`` and ``k x n`` times the wave factor of the
+        ``m x n`` output, its memory efficiency at ``k x n``, both times the shape efficiency
+        (each efficiency capped at 1 first)."""
         curve = self.curve
+        compute = curve.compute_efficiency_at(m, k * n)
+        memory = curve.memory_efficiency_at(k * n)
+        if curve.shape is not None:
+            factor = curve.shape.at(m, n, k)
+            compute, memory = min(1.0, compute * factor), min(1.0, memory * factor)
         return (
-            self.peak_flops_per_s
-            * curve.compute_efficiency_at(m, k * n)
-            * curve.wave_factor(m, n, self.sm_count)
+            self.peak_flops_per_s * compute * curve.wave_factor(m, n, self.sm_count),
+            self.peak_hbm_bytes_per_s * memory,
         )
-
-    def hbm_bytes_per_s(self, nk: float) -> float:
-        return self.peak_hbm_bytes_per_s * self.curve.memory_efficiency_at(nk)
 
 
 #: (device name, engine, GEMM label).
@@ -245,14 +315,17 @@ def gemm_curve_of(
 ) -> GemmCurve:
     """The :class:`GemmCurve` of a table entry (its knots under the names given, then
     ``compute_efficiency``, ``memory_efficiency``, ``fixed_us``, and with ``wave`` the wave
-    term's ``tile_rows``, ``tile_cols``, ``wave_share``); a ValueError when its numbers do
-    not make a curve."""
+    term's ``tile_rows``, ``tile_cols``, ``wave_share`` and the shape efficiency's
+    ``shape_m_knots``, ``shape_n_knots``, ``shape_k_knots``, ``shape_efficiency``); a
+    ValueError when its numbers do not make a curve."""
     table = number_rows(entry, "compute_efficiency", key, "kernel fit")
-    waves = (
+    waves: dict[str, Any] = (
         {name: number(entry, name) for name in ("tile_rows", "tile_cols", "wave_share")}
         if wave
         else {}
     )
+    if wave:
+        waves["shape"] = _shape_of(entry, key)
     return GemmCurve(
         m_knots=numbers(entry, m_knots),
         nk_knots=numbers(entry, nk_knots),
@@ -260,6 +333,26 @@ def gemm_curve_of(
         memory_efficiency=numbers(entry, "memory_efficiency"),
         fixed_us=number(entry, "fixed_us"),
         **waves,
+    )
+
+
+def _shape_of(entry: Mapping[str, Any], key: object) -> ShapeEfficiency:
+    """The shape efficiency of a GEMM entry: ``shape_efficiency`` nested [m][n][k] (checked in
+    one pass over its values: a table holds thousands)."""
+    planes = entry.get("shape_efficiency")
+    m_knots, n_knots, k_knots = (numbers(entry, f"shape_{axis}_knots") for axis in ("m", "n", "k"))
+    if not (
+        isinstance(planes, list)
+        and len(planes) == len(m_knots)
+        and all(isinstance(p, list) and len(p) == len(n_knots) for p in planes)
+        and all(isinstance(r, list) and len(r) == len(k_knots) for p in planes for r in p)
+    ):
+        raise KernelFitError(f"kernel fit: 'shape_efficiency' is not [m][n][k] knots in {key}")
+    flat = [v for p in planes for r in p for v in r]
+    if not set(map(type, flat)) <= {float, int}:
+        raise KernelFitError(f"kernel fit: 'shape_efficiency' holds a non-number in {key}")
+    return ShapeEfficiency(
+        m_knots=m_knots, n_knots=n_knots, k_knots=k_knots, efficiency=tuple(map(float, flat))
     )
 
 

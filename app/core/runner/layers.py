@@ -392,9 +392,9 @@ class ForwardBuilder:
         the GEMM efficiency ramp ``m / (m + half-efficiency M)`` (the plan's, per path).
         A plain GEMM (neither) on a path with a fitted curve (``plan.gemm_fit``) is priced by
         the curve instead: its compute efficiency at ``m`` and ``k x n`` times its wave factor
-        (the ``m x n`` output's tiles over the SMs), its memory efficiency at ``k x n`` and its
-        fixed cost (never below the builder's launch cost; inside a captured graph, the plan's
-        in-graph floor).
+        (the ``m x n`` output's tiles over the SMs), its memory efficiency at ``k x n``, both
+        times its shape efficiency at ``m``, ``n``, ``k``, and its fixed cost (never below the
+        builder's launch cost; inside a captured graph, the plan's in-graph floor).
         """
         p = self.plan
         quantized = quantized and not self.sixteen_bit
@@ -406,11 +406,7 @@ class ForwardBuilder:
         fit = p.gemm_fit if quantized else p.bf16_gemm_fit
         launch, source = self.launch_s, DEFAULT_SOURCE
         if fit is not None and weight_rows is None and rows_per_weight is None:
-            rate, bandwidth, source = (
-                fit.flops_per_s(m, k, n),
-                fit.hbm_bytes_per_s(k * n),
-                fit.source,
-            )
+            (rate, bandwidth), source = fit.rates(m, k, n), fit.source
             launch = self._fitted_floor_s(fit.fixed_s, fit.graph_fixed_s)
         else:
             rows = m if rows_per_weight is None else rows_per_weight
