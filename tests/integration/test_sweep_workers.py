@@ -76,6 +76,11 @@ class Worker:
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
 
+    def send(self, signum: int) -> None:
+        """Send ``signum`` to the worker's session (its pool too)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signum)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
@@ -165,12 +170,19 @@ def test_a_killed_worker_loses_no_scenario(
         submitted = sweeps.submit(context, request, owner=None, idempotency_key=None)
         victim = start(workers, redis_server, tmp_path)
 
-        def victim_busy() -> bool:
-            return sweeps.progress(submitted.sweep_id, None).done >= 2 and bool(
-                client.hlen("unacked")
-            )
+        def victim_frozen_holding() -> bool:
+            """Freeze the victim (SIGSTOP) once it has rows, keep it frozen only while it holds
+            a batch: between a check of ``unacked`` and the kill it could ack its batch and
+            hold none (a race the suite saw under load)."""
+            if sweeps.progress(submitted.sweep_id, None).done < 2 or not client.hlen("unacked"):
+                return False
+            victim.send(signal.SIGSTOP)
+            if client.hlen("unacked"):
+                return True
+            victim.send(signal.SIGCONT)
+            return False
 
-        wait_until(victim_busy, timeout_s=60, what="the first worker to hold a batch")
+        wait_until(victim_frozen_holding, timeout_s=60, what="the first worker to hold a batch")
         victim.kill()
         held = client.hlen("unacked")
         assert held >= 1, "the killed worker held no unacknowledged batch"
