@@ -676,21 +676,11 @@ class ForwardBuilder:
         )
         fits = p.gdn_fit
         fit = None if fits is None else fits.recurrent if s.is_decode else fits.chunked
-        if fit is None and not s.is_decode and p.gdn_chunk_efficiency < 1.0:
-            self._roofline(
-                name="gdn_chunked",
-                category=OpCategory.ATTENTION,
-                scope=scope,
-                count=count,
-                flops=flops,
-                hbm_bytes=hbm_bytes,
-                flops_per_s=p.attention_flops_per_s * p.gdn_chunk_efficiency,
-                hbm_bytes_per_s=p.hbm_bytes_per_s * p.gdn_chunk_efficiency,
-                launch_s=self.launch_s,
-            )
-            return
         name = "gdn_recurrent" if s.is_decode else "gdn_chunked"
-        self._gdn_op(name, scope, count, s, flops, hbm_bytes, fit, p.attention_flops_per_s)
+        efficiency = 1.0 if s.is_decode else p.gdn_chunk_efficiency
+        self._gdn_op(
+            name, scope, count, s, flops, hbm_bytes, fit, p.attention_flops_per_s, efficiency
+        )
 
     def _gdn_op(
         self,
@@ -702,10 +692,12 @@ class ForwardBuilder:
         hbm_bytes: float,
         fit: FittedAttention | None,
         flops_per_s: float,
+        efficiency: float = 1.0,
     ) -> None:
         """A Gated DeltaNet kernel of ``s``: on its fitted curve (``kernel_fit_gdn``: rows =
         requests x local value heads, context = one request's new tokens) if the plan has one,
-        else a roofline at ``flops_per_s`` and the HBM bandwidth."""
+        else a roofline at ``flops_per_s`` and the HBM bandwidth, both times ``efficiency``
+        (the plan's ``gdn_chunk_efficiency`` for the chunked kernel)."""
         p = self.plan
         dims = p.model.linear_attention
         assert dims is not None
@@ -720,6 +712,7 @@ class ForwardBuilder:
             rows=s.concurrency * p.linear_value_heads_local,
             context=s.query_len,
             head_dim=dims.key_head_dim,
+            efficiency=efficiency,
         )
 
     def _attention_kernel(
@@ -765,9 +758,10 @@ class ForwardBuilder:
         flops: float,
         hbm_bytes: float,
         flops_per_s: float,
+        efficiency: float = 1.0,
     ) -> None:
         """An attention-category kernel (attention, and the linear-attention conv1d and delta
-        rule): a roofline at ``flops_per_s`` and the HBM bandwidth."""
+        rule): a roofline at ``flops_per_s`` and the HBM bandwidth, both times ``efficiency``."""
         self._roofline(
             name=name,
             category=OpCategory.ATTENTION,
@@ -775,8 +769,8 @@ class ForwardBuilder:
             count=count,
             flops=flops,
             hbm_bytes=hbm_bytes,
-            flops_per_s=flops_per_s,
-            hbm_bytes_per_s=self.plan.hbm_bytes_per_s,
+            flops_per_s=flops_per_s * efficiency,
+            hbm_bytes_per_s=self.plan.hbm_bytes_per_s * efficiency,
             launch_s=self.launch_s,
         )
 
@@ -962,13 +956,21 @@ class ForwardBuilder:
         context: float,
         head_dim: float,
         group: float = 1.0,
+        efficiency: float = 1.0,
     ) -> None:
         """An attention-category kernel on its fitted attention-form curve at its shape
         (``rows``, ``context``, ``head_dim``, ``group`` query heads per KV head), or without
-        one (``fit`` None) a roofline at ``flops_per_s`` and the HBM bandwidth."""
+        one (``fit`` None) a roofline at ``flops_per_s`` and the HBM bandwidth, both times
+        ``efficiency``."""
         if fit is None:
             self._attention_op(
-                name, scope, count, flops=flops, hbm_bytes=hbm_bytes, flops_per_s=flops_per_s
+                name,
+                scope,
+                count,
+                flops=flops,
+                hbm_bytes=hbm_bytes,
+                flops_per_s=flops_per_s,
+                efficiency=efficiency,
             )
             return
         rate, bandwidth = fit.rates(flops, rows, context, head_dim, group)
