@@ -187,8 +187,7 @@ class AttentionCurve:
         head."""
         i, t = memo_position(self._by_rows, rows, self.row_knots)
         j, u = memo_position(self._by_context, context, self.context_knots)
-        head = self.head_factor_at(head_dim)
-        head *= self._group_level(self.group_factor, group)
+        head = self.head_factor_at(head_dim) * self.group_factor_at(group)
         shares = []
         for table in (self.compute_efficiency, self.memory_efficiency):
             low, high = table[i], table[i + 1]
